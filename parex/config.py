@@ -1,0 +1,157 @@
+"""Model and training configurations, and the named model presets.
+
+A preset is a plain function of no arguments returning a ModelConfig; `model_preset(name)` looks one up.
+Sizes of the published models come from their papers (see data/reference/).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable
+
+FAMILIES = ("gpt", "llama")
+DTYPES = ("float32", "bfloat16")
+REMAT_POLICIES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer. GPT: LayerNorm, learned positions, GELU MLP, biases.
+    Llama: RMSNorm, RoPE, SwiGLU MLP, grouped-query attention, no biases."""
+
+    name: str = "custom"  # preset name, for reports
+    family: str = "gpt"  # "gpt" or "llama"
+    layers: int = 4  # L, transformer blocks
+    hidden: int = 128  # D (h in Megatron's papers), the residual width
+    heads: int = 8  # H (a), query heads
+    kv_heads: int | None = None  # K, key/value heads; None means K = H (multi-head attention)
+    ffn: int | None = None  # F, MLP inner width; None means 4·D
+    vocab: int = 256  # V
+    seq_len: int = 128  # T (s), the longest sequence; GPT's position table has T rows
+    dtype: str = "float32"  # compute dtype; master weights and optimizer state stay float32
+
+    def __post_init__(self):
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.ffn is None:
+            object.__setattr__(self, "ffn", 4 * self.hidden)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def n_params(self) -> int:
+        """Exact parameter count (untied embeddings); tests check it against the real pytree."""
+        D, F, V, T = self.hidden, self.ffn, self.vocab, self.seq_len
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        if self.family == "gpt":
+            attn = D * q + q + 2 * (D * kv + kv) + q * D + D  # QKV and output, with biases
+            mlp = D * F + F + F * D + D
+            block = attn + mlp + 2 * 2 * D  # two LayerNorms, scale and bias
+            return V * D + T * D + self.layers * block + 2 * D + D * V
+        attn = D * q + 2 * D * kv + q * D
+        block = attn + 3 * D * F + 2 * D  # SwiGLU has three matrices; two RMSNorm scales
+        return V * D + self.layers * block + D + D * V
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What one optimizer step consumes and how the optimizer behaves."""
+
+    global_batch: int = 16  # B, sequences per optimizer step across all devices
+    microbatch: int | None = None  # b, sequences per data-parallel replica per microbatch;
+    # None: no gradient accumulation (or the Layout's pipeline microbatches decide)
+    seq_len: int | None = None  # tokens per sequence; None means the model's seq_len
+    steps: int = 20  # optimizer steps
+    learning_rate: float = 3e-3  # peak learning rate
+    warmup_steps: int = 5  # linear warm-up from 0 to the peak
+    min_lr_ratio: float = 0.1  # cosine decay ends at peak · min_lr_ratio
+    weight_decay: float = 0.1  # AdamW decay, applied to matrices only
+    grad_clip: float = 1.0  # global-norm clipping threshold
+    seed: int = 0  # parameter initialisation and synthetic data
+    remat: str = "none"  # "none", "selective" (recompute attention scores), "full" (recompute blocks)
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def tokens_per_step(self, model: ModelConfig) -> int:
+        return self.global_batch * (self.seq_len or model.seq_len)
+
+
+# --- presets ---------------------------------------------------------------------------------
+# GPT-2 and GPT-3 use V = 50257, Megatron's papers V = 51200; Llama sizes from the model cards.
+
+def tiny() -> ModelConfig:
+    """~0.9M parameters: a step in well under a second on a laptop CPU."""
+    return ModelConfig("tiny", layers=4, hidden=128, heads=8, vocab=256, seq_len=128)
+
+
+def small() -> ModelConfig:
+    """~13M parameters: big enough that layouts differ visibly on the emulated mesh."""
+    return ModelConfig("small", layers=6, hidden=384, heads=8, vocab=512, seq_len=256)
+
+
+def tiny_llama() -> ModelConfig:
+    """The tiny model in the Llama family (GQA with 4 KV heads, SwiGLU)."""
+    return ModelConfig("tiny-llama", "llama", layers=4, hidden=128, heads=8, kv_heads=4,
+                       ffn=344, vocab=256, seq_len=128)
+
+
+def _gpt(name, layers, hidden, heads, vocab=50257, seq_len=1024):
+    return ModelConfig(name, "gpt", layers, hidden, heads, vocab=vocab, seq_len=seq_len)
+
+
+def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, seq_len):
+    return ModelConfig(name, "llama", layers, hidden, heads, kv_heads, ffn, vocab, seq_len)
+
+
+_PRESETS: dict[str, Callable[[], ModelConfig]] = {
+    "tiny": tiny,
+    "small": small,
+    "tiny-llama": tiny_llama,
+    "gpt2-small": lambda: _gpt("gpt2-small", 12, 768, 12),
+    "gpt2-medium": lambda: _gpt("gpt2-medium", 24, 1024, 16),
+    "gpt2-large": lambda: _gpt("gpt2-large", 36, 1280, 20),
+    "gpt2-xl": lambda: _gpt("gpt2-xl", 48, 1600, 25),
+    "gpt3-175b": lambda: _gpt("gpt3-175b", 96, 12288, 96, seq_len=2048),
+    "llama2-7b": lambda: _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+    "llama2-13b": lambda: _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+    "llama2-70b": lambda: _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+    "llama3-8b": lambda: _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+    "llama3-70b": lambda: _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+    "llama3-405b": lambda: _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+}
+
+# Megatron-LM weak scaling, Narayanan et al. 2021, Table 1: (params B, heads, hidden, layers).
+_MEGATRON_TABLE1 = [(1.7, 24, 2304, 24), (3.6, 32, 3072, 30), (7.5, 32, 4096, 36),
+                    (18.4, 48, 6144, 40), (39.1, 64, 8192, 48), (76.1, 80, 10240, 60),
+                    (145.6, 96, 12288, 80), (310.1, 128, 16384, 96), (529.6, 128, 20480, 105),
+                    (1008, 160, 25600, 128)]
+for _b, _a, _h, _l in _MEGATRON_TABLE1:
+    _n = f"megatron-{_b:g}b"
+    _PRESETS[_n] = (lambda n=_n, a=_a, h=_h, l=_l:
+                    _gpt(n, l, h, a, vocab=51200, seq_len=2048))
+
+# Activation recomputation, Korthikanti et al. 2022, Table 3: (name, heads, hidden, layers).
+for _n, _a, _h, _l in [("22b", 64, 6144, 48), ("175b", 96, 12288, 96),
+                       ("530b", 128, 20480, 105), ("1t", 160, 25600, 128)]:
+    _PRESETS[f"korthikanti-{_n}"] = (lambda n=f"korthikanti-{_n}", a=_a, h=_h, l=_l:
+                                     _gpt(n, l, h, a, vocab=51200, seq_len=2048))
+
+
+def preset_names() -> list[str]:
+    return list(_PRESETS)
+
+
+def model_preset(name: str) -> ModelConfig:
+    """The named model; an unknown name raises with the list of known ones."""
+    try:
+        return _PRESETS[name]()
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r}; known presets: "
+                         f"{', '.join(_PRESETS)}") from None

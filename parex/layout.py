@@ -1,0 +1,219 @@
+"""The Layout: how one training step is spread over a device mesh, as a value.
+
+This is the only module that spells mesh-axis names. The model names logical dims (batch, seq,
+embed, heads, ...); `Layout.rules(kind)` maps them onto mesh axes, and `Layout.spec(dims, kind)` turns a
+tuple of dims into a PartitionSpec. In the scaling book's notation the presets place, for example,
+    dp      W_in[D, F]                    x[B_data, T, D]
+    fsdp    W_in[D_fsdp, F]               x[B_fsdp, T, D]
+    tp      W_in[D, F_tensor]             x[B, T, D]    (all-reduce after W_out)
+    tp_sp   W_in[D, F_tensor]             x[B, T_tensor, D] in the LayerNorm regions
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+from jax.sharding import PartitionSpec
+
+from .config import DTYPES, REMAT_POLICIES, ModelConfig, TrainConfig
+
+
+class Axis(str, enum.Enum):
+    """Mesh axes. The mesh always has all of them (size 1 when unused), outermost first."""
+
+    STAGE = "stage"  # pipeline stages
+    DATA = "data"  # replicas of the model state (partitioned only as far as ZeRO says)
+    FSDP = "fsdp"  # data parallel with parameters, gradients and optimizer state sharded
+    SEQ = "seq"  # context parallelism: the sequence split across devices
+    TENSOR = "tensor"  # Megatron tensor parallelism (innermost: the fastest links)
+
+
+MESH_AXES = tuple(Axis)
+# The ZeRO stage at which each kind of model state becomes sharded over the data axis.
+ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
+
+
+class LayoutError(ValueError):
+    """An impossible layout; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Mesh axis sizes and the per-technique switches. Build with keywords, `Layout.parse`
+    (`"data=2,tensor=4,zero=1,sp=on"`) or `Layout.preset(name, n_devices)`."""
+
+    data: int = 1  # data-parallel replicas
+    fsdp: int = 1  # fully sharded data parallel (ZeRO-3 on this axis)
+    tensor: int = 1  # tensor-parallel size t
+    seq: int = 1  # context-parallel size
+    stage: int = 1  # pipeline stages p
+    zero: int = 0  # ZeRO stage on the data axis: 1 optimizer state, 2 + gradients, 3 + parameters
+    sp: bool = False  # Megatron sequence parallelism in the LayerNorm regions (needs tensor > 1)
+    cp: str = "none"  # context parallelism on the seq axis: none, ring, ulysses
+    schedule: str = "gpipe"  # pipeline schedule: gpipe, 1f1b, interleaved, zbh1, bfs
+    virtual_stages: int = 1  # v, model chunks per pipeline device (interleaved, bfs); key `virtual`
+    microbatches: int = 1  # m, microbatches per step (gradient accumulation, pipeline fill)
+    layers_per_stage: tuple[int, ...] | None = None  # uneven partition, e.g. (3, 1); key `partition`
+
+    # --- the mesh ------------------------------------------------------------------------
+    def axis_sizes(self) -> dict[Axis, int]:
+        return {axis: getattr(self, axis.value) for axis in MESH_AXES}
+
+    @property
+    def n_devices(self) -> int:
+        n = 1
+        for size in self.axis_sizes().values():
+            n *= size
+        return n
+
+    @property
+    def data_parallel(self) -> int:
+        """Number of model replicas that each see a different slice of the batch."""
+        return self.data * self.fsdp
+
+    # --- logical dims -> mesh axes ----------------------------------------------------------
+    def state_axes(self, kind: str) -> tuple[Axis, ...]:
+        """Axes over which model state of `kind` ("param", "grad", "opt") is sharded."""
+        axes = (Axis.DATA,) if self.zero >= ZERO_STAGE_SHARDING[kind] else ()
+        return axes + (Axis.FSDP,)
+
+    def rules(self, kind: str = "param") -> dict[str, tuple[Axis, ...]]:
+        """The one table that maps logical dims to mesh axes. `kind` is "param", "grad" or
+        "opt" for model state, "act" for activations."""
+        tensor, data_axes = (Axis.TENSOR,), (Axis.DATA, Axis.FSDP)
+        return {
+            "batch": data_axes,
+            "seq": (Axis.SEQ,),
+            "seq_res": (Axis.SEQ,) + (tensor if self.sp else ()),  # residual / LayerNorm region
+            "hidden": (),
+            "embed": self.state_axes(kind) if kind != "act" else (),
+            "heads": tensor,
+            "kv_heads": tensor,
+            "head_dim": (),
+            "mlp": tensor,
+            "vocab": tensor,
+            "layers": (Axis.STAGE,),
+        }
+
+    def spec(self, dims: tuple[str | None, ...], kind: str = "act") -> PartitionSpec:
+        """PartitionSpec for a tensor whose dims are named `dims` (None = never sharded)."""
+        rules = self.rules(kind)
+        entries = []
+        for dim in dims:
+            axes = tuple(a.value for a in rules[dim] if self.axis_sizes()[a] > 1) if dim else ()
+            entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+        return PartitionSpec(*entries)
+
+    def shard_count(self, dim: str, kind: str = "act") -> int:
+        """How many pieces `dim` is cut into."""
+        n = 1
+        for axis in self.rules(kind)[dim]:
+            n *= self.axis_sizes()[axis]
+        return n
+
+    # --- string form ---------------------------------------------------------------------------
+    def __str__(self) -> str:
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                parts.append(f"{_KEY_OF_FIELD.get(f.name, f.name)}={_format(value)}")
+        return ",".join(parts) or "single"
+
+    @classmethod
+    def parse(cls, text: str, n_devices: int | None = None) -> "Layout":
+        """`"data=2,tensor=4,zero=1,sp=on"`, or a preset name (which needs `n_devices`)."""
+        text = text.strip()
+        if text in ("", "single"):
+            return cls()
+        if text in LAYOUT_PRESETS:
+            if n_devices is None:
+                raise LayoutError(f"layout preset {text!r} needs a device count")
+            return cls.preset(text, n_devices)
+        fields = {_KEY_OF_FIELD.get(f.name, f.name): f for f in dataclasses.fields(cls)}
+        values = {}
+        for item in text.split(","):
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep or key not in fields:
+                raise LayoutError(
+                    f"cannot read {item!r} in layout {text!r}: write key=value pairs with keys "
+                    f"from {', '.join(fields)}, or a preset name ({', '.join(LAYOUT_PRESETS)})")
+            values[fields[key].name] = _parse_value(key, raw.strip(), fields[key].type)
+        return cls(**values)
+
+    @classmethod
+    def preset(cls, name: str, n_devices: int) -> "Layout":
+        if name not in LAYOUT_PRESETS:
+            raise LayoutError(f"unknown layout preset {name!r}; known presets: "
+                              f"{', '.join(LAYOUT_PRESETS)}")
+        return LAYOUT_PRESETS[name](n_devices)
+
+    def replace(self, **changes) -> "Layout":
+        return dataclasses.replace(self, **changes)
+
+    # --- validation ----------------------------------------------------------------------------
+    def validate(self, model: ModelConfig, train: TrainConfig, n_devices: int) -> "Layout":
+        """Raise LayoutError naming the problem and the fix; return self when the layout is possible.
+        Runs in microseconds and before anything is traced or compiled."""
+        from .validation import check_layout  # one module per concern; it imports us
+
+        check_layout(self, model, train, n_devices)
+        return self
+
+
+# Short keys of the string form, where they differ from the field names.
+_KEY_OF_FIELD = {"virtual_stages": "virtual", "layers_per_stage": "partition"}
+
+
+def _format(value) -> str:
+    if isinstance(value, tuple):
+        return ":".join(str(v) for v in value)
+    return "on" if value is True else "off" if value is False else str(value)
+
+
+def _parse_value(key: str, raw: str, annotation: str):
+    if annotation == "bool":
+        if raw.lower() in ("on", "true", "1", "yes"):
+            return True
+        if raw.lower() in ("off", "false", "0", "no"):
+            return False
+        raise LayoutError(f"{key}={raw!r}: write {key}=on or {key}=off")
+    if annotation.startswith("tuple"):
+        try:
+            return tuple(int(v) for v in raw.split(":"))
+        except ValueError:
+            raise LayoutError(f"{key}={raw!r}: write whole numbers separated by ':', "
+                              f"e.g. {key}=3:1") from None
+    if annotation == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise LayoutError(f"{key}={raw!r}: {key} takes a whole number, e.g. {key}=2") from None
+    return raw
+
+
+def _two_way(n: int, name: str) -> tuple[int, int]:
+    """(2, n/2) for the two-axis presets."""
+    if n < 4 or n % 2:
+        raise LayoutError(f"layout preset {name!r} splits the devices as 2 × n/2 and needs an even "
+                          f"count of at least 4, not {n}; use 'dp' or 'tp' instead")
+    return 2, n // 2
+
+
+LAYOUT_PRESETS = {
+    "single": lambda n: Layout(),
+    "dp": lambda n: Layout(data=n),
+    "zero1": lambda n: Layout(data=n, zero=1),
+    "zero2": lambda n: Layout(data=n, zero=2),
+    "fsdp": lambda n: Layout(fsdp=n),
+    "tp": lambda n: Layout(tensor=n),
+    "tp_sp": lambda n: Layout(tensor=n, sp=True),
+    "dp_tp": lambda n: Layout(data=_two_way(n, "dp_tp")[0], tensor=_two_way(n, "dp_tp")[1]),
+    "fsdp_tp": lambda n: Layout(fsdp=_two_way(n, "fsdp_tp")[0], tensor=_two_way(n, "fsdp_tp")[1]),
+}
+
+__all__ = ["Axis", "Layout", "LayoutError", "LAYOUT_PRESETS", "MESH_AXES", "DTYPES",
+           "REMAT_POLICIES"]

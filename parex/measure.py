@@ -1,0 +1,104 @@
+"""Run a layout for real and read what XLA did: memory, FLOPs, collectives, step times.
+
+    measure(model, train, layout) -> Measurement
+
+Compile statistics come from the compiled step (per device); step times are medians over timed steps
+after one warm-up, each timed with perf_counter around the call plus block_until_ready.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from .config import ModelConfig, TrainConfig
+from .data import Batches
+from .hlo import parse_collectives
+from .layout import Layout
+from .mesh import make_mesh
+from .record import Measurement
+from .step import TrainStep
+
+
+def memory_stats(compiled) -> dict[str, int]:
+    """Per-device bytes. On the CPU `peak_memory_in_bytes` is unreliable, so the total is
+    argument + output − alias (donated buffers reused) + temp."""
+    m = compiled.memory_analysis()
+    parts = {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
+             "alias": m.alias_size_in_bytes, "temp": m.temp_size_in_bytes}
+    parts["total"] = parts["argument"] + parts["output"] - parts["alias"] + parts["temp"]
+    return {k: int(v) for k, v in parts.items()}
+
+
+def cost_stats(compiled) -> tuple[float, float]:
+    """(FLOPs, bytes accessed) per device from XLA's cost analysis."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older JAX returned one dict per device
+        cost = cost[0] if cost else {}
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+
+def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None):
+    """(TrainStep, compiled step, seconds spent lowering and compiling). Validation errors
+    raise here, before anything is traced."""
+    layout.validate(model, train, layout.n_devices if devices is None else len(devices))
+    step = TrainStep(model, train, layout, make_mesh(layout, devices))
+    start = time.perf_counter()
+    compiled = step.lower().compile()
+    return step, compiled, time.perf_counter() - start
+
+
+def compiled_stats(compiled, mesh) -> dict:
+    """Memory, FLOPs and collectives of a compiled step, per device, without running it."""
+    flops, bytes_accessed = cost_stats(compiled)
+    return {"memory_bytes_per_device": memory_stats(compiled), "flops_per_device": flops,
+            "bytes_accessed_per_device": bytes_accessed,
+            "collectives": parse_collectives(compiled.as_text(), mesh.devices.shape,
+                                             mesh.axis_names)}
+
+
+def time_steps(step: TrainStep, compiled, data: str, progress: bool) -> tuple[list, list]:
+    """(losses, seconds) for `train.steps` steps from the initial state."""
+    train, model = step.train, step.model
+    batches = Batches(data, train.global_batch, step.seq_len, model.vocab, train.seed)
+    state = step.init_state()
+    losses, times = [], []
+    for i in tqdm(range(train.steps), desc=f"{model.name} {step.layout}", disable=not progress,
+                  leave=False):
+        batch = batches.on_mesh(i, step.batch_sharding)
+        start = time.perf_counter()
+        state, loss = compiled(state, batch)
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - start)
+        losses.append(float(loss))
+    return losses, times
+
+
+def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=None,
+            data: str = "corpus", warmup: int = 1, progress: bool = False) -> Measurement:
+    """Compile and run `train.steps` steps of `layout`; the first `warmup` are not timed."""
+    step, compiled, compile_time = compile_layout(model, train, layout, devices)
+    losses, times = time_steps(step, compiled, data, progress)
+    timed = times[warmup:] if len(times) > warmup else times
+    return Measurement(
+        model=model.name, layout=str(layout), n_devices=step.mesh.size,
+        platform=step.mesh.devices.flat[0].platform, losses=losses,
+        step_time_s={"median": statistics.median(timed), "min": min(timed), "max": max(timed)},
+        compile_time_s=compile_time, tokens_per_step=train.tokens_per_step(model),
+        **compiled_stats(compiled, step.mesh))
+
+
+def relative_error(tree, reference) -> float:
+    """Largest per-leaf ‖a − b‖ / ‖b‖, with ‖b‖ floored at 1e-6 of the whole tree's norm so that
+    leaves whose exact gradient is zero (e.g. the key bias) do not divide noise by noise."""
+    leaves, refs = jax.tree.leaves(tree), jax.tree.leaves(reference)
+    total = np.sqrt(sum(float(np.sum(np.square(np.asarray(r, np.float64)))) for r in refs))
+    worst = 0.0
+    for a, b in zip(leaves, refs, strict=True):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        worst = max(worst, np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-6 * total))
+    return float(worst)

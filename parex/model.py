@@ -1,0 +1,231 @@
+"""A decoder-only transformer as pure functions over a parameter pytree.
+
+Only logical dims appear here. Every parameter is declared once in `param_table` with its shape and its
+dims; the layout maps those dims to mesh axes. Activations are pinned with `constrain(x, dims)`, a function
+the caller supplies (identity on one device, a sharding constraint on a mesh), so this file never names a
+mesh axis. Blocks are stacked on a leading `layers` dim and run with `lax.scan`.
+
+Shapes: B batch, T sequence, D hidden, H heads, K kv heads, Dh head dim, F mlp width, V vocab, L layers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from .config import ModelConfig
+
+Constrain = Callable[[jax.Array, tuple], jax.Array]
+
+
+def no_constraint(x, dims):
+    return x
+
+
+# --- parameters --------------------------------------------------------------------------------
+
+def param_table(cfg: ModelConfig) -> dict:
+    """Nested dict of (shape, dims) for every parameter: the single source of shapes and dims."""
+    D, H, K, Dh, F, V, L = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.ffn,
+                            cfg.vocab, cfg.layers)
+    gpt = cfg.family == "gpt"
+
+    def layer(*shape_dims):  # stacked over layers
+        shape, dims = zip(*shape_dims) if shape_dims else ((), ())
+        return (L, *shape), ("layers", *dims)
+
+    def norm(stacked):
+        entry = layer((D, "hidden")) if stacked else ((D,), ("hidden",))
+        return {"scale": entry, "bias": entry} if gpt else {"scale": entry}
+
+    attn = {"wq": layer((D, "embed"), (H, "heads"), (Dh, "head_dim")),
+            "wk": layer((D, "embed"), (K, "kv_heads"), (Dh, "head_dim")),
+            "wv": layer((D, "embed"), (K, "kv_heads"), (Dh, "head_dim")),
+            "wo": layer((H, "heads"), (Dh, "head_dim"), (D, "embed"))}
+    if gpt:
+        attn |= {"bq": layer((H, "heads"), (Dh, "head_dim")),
+                 "bk": layer((K, "kv_heads"), (Dh, "head_dim")),
+                 "bv": layer((K, "kv_heads"), (Dh, "head_dim")),
+                 "bo": layer((D, "hidden"))}
+        mlp = {"w_in": layer((D, "embed"), (F, "mlp")), "b_in": layer((F, "mlp")),
+               "w_out": layer((F, "mlp"), (D, "embed")), "b_out": layer((D, "hidden"))}
+    else:  # SwiGLU
+        mlp = {"w_gate": layer((D, "embed"), (F, "mlp")), "w_up": layer((D, "embed"), (F, "mlp")),
+               "w_out": layer((F, "mlp"), (D, "embed"))}
+    table = {"tokens": ((V, D), ("vocab", "embed"))}
+    if gpt:
+        table["positions"] = ((cfg.seq_len, D), (None, "embed"))
+    table |= {"blocks": {"norm1": norm(True), "attn": attn, "norm2": norm(True), "mlp": mlp},
+              "final_norm": norm(False),
+              "unembed": ((D, V), ("embed", "vocab"))}
+    return table
+
+
+def _is_entry(x) -> bool:
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)
+
+
+def param_dims(cfg: ModelConfig) -> dict:
+    """The parameter pytree's structure with each leaf replaced by its tuple of dims."""
+    return jax.tree.map(lambda e: e[1], param_table(cfg), is_leaf=_is_entry)
+
+
+def param_shapes(cfg: ModelConfig) -> dict:
+    return jax.tree.map(lambda e: jax.ShapeDtypeStruct(e[0], jnp.float32), param_table(cfg),
+                        is_leaf=_is_entry)
+
+
+def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
+    """GPT-2 initialisation: N(0, 0.02) matrices, residual projections scaled by 1/sqrt(2L),
+    zero biases, unit norm scales. Master weights are float32."""
+    entries, treedef = jax.tree.flatten_with_path(param_table(cfg), is_leaf=_is_entry)
+    leaves = []
+    for (path, (shape, _)), k in zip(entries, jax.random.split(key, len(entries))):
+        name = path[-1].key
+        if name == "scale":
+            leaves.append(jnp.ones(shape, jnp.float32))
+        elif name in _BIASES:
+            leaves.append(jnp.zeros(shape, jnp.float32))
+        else:
+            std = 0.02 / math.sqrt(2 * cfg.layers) if name in ("wo", "w_out") else 0.02
+            leaves.append(std * jax.random.normal(k, shape, jnp.float32))
+    return jax.tree.unflatten(treedef, leaves)
+
+
+_BIASES = ("bias", "bq", "bk", "bv", "bo", "b_in", "b_out")
+
+
+# --- layers ------------------------------------------------------------------------------------
+
+def _norm(x, p, family):
+    x32 = x.astype(jnp.float32)
+    if family == "gpt":  # LayerNorm
+        mean = x32.mean(-1, keepdims=True)
+        var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+        y = (x32 - mean) * jax.lax.rsqrt(var + 1e-5) * p["scale"] + p["bias"]
+    else:  # RMSNorm
+        y = x32 * jax.lax.rsqrt(jnp.square(x32).mean(-1, keepdims=True) + 1e-5) * p["scale"]
+    return y.astype(x.dtype)
+
+
+def _rope(x, positions):
+    """Rotary embedding on (B, T, N, Dh): rotate feature pairs (i, i + Dh/2) by position · θ_i."""
+    half = x.shape[-1] // 2
+    freqs = 10000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angle = positions[:, None].astype(jnp.float32) * freqs[None, :]  # (T, Dh/2)
+    cos, sin = jnp.cos(angle)[None, :, None, :], jnp.sin(angle)[None, :, None, :]
+    x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).astype(x.dtype)
+
+
+def attention_core(q, k, v):
+    """Causal softmax(QKᵀ/√Dh)V. q (B, T, H, Dh); k, v (B, T, K, Dh); each KV head serves H/K
+    query heads. The (B, H, T, T) scores are what selective recompute drops."""
+    B, T, H, Dh = q.shape
+    K = k.shape[2]
+    q = q.reshape(B, T, K, H // K, Dh)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(Dh)
+    causal = jnp.tril(jnp.ones((T, T), bool))
+    scores = jnp.where(causal, scores, -1e30)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, Dh)
+
+
+def _attention(x, p, cfg, constrain, remat):
+    q = jnp.einsum("btd,dhk->bthk", x, p["wq"])  # (B, T, H, Dh), heads split by TP
+    k = jnp.einsum("btd,dhk->bthk", x, p["wk"])  # (B, T, K, Dh)
+    v = jnp.einsum("btd,dhk->bthk", x, p["wv"])
+    if cfg.family == "gpt":
+        q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
+    else:
+        positions = jnp.arange(x.shape[1])
+        q, k = _rope(q, positions), _rope(k, positions)
+    q = constrain(q, ("batch", "seq", "heads", "head_dim"))
+    k = constrain(k, ("batch", "seq", "kv_heads", "head_dim"))
+    v = constrain(v, ("batch", "seq", "kv_heads", "head_dim"))
+    core = jax.checkpoint(attention_core) if remat == "selective" else attention_core
+    out = constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
+    y = jnp.einsum("bthk,hkd->btd", out, p["wo"])  # row-parallel: TP reduces here
+    return y + p["bo"] if cfg.family == "gpt" else y
+
+
+def _mlp(x, p, cfg, constrain):
+    if cfg.family == "gpt":
+        u = jax.nn.gelu(jnp.einsum("btd,df->btf", x, p["w_in"]) + p["b_in"])
+    else:
+        u = jax.nn.silu(jnp.einsum("btd,df->btf", x, p["w_gate"]))
+        u = u * jnp.einsum("btd,df->btf", x, p["w_up"])
+    u = constrain(u, ("batch", "seq", "mlp"))  # (B, T, F), column-parallel
+    y = jnp.einsum("btf,fd->btd", u, p["w_out"])  # row-parallel: TP reduces here
+    return y + p["b_out"] if cfg.family == "gpt" else y
+
+
+def block(x, p, cfg: ModelConfig, constrain: Constrain = no_constraint, remat: str = "none"):
+    """One pre-norm transformer block on the residual stream x (B, T, D)."""
+    res = ("batch", "seq_res", "hidden")  # sequence-parallel region under SP
+    h = _norm(constrain(x, res), p["norm1"], cfg.family)
+    x = constrain(x + _attention(h, p["attn"], cfg, constrain, remat), res)
+    h = _norm(x, p["norm2"], cfg.family)
+    return constrain(x + _mlp(h, p["mlp"], cfg, constrain), res)
+
+
+def run_blocks(x, blocks, cfg, constrain=no_constraint, remat="none"):
+    """Scan the stacked blocks over x; `full` remat keeps only each block's input."""
+    def body(h, p):
+        return block(h, p, cfg, constrain, remat), None
+
+    if remat == "full":
+        body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
+    return jax.lax.scan(body, x, blocks)[0]
+
+
+def embed(params, tokens, cfg, constrain=no_constraint):
+    x = params["tokens"][tokens]  # (B, T, D), a gather from the vocab-split table
+    if cfg.family == "gpt":
+        x = x + params["positions"][: tokens.shape[1]]
+    return constrain(x, ("batch", "seq_res", "hidden"))
+
+
+def unembed(params, x, cfg, constrain=no_constraint):
+    x = _norm(x, params["final_norm"], cfg.family)
+    logits = jnp.einsum("btd,dv->btv", x, params["unembed"])  # vocab-parallel logits
+    return constrain(logits, ("batch", "seq", "vocab"))
+
+
+def cast(params, dtype):
+    """Compute copies of the float32 master weights."""
+    return jax.tree.map(lambda p: p.astype(dtype), params)
+
+
+def forward(params, tokens, cfg: ModelConfig, constrain=no_constraint, remat="none"):
+    """Logits (B, T, V) for tokens (B, T)."""
+    params = cast(params, jnp.dtype(cfg.dtype))
+    x = embed(params, tokens, cfg, constrain)
+    x = run_blocks(x, params["blocks"], cfg, constrain, remat)
+    return unembed(params, x, cfg, constrain)
+
+
+def cross_entropy(logits, targets):
+    """Mean next-token loss in float32. The one-hot product keeps a vocab-split logits tensor
+    split: each shard reduces locally, then one small all-reduce over the tensor axis."""
+    logits = logits.astype(jnp.float32)
+    target_logit = jnp.sum(logits * jax.nn.one_hot(targets, logits.shape[-1]), -1)
+    return jnp.mean(jax.nn.logsumexp(logits, -1) - target_logit)
+
+
+def loss_fn(params, batch, cfg: ModelConfig, constrain=no_constraint, remat="none"):
+    """batch = {"inputs": (B, T) int32, "targets": (B, T) int32}."""
+    logits = forward(params, batch["inputs"], cfg, constrain, remat)
+    return cross_entropy(logits, batch["targets"])
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
+    """Model FLOPs of forward + backward per token (multiply-add = 2, no recompute).
+    Causal attention is counted in full (T² scores, as in Megatron's papers): 6N + 12·L·D·T."""
+    T = seq_len or cfg.seq_len
+    positions = cfg.seq_len * cfg.hidden if cfg.family == "gpt" else 0
+    non_embedding = cfg.n_params - cfg.vocab * cfg.hidden - positions
+    return 6 * non_embedding + 12 * cfg.layers * cfg.hidden * T

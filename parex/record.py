@@ -1,0 +1,77 @@
+"""The schema shared by what was measured and what is predicted.
+
+Units: seconds per optimizer step, bytes per device, FLOPs per device per step (a multiply-add is 2).
+`Measurement` and (later) `Prediction` use the same field names, so a `Record` can put them side by side
+and flatten into one tidy DataFrame row that every chart, widget and table reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from .hlo import KINDS, Collective, bytes_by_kind
+
+MEMORY_PARTS = ("argument", "output", "alias", "temp", "total")
+
+
+@dataclass
+class Measurement:
+    """What one layout did on a real mesh: XLA's compile statistics and timed steps."""
+
+    model: str  # model preset name
+    layout: str  # the Layout's string form
+    n_devices: int
+    platform: str  # "cpu", "gpu", "tpu"
+    losses: list[float]  # one per step, in order
+    step_time_s: dict[str, float]  # median, min, max over the timed steps
+    compile_time_s: float  # lowering + compilation
+    memory_bytes_per_device: dict[str, int]  # MEMORY_PARTS; total = argument + output - alias + temp
+    flops_per_device: float  # XLA cost analysis of the compiled step
+    bytes_accessed_per_device: float  # XLA cost analysis: HBM traffic
+    collectives: list[Collective] = field(default_factory=list)
+    tokens_per_step: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        median = self.step_time_s.get("median", 0.0)
+        return self.tokens_per_step / median if median else 0.0
+
+    @property
+    def comm_bytes_per_device(self) -> dict[str, int]:
+        return bytes_by_kind(self.collectives)
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["collectives"] = [c.to_json() for c in self.collectives]
+        out["tokens_per_s"] = self.tokens_per_s
+        out["comm_bytes_per_device"] = self.comm_bytes_per_device
+        return out
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
+
+    def to_row(self) -> dict:
+        """Flat columns for a DataFrame; `source` tells measured rows from predicted ones."""
+        row = {"source": "measured", "model": self.model, "layout": self.layout,
+               "n_devices": self.n_devices, "platform": self.platform,
+               "step_time_s": self.step_time_s.get("median"),
+               "step_time_min_s": self.step_time_s.get("min"),
+               "step_time_max_s": self.step_time_s.get("max"),
+               "compile_time_s": self.compile_time_s, "flops_per_device": self.flops_per_device,
+               "tokens_per_s": self.tokens_per_s,
+               "loss_first": self.losses[0] if self.losses else None,
+               "loss_last": self.losses[-1] if self.losses else None}
+        row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
+        row |= {f"comm_{k.replace('-', '_')}_bytes": v
+                for k, v in self.comm_bytes_per_device.items()}
+        return row
+
+
+def collectives_from_json(items: list[dict]) -> list[Collective]:
+    return [Collective(c["kind"], c["count"], c["bytes_per_op"], c["group_size"], tuple(c["axes"]))
+            for c in items]
+
+
+__all__ = ["KINDS", "MEMORY_PARTS", "Measurement", "collectives_from_json"]

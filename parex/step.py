@@ -1,0 +1,149 @@
+"""The sharded training step: loss, gradients, AdamW, and the shardings a Layout implies.
+
+`TrainStep` is built from (model, train config, layout, mesh) and derives every sharding from the
+Layout's rules, in this order: parameters, gradients (ZeRO-2 reduce-scatters them), optimizer state
+(ZeRO-1), the batch. The jitted step donates the state so that it is updated in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from . import model as gpt
+from .config import ModelConfig, TrainConfig
+from .layout import Layout
+from .validation import num_microbatches
+
+
+def make_optimizer(train: TrainConfig, model: ModelConfig) -> optax.GradientTransformation:
+    """Clip by global norm, then AdamW with linear warm-up and cosine decay; matrices decay,
+    biases and norm scales do not."""
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, train.learning_rate, train.warmup_steps, max(train.steps, train.warmup_steps + 1),
+        end_value=train.learning_rate * train.min_lr_ratio)
+    decay_mask = jax.tree.map(lambda dims: len([d for d in dims if d != "layers"]) >= 2,
+                              gpt.param_dims(model), is_leaf=lambda x: isinstance(x, tuple))
+    return optax.chain(optax.clip_by_global_norm(train.grad_clip),
+                       optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay,
+                                   mask=decay_mask))
+
+
+def _is_dims(x) -> bool:
+    return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
+
+
+@dataclass
+class TrainStep:
+    """Everything needed to run one layout: shardings, optimizer, and jitted functions."""
+
+    model: ModelConfig
+    train: TrainConfig
+    layout: Layout
+    mesh: Mesh
+    optimizer: optax.GradientTransformation = field(init=False)
+
+    def __post_init__(self):
+        self.layout.validate(self.model, self.train, self.mesh.size)
+        self.optimizer = make_optimizer(self.train, self.model)
+        self.microbatches = num_microbatches(self.layout, self.train)
+        self.seq_len = self.train.seq_len or self.model.seq_len
+
+    # --- shardings ------------------------------------------------------------------------------
+    def sharding(self, dims, kind: str = "act") -> NamedSharding:
+        return NamedSharding(self.mesh, self.layout.spec(dims, kind))
+
+    def state_shardings(self, kind: str):
+        """Sharding of a params-shaped tree of model state of `kind` ("param", "grad", "opt")."""
+        return jax.tree.map(lambda dims: self.sharding(dims, kind), gpt.param_dims(self.model),
+                            is_leaf=_is_dims)
+
+    def constrain(self, x, dims):
+        return jax.lax.with_sharding_constraint(x, self.sharding(dims))
+
+    @property
+    def batch_sharding(self) -> NamedSharding:
+        return self.sharding(("batch", None))
+
+    def train_state_shardings(self):
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        opt_shape = jax.eval_shape(self.optimizer.init, gpt.param_shapes(self.model))
+        opt = optax.tree_map_params(self.optimizer, lambda _, s: s, opt_shape,
+                                    self.state_shardings("opt"),
+                                    transform_non_params=lambda _: replicated)
+        return {"params": self.state_shardings("param"), "opt": opt}
+
+    # --- functions ------------------------------------------------------------------------------
+    def init_state(self, seed: int | None = None):
+        """Parameters and optimizer state, created directly in their shardings."""
+        key = jax.random.key(self.train.seed if seed is None else seed)
+
+        def init(key):
+            params = gpt.init_params(self.model, key)
+            return {"params": params, "opt": self.optimizer.init(params)}
+
+        return jax.jit(init, out_shardings=self.train_state_shardings())(key)
+
+    def _loss(self, params, batch):
+        return gpt.loss_fn(params, batch, self.model, self.constrain, self.train.remat)
+
+    def loss_and_grads(self, params, batch):
+        """Mean loss and gradient over the global batch, accumulated over m microbatches."""
+        m = self.microbatches
+        if m == 1:
+            return jax.value_and_grad(self._loss)(params, batch)
+
+        def split(x):  # (B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... so that
+            B = x.shape[0]  # every data shard keeps contributing to every microbatch
+            x = x.reshape(B // m, m, *x.shape[1:]).swapaxes(0, 1)
+            return self.constrain(x, (None, "batch", None))
+
+        def accumulate(carry, micro):
+            loss, grads = jax.value_and_grad(self._loss)(params, micro)
+            return jax.tree.map(jnp.add, carry, (loss, grads)), None
+
+        zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
+        total, _ = jax.lax.scan(accumulate, zeros, jax.tree.map(split, batch))
+        return jax.tree.map(lambda x: x / m, total)
+
+    def _step(self, state, batch):
+        loss, grads = self.loss_and_grads(state["params"], batch)
+        grads = jax.lax.with_sharding_constraint(grads, self.state_shardings("grad"))
+        updates, opt = self.optimizer.update(grads, state["opt"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        return {"params": params, "opt": opt}, loss
+
+    def jitted_step(self):
+        """The train step, state donated: (state, batch) -> (state, loss)."""
+        shardings = self.train_state_shardings()
+        batch = {"inputs": self.batch_sharding, "targets": self.batch_sharding}
+        return jax.jit(self._step, in_shardings=(shardings, batch),
+                       out_shardings=(shardings, NamedSharding(self.mesh, PartitionSpec())),
+                       donate_argnums=0)
+
+    def jitted_loss_and_grads(self):
+        batch = {"inputs": self.batch_sharding, "targets": self.batch_sharding}
+        return jax.jit(self.loss_and_grads,
+                       in_shardings=(self.state_shardings("param"), batch))
+
+    def abstract_batch(self):
+        shape = jax.ShapeDtypeStruct((self.train.global_batch, self.seq_len), jnp.int32,
+                                     sharding=self.batch_sharding)
+        return {"inputs": shape, "targets": shape}
+
+    def lower(self):
+        """Lower the step for abstract inputs (no arrays are created)."""
+        state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                             jax.eval_shape(self.init_state), self.train_state_shardings())
+        return self.jitted_step().lower(state, self.abstract_batch())
+
+
+def reference_loss_and_grads(model: ModelConfig, train: TrainConfig, params, batch):
+    """The single-device reference every layout must reproduce (no mesh, no constraints)."""
+    fn = partial(gpt.loss_fn, cfg=model, remat=train.remat)
+    return jax.jit(jax.value_and_grad(fn))(params, batch)

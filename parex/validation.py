@@ -1,0 +1,127 @@
+"""Checks that a (model, train config, layout, device count) can run, before anything compiles.
+
+Each check raises LayoutError with the problem and a fix. They are cheap integer tests, so a planner can
+call them for thousands of layouts.
+"""
+
+from __future__ import annotations
+
+from .config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
+from .layout import Layout, LayoutError
+
+
+def check_layout(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
+    _check_axes(layout, n_devices)
+    _check_model(model, train)
+    _check_tensor(layout, model, train)
+    _check_state_sharding(layout, model)
+    _check_batch(layout, train)
+    _check_pipeline(layout, model, train)
+    _check_context(layout, model, train)
+
+
+def _fail(message: str):
+    raise LayoutError(message)
+
+
+def _check_axes(layout: Layout, n_devices: int) -> None:
+    for axis, size in layout.axis_sizes().items():
+        if size < 1:
+            _fail(f"mesh axis {axis.value}={size}: every axis size must be at least 1")
+    if layout.n_devices != n_devices:
+        sizes = " × ".join(f"{a.value}={s}" for a, s in layout.axis_sizes().items() if s > 1)
+        _fail(f"the mesh {sizes or 'single'} uses {layout.n_devices} devices but {n_devices} are "
+              f"available: change the axis sizes so that their product is {n_devices}, or run on "
+              f"{layout.n_devices} devices (--devices {layout.n_devices})")
+    if layout.zero not in (0, 1, 2, 3):
+        _fail(f"zero={layout.zero}: the ZeRO stage is 0, 1 (optimizer state), 2 (+ gradients) "
+              f"or 3 (+ parameters)")
+    if layout.microbatches < 1:
+        _fail(f"microbatches={layout.microbatches}: use at least 1")
+
+
+def _check_model(model: ModelConfig, train: TrainConfig) -> None:
+    if model.family not in FAMILIES:
+        _fail(f"unknown model family {model.family!r}; use one of {', '.join(FAMILIES)}")
+    if model.dtype not in DTYPES:
+        _fail(f"unknown dtype {model.dtype!r}; use one of {', '.join(DTYPES)}")
+    if train.remat not in REMAT_POLICIES:
+        _fail(f"unknown remat policy {train.remat!r}; use one of {', '.join(REMAT_POLICIES)}")
+    if model.hidden % model.heads:
+        _fail(f"hidden={model.hidden} is not divisible by heads={model.heads}: pick a hidden size "
+              f"that is a multiple of the head count")
+    if model.heads % model.kv_heads:
+        _fail(f"heads={model.heads} is not a multiple of kv_heads={model.kv_heads}: grouped-query "
+              f"attention shares each KV head among heads/kv_heads query heads")
+    if model.family == "llama" and model.head_dim % 2:
+        _fail(f"head_dim={model.head_dim} is odd; rotary embeddings rotate pairs of features")
+    seq = train.seq_len or model.seq_len
+    if not 1 <= seq <= model.seq_len:
+        _fail(f"sequence length {seq} must be between 1 and the model's seq_len={model.seq_len}")
+
+
+def _check_tensor(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
+    t = layout.tensor
+    for name, size in (("heads", model.heads), ("kv_heads", model.kv_heads),
+                       ("ffn", model.ffn), ("vocab", model.vocab)):
+        if size % t:
+            _fail(f"{name}={size} is not divisible by tensor={t}: Megatron tensor parallelism splits "
+                  f"{name} across the tensor axis; choose tensor from the divisors of {size}")
+    if layout.sp and t == 1:
+        _fail("sp=on needs tensor > 1: sequence parallelism splits the LayerNorm regions over the "
+              "tensor axis; set tensor=2 or more, or sp=off")
+    seq = train.seq_len or model.seq_len
+    if layout.sp and seq % t:
+        _fail(f"sequence length {seq} is not divisible by tensor={t}, which sp=on requires; "
+              f"pick a sequence length that is a multiple of {t}")
+
+
+def _check_state_sharding(layout: Layout, model: ModelConfig) -> None:
+    # The embed dim of every weight is what ZeRO / FSDP split (W_in[D_fsdp, F]).
+    n = layout.shard_count("embed", "opt")
+    if model.hidden % n:
+        axes = "fsdp" if layout.zero == 0 else "data × fsdp"
+        _fail(f"hidden={model.hidden} is not divisible by the {n} shards of {axes} that "
+              f"FSDP/ZeRO cut each weight into; choose sizes whose product divides {model.hidden}")
+
+
+def _check_batch(layout: Layout, train: TrainConfig) -> None:
+    dp, B, m = layout.data_parallel, train.global_batch, layout.microbatches
+    if B % dp:
+        _fail(f"global batch {B} is not divisible by the {dp} data-parallel replicas "
+              f"(data × fsdp): use a global batch that is a multiple of {dp}")
+    if B % (dp * m):
+        _fail(f"global batch {B} is too small or uneven for {m} microbatches on {dp} replicas: "
+              f"it must be a multiple of data × fsdp × microbatches = {dp * m}; raise the batch to "
+              f"{dp * m * max(1, -(-B // (dp * m)))} or lower microbatches")
+    b = train.microbatch
+    if b is not None:
+        if b < 1 or (B // dp) % b:
+            _fail(f"microbatch={b} must divide the {B // dp} sequences each of the {dp} replicas "
+                  f"gets per step")
+        if m > 1 and m != B // dp // b:
+            _fail(f"microbatches={m} and microbatch={b} disagree: {B}/({dp}·{b}) = "
+                  f"{B // dp // b} microbatches; set only one of them")
+
+
+def _check_pipeline(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
+    if layout.stage > 1:
+        if model.layers % layout.stage:
+            _fail(f"layers={model.layers} are not divisible by stage={layout.stage}: choose a "
+                  f"stage count that divides {model.layers}")
+        _fail("stage > 1: the pipeline executor is not part of parex yet; use stage=1")
+    if layout.schedule != "gpipe" or layout.virtual_stages != 1 or layout.layers_per_stage:
+        _fail("schedule, virtual and partition apply to pipelines (stage > 1), which parex "
+              "does not run yet; leave them at their defaults")
+
+
+def _check_context(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
+    if layout.seq > 1 or layout.cp != "none":
+        _fail("seq > 1 / cp: context parallelism is not part of parex yet; use seq=1, cp=none")
+
+
+def num_microbatches(layout: Layout, train: TrainConfig) -> int:
+    """m: the Layout's count, or the one implied by TrainConfig.microbatch."""
+    if layout.microbatches > 1 or train.microbatch is None:
+        return layout.microbatches
+    return train.global_batch // layout.data_parallel // train.microbatch
