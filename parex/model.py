@@ -1,9 +1,11 @@
 """A decoder-only transformer as pure functions over a parameter pytree.
 
 Only logical dims appear here. Every parameter is declared once in `param_table` with its shape and its
-dims; the layout maps those dims to mesh axes. Activations are pinned with `constrain(x, dims)`, a function
-the caller supplies (identity on one device, a sharding constraint on a mesh), so this file never names a
-mesh axis. Blocks are stacked on a leading `layers` dim and run with `lax.scan`.
+dims; the layout maps those dims to mesh axes. The few layout-dependent operations go through an `Ops`
+object the caller supplies: `ops.constrain(x, dims)` pins an activation's sharding (identity on one
+device) and `ops.attention(q, k, v)` runs the attention core (plain here; ring or all-to-all under
+context parallelism). So this file never names a mesh axis. Blocks are stacked on a leading `layers`
+dim and run with `lax.scan`.
 
 Shapes: B batch, T sequence, D hidden, H heads, K kv heads, Dh head dim, F mlp width, V vocab, L layers.
 """
@@ -11,18 +13,24 @@ Shapes: B batch, T sequence, D hidden, H heads, K kv heads, Dh head dim, F mlp w
 from __future__ import annotations
 
 import math
-from typing import Callable
-
 import jax
 import jax.numpy as jnp
 
 from .config import ModelConfig
 
-Constrain = Callable[[jax.Array, tuple], jax.Array]
+
+class Ops:
+    """The layout-dependent operations, as run on one device. `parex.sharding.MeshOps` overrides
+    them for a mesh."""
+
+    def constrain(self, x, dims: tuple):
+        return x
+
+    def attention(self, q, k, v):
+        return attention_core(q, k, v)
 
 
-def no_constraint(x, dims):
-    return x
+SINGLE_DEVICE = Ops()
 
 
 # --- parameters --------------------------------------------------------------------------------
@@ -134,7 +142,7 @@ def attention_core(q, k, v):
     return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, Dh)
 
 
-def _attention(x, p, cfg, constrain, remat):
+def _attention(x, p, cfg, ops, remat):
     q = jnp.einsum("btd,dhk->bthk", x, p["wq"])  # (B, T, H, Dh), heads split by TP
     k = jnp.einsum("btd,dhk->bthk", x, p["wk"])  # (B, T, K, Dh)
     v = jnp.einsum("btd,dhk->bthk", x, p["wv"])
@@ -143,56 +151,56 @@ def _attention(x, p, cfg, constrain, remat):
     else:
         positions = jnp.arange(x.shape[1])
         q, k = _rope(q, positions), _rope(k, positions)
-    q = constrain(q, ("batch", "seq", "heads", "head_dim"))
-    k = constrain(k, ("batch", "seq", "kv_heads", "head_dim"))
-    v = constrain(v, ("batch", "seq", "kv_heads", "head_dim"))
-    core = jax.checkpoint(attention_core) if remat == "selective" else attention_core
-    out = constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
+    q = ops.constrain(q, ("batch", "seq", "heads", "head_dim"))
+    k = ops.constrain(k, ("batch", "seq", "kv_heads", "head_dim"))
+    v = ops.constrain(v, ("batch", "seq", "kv_heads", "head_dim"))
+    core = jax.checkpoint(ops.attention) if remat == "selective" else ops.attention
+    out = ops.constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
     y = jnp.einsum("bthk,hkd->btd", out, p["wo"])  # row-parallel: TP reduces here
     return y + p["bo"] if cfg.family == "gpt" else y
 
 
-def _mlp(x, p, cfg, constrain):
+def _mlp(x, p, cfg, ops):
     if cfg.family == "gpt":
         u = jax.nn.gelu(jnp.einsum("btd,df->btf", x, p["w_in"]) + p["b_in"])
     else:
         u = jax.nn.silu(jnp.einsum("btd,df->btf", x, p["w_gate"]))
         u = u * jnp.einsum("btd,df->btf", x, p["w_up"])
-    u = constrain(u, ("batch", "seq", "mlp"))  # (B, T, F), column-parallel
+    u = ops.constrain(u, ("batch", "seq", "mlp"))  # (B, T, F), column-parallel
     y = jnp.einsum("btf,fd->btd", u, p["w_out"])  # row-parallel: TP reduces here
     return y + p["b_out"] if cfg.family == "gpt" else y
 
 
-def block(x, p, cfg: ModelConfig, constrain: Constrain = no_constraint, remat: str = "none"):
+def block(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
     """One pre-norm transformer block on the residual stream x (B, T, D)."""
     res = ("batch", "seq_res", "hidden")  # sequence-parallel region under SP
-    h = _norm(constrain(x, res), p["norm1"], cfg.family)
-    x = constrain(x + _attention(h, p["attn"], cfg, constrain, remat), res)
+    h = _norm(ops.constrain(x, res), p["norm1"], cfg.family)
+    x = ops.constrain(x + _attention(h, p["attn"], cfg, ops, remat), res)
     h = _norm(x, p["norm2"], cfg.family)
-    return constrain(x + _mlp(h, p["mlp"], cfg, constrain), res)
+    return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops), res)
 
 
-def run_blocks(x, blocks, cfg, constrain=no_constraint, remat="none"):
+def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none"):
     """Scan the stacked blocks over x; `full` remat keeps only each block's input."""
     def body(h, p):
-        return block(h, p, cfg, constrain, remat), None
+        return block(h, p, cfg, ops, remat), None
 
     if remat == "full":
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
     return jax.lax.scan(body, x, blocks)[0]
 
 
-def embed(params, tokens, cfg, constrain=no_constraint):
+def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
     x = params["tokens"][tokens]  # (B, T, D), a gather from the vocab-split table
     if cfg.family == "gpt":
         x = x + params["positions"][: tokens.shape[1]]
-    return constrain(x, ("batch", "seq_res", "hidden"))
+    return ops.constrain(x, ("batch", "seq_res", "hidden"))
 
 
-def unembed(params, x, cfg, constrain=no_constraint):
+def unembed(params, x, cfg, ops: Ops = SINGLE_DEVICE):
     x = _norm(x, params["final_norm"], cfg.family)
     logits = jnp.einsum("btd,dv->btv", x, params["unembed"])  # vocab-parallel logits
-    return constrain(logits, ("batch", "seq", "vocab"))
+    return ops.constrain(logits, ("batch", "seq", "vocab"))
 
 
 def cast(params, dtype):
@@ -200,12 +208,12 @@ def cast(params, dtype):
     return jax.tree.map(lambda p: p.astype(dtype), params)
 
 
-def forward(params, tokens, cfg: ModelConfig, constrain=no_constraint, remat="none"):
+def forward(params, tokens, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none"):
     """Logits (B, T, V) for tokens (B, T)."""
     params = cast(params, jnp.dtype(cfg.dtype))
-    x = embed(params, tokens, cfg, constrain)
-    x = run_blocks(x, params["blocks"], cfg, constrain, remat)
-    return unembed(params, x, cfg, constrain)
+    x = embed(params, tokens, cfg, ops)
+    x = run_blocks(x, params["blocks"], cfg, ops, remat)
+    return unembed(params, x, cfg, ops)
 
 
 def cross_entropy(logits, targets):
@@ -216,9 +224,9 @@ def cross_entropy(logits, targets):
     return jnp.mean(jax.nn.logsumexp(logits, -1) - target_logit)
 
 
-def loss_fn(params, batch, cfg: ModelConfig, constrain=no_constraint, remat="none"):
+def loss_fn(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none"):
     """batch = {"inputs": (B, T) int32, "targets": (B, T) int32}."""
-    logits = forward(params, batch["inputs"], cfg, constrain, remat)
+    logits = forward(params, batch["inputs"], cfg, ops, remat)
     return cross_entropy(logits, batch["targets"])
 
 

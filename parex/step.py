@@ -18,6 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from . import model as gpt
 from .config import ModelConfig, TrainConfig
 from .layout import Layout
+from .sharding import MeshOps
 from .validation import num_microbatches
 
 
@@ -52,11 +53,12 @@ class TrainStep:
         self.layout.validate(self.model, self.train, self.mesh.size)
         self.optimizer = make_optimizer(self.train, self.model)
         self.microbatches = num_microbatches(self.layout, self.train)
+        self.ops = MeshOps(self.layout, self.mesh)
         self.seq_len = self.train.seq_len or self.model.seq_len
 
     # --- shardings ------------------------------------------------------------------------------
     def sharding(self, dims, kind: str = "act") -> NamedSharding:
-        return NamedSharding(self.mesh, self.layout.spec(dims, kind))
+        return self.ops.sharding(dims, kind)
 
     def state_shardings(self, kind: str):
         """Sharding of a params-shaped tree of model state of `kind` ("param", "grad", "opt")."""
@@ -64,7 +66,7 @@ class TrainStep:
                             is_leaf=_is_dims)
 
     def constrain(self, x, dims):
-        return jax.lax.with_sharding_constraint(x, self.sharding(dims))
+        return self.ops.constrain(x, dims)
 
     @property
     def batch_sharding(self) -> NamedSharding:
@@ -90,7 +92,7 @@ class TrainStep:
         return jax.jit(init, out_shardings=self.train_state_shardings())(key)
 
     def _loss(self, params, batch):
-        return gpt.loss_fn(params, batch, self.model, self.constrain, self.train.remat)
+        return gpt.loss_fn(params, batch, self.model, self.ops, self.train.remat)
 
     def loss_and_grads(self, params, batch):
         """Mean loss and gradient over the global batch, accumulated over m microbatches."""
