@@ -69,9 +69,67 @@ class Measurement:
         return row
 
 
+PREDICTED_MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temp", "argument", "total")
+STEP_TIME_PARTS = ("total", "compute", "exposed_comm", "bubble")
+
+
+@dataclass
+class Prediction:
+    """What the analytic model says one layout costs, in Measurement's units and field names.
+
+    memory_bytes_per_device has PREDICTED_MEMORY_PARTS; "argument" (parameters + optimizer state +
+    batch, what the compiled step takes in) and "total" are directly comparable with the measured
+    parts of the same name. step_time_s has STEP_TIME_PARTS; "total" compares with the measured median.
+    """
+
+    model: str
+    layout: str
+    n_devices: int
+    hardware: str  # hardware profile name, e.g. "a100-80gb" or "cpu-local"
+    step_time_s: dict[str, float]
+    memory_bytes_per_device: dict[str, float]
+    flops_per_device: float  # hardware FLOPs (recompute included), the measured side's convention
+    model_flops_per_device: float  # no recompute: what MFU uses
+    comm_bytes_per_device: dict[str, float]  # by collective kind (hlo.KINDS), hlo.py's convention
+    tokens_per_step: int = 0
+    mfu: float = 0.0
+    hfu: float = 0.0
+    fits: bool = True
+    over_capacity_bytes: float = 0.0  # how far total memory exceeds the device's HBM (0 if it fits)
+    collectives: list[dict] = field(default_factory=list)  # {kind, axes, count, bytes, seconds}
+
+    @property
+    def tokens_per_s(self) -> float:
+        total = self.step_time_s.get("total", 0.0)
+        return self.tokens_per_step / total if total else 0.0
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self) | {"tokens_per_s": self.tokens_per_s}
+
+    def to_row(self) -> dict:
+        row = {"source": "predicted", "model": self.model, "layout": self.layout,
+               "n_devices": self.n_devices, "hardware": self.hardware,
+               "step_time_s": self.step_time_s.get("total"),
+               "flops_per_device": self.flops_per_device, "tokens_per_s": self.tokens_per_s,
+               "mfu": self.mfu, "hfu": self.hfu, "fits": self.fits}
+        row |= {f"step_{k}_s": v for k, v in self.step_time_s.items() if k != "total"}
+        row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
+        row |= {f"comm_{k.replace('-', '_')}_bytes": v
+                for k, v in self.comm_bytes_per_device.items()}
+        return row
+
+
+def records_frame(items):
+    """One tidy DataFrame of Measurement and Prediction rows (column `source` tells them apart)."""
+    import pandas as pd
+
+    return pd.DataFrame([item.to_row() for item in items])
+
+
 def collectives_from_json(items: list[dict]) -> list[Collective]:
     return [Collective(c["kind"], c["count"], c["bytes_per_op"], c["group_size"], tuple(c["axes"]))
             for c in items]
 
 
-__all__ = ["KINDS", "MEMORY_PARTS", "Measurement", "collectives_from_json"]
+__all__ = ["KINDS", "MEMORY_PARTS", "PREDICTED_MEMORY_PARTS", "STEP_TIME_PARTS", "Measurement",
+           "Prediction", "collectives_from_json", "records_frame"]
