@@ -98,9 +98,9 @@ def device_groups(line: str, n_devices: int) -> list[list[int]] | None:
     m = re.search(r"replica_groups=(\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?)", line)
     if m:
         return _iota(m.group(1)).tolist()
-    m = re.search(r"replica_groups=\{(.*?)\}(?:,|$)", line)
+    m = re.search(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}", line)
     if m:
-        groups = [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m.group(0))]
+        groups = [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m.group(1))]
         return groups or [list(range(n_devices))]
     return None
 
