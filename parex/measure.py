@@ -8,6 +8,7 @@ after one warm-up, each timed with perf_counter around the call plus block_until
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -18,7 +19,7 @@ from tqdm.auto import tqdm
 from .config import ModelConfig, TrainConfig
 from .data import Batches
 from .hlo import parse_collectives
-from .layout import Layout
+from .layout import Layout, LayoutError
 from .mesh import make_mesh
 from .record import Measurement
 from .step import TrainStep
@@ -42,10 +43,38 @@ def cost_stats(compiled) -> tuple[float, float]:
     return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
 
 
+def state_bytes_on_host(model: ModelConfig, layout: Layout) -> float:
+    """Bytes of float32 parameters, gradients and AdamW's two moments summed over all devices:
+    what an emulated mesh holds in host memory at the least (activations come on top)."""
+    per_device = sum(copies * 4 * model.n_params / layout.shard_count("embed", kind)
+                     for kind, copies in (("param", 1), ("grad", 1), ("opt", 2)))
+    return per_device * layout.n_devices
+
+
+def check_fits_host(model: ModelConfig, layout: Layout, devices) -> None:
+    """Refuse, before compiling, a model whose state alone exceeds this machine's memory when the
+    devices are emulated CPUs (they all share the host's RAM)."""
+    platform = (devices[0] if devices else jax.devices()[0]).platform
+    if platform != "cpu":
+        return
+    need, have = state_bytes_on_host(model, layout), _host_memory_bytes()
+    if need > 0.8 * have:
+        raise LayoutError(
+            f"{model.name} ({model.n_params / 1e9:.2f}B parameters) needs at least "
+            f"{need / 1e9:.1f} GB for parameters, gradients and optimizer state on {layout.n_devices} "
+            f"emulated devices with layout {layout}, and this machine has {have / 1e9:.1f} GB: use "
+            f"`parex predict` for models this size, or a smaller preset (tiny, small)")
+
+
+def _host_memory_bytes() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None):
     """(TrainStep, compiled step, seconds spent lowering and compiling). Validation errors
     raise here, before anything is traced."""
     layout.validate(model, train, layout.n_devices if devices is None else len(devices))
+    check_fits_host(model, layout, devices)
     step = TrainStep(model, train, layout, make_mesh(layout, devices))
     start = time.perf_counter()
     compiled = step.lower().compile()

@@ -61,3 +61,9 @@ def test_demo_prints_a_comparison_of_all_presets():
     assert result.returncode == 0, result.stderr
     for layout in ("data=8", "fsdp=8", "tensor=8,sp=on", "data=2,tensor=4", "fsdp=2,tensor=4"):
         assert layout in result.stdout
+
+
+def test_models_too_large_for_this_machine_are_refused_before_compiling(capsys):
+    assert main(["run", "--model", "gpt3-175b", "--layout", "fsdp", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "needs at least" in err and "parex predict" in err
