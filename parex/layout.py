@@ -31,6 +31,7 @@ class Axis(str, enum.Enum):
 
 
 MESH_AXES = tuple(Axis)
+CP_MODES = ("none", "ring", "ulysses")  # attention across seq shards (parex.parallel.context)
 # The ZeRO stage at which each kind of model state becomes sharded over the data axis.
 ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
 
@@ -215,5 +216,5 @@ LAYOUT_PRESETS = {
     "fsdp_tp": lambda n: Layout(fsdp=_two_way(n, "fsdp_tp")[0], tensor=_two_way(n, "fsdp_tp")[1]),
 }
 
-__all__ = ["Axis", "Layout", "LayoutError", "LAYOUT_PRESETS", "MESH_AXES", "DTYPES",
+__all__ = ["Axis", "CP_MODES", "Layout", "LayoutError", "LAYOUT_PRESETS", "MESH_AXES", "DTYPES",
            "REMAT_POLICIES"]

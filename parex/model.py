@@ -3,8 +3,11 @@
 Only logical dims appear here. Every parameter is declared once in `param_table` with its shape and its
 dims; the layout maps those dims to mesh axes. The few layout-dependent operations go through an `Ops`
 object the caller supplies: `ops.constrain(x, dims)` pins an activation's sharding (identity on one
-device) and `ops.attention(q, k, v)` runs the attention core (plain here; ring or all-to-all under
-context parallelism). So this file never names a mesh axis. Blocks are stacked on a leading `layers`
+device), `ops.attention(q, k, v)` runs the attention core (plain here; ring or all-to-all under
+context parallelism), `ops.column_parallel` / `ops.row_parallel` are the matmuls that enter and
+leave the tensor-parallel regions (explicit all-gather / reduce-scatter under sequence
+parallelism), and `ops.seq_order` is the order of positions along the sequence dim (zig-zag under
+ring attention). So this file never names a mesh axis. Blocks are stacked on a leading `layers`
 dim and run with `lax.scan`.
 
 Shapes: B batch, T sequence, D hidden, H heads, K kv heads, Dh head dim, F mlp width, V vocab, L layers.
@@ -29,6 +32,18 @@ class Ops:
     def attention(self, q, k, v):
         return attention_core(q, k, v)
 
+    def column_parallel(self, eq, x, ws, w_dims, out_dims):
+        """einsum(eq, x, w) for each w in ws; x comes from the residual region (B, T, D)."""
+        return tuple(jnp.einsum(eq, x, w) for w in ws)
+
+    def row_parallel(self, eq, u, w, u_dims, w_dims):
+        """einsum(eq, u, w), contracting the split dim: the result returns to the residual."""
+        return jnp.einsum(eq, u, w)
+
+    def seq_order(self, x, axis: int = 1):
+        """x with its sequence dim in the order the layout stores positions."""
+        return x
+
 
 SINGLE_DEVICE = Ops()
 
@@ -49,14 +64,14 @@ def param_table(cfg: ModelConfig) -> dict:
         entry = layer((D, "hidden")) if stacked else ((D,), ("hidden",))
         return {"scale": entry, "bias": entry} if gpt else {"scale": entry}
 
-    attn = {"wq": layer((D, "embed"), (H, "heads"), (Dh, "head_dim")),
-            "wk": layer((D, "embed"), (K, "kv_heads"), (Dh, "head_dim")),
-            "wv": layer((D, "embed"), (K, "kv_heads"), (Dh, "head_dim")),
+    # Fused QKV grouped by KV head: for each of the K kv heads, its G = H/K query heads, then its
+    # key, then its value. Splitting kv_heads over the tensor axis keeps every group on one device,
+    # and one matmul means one all-reduce of the input gradient under TP (not three).
+    qkv = (H // K + 2, None)
+    attn = {"wqkv": layer((D, "embed"), (K, "kv_heads"), qkv, (Dh, "head_dim")),
             "wo": layer((H, "heads"), (Dh, "head_dim"), (D, "embed"))}
     if gpt:
-        attn |= {"bq": layer((H, "heads"), (Dh, "head_dim")),
-                 "bk": layer((K, "kv_heads"), (Dh, "head_dim")),
-                 "bv": layer((K, "kv_heads"), (Dh, "head_dim")),
+        attn |= {"bqkv": layer((K, "kv_heads"), qkv, (Dh, "head_dim")),
                  "bo": layer((D, "hidden"))}
         mlp = {"w_in": layer((D, "embed"), (F, "mlp")), "b_in": layer((F, "mlp")),
                "w_out": layer((F, "mlp"), (D, "embed")), "b_out": layer((D, "hidden"))}
@@ -103,7 +118,7 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     return jax.tree.unflatten(treedef, leaves)
 
 
-_BIASES = ("bias", "bq", "bk", "bv", "bo", "b_in", "b_out")
+_BIASES = ("bias", "bqkv", "bo", "b_in", "b_out")
 
 
 # --- layers ------------------------------------------------------------------------------------
@@ -143,32 +158,45 @@ def attention_core(q, k, v):
 
 
 def _attention(x, p, cfg, ops, remat):
-    q = jnp.einsum("btd,dhk->bthk", x, p["wq"])  # (B, T, H, Dh), heads split by TP
-    k = jnp.einsum("btd,dhk->bthk", x, p["wk"])  # (B, T, K, Dh)
-    v = jnp.einsum("btd,dhk->bthk", x, p["wv"])
+    # (B, T, K, G + 2, Dh), column-parallel
+    qkv, = ops.column_parallel("btd,dkgh->btkgh", x, (p["wqkv"],), _QKV_W, _QKV)
     if cfg.family == "gpt":
-        q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
-    else:
-        positions = jnp.arange(x.shape[1])
+        qkv = qkv + p["bqkv"]
+    B, T, K, G2, Dh = qkv.shape
+    q = qkv[:, :, :, :-2].reshape(B, T, K * (G2 - 2), Dh)  # (B, T, H, Dh), head = kv·G + g
+    k, v = qkv[:, :, :, -2], qkv[:, :, :, -1]  # (B, T, K, Dh)
+    if cfg.family == "llama":
+        positions = ops.seq_order(jnp.arange(x.shape[1]), 0)
         q, k = _rope(q, positions), _rope(k, positions)
     q = ops.constrain(q, ("batch", "seq", "heads", "head_dim"))
     k = ops.constrain(k, ("batch", "seq", "kv_heads", "head_dim"))
     v = ops.constrain(v, ("batch", "seq", "kv_heads", "head_dim"))
     core = jax.checkpoint(ops.attention) if remat == "selective" else ops.attention
     out = ops.constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
-    y = jnp.einsum("bthk,hkd->btd", out, p["wo"])  # row-parallel: TP reduces here
+    y = ops.row_parallel("bthk,hkd->btd", out, p["wo"], _HEADS, _HEADS_W)  # TP reduces here
     return y + p["bo"] if cfg.family == "gpt" else y
 
 
 def _mlp(x, p, cfg, ops):
+    names = ("w_in",) if cfg.family == "gpt" else ("w_gate", "w_up")
+    us = ops.column_parallel("btd,df->btf", x, tuple(p[n] for n in names), _MLP_W, _MLP)
     if cfg.family == "gpt":
-        u = jax.nn.gelu(jnp.einsum("btd,df->btf", x, p["w_in"]) + p["b_in"])
+        u = jax.nn.gelu(us[0] + p["b_in"])
     else:
-        u = jax.nn.silu(jnp.einsum("btd,df->btf", x, p["w_gate"]))
-        u = u * jnp.einsum("btd,df->btf", x, p["w_up"])
-    u = ops.constrain(u, ("batch", "seq", "mlp"))  # (B, T, F), column-parallel
-    y = jnp.einsum("btf,fd->btd", u, p["w_out"])  # row-parallel: TP reduces here
+        u = jax.nn.silu(us[0]) * us[1]
+    u = ops.constrain(u, _MLP)  # (B, T, F), column-parallel
+    y = ops.row_parallel("btf,fd->btd", u, p["w_out"], _MLP, _MLP_OUT_W)  # TP reduces here
     return y + p["b_out"] if cfg.family == "gpt" else y
+
+
+# Dims of the tensor-parallel matmuls' operands: weights W_in[D, F_tensor], W_out[F_tensor, D].
+_QKV = ("batch", "seq", "kv_heads", None, "head_dim")
+_QKV_W = ("embed", "kv_heads", None, "head_dim")
+_HEADS = ("batch", "seq", "heads", "head_dim")
+_HEADS_W = ("heads", "head_dim", "embed")
+_MLP = ("batch", "seq", "mlp")
+_MLP_W = ("embed", "mlp")
+_MLP_OUT_W = ("mlp", "embed")
 
 
 def block(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
@@ -192,14 +220,15 @@ def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none"):
 
 def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
     x = params["tokens"][tokens]  # (B, T, D), a gather from the vocab-split table
-    if cfg.family == "gpt":
-        x = x + params["positions"][: tokens.shape[1]]
+    if cfg.family == "gpt":  # tokens arrive in ops.seq_order, so their positions must too
+        x = x + ops.seq_order(params["positions"][: tokens.shape[1]], 0)
     return ops.constrain(x, ("batch", "seq_res", "hidden"))
 
 
 def unembed(params, x, cfg, ops: Ops = SINGLE_DEVICE):
     x = _norm(x, params["final_norm"], cfg.family)
-    logits = jnp.einsum("btd,dv->btv", x, params["unembed"])  # vocab-parallel logits
+    logits, = ops.column_parallel("btd,dv->btv", x, (params["unembed"],), ("embed", "vocab"),
+                                  ("batch", "seq", "vocab"))  # vocab-parallel logits
     return ops.constrain(logits, ("batch", "seq", "vocab"))
 
 
@@ -209,7 +238,7 @@ def cast(params, dtype):
 
 
 def forward(params, tokens, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none"):
-    """Logits (B, T, V) for tokens (B, T)."""
+    """Logits (B, T, V) for tokens (B, T), both in ops.seq_order (natural on one device)."""
     params = cast(params, jnp.dtype(cfg.dtype))
     x = embed(params, tokens, cfg, ops)
     x = run_blocks(x, params["blocks"], cfg, ops, remat)
@@ -225,9 +254,10 @@ def cross_entropy(logits, targets):
 
 
 def loss_fn(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none"):
-    """batch = {"inputs": (B, T) int32, "targets": (B, T) int32}."""
-    logits = forward(params, batch["inputs"], cfg, ops, remat)
-    return cross_entropy(logits, batch["targets"])
+    """batch = {"inputs": (B, T) int32, "targets": (B, T) int32}. The mean loss does not depend
+    on the order of positions, so both are put in the layout's ops.seq_order."""
+    logits = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat)
+    return cross_entropy(logits, ops.seq_order(batch["targets"]))
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:

@@ -1,18 +1,33 @@
 """The model's layout-dependent operations on a mesh: sharding constraints from the Layout's rules,
-and the attention core the Layout asks for."""
+the attention core the Layout asks for, and the explicit collectives of sequence parallelism."""
 
 from __future__ import annotations
 
-import jax
-from jax.sharding import Mesh, NamedSharding
+from functools import partial
 
-from .layout import Layout
-from .model import Ops
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, Mesh, NamedSharding
+
+from .layout import Axis, Layout
+from .model import Ops, attention_core
+from .parallel.context import ring_attention, ulysses_attention, zigzag
+
+RESIDUAL = ("batch", "seq_res", "hidden")  # the residual stream (B, T, D)
+QUERY = ("batch", "seq", "heads", "head_dim")
+KEY_VALUE = ("batch", "seq", "kv_heads", "head_dim")
+
+
+def _is_dims(x) -> bool:
+    return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
 
 
 class MeshOps(Ops):
     """`constrain` pins activations to `layout.spec(dims)`; XLA's SPMD partitioner inserts the
-    collectives between differently sharded regions (e.g. Megatron's all-reduce after W_out)."""
+    collectives between differently sharded regions (e.g. Megatron's all-reduce after W_out).
+    Where the partitioner would pick the wrong collective or none exists (sequence parallelism's
+    reduce-scatter on the CPU, ring and all-to-all attention), the op runs in `shard_map` with
+    the collective written out."""
 
     def __init__(self, layout: Layout, mesh: Mesh):
         self.layout, self.mesh = layout, mesh
@@ -22,3 +37,57 @@ class MeshOps(Ops):
 
     def constrain(self, x, dims):
         return jax.lax.with_sharding_constraint(x, self.sharding(dims))
+
+    def manual(self, fn, in_dims, out_dims):
+        """fn on each device's blocks: operands and results named by logical dims. Axes that an
+        enclosing shard_map already made manual (a pipeline's stage axis) are left to it."""
+        specs = partial(jax.tree.map, self.layout.spec, is_leaf=_is_dims)
+        free = frozenset(name for name, kind in zip(self.mesh.axis_names, self.mesh.axis_types)
+                         if kind != AxisType.Manual)
+        return jax.shard_map(fn, mesh=self.mesh, in_specs=specs(tuple(in_dims)),
+                             out_specs=specs(out_dims), axis_names=free)
+
+    # --- Megatron sequence parallelism (Korthikanti et al. 2022) --------------------------------
+    # Under sp=on the residual stream is x[B, T_tensor, D]. Entering a tensor-parallel region
+    # all-gathers T (backward: reduce-scatter of the input gradient); leaving it reduce-scatters
+    # the partial sums of the row-parallel matmul (backward: all-gather). Same bytes as TP's one
+    # all-reduce, but the LayerNorm/dropout regions hold 1/t of the activations.
+
+    def column_parallel(self, eq, x, ws, w_dims, out_dims):
+        if not self.layout.sp:
+            return super().column_parallel(eq, x, ws, w_dims, out_dims)
+        tensor = Axis.TENSOR.value
+
+        def local(x, *ws):  # x (B, T/(s·t), D) -> (B, T/s, D), then W_in[D, F_tensor]
+            x = jax.lax.all_gather(x, tensor, axis=1, tiled=True)
+            return tuple(jnp.einsum(eq, x, w) for w in ws)
+
+        fn = self.manual(local, (RESIDUAL,) + (w_dims,) * len(ws), (out_dims,) * len(ws))
+        return fn(x, *ws)
+
+    def row_parallel(self, eq, u, w, u_dims, w_dims):
+        if not self.layout.sp:
+            return super().row_parallel(eq, u, w, u_dims, w_dims)
+        tensor = Axis.TENSOR.value
+
+        def local(u, w):  # partial sums (B, T/s, D) -> summed and scattered (B, T/(s·t), D)
+            y = jnp.einsum(eq, u, w)
+            return jax.lax.psum_scatter(y, tensor, scatter_dimension=1, tiled=True)
+
+        return self.manual(local, (u_dims, w_dims), RESIDUAL)(u, w)
+
+    # --- context parallelism on the seq axis ----------------------------------------------------
+
+    def attention(self, q, k, v):
+        cp, seq = self.layout.cp, Axis.SEQ.value
+        if cp == "ring":
+            core = partial(ring_attention, axis_name=seq, s=self.layout.seq)
+        elif cp == "ulysses":
+            core = partial(ulysses_attention, axis_name=seq)
+        else:
+            return attention_core(q, k, v)
+        return self.manual(core, (QUERY, KEY_VALUE, KEY_VALUE), QUERY)(q, k, v)
+
+    def seq_order(self, x, axis: int = 1):
+        """Ring attention stores positions zig-zag, so each seq shard gets equal causal work."""
+        return zigzag(x, self.layout.seq, axis) if self.layout.cp == "ring" else x

@@ -23,13 +23,13 @@ from .validation import num_microbatches
 
 
 def make_optimizer(train: TrainConfig, model: ModelConfig) -> optax.GradientTransformation:
-    """Clip by global norm, then AdamW with linear warm-up and cosine decay; matrices decay,
-    biases and norm scales do not."""
+    """Clip by global norm, then AdamW with linear warm-up and cosine decay; weight matrices (every
+    parameter with an embed dim) decay, biases and norm scales do not."""
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, train.learning_rate, train.warmup_steps, max(train.steps, train.warmup_steps + 1),
         end_value=train.learning_rate * train.min_lr_ratio)
-    decay_mask = jax.tree.map(lambda dims: len([d for d in dims if d != "layers"]) >= 2,
-                              gpt.param_dims(model), is_leaf=lambda x: isinstance(x, tuple))
+    decay_mask = jax.tree.map(lambda dims: "embed" in dims, gpt.param_dims(model),
+                              is_leaf=_is_dims)
     return optax.chain(optax.clip_by_global_norm(train.grad_clip),
                        optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay,
                                    mask=decay_mask))
@@ -96,6 +96,10 @@ class TrainStep:
 
     def loss_and_grads(self, params, batch):
         """Mean loss and gradient over the global batch, accumulated over m microbatches."""
+        if self.layout.stage > 1:  # the schedule table decides the order of microbatches
+            from .parallel.pipeline import pipeline_loss_and_grads
+
+            return pipeline_loss_and_grads(self, params, batch)
         m = self.microbatches
         if m == 1:
             return jax.value_and_grad(self._loss)(params, batch)

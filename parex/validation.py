@@ -7,7 +7,7 @@ call them for thousands of layouts.
 from __future__ import annotations
 
 from .config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
-from .layout import Layout, LayoutError
+from .layout import CP_MODES, Layout, LayoutError
 
 
 def check_layout(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
@@ -105,19 +105,84 @@ def _check_batch(layout: Layout, train: TrainConfig) -> None:
 
 
 def _check_pipeline(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
-    if layout.stage > 1:
-        if model.layers % layout.stage:
-            _fail(f"layers={model.layers} are not divisible by stage={layout.stage}: choose a "
-                  f"stage count that divides {model.layers}")
-        _fail("stage > 1: the pipeline executor is not part of parex yet; use stage=1")
-    if layout.schedule != "gpipe" or layout.virtual_stages != 1 or layout.layers_per_stage:
-        _fail("schedule, virtual and partition apply to pipelines (stage > 1), which parex "
-              "does not run yet; leave them at their defaults")
+    from .parallel.schedules import check_schedule  # pure Python, no JAX
+
+    p, v, L, parts = layout.stage, layout.virtual_stages, model.layers, layout.layers_per_stage
+    if p == 1:
+        if layout.schedule != "gpipe" or v != 1 or parts:
+            _fail("schedule, virtual and partition apply to pipelines: set stage=2 or more, or "
+                  "leave them at their defaults")
+        return
+    if layout.sp or layout.seq > 1:
+        _fail("sequence parallelism (sp=on) and context parallelism (seq > 1) do not run inside "
+              "pipeline stages yet: set sp=off and seq=1, or stage=1")
+    try:
+        check_schedule(layout.schedule, p, num_microbatches(layout, train), v)
+    except ValueError as error:
+        raise LayoutError(str(error)) from None
+    if L % p:
+        _fail(f"layers={L} is not a multiple of stage={p}: parex stores the stacked layers' "
+              f"parameters and optimizer state split evenly over the stage axis (a partition "
+              f"only sets which stage computes which layers); choose stage from the divisors "
+              f"of {L}")
+    if parts is None and p * v > L:
+        _fail(f"stage × virtual = {p * v} pipeline chunks but the model has only layers={L}: "
+              f"lower virtual to at most {L // p}")
+    if parts is None and L % (p * v):
+        even = [d for d in range(1, L + 1) if L % d == 0]
+        _fail(f"layers={L} do not split evenly into stage × virtual = {p * v} pipeline chunks: "
+              f"choose stage × virtual from {even}, or give the layers per chunk explicitly, "
+              f"e.g. partition={_example_partition(L, p * v)}")
+    if parts is not None:
+        if len(parts) != p * v:
+            _fail(f"partition={':'.join(map(str, parts))} has {len(parts)} entries but the "
+                  f"pipeline has {p * v} chunks (stage={p} × virtual={v}): give one layer count "
+                  f"per chunk, e.g. partition={_example_partition(L, p * v)}")
+        if min(parts) < 1 or sum(parts) != L:
+            _fail(f"partition={':'.join(map(str, parts))} must give every chunk at least one "
+                  f"layer and sum to the model's layers={L} (it sums to {sum(parts)}), "
+                  f"e.g. partition={_example_partition(L, len(parts))}")
+
+
+def _example_partition(layers: int, chunks: int) -> str:
+    """An as-even-as-possible split of `layers` into `chunks`, as a partition string."""
+    base, extra = divmod(layers, chunks)
+    return ":".join(str(base + (i < extra)) for i in range(chunks))
 
 
 def _check_context(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
-    if layout.seq > 1 or layout.cp != "none":
-        _fail("seq > 1 / cp: context parallelism is not part of parex yet; use seq=1, cp=none")
+    s, cp = layout.seq, layout.cp
+    if cp not in CP_MODES:
+        _fail(f"unknown context-parallel mode cp={cp!r}; use one of {', '.join(CP_MODES)}")
+    if s > 1 and cp == "none":
+        _fail(f"seq={s} splits the sequence but cp=none says nothing about how attention crosses "
+              f"the shards: set cp=ring (keys and values passed around the ring) or cp=ulysses "
+              f"(all-to-all between sequence and head shards), or seq=1")
+    if s == 1 and cp != "none":
+        _fail(f"cp={cp} needs a sequence split: set seq=2 or more (and shrink another axis to "
+              f"keep the device count), or cp=none")
+    if s > 1:
+        _check_context_sizes(layout, model, train.seq_len or model.seq_len)
+
+
+def _check_context_sizes(layout: Layout, model: ModelConfig, T: int) -> None:
+    s, t = layout.seq, layout.tensor
+    chunks = 2 * s if layout.cp == "ring" else s
+    if T % chunks:
+        why = ("the zig-zag split of ring attention cuts it into 2·seq" if layout.cp == "ring"
+               else "Ulysses cuts it into seq")
+        _fail(f"sequence length {T} is not divisible by {chunks}: {why} = {chunks} equal chunks; "
+              f"use a multiple of {chunks}, e.g. {max(chunks, T // chunks * chunks)}")
+    if layout.sp and T % (s * t):
+        _fail(f"sequence length {T} is not divisible by seq × tensor = {s * t}, which sp=on with "
+              f"seq={s} requires (the residual stream is split over both); use a multiple of "
+              f"{s * t}")
+    if layout.cp == "ulysses":
+        for name, n in (("heads", model.heads), ("kv_heads", model.kv_heads)):
+            if n % (s * t):
+                _fail(f"{name}={n} is not divisible by tensor × seq = {t} × {s}: Ulysses gives "
+                      f"each device whole heads after its all-to-all; choose seq from the "
+                      f"divisors of {name}/tensor = {n // t}, or use cp=ring")
 
 
 def num_microbatches(layout: Layout, train: TrainConfig) -> int:

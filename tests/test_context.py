@@ -1,0 +1,198 @@
+"""Context parallelism on the seq axis: ring attention (zig-zag, online softmax) and Ulysses
+all-to-all attention reproduce the single-device model, and the compiled step shows their
+collectives."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from parex import model as gpt
+from parex.config import TrainConfig, model_preset
+from parex.data import Batches
+from parex.hlo import parse_collectives
+from parex.layout import Axis, Layout, LayoutError
+from parex.measure import relative_error
+from parex.mesh import make_mesh
+from parex.parallel.context import ring_attention, ulysses_attention, zigzag, zigzag_chunks
+from parex.step import TrainStep, reference_loss_and_grads
+
+TOLERANCE = 1e-5
+TRAIN = TrainConfig(global_batch=4)  # the tiny models' own sequence length, 128
+SEQ = Axis.SEQ.value
+
+
+# --- the kernels on their own ---------------------------------------------------------------------
+
+def test_zigzag_gives_shard_i_chunks_i_and_its_mirror():
+    s, T = 4, 32
+    assert zigzag_chunks(s).tolist() == [0, 7, 1, 6, 2, 5, 3, 4]
+    shards = np.asarray(zigzag(jnp.arange(T)[None], s)).reshape(s, 2, T // (2 * s))
+    for i in range(s):  # chunk index of the first and second half of shard i
+        assert shards[i, :, 0].tolist() == [4 * i, 4 * (2 * s - 1 - i)]
+
+
+def _qkv(B=2, T=64, H=8, K=4, Dh=16):
+    kq, kk, kv = jax.random.split(jax.random.key(1), 3)
+    return (jax.random.normal(kq, (B, T, H, Dh)), jax.random.normal(kk, (B, T, K, Dh)),
+            jax.random.normal(kv, (B, T, K, Dh)))
+
+
+def _on_seq_axis(core, s, cp):
+    """core(q, k, v) run by shard_map on a mesh whose seq axis has s devices."""
+    mesh = make_mesh(Layout(seq=s, cp=cp))
+    spec = P(None, SEQ)
+    return jax.shard_map(core, mesh=mesh, in_specs=(spec,) * 3, out_specs=spec)
+
+
+def _kernel_errors(attend, order):
+    """Output and (q, k, v)-gradient errors of attend against parex.model.attention_core, with
+    a cotangent that weighs every position differently."""
+    q, k, v = _qkv()
+    weights = jax.random.normal(jax.random.key(2), q.shape)
+
+    def loss(core, reorder):
+        return lambda q, k, v: jnp.sum(core(*map(reorder, (q, k, v))) * reorder(weights))
+
+    ref = jax.jit(jax.value_and_grad(loss(gpt.attention_core, lambda x: x), (0, 1, 2)))(q, k, v)
+    got = jax.jit(jax.value_and_grad(loss(attend, order), (0, 1, 2)))(q, k, v)
+    return abs(float(got[0] - ref[0])) / abs(float(ref[0])), relative_error(got[1], ref[1])
+
+
+@pytest.mark.parametrize("s", [pytest.param(2, marks=pytest.mark.slow), 8])
+def test_ring_attention_equals_causal_attention(s):
+    """Blocks of 64/(2s) tokens: with s = 8, chunks of 4 tokens cross every block boundary."""
+    ring = _on_seq_axis(lambda q, k, v: ring_attention(q, k, v, SEQ, s), s, "ring")
+    value_error, grad_error = _kernel_errors(ring, lambda x: zigzag(x, s))
+    assert value_error < TOLERANCE and grad_error < TOLERANCE
+
+
+def test_ulysses_attention_equals_causal_attention():
+    s = 4  # 8 query heads and 4 KV heads: one KV head and its two query heads per device
+    uly = _on_seq_axis(lambda q, k, v: ulysses_attention(q, k, v, SEQ), s, "ulysses")
+    value_error, grad_error = _kernel_errors(uly, lambda x: x)
+    assert value_error < TOLERANCE and grad_error < TOLERANCE
+
+
+# --- the whole model ------------------------------------------------------------------------------
+
+class Reference:
+    """Single-device loss and gradients, and a checker that also returns the compiled HLO."""
+
+    def __init__(self, name):
+        self.model = model_preset(name)
+        self.params = gpt.init_params(self.model, jax.random.key(0))
+        self.batch = Batches("corpus", TRAIN.global_batch, self.model.seq_len, self.model.vocab)[0]
+        self.loss, self.grads = reference_loss_and_grads(self.model, TRAIN, self.params,
+                                                         self.batch)
+        self.temp = {}  # layout -> temp bytes per device of its compiled loss and gradients
+
+    def check(self, text, train=TRAIN):
+        """Assert parity; return the compiled loss-and-gradients' collectives and temp bytes."""
+        layout = Layout.parse(text)
+        step = TrainStep(self.model, train, layout, make_mesh(layout))
+        fn = step.jitted_loss_and_grads().lower(self.params, self.batch).compile()
+        loss, grads = fn(self.params, self.batch)
+        assert abs(float(loss) - float(self.loss)) <= TOLERANCE * abs(float(self.loss)), text
+        error = relative_error(grads, self.grads)
+        assert error <= TOLERANCE, f"{text}: gradient relative error {error:.2e}"
+        self.temp[text] = fn.memory_analysis().temp_size_in_bytes
+        return parse_collectives(fn.as_text(), step.mesh.devices.shape, step.mesh.axis_names)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return Reference("tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    return Reference("tiny-llama")
+
+
+def _kv_block_bytes(model, text):
+    """Bytes of one device's K (or V) block: (B/data, T/seq, K/tensor, Dh) float32."""
+    layout = Layout.parse(text)
+    return (TRAIN.global_batch // layout.data_parallel * model.seq_len // layout.seq
+            * model.kv_heads // layout.tensor * model.head_dim * 4)
+
+
+def _on_seq(collectives, kind):
+    return sum(c.total_bytes for c in collectives if c.kind == kind and c.axes == (SEQ,))
+
+
+@pytest.mark.parametrize("text", ["data=2,seq=4,cp=ring", "seq=2,tensor=2,data=2,cp=ring"])
+def test_ring_matches_single_device_and_permutes_kv_on_seq(tiny, text):
+    """Each layer sends K and V s − 1 hops forward and their gradients s − 1 hops back."""
+    collectives = tiny.check(text)
+    s, L = Layout.parse(text).seq, tiny.model.layers
+    assert _on_seq(collectives, "collective-permute") == (
+        4 * L * (s - 1) * _kv_block_bytes(tiny.model, text))
+    assert _on_seq(collectives, "all-to-all") == 0
+
+
+@pytest.mark.parametrize("text", ["data=2,seq=4,cp=ulysses", "seq=2,tensor=2,data=2,cp=ulysses"])
+def test_ulysses_matches_single_device_and_all_to_alls_on_seq(tiny, text):
+    """Per layer, forward: q, k, v to head shards and the output back; backward the same."""
+    collectives = tiny.check(text)
+    L, block = tiny.model.layers, _kv_block_bytes(tiny.model, text)  # H = K in GPT
+    assert _on_seq(collectives, "all-to-all") == 2 * L * 4 * block
+    assert _on_seq(collectives, "collective-permute") == 0
+
+
+def test_splitting_the_sequence_lowers_activation_memory(tiny):
+    """Two sequences per device either way; seq=4 holds a quarter of each, so activations fall
+    to about a quarter (the gradients of the replicated parameters stay). Measured: 33.1 MB ->
+    8.8 MB for both modes. (The parity tests above already compiled the split layouts.)"""
+    tiny.check("data=2")
+    for text in ("data=2,seq=4,cp=ring", "data=2,seq=4,cp=ulysses"):
+        if text not in tiny.temp:
+            tiny.check(text)
+        assert tiny.temp[text] < 0.5 * tiny.temp["data=2"], (text, tiny.temp)
+
+
+@pytest.mark.parametrize("text", ["data=2,seq=4,cp=ring", "seq=2,tensor=2,data=2,cp=ulysses"])
+def test_llama_context_parallel_matches_single_device(tiny_llama, text):
+    """Rotary positions follow the zig-zag order; 4 KV heads serve 8 query heads."""
+    tiny_llama.check(text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", ["seq=8,cp=ring", "data=2,seq=4,cp=ulysses",
+                                  "seq=2,tensor=2,data=2,cp=ring,sp=on",
+                                  "seq=2,tensor=2,data=2,cp=ulysses,sp=on",
+                                  "fsdp=2,seq=4,cp=ring"])
+def test_more_context_layouts_match_single_device(tiny_llama, text):
+    tiny_llama.check(text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("remat", ["selective", "full"])
+def test_ring_with_rematerialisation_matches(tiny, remat):
+    tiny.check("data=2,seq=4,cp=ring", TRAIN.replace(remat=remat))
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, seq_len, words", [
+    ("seq=4,cp=ring", 100, "2·seq = 8"),  # zig-zag needs 2·seq chunks
+    ("seq=8,cp=ring", 120, "multiple of 16"),
+    ("seq=3,cp=ulysses", 120, "heads=8 is not divisible"),
+    ("seq=4,cp=ulysses", 126, "not divisible by 4"),
+    ("seq=4", 128, "cp=ring"),  # a split without a mode
+    ("cp=ring", 128, "seq=2 or more"),  # a mode without a split
+    ("seq=4,cp=stripe", 128, "unknown context-parallel mode"),
+    ("seq=2,tensor=4,sp=on,cp=ring", 100, "seq × tensor = 8"),
+])
+def test_bad_context_layouts_are_rejected_before_compiling(text, seq_len, words):
+    model = model_preset("tiny").replace(seq_len=seq_len)
+    layout = Layout.parse(text)
+    with pytest.raises(LayoutError, match=words):
+        layout.validate(model, TRAIN, layout.n_devices)
+
+
+def test_ulysses_needs_kv_heads_divisible_by_seq():
+    layout = Layout(seq=8, cp="ulysses")  # tiny-llama has 4 KV heads
+    with pytest.raises(LayoutError, match="kv_heads=4 .* cp=ring"):
+        layout.validate(model_preset("tiny-llama"), TRAIN, 8)
