@@ -1,0 +1,109 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Pipeline schedules: Gantt charts, and the bubble against microbatches
+#
+# Pipeline parallelism puts consecutive layers on p devices (stages) and streams m microbatches
+# through them. While the pipeline fills and drains, some stages idle: the **bubble**. In parex a
+# schedule is plain data — a table of (tick, stage, op, microbatch, chunk) — that the executor
+# runs, the predictor times and the Gantt chart draws.
+#
+# | schedule | bubble | microbatches in flight |
+# |---|---|---|
+# | GPipe | (p−1)/(m+p−1) of the step | m |
+# | 1F1B | the same | at most p |
+# | interleaved 1F1B, v chunks | (p−1)/(v·m) of the ideal compute | about p, plus (p−1)/(p·m) more |
+# | ZB-H1 (split backward) | (p−1)(T_F+T_B−T_W) instead of (p−1)(T_F+T_B+T_W) | as 1F1B |
+
+# %%
+import parex
+
+parex.emulate_devices(8)
+
+import jax  # noqa: E402
+import pandas as pd  # noqa: E402
+
+# %% tags=["parameters"]
+offline = True
+model_name = "tiny"
+p = 4
+m = 8
+steps = 3
+bubble_ms = [1, 2, 4, 8]
+
+# %%
+import altair as alt
+from parex import charts
+from parex.parallel import make_schedule
+from parex.studies_pipeline import bubble_study
+
+if offline:
+    charts.enable_offline()
+
+# %% [markdown]
+# ## A schedule is a table
+# The first ticks of 1F1B with p stages and m microbatches: stage 0 starts microbatch 0's forward,
+# and each later stage follows one tick behind.
+
+# %%
+one_f_one_b = make_schedule("1f1b", p, m)
+pd.DataFrame(one_f_one_b.table()).head(8)
+
+# %% [markdown]
+# ## Four schedules, drawn from their tables
+# Each bar is one op on one stage for one microbatch (microbatch.chunk for the interleaved
+# schedule, whose v = 2 chunks loop through the stages twice). Every op takes one tick here.
+
+# %%
+schedules = [make_schedule("gpipe", p, m), one_f_one_b, make_schedule("interleaved", p, m, 2),
+             make_schedule("zbh1", p, m)]
+alt.vconcat(*[charts.gantt_chart(s, width=560) for s in schedules])
+
+# %% [markdown]
+# The same tables give the bubble and the activations each stage holds: GPipe keeps all m
+# microbatches in flight on stage 0, 1F1B at most p.
+
+# %%
+pd.DataFrame([{"schedule": s.name, "v": s.v, "ticks": s.n_ticks,
+               "idle fraction": round(s.idle_fraction(), 3),
+               "(p−1)/(m+p−1)": round((p - 1) / (m + p - 1), 3),
+               "peak in flight, stage 0": s.peak_in_flight()[0]} for s in schedules])
+
+# %% [markdown]
+# ## Running them for real
+# The executor runs a table on the `stage` mesh axis with per-stage `jax.vjp`. GPipe and 1F1B
+# compute the same gradients, so their losses agree exactly; what differs is the order, and with
+# it the activation (temp) memory and the step time.
+
+# %%
+model = parex.model_preset(model_name)
+train = parex.TrainConfig(steps=steps, global_batch=m)
+runs = [parex.measure(model, train, parex.Layout(stage=p, microbatches=m, schedule=name),
+                      devices=jax.devices()[:p]) for name in ("gpipe", "1f1b")]
+for run in runs:
+    print(f"{run.layout:40} losses {[round(x, 4) for x in run.losses]} "
+          f"temp {run.memory_bytes_per_device['temp'] / 1e6:.2f} MB")
+
+# %% [markdown]
+# ## The bubble against microbatches
+# With microbatches of one sequence, the step's useful work grows as m while fill and drain stay
+# p − 1 ticks: t(m) = t_mb·(m + p − 1). Fitting the measured times gives the measured bubble, drawn
+# beside (p−1)/(m+p−1). (Emulated devices share the real cores, so an idle stage lends its core
+# to a busy one and hides part of the bubble.)
+
+# %%
+study = bubble_study(model, p=p, ms=bubble_ms, schedule="1f1b", steps=steps,
+                     devices=jax.devices()[:p], progress=True)
+print(study[["m", "step_time_s", "bubble_predicted", "bubble_measured"]].round(3).to_string())
+charts.bubble_chart(study)

@@ -1,0 +1,108 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Predicting at scale: a 175B model on a thousand GPUs
+#
+# No laptop runs GPT-3, but the analytic model that stands beside every measurement in the other
+# notebooks runs for any size. It reads the same model, layout and a hardware profile (peak
+# FLOP/s, HBM, link bandwidths, achievable efficiency) and predicts memory, communication and
+# step time — and with them, what bounds each layout:
+#
+# - **memory-bound**: the model state and activations do not fit in the device's HBM;
+# - **compute-bound**: matmuls dominate, and MFU is as good as the chip allows;
+# - **communication-bound**: exposed (not overlapped) collectives dominate;
+# - **bubble-bound**: pipeline stages mostly wait for each other.
+
+# %%
+import parex
+
+parex.emulate_devices(8)
+
+import dataclasses  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+# %% tags=["parameters"]
+offline = True
+model_name = "korthikanti-175b"
+hardware = ["a100-80gb", "h100-sxm"]
+global_batch = 1024
+
+# %%
+from parex import charts
+from parex.hardware import Link, load_chip
+from parex.predict import predict, published
+from parex.record import records_frame
+
+if offline:
+    charts.enable_offline()
+
+# %% [markdown]
+# ## First, check the model against a paper
+# Megatron-LM's weak-scaling table (Narayanan et al. 2021) reports the TFLOP/s per A100 that each
+# model from 1.7B to 1T parameters achieved. parex predicts the step time of each row's layout
+# with one A100 profile; the paper's FLOP count over that time is parex's TFLOP/s.
+
+# %%
+megatron = published.megatron_table1("a100-80gb")
+megatron[["params_b", "tp", "pp", "gpus", "tflops_per_gpu", "parex_tflops_per_gpu", "ratio"]]
+
+# %% [markdown]
+# ## What if: 175B on 1024 GPUs
+# The model of Korthikanti et al. (96 layers, hidden 12288), bf16 with full activation recompute,
+# a global batch of 1024 sequences of 2048 tokens. Seven ways to lay it out on 128 nodes of 8.
+
+# %%
+model = parex.model_preset(model_name).replace(dtype="bfloat16")
+train = parex.TrainConfig(global_batch=global_batch, remat="full")
+layouts = ["data=128,tensor=8", "fsdp=128,tensor=8", "data=64,tensor=2,stage=8,microbatches=16",
+           "data=16,tensor=8,stage=8,schedule=1f1b,microbatches=16",
+           "data=16,tensor=8,stage=8,schedule=interleaved,virtual=2,microbatches=16",
+           "data=16,tensor=8,stage=8,schedule=1f1b,microbatches=64",
+           "data=4,tensor=32,stage=8,schedule=1f1b,microbatches=16"]
+predictions = [predict(model, train, parex.Layout.parse(text), hw)
+               for hw in hardware for text in layouts]
+
+# %% [markdown]
+# ## The regime of each layout
+# Pure data parallelism with TP inside the node keeps a whole replica of the model state per 8
+# GPUs: memory-bound. Sharding the state (FSDP) fixes that. A GPipe pipeline holds the
+# activations of all m microbatches and does not fit either; 1F1B holds at most p and fits, but
+# pays the bubble (p−1)/(m+p−1), which more microbatches or an interleaved schedule shrink. TP
+# across nodes (tensor=32) pays for its all-reduces on InfiniBand.
+
+# %%
+frame = records_frame(predictions)
+frame["regime"] = charts.regime(frame)
+table = frame[["hardware", "layout", "step_time_s", "step_compute_s", "step_exposed_comm_s",
+               "step_bubble_s", "memory_total_bytes", "mfu", "regime"]]
+table.assign(memory_total_gb=table.pop("memory_total_bytes") / 1e9).round(3)
+
+# %%
+charts.whatif_chart(frame[frame["hardware"].str.startswith(hardware[0])])
+
+# %% [markdown]
+# ## A slower network
+# The same cluster with its nodes joined by 1 Gb/s Ethernet instead of 200 Gb/s InfiniBand — the
+# setting of low-communication training (DiLoCo). Every layout whose collectives cross nodes turns
+# communication-bound.
+
+# %%
+chip = load_chip(hardware[0])
+slow = dataclasses.replace(chip, name=f"{chip.name} over 1 Gb/s",
+                           inter_node=Link(1.25e8, 5e-5, "1 Gb/s Ethernet"))
+slow_frame = records_frame([predict(model, train, parex.Layout.parse(text), slow)
+                            for text in (layouts[1], layouts[3], layouts[5])])
+slow_frame.assign(regime=charts.regime(slow_frame))[["layout", "step_time_s",
+                                                     "step_exposed_comm_s", "regime"]]

@@ -1,0 +1,97 @@
+"""Every notebook, executed top to bottom in its own kernel with small parameters.
+
+The jupytext percent files in notebooks/ are the source of truth; each is read into a notebook, a
+cell with the test's parameters is injected after the one tagged `parameters` (as papermill
+does), and nbclient runs it on the emulated mesh.
+"""
+
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+# Small sizes, and no offline Vega bundle: no browser renders these runs.
+PARAMETERS = {
+    "01_quick_start": {"offline": False, "steps": 3},
+    "02_data_parallel_zero": {"offline": False, "steps": 2, "device_counts": [2, 8],
+                              "strategies": ["dp", "fsdp"]},
+    "03_tensor_sequence": {"offline": False, "steps": 2, "tensor_sizes": [2]},
+    "04_pipeline_schedules": {"offline": False, "steps": 2, "bubble_ms": [1, 4]},
+    "05_long_sequences": {"offline": False, "lengths": [256, 512], "modes": ["tp", "ring"]},
+    "06_predicting_at_scale": {"offline": False},
+    "07_explorer": {"offline": False, "steps": 2},
+}
+# Text each notebook must print: evidence that it computed what its prose promises.
+EXPECTED = {
+    "01_quick_start": ["parex run · tiny", "layout data=2,tensor=4", "all-reduce",
+                       "not divisible by tensor=16", "predicted step on the emulated mesh",
+                       "memory_argument_bytes"],
+    "02_data_parallel_zero": ["fsdp=8", "comm_all_gather_bytes"],
+    "03_tensor_sequence": ["tensor=2,sp=on", "count per layer", "reduce-scatter"],
+    "04_pipeline_schedules": ["stage=4,schedule=1f1b,microbatches=8", "peak in flight",
+                              "bubble_measured"],
+    "05_long_sequences": ["seq=8,cp=ring", "permute", "comm_collective_permute_bytes"],
+    "06_predicting_at_scale": ["parex_tflops_per_gpu", "memory-bound (does not fit)",
+                               "compute-bound", "communication-bound"],
+    "07_explorer": ["data=4,tensor=2", "measured"],
+}
+SLOW = set()  # notebooks moved to the slow suite if all together exceed ~3 minutes
+
+
+def notebook_paths():
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+
+
+def execute(path: Path, overrides: dict, cwd: Path, timeout: int = 600):
+    """Run the notebook at `path` with `overrides` injected after its parameters cell."""
+    nb = jupytext.read(path)
+    index = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    source = "\n".join(f"{name} = {value!r}" for name, value in overrides.items())
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(
+        source, metadata={"tags": ["injected-parameters"]}))
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb
+
+
+def output_text(nb) -> str:
+    """Everything the code cells printed or displayed as text."""
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            parts.append(out.get("data", {}).get("text/plain", ""))
+            parts.append(out.get("data", {}).get("text/html", ""))
+    return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
+
+
+def _params(path: Path):
+    marks = [pytest.mark.slow] if path.stem in SLOW else []
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+def test_every_notebook_is_thin_and_parametrised():
+    paths = notebook_paths()
+    assert [p.stem for p in paths] == sorted(PARAMETERS), "one notebook per topic, 01..07"
+    for path in paths:
+        nb = jupytext.read(path)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert nb.cells[0].cell_type == "markdown", path.name
+        assert "parex.emulate_devices(8)" in code[0].source, path.name
+        assert any("parameters" in c.metadata.get("tags", []) for c in code), path.name
+        assert path.stem in PARAMETERS, f"give {path.name} small test parameters"
+        assert nb.metadata["kernelspec"]["name"] == "python3"
+        for cell in code:  # logic lives in parex, not in notebooks
+            assert "\ndef " not in "\n" + cell.source, f"{path.name} defines a function"
+            assert len(cell.source.splitlines()) <= 15, f"{path.name}: cell too long"
+
+
+@pytest.mark.parametrize("path", [_params(p) for p in notebook_paths()])
+def test_notebook_runs_top_to_bottom(path, tmp_path):
+    nb = execute(path, PARAMETERS[path.stem], tmp_path)
+    text = output_text(nb)
+    for expected in EXPECTED.get(path.stem, []):
+        assert expected in text, f"{path.name} did not show {expected!r}"
