@@ -6,4 +6,4 @@ if ! command -v chromium >/dev/null 2>&1; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 fi
-python -m pip install -q playwright jupyterlab anywidget
+python3 -m pip install -q playwright jupyterlab anywidget
