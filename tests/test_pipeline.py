@@ -15,7 +15,8 @@ from parex.layout import Layout, LayoutError
 from parex.measure import compile_layout, compiled_stats, relative_error
 from parex.mesh import make_mesh
 from parex.model import init_params
-from parex.parallel.pipeline import make_plan, plan_for, stage_partition
+from parex.parallel.pipeline import plan_for
+from parex.parallel.plan import make_plan, stage_partition
 from parex.parallel.schedules import LOOPING, SCHEDULES, make_schedule
 from parex.step import TrainStep, reference_loss_and_grads
 
