@@ -1,4 +1,5 @@
-"""The `parex` command: `parex run`, `parex demo` (and the commands of other modules).
+"""The `parex` command: `parex run`, `parex demo`, and the commands of other modules
+(`predict`, `calibrate`, `compare`, `seqstudy`).
 
 Emulated CPU devices must be requested before JAX touches a backend, so every command parses its
 arguments, calls `emulate_devices`, and only then builds meshes.
@@ -133,22 +134,23 @@ def add_demo(sub) -> None:
     p.set_defaults(func=cmd_demo)
 
 
-# Each entry adds one subcommand; other modules append theirs here.
-COMMANDS = [add_run, add_demo]
+def commands() -> list:
+    """Each entry adds one subcommand. Modules with their own commands are imported here, when
+    the parser is built, because they reuse this module's argument helpers."""
+    from . import cli_predict, studies_sequence
+
+    return [add_run, add_demo, *cli_predict.COMMANDS, studies_sequence.add_seqstudy]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="parex", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in COMMANDS:
+    for add in commands():
         add(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except LayoutError as err:
-        print(f"parex: invalid layout: {err}", file=sys.stderr)
-        return 2
-    except ValueError as err:
+    except (LayoutError, ValueError) as err:  # bad input: the message names the fix
         print(f"parex: {err}", file=sys.stderr)
         return 2
 

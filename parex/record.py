@@ -97,14 +97,23 @@ class Prediction:
     fits: bool = True
     over_capacity_bytes: float = 0.0  # how far total memory exceeds the device's HBM (0 if it fits)
     collectives: list[dict] = field(default_factory=list)  # {kind, axes, count, bytes, seconds}
+    convention: str = "gpu"  # "xla-cpu" (what the emulated mesh compiles) or "gpu" (ideal)
+    hardware_flops_per_device: float = 0.0  # true count with recompute, every loop iteration (HFU)
 
     @property
     def tokens_per_s(self) -> float:
         total = self.step_time_s.get("total", 0.0)
         return self.tokens_per_step / total if total else 0.0
 
+    @property
+    def tflops_per_device(self) -> float:
+        """Achieved hardware TFLOP/s per device (recompute included)."""
+        total = self.step_time_s.get("total", 0.0)
+        return self.hardware_flops_per_device / total / 1e12 if total else 0.0
+
     def to_json(self) -> dict:
-        return dataclasses.asdict(self) | {"tokens_per_s": self.tokens_per_s}
+        return dataclasses.asdict(self) | {"tokens_per_s": self.tokens_per_s,
+                                           "tflops_per_device": self.tflops_per_device}
 
     def to_row(self) -> dict:
         row = {"source": "predicted", "model": self.model, "layout": self.layout,

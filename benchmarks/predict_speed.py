@@ -1,0 +1,106 @@
+"""How many layouts per second can the predictor rank? Target: >= 50,000 predictions/s over at
+least 100,000 layouts.
+
+    python benchmarks/predict_speed.py         # Megatron's 1T model on 256 to 2048 H100s
+    python benchmarks/predict_speed.py --model llama2-70b --hardware a100-80gb --devices 512
+
+Every way of splitting 1/4, 1/2, 1 and 2 times --devices over data × fsdp × seq × tensor × stage
+(powers of two), with every ZeRO stage, sequence parallelism on/off, both context-parallel modes,
+every pipeline schedule and many microbatch counts and virtual stages, kept where parex.validation
+would accept them, as numpy columns (`Grid.from_columns`), then one `predict_batch` call.
+Cold = the first call (it builds each distinct schedule table once), warm = a second call.
+A smaller run through `Grid.from_layouts` times the path that starts from Layout objects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+
+import numpy as np
+
+from parex.config import TrainConfig, model_preset
+from parex.layout import Layout
+from parex.layout import CP_MODES
+from parex.parallel.schedules import SCHEDULES
+from parex.predict import divisible, predict_batch
+from parex.predict.shapes import Grid
+
+
+def splits(n_devices: int, max_stage: int):
+    """(data, fsdp, seq, tensor, stage) with product n_devices, each a power of two."""
+    k = int(np.log2(n_devices))
+    for parts in itertools.product(range(k + 1), repeat=4):
+        rest = k - sum(parts)
+        if rest >= 0 and 2 ** rest <= max_stage:
+            yield tuple(2 ** p for p in parts) + (2 ** rest,)
+
+
+def layout_columns(device_counts, max_stage: int = 64) -> dict:
+    rows = []
+    for n_devices in device_counts:
+        for data, fsdp, seq, tensor, stage in splits(n_devices, max_stage):
+            for zero, sp, m in itertools.product((0, 1, 2, 3), (0, 1), MICROBATCHES):
+                cps = (1, 2) if seq > 1 else (0,)
+                pipes = [(0, 1)] if stage == 1 else (
+                    [(0, 1), (1, 1), (3, 1)] + [(2, v) for v in (2, 4, 8) if m % stage == 0])
+                for cp, (schedule, v) in itertools.product(cps, pipes):
+                    rows.append((data, fsdp, seq, tensor, stage, zero, sp, m, cp, schedule, v))
+    cols = np.array(rows).T
+    names = ("data", "fsdp", "seq", "tensor", "stage", "zero", "sp", "microbatches", "cp",
+             "schedule", "virtual_stages")
+    return dict(zip(names, cols))
+
+
+MICROBATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="megatron-1008b")
+    parser.add_argument("--hardware", default="h100-sxm")
+    parser.add_argument("--devices", type=int, default=1024)
+    parser.add_argument("--global-batch", type=int, default=8192)
+    args = parser.parse_args(argv)
+    model = model_preset(args.model).replace(dtype="bfloat16")
+    train = TrainConfig(global_batch=args.global_batch, remat="selective")
+
+    counts = [args.devices // 4, args.devices // 2, args.devices, 2 * args.devices]
+    columns = layout_columns(counts)
+    everything = Grid.from_columns(train, model, **columns)
+    keep = divisible(model, everything)  # the layouts parex.validation would accept
+    columns = {k: v[keep] for k, v in columns.items()}
+    grid, build = timed(lambda: Grid.from_columns(train, model, **columns))
+    n = len(grid)
+    _, cold = timed(lambda: predict_batch(model, train, grid, args.hardware))
+    out, warm = timed(lambda: predict_batch(model, train, grid, args.hardware))
+    print(f"{model.name} on {'/'.join(map(str, counts))} × {args.hardware}, global batch "
+          f"{args.global_batch}: {n:,} valid layouts (of {len(everything):,} combinations)")
+    print(f"  columns built in {build:.2f} s")
+    print(f"  cold {cold:.2f} s = {n / cold:,.0f} predictions/s (schedule tables built)")
+    print(f"  warm {warm:.2f} s = {n / warm:,.0f} predictions/s  [target >= 50,000]")
+    fits = out["fits"]
+    best = np.argmax(np.where(fits, out["tokens_per_s"], 0))
+    print(f"  {fits.sum():,} fit in memory; fastest that fits: "
+          + ", ".join(f"{k}={columns[k][best]}" for k in columns) +
+          f" -> {out['tokens_per_s'][best]:,.0f} tokens/s, MFU {out['mfu'][best]:.1%}")
+
+    names = [k for k in columns if k not in ("cp", "schedule", "sp")]
+    layouts = [Layout(**{k: int(columns[k][i]) for k in names}, sp=bool(columns["sp"][i]),
+                      cp=CP_MODES[columns["cp"][i]], schedule=SCHEDULES[columns["schedule"][i]])
+               for i in range(min(n, 20000))]
+    _, objects = timed(lambda: predict_batch(model, train, layouts, args.hardware))
+    print(f"  from {len(layouts):,} Layout objects: {len(layouts) / objects:,.0f} predictions/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

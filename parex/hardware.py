@@ -1,0 +1,164 @@
+"""Hardware profiles as data: one JSON file per chip in data/hardware/, and a Cluster (a chip and a
+node count) that the predictor reads.
+
+A profile holds one set of numbers per chip with its sources: peak FLOP/s per dtype, HBM size and
+bandwidth, the two network levels (intra-node and inter-node bandwidth, one direction per device,
+and latency), devices per node, the size of the fast "scale-up" domain (8 NVLink GPUs, a whole TPU
+slice on ICI), and the achievable fractions of peak (`matmul_efficiency`, `network_efficiency`).
+
+The local CPU gets a profile too (`cpu-local`), written by `parex calibrate`; its `calibration`
+block holds what was measured on the emulated mesh: matmul rate against size, per-kind collective
+α-β costs, per-step overhead and how many emulated devices really run at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One network level: per-device bandwidth, one direction (B/s), and per-message latency (s)."""
+
+    bandwidth: float
+    latency: float
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured on this machine's emulated mesh by `parex calibrate` (cpu-local only)."""
+
+    matmul_curve: tuple[tuple[float, float], ...] = ()  # (FLOPs per matmul, FLOP/s per device)
+    collectives: dict = field(default_factory=dict)  # kind -> {"alpha": s, "beta": s/B, "group": n}
+    step_overhead_s: float = 0.0  # fixed cost of one jitted step call (dispatch, synchronisation)
+    parallel_devices: float = 1.0  # a step's throughput with all devices busy / one device alone
+    elementwise_rate: float = 0.0  # elementwise FLOP/s (as XLA counts them) per device, all busy
+    step_efficiency: float = 1.0  # a real step's speed / what the kernel rates above predict
+    optimizer_s_per_param: float = 0.0  # clipping + AdamW update, per parameter, all devices busy
+    n_devices: int = 8  # emulated devices the calibration ran on
+    cores: int = 1  # CPU cores seen
+
+    def matmul_rate(self, flops_per_matmul: float) -> float:
+        """FLOP/s per device for one matmul of that size: log-linear interpolation of the curve,
+        flat beyond its ends."""
+        curve = self.matmul_curve
+        if not curve:
+            return 0.0
+        x = math.log(max(flops_per_matmul, 1.0))
+        xs = [math.log(f) for f, _ in curve]
+        if x <= xs[0]:
+            return curve[0][1]
+        for (x0, (_, r0)), (x1, (_, r1)) in zip(zip(xs, curve), zip(xs[1:], curve[1:])):
+            if x <= x1:
+                return r0 + (r1 - r0) * (x - x0) / (x1 - x0)
+        return curve[-1][1]
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator's numbers. Bandwidths are bytes/s per device in one direction."""
+
+    name: str  # the profile's key, e.g. "a100-80gb"
+    description: str
+    peak_flops: dict  # dtype -> dense FLOP/s ("bfloat16", "float32", ...)
+    hbm_bytes: float  # device memory (GB = 1e9 bytes)
+    hbm_bandwidth: float  # B/s
+    intra_node: Link  # NVLink / ICI / shared memory
+    inter_node: Link  # InfiniBand / DCN
+    devices_per_node: int  # devices one node (host) holds; a Cluster counts nodes
+    scaleup_domain: int  # devices joined by the fast links (8 on HGX, a TPU slice on ICI)
+    matmul_efficiency: float  # achievable fraction of peak for large matmuls
+    network_efficiency: float  # achievable fraction of link bandwidth for large collectives
+    sources: tuple[str, ...] = ()
+    calibration: Calibration | None = None
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for `dtype`; float32 falls back to bfloat16's when not listed (TPUs run
+        f32 matmuls through bf16 passes by default)."""
+        if dtype in self.peak_flops:
+            return float(self.peak_flops[dtype])
+        return float(self.peak_flops["bfloat16"])
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "description": self.description, "peak_flops": self.peak_flops,
+               "hbm_bytes": self.hbm_bytes, "hbm_bandwidth": self.hbm_bandwidth,
+               "intra_node": vars(self.intra_node), "inter_node": vars(self.inter_node),
+               "devices_per_node": self.devices_per_node, "scaleup_domain": self.scaleup_domain,
+               "matmul_efficiency": self.matmul_efficiency,
+               "network_efficiency": self.network_efficiency, "sources": list(self.sources)}
+        if self.calibration is not None:
+            cal = vars(self.calibration) | {
+                "matmul_curve": [list(p) for p in self.calibration.matmul_curve]}
+            out["calibration"] = cal
+        return out
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A chip and a node count: `nodes × chip.devices_per_node` devices."""
+
+    chip: Chip
+    nodes: int = 1
+
+    @property
+    def n_devices(self) -> int:
+        return self.nodes * self.chip.devices_per_node
+
+    @property
+    def name(self) -> str:
+        return self.chip.name if self.nodes == 1 else f"{self.chip.name}×{self.nodes}"
+
+    def link(self, span: int) -> Link:
+        """The slowest link a group of `span` consecutive devices crosses."""
+        return self.chip.intra_node if span <= self.chip.scaleup_domain else self.chip.inter_node
+
+
+def chip_from_json(data: dict) -> Chip:
+    cal = data.get("calibration")
+    if cal is not None:
+        cal = Calibration(**(cal | {"matmul_curve": tuple(tuple(p) for p in cal["matmul_curve"])}))
+    return Chip(name=data["name"], description=data.get("description", ""),
+                peak_flops=dict(data["peak_flops"]), hbm_bytes=float(data["hbm_bytes"]),
+                hbm_bandwidth=float(data["hbm_bandwidth"]),
+                intra_node=Link(**data["intra_node"]), inter_node=Link(**data["inter_node"]),
+                devices_per_node=int(data["devices_per_node"]),
+                scaleup_domain=int(data.get("scaleup_domain", data["devices_per_node"])),
+                matmul_efficiency=float(data["matmul_efficiency"]),
+                network_efficiency=float(data["network_efficiency"]),
+                sources=tuple(data.get("sources", ())), calibration=cal)
+
+
+def known_hardware(directory: Path = HARDWARE_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.json"))
+
+
+def load_chip(name: str, directory: Path = HARDWARE_DIR) -> Chip:
+    """The profile called `name` (case-insensitive); an unknown name lists the known ones."""
+    path = Path(directory) / f"{name.lower()}.json"
+    if not path.exists():
+        raise ValueError(f"unknown hardware {name!r}; known hardware: "
+                         f"{', '.join(known_hardware(directory))} (or run `parex calibrate` "
+                         f"to write cpu-local)")
+    return chip_from_json(json.loads(path.read_text()))
+
+
+def load_cluster(name: str, nodes: int = 1, directory: Path = HARDWARE_DIR) -> Cluster:
+    if nodes < 1:
+        raise ValueError(f"nodes={nodes}: a cluster has at least one node")
+    return Cluster(load_chip(name, directory), nodes)
+
+
+def save_chip(chip: Chip, directory: Path = HARDWARE_DIR) -> Path:
+    path = Path(directory) / f"{chip.name}.json"
+    path.write_text(json.dumps(chip.to_json(), indent=2) + "\n")
+    return path
+
+
+__all__ = ["Calibration", "Chip", "Cluster", "HARDWARE_DIR", "Link", "chip_from_json",
+           "known_hardware", "load_chip", "load_cluster", "save_chip"]

@@ -1,0 +1,201 @@
+"""The analytic model: what a layout costs per step on any hardware, in Measurement's units.
+
+    predict(model, train, layout, hardware) -> Prediction          one layout, every term
+    predict_batch(model, train, layouts, hardware) -> dict          columns over many layouts
+
+Both run the same formulas (memory.py, flops.py, comm.py, time.py) on numpy columns, one entry
+per layout (shapes.Grid), so a planner can rank a hundred thousand layouts in about a second.
+
+`convention` says which program the numbers describe: "xla-cpu" is what parex's step compiles to on
+the emulated CPU mesh (all-reduce where a GPU would reduce-scatter, FLOPs as XLA's cost analysis
+counts them) and is the default for the calibrated `cpu-local` profile; "gpu" is the ideal program
+and the default everywhere else. `recipe` says how many bytes each kind of model state takes
+("parex": float32 master weights, gradients and Adam moments; "mixed": ZeRO's 2 + 2 + 12).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..config import ModelConfig, TrainConfig
+from ..hardware import Chip, Cluster, load_cluster
+from ..hlo import KINDS
+from ..layout import Layout, LayoutError
+from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
+from ..validation import check_layout
+from . import comm, flops, memory, time
+from .comm import CONVENTIONS, Convention
+from .memory import RECIPES, Recipe
+from .shapes import Grid, model_sizes
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+def as_cluster(hardware, n_devices: int = 1) -> Cluster:
+    """A Cluster from a Cluster, a Chip or a profile name (nodes enough for n_devices)."""
+    if isinstance(hardware, Cluster):
+        return hardware
+    if isinstance(hardware, str):
+        hardware = load_cluster(hardware).chip
+    if isinstance(hardware, Chip):
+        return Cluster(hardware, max(1, -(-n_devices // hardware.devices_per_node)))
+    raise TypeError(f"hardware must be a profile name, a Chip or a Cluster, not {hardware!r}")
+
+
+def _check_fits_cluster(layout: Layout, cluster: Cluster) -> None:
+    if layout.n_devices > cluster.n_devices:
+        per = cluster.chip.devices_per_node
+        raise LayoutError(
+            f"layout {layout} uses {layout.n_devices} devices but the cluster {cluster.name} has "
+            f"{cluster.n_devices}: use {-(-layout.n_devices // per)} nodes of {per} "
+            f"(--nodes {-(-layout.n_devices // per)}), or shrink the layout's axes")
+
+
+def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster,
+            conv: Convention, rec: Recipe) -> tuple[dict, list]:
+    """Every predicted quantity as columns over the grid, and the collective terms."""
+    chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
+    grid = dataclasses.replace(grid, stage_remat=rec.stage_remat)
+    act = DTYPE_BYTES[model.dtype]
+    mem = memory.memory_parts(sizes, grid, remat, rec, act, act)
+    terms = comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes)
+    emulated = chip.calibration is not None
+    seconds: dict = {}
+    for term in terms:
+        seconds[term.name] = seconds.get(term.name, 0.0) + comm.term_seconds(term, grid, chip)
+    opt_elements = memory.state_elements(sizes, grid, "opt")
+    if emulated:
+        compute = time.cpu_compute(model, sizes, grid, remat, chip.calibration,
+                                   chip.hbm_bandwidth, opt_elements)
+    else:
+        compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
+                                           opt_elements)
+    step = time.step_time(grid, compute, seconds, emulated, remat)
+    hw = flops.hardware_flops(model, grid, remat)
+    mf = flops.model_flops(model, grid)
+    counted = flops.xla_counted(model, sizes, grid, remat) if conv.loops_counted_once else hw
+    peak = chip.peak(model.dtype)
+    out = {f"step_{k}_s": v for k, v in step.items()}
+    out |= {f"memory_{k}_bytes": v for k, v in mem.items()}
+    out |= {f"comm_{k.replace('-', '_')}_bytes": v
+            for k, v in comm.bytes_by_kind(terms, len(grid)).items()}
+    out |= {"flops_per_device": counted, "model_flops_per_device": mf,
+            "hardware_flops_per_device": hw, "mfu": mf / (step["total"] * peak),
+            "hfu": hw / (step["total"] * peak), "tflops_per_device": hw / step["total"] / 1e12,
+            "tokens_per_s": grid.B * grid.T / step["total"],
+            "fits": mem["total"] <= chip.hbm_bytes,
+            "over_capacity_bytes": np.maximum(mem["total"] - chip.hbm_bytes, 0.0)}
+    return out, terms
+
+
+def _defaults(hardware, convention, recipe, n_devices):
+    cluster = as_cluster(hardware, n_devices)
+    if convention is None:
+        convention = "xla-cpu" if cluster.chip.calibration is not None else "gpu"
+    return cluster, comm.convention(convention), memory.recipe(recipe)
+
+
+def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
+            convention: str | Convention | None = None, recipe: str | Recipe = "parex"
+            ) -> Prediction:
+    """Predicted step time, memory, FLOPs and communication of one layout. An impossible layout
+    raises LayoutError (the same checks as before compiling); one that does not fit in memory is
+    predicted and flagged (`fits`, `over_capacity_bytes`)."""
+    cluster, conv, rec = _defaults(hardware, convention, recipe, layout.n_devices)
+    _check_fits_cluster(layout, cluster)
+    check_layout(layout, model, train, layout.n_devices)
+    grid = Grid.from_layouts([layout], train, model)
+    cols, terms = columns(model, train, grid, cluster, conv, rec)
+    value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
+    collectives = []
+    for term in terms:
+        count = float(term.count[0])
+        if count:
+            collectives.append({"name": term.name, "kind": term.kind,
+                                "axes": [a.value for a in term.axes], "count": count,
+                                "bytes": float(term.bytes[0]),
+                                "bytes_per_op": float(term.bytes_per_op[0]),
+                                "seconds": float(comm.term_seconds(term, grid, cluster.chip)[0])})
+    return Prediction(
+        model=model.name, layout=str(layout), n_devices=layout.n_devices, hardware=cluster.name,
+        step_time_s={k: value[f"step_{k}_s"] for k in STEP_TIME_PARTS},
+        memory_bytes_per_device={k: value[f"memory_{k}_bytes"] for k in PREDICTED_MEMORY_PARTS},
+        flops_per_device=value["flops_per_device"],
+        model_flops_per_device=value["model_flops_per_device"],
+        comm_bytes_per_device={k: value[f"comm_{k.replace('-', '_')}_bytes"] for k in KINDS},
+        tokens_per_step=grid.B * grid.T, mfu=value["mfu"], hfu=value["hfu"],
+        fits=bool(value["fits"]), over_capacity_bytes=value["over_capacity_bytes"],
+        collectives=collectives, convention=conv.name,
+        hardware_flops_per_device=value["hardware_flops_per_device"])
+
+
+def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
+                  convention: str | Convention | None = None, recipe: str | Recipe = "parex"
+                  ) -> dict[str, np.ndarray]:
+    """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid.
+    `valid` is a vectorised subset of parex.validation's checks (the divisibility ones) and the
+    numbers of invalid rows are NaN; `fits` flags the rows that do not fit in memory."""
+    grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
+    valid = divisible(model, grid)
+    safe = grid if valid.all() else _masked(grid, valid)
+    cluster, conv, rec = _defaults(hardware, convention, recipe, int(grid.n_devices.max()))
+    cols, _ = columns(model, train, safe, cluster, conv, rec)
+    cols["step_time_s"] = cols.pop("step_total_s")
+    for key, value in cols.items():
+        if value.dtype.kind == "f":
+            cols[key] = np.where(valid, value, np.nan)
+    cols["fits"] = cols["fits"] & valid
+    cols["valid"] = valid
+    return cols
+
+
+def divisible(model: ModelConfig, g: Grid) -> np.ndarray:
+    """parex.validation's checks of sizes and combinations, as columns (True = may run)."""
+    from ..parallel.schedules import SCHEDULES
+
+    t, s, p, m = g.tensor, g.seq, g.stage, g.microbatches
+    ok = (g.B % (g.dp * m) == 0) & (model.layers % p == 0) & ((g.sp == 0) | (t > 1))
+    for size in (model.heads, model.kv_heads, model.ffn, model.vocab):
+        ok &= size % t == 0
+    ok &= model.hidden % g.embed_shards("opt") == 0
+    ok &= np.where(g.cp == 1, g.T % (2 * s) == 0, g.T % s == 0) & ((s == 1) | (g.cp > 0))
+    ok &= np.where(g.cp == 2, (model.heads % (s * t) == 0) & (model.kv_heads % (s * t) == 0), True)
+    interleaved = g.schedule == SCHEDULES.index("interleaved")
+    ok &= np.where(interleaved, (g.virtual_stages >= 2) & (m % p == 0), g.virtual_stages == 1)
+    ok &= np.where(p == 1, g.schedule == 0, model.layers % (p * g.virtual_stages) == 0)
+    ok &= (p == 1) | ((g.sp == 0) & (s == 1))  # the executor runs neither inside stages
+    return ok
+
+
+def _masked(grid: Grid, valid: np.ndarray) -> Grid:
+    """The grid with invalid rows replaced by the first valid one (their results are NaN)."""
+    first = int(np.argmax(valid)) if valid.any() else 0
+    pick = np.where(valid, np.arange(len(grid)), first)
+    return dataclasses.replace(grid, **{f.name: getattr(grid, f.name)[pick]
+                                        for f in dataclasses.fields(grid)
+                                        if isinstance(getattr(grid, f.name), np.ndarray)})
+
+
+
+
+def shared_fields(measurement, prediction) -> list[dict]:
+    """Predicted, measured and their ratio for every field both sides have (same units)."""
+    pairs = [("step_time_s", prediction.step_time_s["total"], measurement.step_time_s["median"]),
+             ("tokens_per_s", prediction.tokens_per_s, measurement.tokens_per_s),
+             ("flops_per_device", prediction.flops_per_device, measurement.flops_per_device)]
+    for part in ("argument", "total"):
+        pairs.append((f"memory_{part}_bytes", prediction.memory_bytes_per_device[part],
+                      measurement.memory_bytes_per_device[part]))
+    measured_comm = measurement.comm_bytes_per_device
+    for kind in KINDS:
+        pairs.append((f"comm_{kind.replace('-', '_')}_bytes",
+                      prediction.comm_bytes_per_device[kind], measured_comm[kind]))
+    return [{"field": name, "predicted": float(p), "measured": float(m),
+             "ratio": float(p / m) if m else (1.0 if not p else float("inf"))}
+            for name, p, m in pairs]
+
+
+__all__ = ["CONVENTIONS", "Convention", "Grid", "RECIPES", "Recipe", "as_cluster", "columns",
+           "predict", "predict_batch", "shared_fields"]

@@ -1,0 +1,116 @@
+"""Predicted FLOPs per device per step: model FLOPs (for MFU), hardware FLOPs (for HFU), and the
+count XLA's cost analysis reports.
+
+The causal-attention convention lives in one place, `parex.model.flops_per_token` (model FLOPs of
+forward + backward per token, attention counted in full as in Megatron's papers); every count here
+is derived from it, so measurement and prediction share it:
+    forward per token = L · layer + head,   layer = 2·(block parameters) + 4·D·T,
+    head = 2·(final norm + unembedding),    model FLOPs = 3 · forward  (backward = 2 · forward).
+Hardware FLOPs add recomputation: selective remat repeats the attention core's forward (4·D·T per
+token per layer), full remat repeats the block forward except its last matmul (W_out: the
+backward needs only each op's inputs, so XLA drops it), and parex's pipeline executor recomputes
+each chunk's forward in its backward (stage-level remat).
+
+XLA's cost analysis (the measured `flops_per_device`) counts a while loop's body once, whatever its
+trip count: the scan over layers and the scan over microbatches each count one iteration. Under
+the "xla-cpu" convention `xla_counted` reproduces that, and adds the elementwise work XLA counts
+(norms, activations, softmax, loss, AdamW) with the per-element costs below.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..model import flops_per_token
+from .memory import state_elements
+from .shapes import Grid, ModelSizes
+
+# Elementwise FLOPs XLA's cost analysis counts per element, forward + backward: a non-negative
+# least-squares fit, once, to the tiny GPT and Llama compiled steps over the layout presets and
+# remat policies (the small model was left out and lands within 3 %). A few percent of the total.
+ELEMENTWISE = {
+    "hidden": 125.0,  # per token per layer per hidden unit: norms, residual adds, biases, RoPE
+    "mlp": {"gpt": 20.0, "llama": 0.0},  # per MLP unit beyond the above: GELU's tanh form
+    "scores": 12.0,  # per attention score: scale, mask, softmax forward and backward
+    "vocab": 0.0,  # per logit: XLA folds the cross-entropy into the matmul's fusions
+    "optimizer": 20.0,  # per parameter of optimizer state: AdamW moments, decay, update
+    "grad": 3.0,  # per gradient element: global-norm clipping
+}
+
+
+def forward_per_token(model: ModelConfig, T: int) -> tuple[float, float]:
+    """(one block's forward FLOPs per token, the head's), from model.flops_per_token."""
+    head = flops_per_token(model.replace(layers=0), T) / 3
+    layer = (flops_per_token(model, T) / 3 - head) / model.layers
+    return layer, head
+
+
+def attention_forward_per_token(model: ModelConfig, T: int) -> float:
+    """The attention core's share of a block's forward (QKᵀ and PV, T² counted in full)."""
+    # the block's forward is linear in T, and only attention depends on it
+    return forward_per_token(model, 2 * T)[0] - forward_per_token(model, T)[0]
+
+
+def recompute_layers(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
+    """(block forwards, attention-core forwards) recomputed per layer per microbatch. A recomputed
+    block skips its last matmul (W_out): the backward needs only each op's inputs, so XLA drops
+    it as dead code (`recomputed_block`)."""
+    piped = (grid.stage > 1) * float(grid.stage_remat)  # parex's executor: stage-level remat
+    full = piped + (1.0 if remat == "full" else 0.0)
+    core = np.full(len(grid), 1.0 if remat == "selective" else 0.0)
+    return full, core
+
+
+def recomputed_block(model: ModelConfig, T: int) -> float:
+    """FLOPs per token of recomputing one block's forward: all but the MLP's output matmul."""
+    return forward_per_token(model, T)[0] - 2 * model.ffn * model.hidden
+
+
+def model_flops(model: ModelConfig, grid: Grid) -> np.ndarray:
+    """Model FLOPs per device per step (no recompute): the step's total over the devices."""
+    T = grid.T
+    return flops_per_token(model, T) * grid.B * T / grid.n_devices
+
+
+def hardware_flops(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
+    """Model FLOPs plus recomputation, per device per step."""
+    full, core = recompute_layers(grid, remat)
+    extra = model.layers * (full * recomputed_block(model, grid.T)
+                            + core * attention_forward_per_token(model, grid.T))
+    return model_flops(model, grid) + extra * grid.B * grid.T / grid.n_devices
+
+
+def matmul_split(model: ModelConfig, grid: Grid, remat: str) -> dict:
+    """Per device, per microbatch: FLOPs of one block (forward + backward + recompute) and of the
+    head, after the tensor and sequence splits. time.py and xla_counted read these."""
+    layer, head = forward_per_token(model, grid.T)
+    full, core = recompute_layers(grid, remat)
+    attn = attention_forward_per_token(model, grid.T)
+    split = grid.tokens / grid.tensor
+    again = full * recomputed_block(model, grid.T) + core * attn
+    return {"layer": (3 * layer + again) * split, "head": 3 * head * split}
+
+
+def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
+    """Elementwise FLOPs per device: per microbatch for one layer and for the head, and per step
+    for the optimizer (XLA's per-element counts, ELEMENTWISE)."""
+    t, tokens = grid.tensor, grid.tokens
+    hidden = np.where(grid.sp, sizes.D / t, sizes.D)
+    per_token = (ELEMENTWISE["hidden"] * hidden + ELEMENTWISE["mlp"][sizes.family] * sizes.F / t
+                 + ELEMENTWISE["scores"] * sizes.H / t * grid.T)
+    opt = (ELEMENTWISE["optimizer"] * state_elements(sizes, grid, "opt")
+           + ELEMENTWISE["grad"] * state_elements(sizes, grid, "grad"))
+    return {"layer": per_token * tokens, "head": ELEMENTWISE["vocab"] * sizes.V / t * tokens,
+            "optimizer": opt}
+
+
+def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """What XLA's cost analysis reports per device: loop bodies once (one layer, and one
+    microbatch when microbatches > 1), plus elementwise work."""
+    mm, ew = matmul_split(model, grid, remat), elementwise_flops(sizes, grid, remat)
+    return mm["layer"] + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
+
+
+__all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "forward_per_token",
+           "hardware_flops", "matmul_split", "model_flops", "recomputed_block", "xla_counted"]

@@ -1,0 +1,200 @@
+"""Predicted memory per device: model state per ZeRO stage, activations, temporaries.
+
+    total = argument + gradients + activations + temp,   argument = params + optimizer + batch
+
+Model state (bytes per parameter, `Recipe`): parex keeps float32 master weights (4), float32
+gradients (4) and Adam's two moments (8); the ZeRO paper's mixed precision keeps 2 + 2 + K = 12.
+Each kind is divided by the shards its dims are cut into (shapes.Grid.embed_shards: ZeRO stage s
+shards optimizer state from s = 1, gradients from 2, parameters from 3; fsdp shards all three).
+
+Activations, two formulas:
+- "korthikanti" (Korthikanti et al. 2022, 16-bit activations with dropout masks), bytes per layer:
+      none       s·b·h·(34 + 5·a·s/h)                 TP: s·b·h·(10 + 24/t + 5·a·s/(h·t))
+      TP + SP    s·b·h/t·(34 + 5·a·s/h)               selective drops the 5·a·s/h term
+      full       2·s·b·h (the block input only)
+- "xla": what XLA keeps for parex.model's block, read from the compiled step's buffer assignment
+  (elements per token per layer; h full = replicated over the tensor axis, /t = split by it):
+      8·h full (residual stream, norms, MLP input; under SP 2 stay full and 6 become h/t)
+      + (2 + 2·K/H)·h/t (q, attention output, k, v) + 6·F/t (MLP pre- and post-activation terms)
+      + 2·(a/t)·s (scores and probabilities; dropped by selective remat; half under ring
+      attention, which computes only the causal blocks)
+      full remat keeps only the block input, h (h/t under SP).
+The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
+table (Schedule.peak_in_flight); parex's executor stashes only each chunk's input and recomputes
+the chunk in its backward, so a pipelined stage holds b·T·D per microbatch-chunk in flight plus
+one chunk's activations while it is being differentiated.
+Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
+float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
+gradient accumulation keeps a running sum of the gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..layout import ZERO_STAGE_SHARDING
+from .shapes import GROUPS, Grid, ModelSizes
+
+LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
+COUNTERS = 8  # two int32 step counters in the optimizer state (Adam's and the schedule's)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Bytes per parameter of each kind of model state, and the activation formula."""
+
+    name: str
+    param_bytes: float  # stored parameters (the master copy)
+    grad_bytes: float
+    optimizer_bytes: float  # all optimizer state (ZeRO's K, plus the fp32 master copy if 2-byte)
+    activations: str  # "xla" or "korthikanti"
+    counters: int = 0  # scalar optimizer state (bytes, replicated)
+    stage_remat: bool = False  # the pipeline recomputes each chunk in its backward (parex's)
+
+
+RECIPES = {
+    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, stage_remat=True),
+    "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),  # ZeRO's 2 + 2 + K with K = 12
+}
+
+
+def recipe(name_or_recipe) -> Recipe:
+    if isinstance(name_or_recipe, Recipe):
+        return name_or_recipe
+    if name_or_recipe not in RECIPES:
+        raise ValueError(f"unknown memory recipe {name_or_recipe!r}; use one of "
+                         f"{', '.join(RECIPES)}")
+    return RECIPES[name_or_recipe]
+
+
+# --- model state -------------------------------------------------------------------------------
+
+def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
+    """Parameters' worth of `kind` state ("param", "grad", "opt") one device holds. Stacked
+    layers are stored split evenly over the stage axis."""
+    embed = grid.embed_shards(kind)
+    total = np.zeros(len(grid))
+    for (e, t, l), n in zip(GROUPS, sizes.groups):
+        if n:
+            div = (embed if e else 1) * (grid.tensor if t else 1) * (grid.stage if l else 1)
+            total = total + n / div
+    return total
+
+
+def zero_state_bytes(psi: float, n_d: int, stage: int, rec: Recipe = RECIPES["mixed"]) -> float:
+    """The ZeRO paper's closed form: model states per device for Ψ parameters on N_d devices."""
+    shard = {kind: n_d if stage >= s else 1 for kind, s in ZERO_STAGE_SHARDING.items()}
+    return psi * (rec.param_bytes / shard["param"] + rec.grad_bytes / shard["grad"]
+                  + rec.optimizer_bytes / shard["opt"])
+
+
+def batch_bytes(grid: Grid) -> np.ndarray:
+    """Inputs and targets (int32), split over the batch axes only."""
+    return 2 * 4 * (grid.B // grid.dp) * grid.T
+
+
+# --- activations ---------------------------------------------------------------------------------
+
+def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none"):
+    """Bytes of one layer's activations, Korthikanti et al. 2022 (16-bit, with dropout masks)."""
+    if remat == "full":
+        return 2 * s * b * h
+    attn = 0 if remat == "selective" else 5 * a * s / h
+    if sp:
+        return s * b * h / t * (34 + attn)
+    return s * b * h * (10 + 24 / t + attn / t)
+
+
+def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """Elements per token of one layer's saved activations in parex.model as XLA keeps them."""
+    t, sp, h = grid.tensor, grid.sp, sizes.D
+    if remat == "full":
+        return np.where(sp, h / t, h) * np.ones(len(grid))
+    full_h = np.where(sp, 2 * h + 6 * h / t, 8 * h)
+    split_h = (2 + 2 * sizes.K / sizes.H) * h / t
+    # ring attention computes only the causal half of the blocks (zig-zag split)
+    scores = 0 if remat == "selective" else 2 * sizes.H / t * grid.T * np.where(grid.cp == 1,
+                                                                               0.5, 1.0)
+    return full_h + split_h + 6 * sizes.F / t + scores
+
+
+def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_bytes: int):
+    """One layer's saved activations for one microbatch on one device, in bytes."""
+    tokens = grid.tokens
+    if rec.activations == "korthikanti":
+        # the paper's s is the local sequence; CP splits it (tokens = b·T/seq)
+        return korthikanti_layer_bytes(grid.T / grid.seq, grid.b, sizes.D, sizes.H, grid.tensor,
+                                       grid.sp.astype(bool), remat) * np.ones(len(grid))
+    return xla_layer_elements(sizes, grid, remat) * tokens * act_bytes
+
+
+@lru_cache(maxsize=4096)
+def _peak_chunks(schedule: int, p: int, m: int, v: int) -> int:
+    """Most microbatch-chunks any stage holds, from the schedule table."""
+    from ..parallel.schedules import SCHEDULES, make_schedule
+
+    return max(make_schedule(SCHEDULES[schedule], p, m, v).peak_in_flight())
+
+
+def in_flight(grid: Grid) -> np.ndarray:
+    """Microbatch-chunks whose activations a pipeline stage holds at its peak (1 without a
+    pipeline: microbatches of gradient accumulation run one after another)."""
+    out = np.ones(len(grid))
+    piped = np.nonzero(grid.stage > 1)[0]
+    keys = np.stack([grid.schedule[piped], grid.stage[piped], grid.microbatches[piped],
+                     grid.virtual_stages[piped]], 1)
+    if len(keys):
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        peaks = np.array([_peak_chunks(*map(int, k)) for k in unique])
+        out[piped] = peaks[inverse.ravel()]
+    return out
+
+
+def activation_bytes(sizes, grid, remat, rec, act_bytes):
+    """Saved activations at the peak. Without a pipeline: all layers of one microbatch. With
+    one: (Korthikanti) the layers of every chunk in flight; (parex) each in-flight chunk's input
+    plus one chunk's activations under the remat policy while its backward runs."""
+    per_layer = layer_bytes(sizes, grid, remat, rec, act_bytes)
+    chunk_layers = grid.stage_layers / grid.virtual_stages
+    flight = in_flight(grid)
+    piped = grid.stage > 1
+    if rec.activations == "korthikanti":
+        return per_layer * np.where(piped, chunk_layers * flight, sizes.L)
+    stash = flight * grid.tokens * sizes.D * act_bytes
+    return np.where(piped, stash + per_layer * chunk_layers, per_layer * sizes.L)
+
+
+def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
+    """Transient buffers: the working set of the layer being differentiated (its activations as
+    if nothing were rematerialised), the float32 logits, and the compute-dtype copies of the
+    weights (bfloat16 runs only) of the parameters a device gathers."""
+    working = layer_bytes(sizes, grid, "none", rec, act_bytes)
+    logits = LOGIT_COPIES * grid.tokens * sizes.V / grid.tensor * 4
+    copies = 0.0
+    if compute_bytes < rec.param_bytes:
+        copies = compute_bytes * state_elements(sizes, grid, "param")
+    # accumulating microbatches keeps a running sum beside each microbatch's gradients, laid out
+    # like the parameters (the pipeline executor accumulates in its own buffers, counted above)
+    accumulate = np.where((grid.microbatches > 1) & (grid.stage == 1), 1.0, 0.0)
+    return working + logits + copies + accumulate * rec.grad_bytes * state_elements(sizes, grid,
+                                                                                   "param")
+
+
+def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
+    """Every part of Prediction.memory_bytes_per_device, as columns."""
+    params = rec.param_bytes * state_elements(sizes, grid, "param")
+    optimizer = rec.optimizer_bytes * state_elements(sizes, grid, "opt") + rec.counters
+    grads = rec.grad_bytes * state_elements(sizes, grid, "grad")
+    acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
+    temp = temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes)
+    argument = params + optimizer + batch_bytes(grid)
+    return {"params": params, "grads": grads, "optimizer": optimizer, "activations": acts,
+            "temp": temp, "argument": argument, "total": argument + grads + acts + temp}
+
+
+__all__ = ["RECIPES", "Recipe", "activation_bytes", "in_flight", "korthikanti_layer_bytes",
+           "memory_parts", "recipe", "state_elements", "xla_layer_elements",
+           "zero_state_bytes"]

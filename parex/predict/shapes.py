@@ -1,0 +1,192 @@
+"""The numbers every predicted term reads: model sizes (once per model) and layouts as columns.
+
+`Grid` holds N layouts as numpy columns (one entry per layout), so each formula in memory.py,
+flops.py, comm.py and time.py is written once and runs on one layout or on a hundred thousand.
+
+Parameter groups: every parameter of `parex.model.param_table` falls in one of eight groups by which
+kinds of dim it has, and that decides how it is sharded (layout.rules):
+    embed  -> fsdp, and data too once the ZeRO stage shards that kind of state   (W[D_fsdp, ...])
+    tensor -> heads, kv_heads, mlp or vocab, split over the tensor axis           (W[..., F_tensor])
+    layers -> the stacked blocks, split over pipeline stages
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jax
+import numpy as np
+
+from ..config import ModelConfig, TrainConfig
+from ..layout import CP_MODES, Layout
+from ..model import param_table
+from ..parallel.schedules import SCHEDULES
+
+TENSOR_DIMS = ("heads", "kv_heads", "mlp", "vocab")
+GROUPS = tuple((e, t, l) for e in (0, 1) for t in (0, 1) for l in (0, 1))  # (embed, tensor, layers)
+
+
+@dataclass(frozen=True)
+class ModelSizes:
+    """A ModelConfig's dimensions and its parameters counted per sharding group."""
+
+    family: str
+    L: int  # layers
+    D: int  # hidden
+    H: int  # query heads
+    K: int  # kv heads
+    Dh: int  # head dim
+    F: int  # mlp width
+    V: int  # vocab
+    n_params: int
+    groups: tuple[int, ...]  # parameters per GROUPS entry
+    leaves: int  # parameter arrays (for the per-array costs of the optimizer)
+    layer_params: int  # parameters of one block
+    hidden_params: int  # parameters with neither an embed nor a tensor dim (norms, biases on D)
+    T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
+
+    @property
+    def n_mlp_in(self) -> int:
+        """Matrices entering the MLP: one for GELU, two (gate and up) for SwiGLU."""
+        return 1 if self.family == "gpt" else 2
+
+
+def _is_entry(x) -> bool:
+    return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)
+
+
+@lru_cache(maxsize=256)
+def model_sizes(model: ModelConfig) -> ModelSizes:
+    groups = dict.fromkeys(GROUPS, 0)
+    layer = hidden = 0
+    entries = jax.tree.leaves(param_table(model), is_leaf=_is_entry)
+    for shape, dims in entries:
+        n = int(np.prod(shape))
+        key = (int("embed" in dims), int(any(d in TENSOR_DIMS for d in dims)),
+               int("layers" in dims))
+        groups[key] += n
+        layer += n // model.layers if "layers" in dims else 0
+        hidden += n if key[:2] == (0, 0) else 0
+    return ModelSizes(model.family, model.layers, model.hidden, model.heads, model.kv_heads,
+                      model.head_dim, model.ffn, model.vocab, sum(groups.values()),
+                      tuple(groups[g] for g in GROUPS), len(entries), layer, hidden,
+                      model.seq_len)
+
+
+# Layout fields read as columns, and the integer codes of the string-valued ones.
+_INT_FIELDS = ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages")
+_CP_CODE = {name: i for i, name in enumerate(CP_MODES)}
+_SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES)}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """N layouts as columns, with the per-step quantities every formula needs."""
+
+    data: np.ndarray
+    fsdp: np.ndarray
+    tensor: np.ndarray
+    seq: np.ndarray
+    stage: np.ndarray
+    zero: np.ndarray
+    virtual_stages: np.ndarray
+    sp: np.ndarray  # 0/1
+    cp: np.ndarray  # index into CP_MODES
+    schedule: np.ndarray  # index into SCHEDULES
+    microbatches: np.ndarray  # m, resolved as validation.num_microbatches does
+    stage_layers: np.ndarray  # layers held by the busiest pipeline stage
+    B: int  # global batch (sequences per step)
+    T: int  # tokens per sequence
+    stage_remat: bool = True  # the pipeline recomputes each chunk in its backward (parex's)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @property
+    def dp(self) -> np.ndarray:
+        """Replicas that each see a different slice of the batch."""
+        return self.data * self.fsdp
+
+    @property
+    def n_devices(self) -> np.ndarray:
+        return self.data * self.fsdp * self.tensor * self.seq * self.stage
+
+    @property
+    def b(self) -> np.ndarray:
+        """Sequences per microbatch per replica."""
+        return self.B // (self.dp * self.microbatches)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Tokens one device's replica works on per microbatch: b · T / seq (before TP)."""
+        return self.b * self.T // self.seq
+
+    def embed_shards(self, kind: str) -> np.ndarray:
+        """How many pieces the embed dim of `kind` state ("param", "grad", "opt") is cut into."""
+        from ..layout import ZERO_STAGE_SHARDING
+
+        return self.fsdp * np.where(self.zero >= ZERO_STAGE_SHARDING[kind], self.data, 1)
+
+    @classmethod
+    def from_columns(cls, train: TrainConfig, model: ModelConfig, **columns) -> "Grid":
+        """Columns by Layout field name; missing ones take the Layout default. `cp` and
+        `schedule` may be names or codes; `stage_layers` defaults to layers / stage."""
+        n = max(len(np.atleast_1d(v)) for v in columns.values()) if columns else 1
+        default = Layout()
+        cols = {}
+        for name in _INT_FIELDS + ("microbatches",):
+            value = columns.get(name, getattr(default, name))
+            cols[name] = np.broadcast_to(np.asarray(value, dtype=np.int64), (n,))
+        cols["sp"] = np.broadcast_to(np.asarray(columns.get("sp", 0), dtype=np.int64), (n,))
+        cols["cp"] = _codes(columns.get("cp", "none"), _CP_CODE, n)
+        cols["schedule"] = _codes(columns.get("schedule", "gpipe"), _SCHEDULE_CODE, n)
+        m = cols["microbatches"]
+        if train.microbatch is not None:  # validation.num_microbatches, as columns
+            implied = train.global_batch // (cols["data"] * cols["fsdp"]) // train.microbatch
+            m = np.where(m > 1, m, implied)
+        cols["microbatches"] = m
+        lmax = columns.get("stage_layers", None)
+        if lmax is None:
+            lmax = -(-model.layers // cols["stage"])
+        cols["stage_layers"] = np.broadcast_to(np.asarray(lmax, dtype=np.int64), (n,))
+        return cls(B=train.global_batch, T=train.seq_len or model.seq_len, **cols)
+
+    @classmethod
+    def from_layouts(cls, layouts, train: TrainConfig, model: ModelConfig) -> "Grid":
+        layouts = list(layouts)
+        columns = {name: [getattr(l, name) for l in layouts] for name in _INT_FIELDS}
+        columns["microbatches"] = [l.microbatches for l in layouts]
+        columns["sp"] = [int(l.sp) for l in layouts]
+        columns["cp"] = [_CP_CODE[l.cp] for l in layouts]
+        columns["schedule"] = [_SCHEDULE_CODE[l.schedule] for l in layouts]
+        columns["stage_layers"] = [_stage_layers(l, model) for l in layouts]
+        return cls.from_columns(train, model, **columns)
+
+    def row(self, i: int) -> "Grid":
+        """The one-layout grid of entry i."""
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name)[i:i + 1]
+                                            for f in dataclasses.fields(self)
+                                            if isinstance(getattr(self, f.name), np.ndarray)})
+
+
+def _codes(value, table: dict, n: int) -> np.ndarray:
+    values = np.atleast_1d(np.asarray(value))
+    if values.dtype.kind in "US":
+        values = np.array([table[v] for v in values.tolist()])
+    return np.broadcast_to(values.astype(np.int64), (n,))
+
+
+def _stage_layers(layout: Layout, model: ModelConfig) -> int:
+    """Layers on the busiest stage: a partition gives them per chunk (chunk c of stage s is entry
+    c·p + s); otherwise layers split evenly."""
+    p, v = layout.stage, layout.virtual_stages
+    if layout.layers_per_stage:
+        parts = layout.layers_per_stage
+        return max(sum(parts[c * p + s] for c in range(v) if c * p + s < len(parts))
+                   for s in range(p))
+    return -(-model.layers // p)
+
+
+__all__ = ["GROUPS", "Grid", "ModelSizes", "model_sizes"]

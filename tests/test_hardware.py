@@ -1,0 +1,131 @@
+"""Hardware profiles as data, clusters, and the calibration's pieces."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from parex import calibrate
+from parex.hardware import (Calibration, Chip, Cluster, Link, chip_from_json, known_hardware,
+                            load_chip, load_cluster, save_chip)
+
+CHIPS = ("a100-80gb", "h100-sxm", "h200", "b200", "mi300x", "tpu-v4p", "tpu-v5e", "tpu-v5p",
+         "tpu-v6e")
+
+
+@pytest.mark.parametrize("name", CHIPS)
+def test_every_profile_loads_with_sources_and_sane_numbers(name):
+    chip = load_chip(name)
+    assert chip.name == name and chip.sources
+    assert 1e14 < chip.peak("bfloat16") < 1e16  # dense bf16: 197 TFLOP/s (v5e) .. 2.25 PFLOP/s
+    assert 1e10 < chip.hbm_bytes < 1e12 and 5e11 < chip.hbm_bandwidth < 1e13
+    assert chip.intra_node.bandwidth > chip.inter_node.bandwidth > 0
+    assert 0 < chip.matmul_efficiency <= 1 and 0 < chip.network_efficiency <= 1
+    assert chip.scaleup_domain >= chip.devices_per_node
+
+
+def test_published_reference_numbers_are_the_profiles():
+    # reference/published_numbers.md: the hardware table
+    assert load_chip("a100-80gb").peak("bfloat16") == 312e12
+    assert load_chip("h100-sxm").hbm_bandwidth == 3.35e12
+    assert load_chip("h200").hbm_bytes == 141e9
+    assert load_chip("b200").intra_node.bandwidth == 900e9
+    assert load_chip("a100-80gb").inter_node.bandwidth == 25e9  # 200 Gb/s HDR per GPU
+
+
+def test_unknown_hardware_lists_the_known_ones():
+    with pytest.raises(ValueError) as err:
+        load_chip("a100-40gb")
+    message = str(err.value)
+    assert "unknown hardware 'a100-40gb'" in message
+    for name in CHIPS:
+        assert name in message
+    assert set(CHIPS) <= set(known_hardware())
+
+
+def test_cluster_counts_devices_and_picks_the_link_level():
+    cluster = load_cluster("h100-sxm", nodes=4)
+    assert cluster.n_devices == 32 and cluster.name == "h100-sxm×4"
+    assert cluster.link(8) is cluster.chip.intra_node
+    assert cluster.link(16) is cluster.chip.inter_node
+    with pytest.raises(ValueError, match="at least one node"):
+        load_cluster("h100-sxm", nodes=0)
+
+
+def test_profile_round_trips_through_json(tmp_path):
+    cal = Calibration(matmul_curve=((1e6, 1e9), (1e8, 4e9)),
+                      collectives={"all-reduce": {"8": {"alpha": 1e-4, "beta": 1e-9}}},
+                      step_overhead_s=1e-3, parallel_devices=1.5, elementwise_rate=2e9)
+    chip = Chip("test-chip", "a test", {"float32": 4e9}, 1e9, 1e9, Link(1e9, 1e-5, "shm"),
+                Link(1e9, 1e-5, "shm"), 8, 8, 1.0, 1.0, ("made up",), cal)
+    path = save_chip(chip, tmp_path)
+    again = chip_from_json(json.loads(path.read_text()))
+    assert again == chip
+    assert load_chip("test-chip", tmp_path).calibration.matmul_curve == cal.matmul_curve
+
+
+def test_calibration_interpolates_the_matmul_curve_in_log_size():
+    cal = Calibration(matmul_curve=((1e6, 1e9), (1e8, 3e9)))
+    assert cal.matmul_rate(1e3) == 1e9 and cal.matmul_rate(1e10) == 3e9  # flat beyond the ends
+    assert math.isclose(cal.matmul_rate(1e7), 2e9)  # halfway in log size
+
+
+def test_alpha_beta_fit_recovers_a_line():
+    sizes = np.array([1e4, 1e5, 1e6, 4e6])
+    fit = calibrate.fit_alpha_beta(sizes, 2e-4 + 5e-10 * sizes)
+    assert math.isclose(fit["alpha"], 2e-4, rel_tol=1e-6)
+    assert math.isclose(fit["beta"], 5e-10, rel_tol=1e-6)
+    # a negative intercept from noise is clamped to zero, the slope refitted through the origin
+    fit = calibrate.fit_alpha_beta(sizes, -1e-4 + 5e-10 * sizes)
+    assert fit["alpha"] == 0.0 and fit["beta"] > 0
+
+
+def test_calibration_kernels_run_on_the_emulated_mesh():
+    assert calibrate.matmul_rate(64, 8) > 1e6  # FLOP/s per device, all devices busy
+    seconds = calibrate.collective_seconds("all-reduce", 8, 64 * 1024, 8)
+    assert 0 < seconds < 1.0
+    fn, args = calibrate.block_step(8)
+    grads = fn(*args)
+    assert grads[1].shape == args[1].shape  # input gradients too: every matmul runs 3 times
+
+
+def test_recalibration_reads_efficiency_and_parallelism_off_block_timings():
+    from parex.config import TrainConfig
+    from parex.predict.shapes import Grid, model_sizes
+    from parex.predict.time import cpu_layer_seconds
+
+    chip = load_chip("cpu-local")
+    cfg = calibrate._block_config()
+    grid = Grid.from_columns(TrainConfig(global_batch=calibrate.BLOCK_SEQUENCES), cfg)
+    kernels = 2 * cpu_layer_seconds(model_sizes(cfg), grid, "none", chip.calibration,
+                                    chip.hbm_bandwidth)[0]
+    overhead = chip.calibration.step_overhead_s
+    t_all = 2 * kernels + overhead  # twice what the kernel rates say
+    again = calibrate.recalibrated(chip, t_all, t_all / 4)
+    assert again.calibration.step_efficiency == pytest.approx(0.5)
+    # one device doing 1/8 of the work in 1/4 of the time: 2 devices' worth run at once
+    assert again.calibration.parallel_devices == pytest.approx(2.0)
+
+
+def test_committed_cpu_local_profile_is_calibrated():
+    chip = load_chip("cpu-local")
+    cal = chip.calibration
+    assert cal is not None and cal.n_devices == chip.devices_per_node == 8
+    assert set(cal.collectives) == {"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                    "collective-permute"}
+    assert 1 <= cal.parallel_devices <= cal.n_devices and 0 < cal.step_efficiency <= 2
+
+
+@pytest.mark.slow
+def test_parex_calibrate_writes_a_profile_in_under_two_minutes(tmp_path):
+    chip, path, seconds = calibrate.run(8, directory=tmp_path, progress=False)
+    assert seconds < 120
+    again = load_chip("cpu-local", tmp_path)
+    assert again.calibration.matmul_curve == chip.calibration.matmul_curve
+    assert "devices run at once" in calibrate.summary(chip)
+
+
+def test_cluster_of_a_chip_is_a_value():
+    chip = load_chip("a100-80gb")
+    assert Cluster(chip, 2) == Cluster(chip, 2)

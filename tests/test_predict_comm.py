@@ -1,0 +1,156 @@
+"""Communication bytes and α-β costs by hand, the overlap model, and the pipeline bubble."""
+
+import math
+
+import numpy as np
+import pytest
+
+from parex.config import TrainConfig, model_preset
+from parex.hardware import load_chip
+from parex.layout import Axis, Layout
+from parex.predict import comm, predict
+from parex.predict import time as time_model
+from parex.predict.shapes import Grid
+
+TINY = model_preset("tiny")  # 875,264 parameters; L=4, D=128, T=128, V=256
+N, L, D, T = 875264, 4, 128, 128
+EMBED_PARAMS = 786432 + 65536 + 16384  # matrices, tokens + unembed, positions: 868,352
+TRAIN = TrainConfig(global_batch=16)
+
+
+def by_kind(layout, convention, train=TRAIN, model=TINY):
+    return predict(model, train, layout, "a100-80gb", convention=convention).comm_bytes_per_device
+
+
+def test_data_parallel_all_reduces_every_gradient_once():
+    kinds = by_kind(Layout(data=8), "gpu")
+    assert kinds["all-reduce"] == 4 * N + 4  # float32 gradients and the loss
+    assert sum(kinds.values()) == kinds["all-reduce"]
+
+
+def test_zero_stages_by_convention():
+    gpu, cpu = by_kind(Layout(data=8, zero=2), "gpu"), by_kind(Layout(data=8, zero=2), "xla-cpu")
+    assert gpu["reduce-scatter"] == 4 * N + 4 and gpu["all-reduce"] == 0  # sharded gradients
+    assert gpu["all-gather"] == 4 * EMBED_PARAMS  # updated parameters back from their shards
+    assert cpu["reduce-scatter"] == 0  # the CPU compiler all-reduces, then slices
+    # ... and moves the token-embedding gradient by all-to-all instead (its lookup output)
+    assert cpu["all-to-all"] == 2 * T * D * 4
+    assert cpu["all-reduce"] + 256 * D * 4 == 4 * N + 4
+    zero1 = by_kind(Layout(data=8, zero=1), "gpu")
+    assert zero1["all-reduce"] == 4 * N + 4 and zero1["all-gather"] == 4 * EMBED_PARAMS
+
+
+def test_fsdp_gathers_each_layer_forward_and_backward():
+    kinds = by_kind(Layout(fsdp=8), "gpu")
+    layers = 4 * 786432  # the stacked matrices, float32, twice (forward and backward)
+    assert kinds["all-gather"] == 2 * layers + 4 * (65536 + 16384)
+    assert kinds["reduce-scatter"] == 4 * N + 4
+
+
+def test_tensor_parallel_all_reduces_by_hand():
+    x = 16 * T * D * 4  # one (B, T, D) float32 activation per device
+    for remat, per_block in (("none", 4), ("full", 5)):
+        kinds = by_kind(Layout(tensor=8), "gpu", TRAIN.replace(remat=remat))
+        cross_entropy = 3 * 16 * T * 4
+        assert kinds["all-reduce"] == (per_block * L + 2) * x + cross_entropy
+    sp = by_kind(Layout(tensor=8, sp=True), "gpu")
+    assert sp["reduce-scatter"] == (4 * L + 1) * x and sp["all-gather"] == (4 * L + 1) * x
+    llama = model_preset("tiny-llama")  # SwiGLU: the second MLP input adds one backward
+    p = predict(llama, TRAIN, Layout(tensor=4, data=2), "a100-80gb")
+    tp = sum(c["bytes"] for c in p.collectives if c["name"] == "tp")
+    assert tp == (5 * L + 2) * 8 * T * D * 4
+
+
+def test_microbatches_multiply_reductions_on_xla_only():
+    train = TRAIN.replace(microbatch=1)  # 2 microbatches per replica on 8 replicas
+    assert by_kind(Layout(data=8), "xla-cpu", train)["all-reduce"] == 2 * (4 * N + 4)
+    assert by_kind(Layout(data=8), "gpu", train)["all-reduce"] == 4 * N + 4
+
+
+def test_pipeline_sends_activations_both_ways():
+    kinds = by_kind(Layout(stage=2, data=4, schedule="1f1b", microbatches=2), "gpu")
+    x = 2 * T * D * 4  # b = 16 / (4 · 2) = 2 sequences per microbatch
+    assert kinds["collective-permute"] == 2 * 2 * x  # forward and backward per microbatch
+
+
+def test_group_shape_places_tensor_innermost():
+    g = Grid.from_layouts([Layout(data=4, tensor=8), Layout(data=8)], TRAIN, TINY)
+    size, stride = comm.group_shape(g, (Axis.TENSOR,))
+    assert list(size) == [8, 1]
+    size, stride = comm.group_shape(g, (Axis.DATA, Axis.FSDP))
+    assert list(size) == [4, 8] and list(stride) == [8, 1]
+
+
+def test_ring_costs_by_hand_and_hierarchy():
+    chip = load_chip("a100-80gb")
+    S, bw = 1e9, 300e9 * chip.network_efficiency
+    inside = comm.collective_seconds("all-reduce", np.array([8]), np.array([1]), S, chip)[0]
+    assert inside == pytest.approx(2 * 7 / 8 * S / bw + 6 * chip.intra_node.latency)
+    # 4 nodes: reduce-scatter inside (as an all-reduce's first half), then 1/8 of the bytes
+    # all-reduced across nodes on each GPU's own NIC
+    across = comm.collective_seconds("all-reduce", np.array([32]), np.array([1]), S, chip)[0]
+    inter = 25e9 * chip.network_efficiency
+    assert across == pytest.approx(inside + 2 * 3 / 4 * S / 8 / inter
+                                   + 4 * chip.inter_node.latency)
+    # a data axis outside an 8-wide tensor axis crosses nodes at every step
+    strided = comm.collective_seconds("all-gather", np.array([4]), np.array([8]), S, chip)[0]
+    assert strided == pytest.approx(3 / 4 * S / inter + 3 * chip.inter_node.latency)
+
+
+def test_tree_latency_wins_for_small_messages():
+    chip = load_chip("a100-80gb")
+    t = comm.collective_seconds("all-reduce", np.array([8]), np.array([1]), 8.0, chip)[0]
+    assert t == pytest.approx(2 * 7 / 8 * 8 / (300e9 * 0.8) + 2 * 3 * chip.intra_node.latency)
+
+
+def test_gradient_reduction_hides_behind_the_backward_pass():
+    model = model_preset("gpt2-medium").replace(dtype="bfloat16", vocab=50304)
+    train = TrainConfig(global_batch=64, seq_len=1024)
+    p = predict(model, train, Layout(data=64), load_chip("a100-80gb"))
+    reduce = sum(c["seconds"] for c in p.collectives if c["name"] == "grad-reduce")
+    assert reduce > 0
+    # at most everything, at least the last layer's share
+    assert reduce / model.layers <= p.step_time_s["exposed_comm"] <= reduce
+    tp = predict(model, train, Layout(data=8, tensor=8), load_chip("a100-80gb"))
+    critical = sum(c["seconds"] for c in tp.collectives if c["name"] in ("tp", "cross-entropy"))
+    assert tp.step_time_s["exposed_comm"] >= critical  # Megatron's all-reduces are exposed
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_bubble_matches_the_published_fraction(schedule):
+    # (p − 1)/(m + p − 1) of the step for GPipe and 1F1B with equal per-microbatch costs
+    p, m = 4, 8
+    g = Grid.from_layouts([Layout(stage=p, schedule=schedule, microbatches=m)],
+                          TrainConfig(global_batch=8), TINY)
+    busy = np.array([3.0])  # seconds per microbatch on a stage (t_F = 1, t_B = 2 units)
+    bubble = time_model.bubble_seconds(g, busy, "none", np.zeros(1))[0]
+    # parex's executor recomputes each chunk: t_F + t_B = 1 + 3 in units of busy / 4
+    assert bubble / (bubble + m * busy[0]) == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_interleaving_shrinks_the_bubble_by_v():
+    p, m, v = 4, 8, 2
+    train = TrainConfig(global_batch=8)
+    flat = Grid.from_layouts([Layout(stage=p, schedule="1f1b", microbatches=m)], train, TINY)
+    inter = Grid.from_layouts([Layout(stage=p, schedule="interleaved", microbatches=m,
+                                      virtual_stages=v)], train, TINY)
+    busy = np.array([3.0])
+    b1 = time_model.bubble_seconds(flat, busy, "none", np.zeros(1))[0]
+    bv = time_model.bubble_seconds(inter, busy, "none", np.zeros(1))[0]
+    assert bv / (m * busy[0]) == pytest.approx((p - 1) / (v * m), rel=0.05)
+    assert math.isclose(b1 / bv, v, rel_tol=0.05)
+
+
+def test_every_term_adds_up():
+    p = predict(model_preset("megatron-39.1b").replace(dtype="bfloat16"),
+                TrainConfig(global_batch=1536, microbatch=4, remat="full"),
+                Layout(data=32, tensor=8, stage=2, schedule="1f1b"), "a100-80gb",
+                recipe="mixed")
+    st = p.step_time_s
+    assert st["total"] == pytest.approx(st["compute"] + st["exposed_comm"] + st["bubble"])
+    assert st["bubble"] > 0 and st["exposed_comm"] > 0
+    assert sum(c["bytes"] for c in p.collectives) == pytest.approx(
+        sum(p.comm_bytes_per_device.values()))
+    assert p.memory_bytes_per_device["total"] == pytest.approx(
+        sum(p.memory_bytes_per_device[k] for k in ("argument", "grads", "activations", "temp")))
+    assert 0 < p.mfu < p.hfu < 1

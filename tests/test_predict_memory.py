@@ -1,0 +1,129 @@
+"""Memory formulas against hand-computed values (the compiled-step checks are in
+test_predict_compiled.py)."""
+
+import math
+
+import pytest
+
+from parex.config import TrainConfig, model_preset
+from parex.layout import Layout
+from parex.predict import predict
+from parex.predict import memory as M
+from parex.predict.shapes import Grid, model_sizes
+
+TINY = model_preset("tiny")  # L=4, D=128, H=8, F=512, V=256, T=128
+# tiny's parameters by sharding group, by hand: every matrix of a block has an embed dim and a
+# tensor dim: W_qkv 3·D², W_o D², W_in, W_out D·F each -> 4·(4·128² + 2·128·512) = 786,432;
+# biases on heads/mlp (b_qkv 3·D, b_in F) -> 4·(384 + 512) = 3,584; D-sized norms and biases
+# per block 6·D -> 3,072; final norm 2·D = 256; tokens and unembed 2·V·D = 65,536; positions T·D.
+MATRICES, HEAD_BIASES, HIDDEN, FINAL, TABLES, POSITIONS = 786432, 3584, 3072, 256, 65536, 16384
+N = MATRICES + HEAD_BIASES + HIDDEN + FINAL + TABLES + POSITIONS
+
+
+def grid(layout: Layout, train=TrainConfig(global_batch=16), model=TINY) -> Grid:
+    return Grid.from_layouts([layout], train, model)
+
+
+def elements(layout: Layout, kind: str) -> float:
+    return float(M.state_elements(model_sizes(TINY), grid(layout), kind)[0])
+
+
+def test_parameter_groups_add_up_to_the_model():
+    sizes = model_sizes(TINY)
+    assert sizes.n_params == N == TINY.n_params
+    assert sizes.layer_params == (MATRICES + HEAD_BIASES + HIDDEN) // 4
+
+
+@pytest.mark.parametrize("layout, param, grad, opt", [
+    (Layout(data=8), N, N, N),
+    # ZeRO shards whatever has an embed dim over data, from stage 1 (opt), 2 (grad), 3 (param)
+    (Layout(data=8, zero=1), N, N, N - (MATRICES + TABLES + POSITIONS) * 7 / 8),
+    (Layout(data=8, zero=2), N, N - (MATRICES + TABLES + POSITIONS) * 7 / 8,
+     N - (MATRICES + TABLES + POSITIONS) * 7 / 8),
+    (Layout(fsdp=8), *[N - (MATRICES + TABLES + POSITIONS) * 7 / 8] * 3),
+    # TP splits everything with a heads / kv_heads / mlp / vocab dim: not norms, D-biases, positions
+    (Layout(tensor=8), *[(MATRICES + HEAD_BIASES + TABLES) / 8 + HIDDEN + FINAL + POSITIONS] * 3),
+    (Layout(fsdp=2, tensor=4), *[MATRICES / 8 + TABLES / 8 + POSITIONS / 2 + HEAD_BIASES / 4
+                                 + HIDDEN + FINAL] * 3),
+])
+def test_state_elements_per_zero_stage_by_hand(layout, param, grad, opt):
+    assert elements(layout, "param") == pytest.approx(param)
+    assert elements(layout, "grad") == pytest.approx(grad)
+    assert elements(layout, "opt") == pytest.approx(opt)
+
+
+def test_argument_is_params_optimizer_and_batch_by_hand():
+    mem = predict(TINY, TrainConfig(global_batch=16), Layout(data=8), "a100-80gb")
+    batch = 2 * 4 * (16 // 8) * 128  # inputs and targets, int32, 2 sequences per device
+    assert mem.memory_bytes_per_device["params"] == 4 * N
+    assert mem.memory_bytes_per_device["optimizer"] == 8 * N + 8  # Adam's m and v + 2 counters
+    assert mem.memory_bytes_per_device["argument"] == 12 * N + 8 + batch
+
+
+@pytest.mark.parametrize("psi, n_d, stage, expected", [
+    (7.5e9, 64, 1, 4 * 7.5e9 + 12 * 7.5e9 / 64),  # ZeRO: 4Ψ + KΨ/N_d
+    (7.5e9, 64, 2, 2 * 7.5e9 + 14 * 7.5e9 / 64),  # 2Ψ + (2 + K)Ψ/N_d
+    (7.5e9, 64, 3, 16 * 7.5e9 / 64),  # (2 + 2 + K)Ψ/N_d
+    (1e12, 1, 3, 16e12),
+])
+def test_zero_closed_forms(psi, n_d, stage, expected):
+    assert M.zero_state_bytes(psi, n_d, stage) == pytest.approx(expected)
+
+
+def test_korthikanti_formulas_by_hand():
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    sbh = s * b * h
+    assert M.korthikanti_layer_bytes(s, b, h, a) == sbh * (34 + 5 * a * s / h)
+    assert M.korthikanti_layer_bytes(s, b, h, a, t) == sbh * (10 + 24 / t + 5 * a * s / (h * t))
+    assert M.korthikanti_layer_bytes(s, b, h, a, t, sp=True) == sbh / t * (34 + 5 * a * s / h)
+    assert M.korthikanti_layer_bytes(s, b, h, a, t, remat="selective") == sbh * (10 + 24 / t)
+    assert M.korthikanti_layer_bytes(s, b, h, a, t, True, "selective") == 34 * sbh / t
+    assert M.korthikanti_layer_bytes(s, b, h, a, t, remat="full") == 2 * sbh
+    # 175B, t = 8, SP + selective: 34·2048·12288/8 bytes = 107 MB per layer
+    assert math.isclose(34 * sbh / t / 1e6, 106.95, rel_tol=1e-3)
+
+
+def test_xla_activation_elements_by_hand():
+    sizes = model_sizes(TINY)
+    h, F, a, s = 128, 512, 8, 128
+    dp = M.xla_layer_elements(sizes, grid(Layout(data=8)), "none")[0]
+    assert dp == 8 * h + 4 * h + 6 * F + 2 * a * s  # 6,656 per token
+    tp = M.xla_layer_elements(sizes, grid(Layout(tensor=8)), "none")[0]
+    assert tp == 8 * h + 4 * h / 8 + 6 * F / 8 + 2 * a / 8 * s
+    sp = M.xla_layer_elements(sizes, grid(Layout(tensor=8, sp=True)), "selective")[0]
+    assert sp == 2 * h + 6 * h / 8 + 4 * h / 8 + 6 * F / 8  # no scores under selective remat
+    full = M.xla_layer_elements(sizes, grid(Layout(tensor=8, sp=True)), "full")[0]
+    assert full == h / 8  # only the block input, split by SP
+
+
+def test_pipeline_activations_follow_the_schedule_table():
+    from parex.parallel.schedules import make_schedule
+
+    sizes, train = model_sizes(TINY), TrainConfig(global_batch=16)
+    mixed = M.RECIPES["mixed"]
+    for name, expected_flight in (("gpipe", 8), ("1f1b", 2)):
+        g = grid(Layout(stage=2, schedule=name, microbatches=8), train)
+        flight = M.in_flight(g)[0]
+        assert flight == expected_flight == max(make_schedule(name, 2, 8).peak_in_flight())
+        per_layer = M.layer_bytes(sizes, g, "none", mixed, 2)[0]
+        acts = M.activation_bytes(sizes, g, "none", mixed, 2)[0]
+        assert acts == per_layer * 2 * flight  # 2 layers per stage × microbatches in flight
+    # Korthikanti: interleaving multiplies 1F1B's L layers' worth by (1 + (p − 1)/(p·v))
+    p, v, m = 4, 2, 8
+    g1 = grid(Layout(stage=p, schedule="1f1b", microbatches=m), train)
+    gi = grid(Layout(stage=p, schedule="interleaved", virtual_stages=v, microbatches=m), train)
+    ratio = M.activation_bytes(sizes, gi, "none", mixed, 2) / M.activation_bytes(sizes, g1, "none",
+                                                                                 mixed, 2)
+    assert ratio[0] == pytest.approx(1 + (p - 1) / (p * v))
+
+
+def test_a_layout_that_does_not_fit_is_predicted_and_flagged_by_how_much():
+    model = model_preset("llama2-13b").replace(dtype="bfloat16")
+    p = predict(model, TrainConfig(global_batch=8, seq_len=4096), Layout(data=8), "a100-80gb")
+    assert not p.fits
+    assert p.over_capacity_bytes == pytest.approx(p.memory_bytes_per_device["total"] - 80e9)
+    assert p.over_capacity_bytes > 100e9  # 13B parameters × 16 bytes alone are 208 GB
+    assert p.step_time_s["total"] > 0  # still predicted
+    fits = predict(model, TrainConfig(global_batch=8, seq_len=4096, remat="full"),
+                   Layout(fsdp=8), "h200")
+    assert fits.fits and fits.over_capacity_bytes == 0
