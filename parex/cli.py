@@ -104,6 +104,7 @@ def cmd_demo(args) -> int:
     from tqdm.auto import tqdm
 
     from .measure import measure
+    from .predict import predict
     from .report import comparison_table
 
     n = setup_devices(args, None)
@@ -113,16 +114,19 @@ def cmd_demo(args) -> int:
     print(f"parex demo · {model.name} ({model.n_params / 1e6:.2f}M parameters) · global batch "
           f"{train.global_batch} × {train.seq_len or model.seq_len} tokens · {args.steps} steps · "
           f"{n} {jax.devices()[0].platform} devices\n")
-    results = []
+    results, predictions = [], []
     for name in tqdm(DEMO_LAYOUTS, desc="layouts"):
         layout = Layout.preset(name, n)
         results.append(measure(model, train, layout, devices=jax.devices()[:n]))
+        predictions.append(predict(model, train, layout, "cpu-local"))
     print()
-    print(comparison_table(results))
-    print("\nstate/dev: parameters + optimizer state per device (the step's arguments); "
-          "memory/dev: arguments + outputs − donated + temporaries.\nCommunication is per device "
-          "per step, read from the compiled HLO (the CPU compiler keeps all-reduces where a GPU "
-          "would reduce-scatter).")
+    print(comparison_table(results, predictions))
+    print("\nstep ms: measured median; pred ms: the analytic model with this machine's calibrated "
+          "cpu-local profile.\nstate/dev: parameters + optimizer state per device (the step's "
+          "arguments); memory/dev: arguments + outputs − donated + temporaries.\nCommunication is "
+          "per device per step, read from the compiled HLO (the CPU compiler keeps all-reduces "
+          "where a GPU would reduce-scatter).\nNext: `parex compare --layout dp_tp` for every "
+          "field, `parex predict --model gpt3-175b ...` at scale, notebooks/ for the charts.")
     return 0
 
 

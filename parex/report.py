@@ -49,18 +49,24 @@ def measurement_report(m: Measurement, n_params: int) -> str:
     return "\n".join(lines)
 
 
-def comparison_table(measurements: list[Measurement]) -> str:
-    """One row per layout: what the demo and sweeps print."""
+def comparison_table(measurements: list[Measurement], predictions=None) -> str:
+    """One row per layout: what the demo and sweeps print. With predictions (one per measurement,
+    same order), the predicted step time and memory sit beside the measured ones."""
     rows = []
-    for m in measurements:
+    for i, m in enumerate(measurements):
         comm = m.comm_bytes_per_device
-        rows.append([m.layout, f"{m.losses[0]:.3f}→{m.losses[-1]:.3f}",
-                     f"{m.step_time_s['median'] * 1e3:.1f}", f"{m.tokens_per_s:,.0f}",
-                     human_bytes(m.memory_bytes_per_device["argument"]),
-                     human_bytes(m.memory_bytes_per_device["total"]),
-                     human_bytes(comm["all-reduce"]), human_bytes(comm["all-gather"]),
-                     human_bytes(comm["reduce-scatter"] + comm["all-to-all"]
-                                 + comm["collective-permute"])])
-    header = ["layout", "loss", "step ms", "tokens/s", "state/dev", "memory/dev", "all-reduce",
-              "all-gather", "other comm"]
+        row = [m.layout, f"{m.losses[0]:.3f}→{m.losses[-1]:.3f}",
+               f"{m.step_time_s['median'] * 1e3:.1f}"]
+        if predictions:
+            row.append(f"{predictions[i].step_time_s['total'] * 1e3:.1f}")
+        row += [f"{m.tokens_per_s:,.0f}", human_bytes(m.memory_bytes_per_device["argument"]),
+                human_bytes(m.memory_bytes_per_device["total"])]
+        if predictions:
+            row.append(human_bytes(predictions[i].memory_bytes_per_device["total"]))
+        row += [human_bytes(comm["all-reduce"]), human_bytes(comm["all-gather"]),
+                human_bytes(comm["reduce-scatter"] + comm["all-to-all"] + comm["collective-permute"])]
+        rows.append(row)
+    header = ["layout", "loss", "step ms"] + (["pred ms"] if predictions else []) + [
+        "tokens/s", "state/dev", "memory/dev"] + (["pred mem"] if predictions else []) + [
+        "all-reduce", "all-gather", "other comm"]
     return table(rows, header)
