@@ -19,6 +19,7 @@ SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none
                                                         None),
         ("tiny-llama", "fsdp=8", "selective", 1), ("tiny", "data=4,stage=2,schedule=1f1b,"
                                                    "microbatches=2", "none", None),
+        ("tiny", "data=2,stage=4,microbatches=4", "none", None),
         ("tiny", "data=4,seq=2,cp=ring", "none", None),
         ("tiny", "data=4,seq=2,cp=ulysses", "none", None)]
 

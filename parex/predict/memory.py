@@ -22,7 +22,8 @@ Activations, two formulas:
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
 table (Schedule.peak_in_flight); parex's executor stashes only each chunk's input and recomputes
 the chunk in its backward, so a pipelined stage holds b·T·D per microbatch-chunk in flight plus
-one chunk's activations while it is being differentiated.
+one chunk's activations while it is being differentiated (and, as everywhere, one layer's working
+set on top when the chunk's layers are scanned, i.e. more than one).
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
 gradient accumulation keeps a running sum of the gradients.
@@ -172,6 +173,9 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     if nothing were rematerialised), the float32 logits, and the compute-dtype copies of the
     weights (bfloat16 runs only) of the parameters a device gathers."""
     working = layer_bytes(sizes, grid, "none", rec, act_bytes)
+    if rec.stage_remat:  # a one-layer pipeline chunk is not scanned: its activations are all
+        chunk = grid.stage_layers / grid.virtual_stages
+        working = np.where((grid.stage > 1) & (chunk <= 1), 0.0, working)
     logits = LOGIT_COPIES * grid.tokens * sizes.V / grid.tensor * 4
     copies = 0.0
     if compute_bytes < rec.param_bytes:
