@@ -84,7 +84,9 @@ class TrainConfig:
 
 
 # --- presets ---------------------------------------------------------------------------------
-# GPT-2 and GPT-3 use V = 50257, Megatron's papers V = 51200; Llama sizes from the model cards.
+# GPT-2 and GPT-3's 50257 tokens are padded to 50304 (a multiple of 128, as Megatron and nanoGPT
+# do) so that the vocabulary splits over tensor axes; Megatron's papers use V = 51200; Llama sizes
+# are from the model cards.
 
 def tiny() -> ModelConfig:
     """~0.9M parameters: a step in well under a second on a laptop CPU."""
@@ -102,7 +104,7 @@ def tiny_llama() -> ModelConfig:
                        ffn=344, vocab=256, seq_len=128)
 
 
-def _gpt(name, layers, hidden, heads, vocab=50257, seq_len=1024):
+def _gpt(name, layers, hidden, heads, vocab=50304, seq_len=1024):
     return ModelConfig(name, "gpt", layers, hidden, heads, vocab=vocab, seq_len=seq_len)
 
 

@@ -28,7 +28,8 @@ class Measurement:
     step_time_s: dict[str, float]  # median, min, max over the timed steps
     compile_time_s: float  # lowering + compilation
     memory_bytes_per_device: dict[str, int]  # MEMORY_PARTS; total = argument + output - alias + temp
-    flops_per_device: float  # XLA cost analysis of the compiled step
+    flops_per_device: float  # XLA's cost analysis of the compiled step; it counts each loop body
+    # (the scan over layers, microbatches, pipeline ticks) once, so it undercounts the true step
     bytes_accessed_per_device: float  # XLA cost analysis: HBM traffic
     collectives: list[Collective] = field(default_factory=list)
     tokens_per_step: int = 0

@@ -36,7 +36,7 @@ def measurement_report(m: Measurement, n_params: int) -> str:
         f"step time     median {st['median'] * 1e3:.1f} ms (min {st['min'] * 1e3:.1f}, "
         f"max {st['max'] * 1e3:.1f}) · {m.tokens_per_s:,.0f} tokens/s · "
         f"compile {m.compile_time_s:.1f} s",
-        f"compute       {m.flops_per_device / 1e9:.3f} GFLOP per device per step (XLA cost analysis)",
+        f"compute       {m.flops_per_device / 1e9:.3f} GFLOP per device per step (XLA cost analysis: loop bodies counted once)",
         "memory per device  " + " · ".join(f"{k} {human_bytes(v)}" for k, v in mem.items()),
         "",
     ]
