@@ -71,6 +71,14 @@ def cmd_run(args) -> int:
     from .measure import measure
     from .report import measurement_report
 
+    if args.study == "long-sequence":  # the same table as `parex seqstudy`
+        from .studies_sequence import DEFAULT_LENGTHS, STUDY_MODES, cmd_seqstudy
+
+        return cmd_seqstudy(argparse.Namespace(
+            model=args.model, devices=args.devices, platform=args.platform,
+            lengths=args.lengths or ",".join(map(str, DEFAULT_LENGTHS)),
+            modes=",".join(STUDY_MODES), global_batch=1, csv=None, chart=None))
+
     n = setup_devices(args, args.layout)
     model, train = configs_from_args(args)
     layout = Layout.parse(args.layout, n)
@@ -92,6 +100,9 @@ def add_run(sub) -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--data", default="corpus", choices=["corpus", "synthetic"])
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--study", choices=["long-sequence"], default=None,
+                   help="instead of one layout, print the long-sequence study (see seqstudy)")
+    p.add_argument("--lengths", default=None, help="sequence lengths for --study long-sequence")
     p.set_defaults(func=cmd_run)
 
 

@@ -67,3 +67,10 @@ def test_models_too_large_for_this_machine_are_refused_before_compiling(capsys):
     assert main(["run", "--model", "gpt3-175b", "--layout", "fsdp", "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "needs at least" in err and "parex predict" in err
+
+
+def test_run_prints_the_long_sequence_table(capsys):
+    assert main(["run", "--study", "long-sequence", "--lengths", "64"]) == 0
+    out = capsys.readouterr().out
+    for mode in ("tensor=8,sp=on", "seq=8,cp=ring", "seq=8,cp=ulysses", "temp/dev"):
+        assert mode in out
