@@ -7,7 +7,8 @@
     p = parex.predict(model, train, parex.Layout.parse("data=2,tensor=4"), "cpu-local")
     parex.records_frame([m, p])         # one tidy DataFrame: measured and predicted rows
 
-Charts live in `parex.charts`, the Explorer widget in `parex.widgets` (both need the notebook extra).
+Charts live in `parex.charts`, the Explorer widget in `parex.widgets` (both need the `notebook`
+extra).
 """
 
 from .config import ModelConfig, TrainConfig, model_preset, preset_names

@@ -83,7 +83,6 @@ def matmul_rate(n: int, devices: int, dtype: str = "float32") -> float:
 def elementwise_rate(devices: int, tokens: int = 512, width: int = 512) -> tuple[float, float]:
     """(elementwise FLOP/s per device as XLA counts them, copy bandwidth per device in B/s)."""
     import jax
-    import jax.numpy as jnp
 
     mesh = _mesh((devices,), ("d",))
     x = _sharded(mesh, (devices, tokens, width), ("d",))

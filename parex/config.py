@@ -74,7 +74,7 @@ class TrainConfig:
     weight_decay: float = 0.1  # AdamW decay, applied to matrices only
     grad_clip: float = 1.0  # global-norm clipping threshold
     seed: int = 0  # parameter initialisation and synthetic data
-    remat: str = "none"  # "none", "selective" (recompute attention scores), "full" (recompute blocks)
+    remat: str = "none"  # "none", "selective" (recompute attention scores), "full" (blocks)
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)

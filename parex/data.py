@@ -44,7 +44,8 @@ class Batches:
         if source == "corpus" and vocab < ByteTokenizer.vocab_size:
             raise ValueError(f"the byte-level corpus needs vocab >= 256, the model has {vocab}; "
                              f"use --data synthetic or a larger vocabulary")
-        self.source, self.B, self.T, self.vocab, self.seed = source, global_batch, seq_len, vocab, seed
+        self.source, self.B, self.T = source, global_batch, seq_len
+        self.vocab, self.seed = vocab, seed
         self.tokens = load_corpus() if source == "corpus" else None
 
     def __getitem__(self, step: int) -> dict:

@@ -57,7 +57,8 @@ def shape_bytes(shape: str) -> int:
 
 
 def _result_bytes(shape: str, op: str, is_async: bool) -> int:
-    """Async starts (GPU) return (operand, result, ...) for gathers and permutes: count the result."""
+    """Async starts (GPU) return (operand, result, ...) for gathers and permutes: count the
+    result."""
     arrays = _ARRAY.findall(shape)
     if is_async and op != "all-reduce" and len(arrays) >= 2:
         dtype, dims = arrays[1]
@@ -77,7 +78,8 @@ def _iota(text: str) -> np.ndarray:
 
 
 def device_groups(line: str, n_devices: int) -> list[list[int]] | None:
-    """The groups of device ids in an instruction, from any of XLA's syntaxes; None if unreadable."""
+    """The groups of device ids in an instruction, from any of XLA's syntaxes; None if
+    unreadable."""
     pairs = re.search(r"source_target_pairs=\{(.*?)\}\}", line)
     if pairs:
         return [[int(a), int(b)] for a, b in re.findall(r"\{(\d+),(\d+)", pairs.group(1) + "}")]
@@ -100,7 +102,8 @@ def device_groups(line: str, n_devices: int) -> list[list[int]] | None:
         return _iota(m.group(1)).tolist()
     m = re.search(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}", line)
     if m:
-        groups = [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m.group(1))]
+        groups = [[int(x) for x in g.split(",") if x]
+                  for g in re.findall(r"\{([\d,]*)\}", m.group(1))]
         return groups or [list(range(n_devices))]
     return None
 
@@ -164,6 +167,35 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...],
             merged[(m.group("op"), nbytes, size, axes)] += runs[name]
     return [Collective(kind, count, nbytes, size, axes)
             for (kind, nbytes, size, axes), count in sorted(merged.items())]
+
+
+_DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)\s+([\w\-]+)\((.*)$")
+
+
+def matmul_flops(hlo_text: str) -> float:
+    """FLOPs of every dot per step, loop trip counts included: 2 · |output| · |contracted dims|.
+    XLA's cost analysis counts a loop body once; this counts it as often as it runs."""
+    bodies, runs = _multiplicities(hlo_text)
+    total = 0.0
+    for name, lines in bodies.items():
+        if not runs.get(name):
+            continue
+        shapes = {}  # instruction name -> dims, within this computation
+        for line in lines:
+            m = _DEFINITION.match(line)
+            if not m:
+                continue
+            array = _ARRAY.match(m.group(2))
+            dims = [int(d) for d in array.group(2).split(",") if d] if array else []
+            shapes[m.group(1)] = dims
+            if m.group(3) != "dot":
+                continue
+            lhs = m.group(4).split(",")[0].strip().lstrip("%").split(" ")[-1].lstrip("%")
+            contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+            k = np.prod([shapes.get(lhs, [1])[int(i)] for i in contracting.group(1).split(",")
+                         if i]) if contracting else 1
+            total += 2.0 * float(np.prod(dims)) * float(k) * runs[name]
+    return total
 
 
 def bytes_by_kind(collectives: list[Collective]) -> dict[str, int]:

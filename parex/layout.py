@@ -56,7 +56,7 @@ class Layout:
     schedule: str = "gpipe"  # pipeline schedule: gpipe, 1f1b, interleaved, zbh1, bfs
     virtual_stages: int = 1  # v, model chunks per pipeline device (interleaved, bfs); key `virtual`
     microbatches: int = 1  # m, microbatches per step (gradient accumulation, pipeline fill)
-    layers_per_stage: tuple[int, ...] | None = None  # uneven partition, e.g. (3, 1); key `partition`
+    layers_per_stage: tuple[int, ...] | None = None  # uneven partition (3, 1); key `partition`
 
     # --- the mesh ------------------------------------------------------------------------
     def axis_sizes(self) -> dict[Axis, int]:
@@ -157,7 +157,8 @@ class Layout:
 
     # --- validation ----------------------------------------------------------------------------
     def validate(self, model: ModelConfig, train: TrainConfig, n_devices: int) -> "Layout":
-        """Raise LayoutError naming the problem and the fix; return self when the layout is possible.
+        """Raise LayoutError naming the problem and the fix; return self when the layout is
+        possible.
         Runs in microseconds and before anything is traced or compiled."""
         from .validation import check_layout  # one module per concern; it imports us
 

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from .config import ModelConfig, TrainConfig
 from .data import Batches
-from .hlo import parse_collectives
+from .hlo import matmul_flops, parse_collectives
 from .layout import Layout, LayoutError
 from .mesh import make_mesh
 from .record import Measurement
@@ -61,9 +61,10 @@ def check_fits_host(model: ModelConfig, layout: Layout, devices) -> None:
     if need > 0.8 * have:
         raise LayoutError(
             f"{model.name} ({model.n_params / 1e9:.2f}B parameters) needs at least "
-            f"{need / 1e9:.1f} GB for parameters, gradients and optimizer state on {layout.n_devices} "
-            f"emulated devices with layout {layout}, and this machine has {have / 1e9:.1f} GB: use "
-            f"`parex predict` for models this size, or a smaller preset (tiny, small)")
+            f"{need / 1e9:.1f} GB for parameters, gradients and optimizer state on "
+            f"{layout.n_devices} emulated devices with layout {layout}, and this machine has "
+            f"{have / 1e9:.1f} GB: use `parex predict` for models this size, or a smaller preset "
+            f"(tiny, small)")
 
 
 def _host_memory_bytes() -> float:
@@ -84,10 +85,11 @@ def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devic
 def compiled_stats(compiled, mesh) -> dict:
     """Memory, FLOPs and collectives of a compiled step, per device, without running it."""
     flops, bytes_accessed = cost_stats(compiled)
+    text = compiled.as_text()
     return {"memory_bytes_per_device": memory_stats(compiled), "flops_per_device": flops,
+            "matmul_flops_per_device": matmul_flops(text),
             "bytes_accessed_per_device": bytes_accessed,
-            "collectives": parse_collectives(compiled.as_text(), mesh.devices.shape,
-                                             mesh.axis_names)}
+            "collectives": parse_collectives(text, mesh.devices.shape, mesh.axis_names)}
 
 
 def time_steps(step: TrainStep, compiled, data: str, progress: bool) -> tuple[list, list]:

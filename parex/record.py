@@ -27,10 +27,12 @@ class Measurement:
     losses: list[float]  # one per step, in order
     step_time_s: dict[str, float]  # median, min, max over the timed steps
     compile_time_s: float  # lowering + compilation
-    memory_bytes_per_device: dict[str, int]  # MEMORY_PARTS; total = argument + output - alias + temp
+    memory_bytes_per_device: dict[str, int]  # MEMORY_PARTS; total = argument + output − alias
+    # + temp
     flops_per_device: float  # XLA's cost analysis of the compiled step; it counts each loop body
-    # (the scan over layers, microbatches, pipeline ticks) once, so it undercounts the true step
+    # (the scan over layers, microbatches, pipeline ticks) once: see matmul_flops_per_device
     bytes_accessed_per_device: float  # XLA cost analysis: HBM traffic
+    matmul_flops_per_device: float = 0.0  # every dot in the compiled step, loop trips included
     collectives: list[Collective] = field(default_factory=list)
     tokens_per_step: int = 0
 
@@ -61,6 +63,7 @@ class Measurement:
                "step_time_min_s": self.step_time_s.get("min"),
                "step_time_max_s": self.step_time_s.get("max"),
                "compile_time_s": self.compile_time_s, "flops_per_device": self.flops_per_device,
+               "matmul_flops_per_device": self.matmul_flops_per_device,
                "tokens_per_s": self.tokens_per_s,
                "loss_first": self.losses[0] if self.losses else None,
                "loss_last": self.losses[-1] if self.losses else None}
@@ -70,7 +73,8 @@ class Measurement:
         return row
 
 
-PREDICTED_MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temp", "argument", "total")
+PREDICTED_MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temp", "argument",
+                          "total")
 STEP_TIME_PARTS = ("total", "compute", "exposed_comm", "bubble")
 
 
@@ -80,7 +84,8 @@ class Prediction:
 
     memory_bytes_per_device has PREDICTED_MEMORY_PARTS; "argument" (parameters + optimizer state +
     batch, what the compiled step takes in) and "total" are directly comparable with the measured
-    parts of the same name. step_time_s has STEP_TIME_PARTS; "total" compares with the measured median.
+    parts of the same name. step_time_s has STEP_TIME_PARTS; "total" compares with the measured
+    median.
     """
 
     model: str

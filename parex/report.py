@@ -36,7 +36,9 @@ def measurement_report(m: Measurement, n_params: int) -> str:
         f"step time     median {st['median'] * 1e3:.1f} ms (min {st['min'] * 1e3:.1f}, "
         f"max {st['max'] * 1e3:.1f}) · {m.tokens_per_s:,.0f} tokens/s · "
         f"compile {m.compile_time_s:.1f} s",
-        f"compute       {m.flops_per_device / 1e9:.3f} GFLOP per device per step (XLA cost analysis: loop bodies counted once)",
+        f"compute       {m.matmul_flops_per_device / 1e9:.3f} GFLOP of matmuls per device per "
+        f"step (every dot, loop trips included; XLA's cost analysis, which counts loop bodies "
+        f"once, says {m.flops_per_device / 1e9:.3f})",
         "memory per device  " + " · ".join(f"{k} {human_bytes(v)}" for k, v in mem.items()),
         "",
     ]
@@ -64,7 +66,8 @@ def comparison_table(measurements: list[Measurement], predictions=None) -> str:
         if predictions:
             row.append(human_bytes(predictions[i].memory_bytes_per_device["total"]))
         row += [human_bytes(comm["all-reduce"]), human_bytes(comm["all-gather"]),
-                human_bytes(comm["reduce-scatter"] + comm["all-to-all"] + comm["collective-permute"])]
+                human_bytes(comm["reduce-scatter"] + comm["all-to-all"]
+                            + comm["collective-permute"])]
         rows.append(row)
     header = ["layout", "loss", "step ms"] + (["pred ms"] if predictions else []) + [
         "tokens/s", "state/dev", "memory/dev"] + (["pred mem"] if predictions else []) + [

@@ -65,8 +65,9 @@ def _check_tensor(layout: Layout, model: ModelConfig, train: TrainConfig) -> Non
     for name, size in (("heads", model.heads), ("kv_heads", model.kv_heads),
                        ("ffn", model.ffn), ("vocab", model.vocab)):
         if size % t:
-            _fail(f"{name}={size} is not divisible by tensor={t}: Megatron tensor parallelism splits "
-                  f"{name} across the tensor axis; choose tensor from the divisors of {size}")
+            _fail(f"{name}={size} is not divisible by tensor={t}: Megatron tensor parallelism "
+                  f"splits {name} across the tensor axis; choose tensor from the divisors of "
+                  f"{size}")
     if layout.sp and t == 1:
         _fail("sp=on needs tensor > 1: sequence parallelism splits the LayerNorm regions over the "
               "tensor axis; set tensor=2 or more, or sp=off")
