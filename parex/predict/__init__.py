@@ -184,7 +184,10 @@ def shared_fields(measurement, prediction) -> list[dict]:
     """Predicted, measured and their ratio for every field both sides have (same units)."""
     pairs = [("step_time_s", prediction.step_time_s["total"], measurement.step_time_s["median"]),
              ("tokens_per_s", prediction.tokens_per_s, measurement.tokens_per_s),
-             ("flops_per_device", prediction.flops_per_device, measurement.flops_per_device)]
+             ("flops_per_device", prediction.flops_per_device, measurement.flops_per_device),
+             # every loop trip counted: the formula's hardware FLOPs against the compiled dots
+             ("matmul_flops_per_device", prediction.hardware_flops_per_device,
+              getattr(measurement, "matmul_flops_per_device", 0.0))]
     for part in ("argument", "total"):
         pairs.append((f"memory_{part}_bytes", prediction.memory_bytes_per_device[part],
                       measurement.memory_bytes_per_device[part]))
