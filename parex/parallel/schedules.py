@@ -84,13 +84,11 @@ class Schedule:
             return t_b if self.split_backward else t_b + t_w
         return t_w
 
-    def timeline(self, t_f, t_b, t_w=0.0, t_p2p=0.0) -> list[dict]:
-        """Table rows with `start` and `end` seconds: each stage runs its ops in table order, each
-        op as soon as its stage is free and its inputs have arrived (t_p2p per stage hop).
-        Costs are per op on one chunk for one microbatch."""
+    def _spans(self, t_f, t_b, t_w, t_p2p):
+        """(op, start, end) in table order: each stage runs its ops in table order, each op as
+        soon as its stage is free and its inputs have arrived (t_p2p per stage hop)."""
         end: dict[tuple[int, Key], float] = {}
         free = [0.0] * self.p
-        rows = []
         for op in self.ops:  # tick order is a topological order of the dependencies
             start = free[op.stage]
             for stage, key in dependencies(op.op, op.stage, op.microbatch, op.chunk, self.p,
@@ -99,12 +97,17 @@ class Schedule:
                 start = max(start, end[stage, key] + hop)
             finish = start + self.duration(op.op, t_f, t_b, t_w)
             end[op.stage, (op.op, op.microbatch, op.chunk)] = free[op.stage] = finish
-            rows.append(dataclasses.asdict(op) | {"start": start, "end": finish})
-        return rows
+            yield op, start, finish
+
+    def timeline(self, t_f, t_b, t_w=0.0, t_p2p=0.0) -> list[dict]:
+        """Table rows with `start` and `end` seconds. Costs are per op on one chunk for one
+        microbatch."""
+        return [dataclasses.asdict(op) | {"start": start, "end": finish}
+                for op, start, finish in self._spans(t_f, t_b, t_w, t_p2p)]
 
     def makespan(self, t_f, t_b, t_w=0.0, t_p2p=0.0) -> float:
         """Seconds from the first op to the last: the critical path for these costs."""
-        return max(row["end"] for row in self.timeline(t_f, t_b, t_w, t_p2p))
+        return max(finish for _, _, finish in self._spans(t_f, t_b, t_w, t_p2p))
 
 
 def dependencies(op: str, stage: int, mb: int, chunk: int, p: int, v: int
@@ -199,25 +202,26 @@ _ORDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved": _interleaved, "
 # --- placing orders on ticks -------------------------------------------------------------------
 
 def _place(orders: list[list[Key]], p: int, v: int) -> tuple[Op, ...]:
-    """Give each op the earliest tick after its dependencies, keeping each stage's order."""
+    """Give each op the earliest tick after its dependencies, keeping each stage's order:
+    tick = max(previous op on the stage, every dependency) + 1, resolved stage by stage."""
     done: dict[tuple[int, Key], int] = {}
-    pos, ops, tick = [0] * p, [], 0
-    while any(pos[s] < len(orders[s]) for s in range(p)):
-        placed = []
+    pos, last, ops = [0] * p, [-1] * p, []
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = False
         for s in range(p):
-            if pos[s] < len(orders[s]):
-                op, j, c = orders[s][pos[s]]
-                deps = dependencies(op, s, j, c, p, v)
-                if all(done.get(d, tick) < tick for d in deps):
-                    placed.append((s, (op, j, c)))
-        if not placed:
-            raise RuntimeError(f"schedule order deadlocks at tick {tick} (p={p}, v={v})")
-        for s, key in placed:
-            done[s, key] = tick
-            pos[s] += 1
-            ops.append(Op(tick, s, key[0], key[1], key[2]))
-        tick += 1
-    return tuple(ops)
+            while pos[s] < len(orders[s]):
+                key = op, mb, chunk = orders[s][pos[s]]
+                ticks = [done.get(d) for d in dependencies(op, s, mb, chunk, p, v)]
+                if None in ticks:
+                    break  # an input is not placed yet; come back after the other stages
+                tick = max([last[s], *ticks]) + 1
+                done[s, key] = last[s] = tick
+                ops.append(Op(tick, s, *key))
+                pos[s], remaining, progressed = pos[s] + 1, remaining - 1, True
+        if not progressed:
+            raise RuntimeError(f"schedule order deadlocks (p={p}, v={v})")
+    return tuple(sorted(ops, key=lambda op: (op.tick, op.stage)))
 
 
 # --- the public constructor --------------------------------------------------------------------
