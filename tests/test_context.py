@@ -5,20 +5,19 @@ collectives."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import parity
 import pytest
 from jax.sharding import PartitionSpec as P
 
 from parex import model as gpt
 from parex.config import TrainConfig, model_preset
-from parex.data import Batches
 from parex.hlo import parse_collectives
 from parex.layout import Axis, Layout, LayoutError
 from parex.measure import relative_error
 from parex.mesh import make_mesh
 from parex.parallel.context import ring_attention, ulysses_attention, zigzag, zigzag_chunks
-from parex.step import TrainStep, reference_loss_and_grads
 
-TOLERANCE = 1e-5
+TOLERANCE = parity.TOLERANCE
 TRAIN = TrainConfig(global_batch=4)  # the tiny models' own sequence length, 128
 SEQ = Axis.SEQ.value
 
@@ -77,26 +76,15 @@ def test_ulysses_attention_equals_causal_attention():
 
 # --- the whole model ------------------------------------------------------------------------------
 
-class Reference:
-    """Single-device loss and gradients, and a checker that also returns the compiled HLO."""
+class Reference(parity.Reference):
+    """The shared reference, also keeping temp bytes and returning the compiled collectives."""
 
     def __init__(self, name):
-        self.model = model_preset(name)
-        self.params = gpt.init_params(self.model, jax.random.key(0))
-        self.batch = Batches("corpus", TRAIN.global_batch, self.model.seq_len, self.model.vocab)[0]
-        self.loss, self.grads = reference_loss_and_grads(self.model, TRAIN, self.params,
-                                                         self.batch)
+        super().__init__(name, TRAIN)
         self.temp = {}  # layout -> temp bytes per device of its compiled loss and gradients
 
     def check(self, text, train=TRAIN):
-        """Assert parity; return the compiled loss-and-gradients' collectives and temp bytes."""
-        layout = Layout.parse(text)
-        step = TrainStep(self.model, train, layout, make_mesh(layout))
-        fn = step.jitted_loss_and_grads().lower(self.params, self.batch).compile()
-        loss, grads = fn(self.params, self.batch)
-        assert abs(float(loss) - float(self.loss)) <= TOLERANCE * abs(float(self.loss)), text
-        error = relative_error(grads, self.grads)
-        assert error <= TOLERANCE, f"{text}: gradient relative error {error:.2e}"
+        step, fn = super().check(Layout.parse(text), train)
         self.temp[text] = fn.memory_analysis().temp_size_in_bytes
         return parse_collectives(fn.as_text(), step.mesh.devices.shape, step.mesh.axis_names)
 

@@ -3,53 +3,23 @@ reference (fp32, relative error ~1e-5)."""
 
 import random
 
-import jax
 import pytest
+from parity import Reference
 
-from parex import model as gpt
 from parex.config import TrainConfig, model_preset
-from parex.data import Batches
 from parex.layout import LAYOUT_PRESETS, Layout, LayoutError
-from parex.measure import relative_error
-from parex.mesh import make_mesh
-from parex.step import TrainStep, reference_loss_and_grads
 
-TOLERANCE = 1e-5
 TRAIN = TrainConfig(global_batch=16, seq_len=64)
-
-
-class Reference:
-    def __init__(self, name, train=TRAIN):
-        self.model = model_preset(name)
-        self.params = gpt.init_params(self.model, jax.random.key(0))
-        self.batch = Batches("corpus", train.global_batch, train.seq_len, self.model.vocab)[0]
-        self.cache = {}
-
-    def loss_and_grads(self, train):
-        if train.remat not in self.cache:  # remat changes nothing numerically; cache per policy
-            self.cache[train.remat] = reference_loss_and_grads(self.model, train, self.params,
-                                                               self.batch)
-        return self.cache[train.remat]
-
-    def check(self, layout: Layout, train=TRAIN):
-        layout.validate(self.model, train, layout.n_devices)
-        step = TrainStep(self.model, train, layout, make_mesh(layout))
-        loss, grads = step.jitted_loss_and_grads()(self.params, self.batch)
-        ref_loss, ref_grads = self.loss_and_grads(train)
-        assert abs(float(loss) - float(ref_loss)) <= TOLERANCE * abs(float(ref_loss)), layout
-        error = relative_error(grads, ref_grads)
-        assert error <= TOLERANCE, f"{layout}: gradient relative error {error:.2e}"
-        return error
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return Reference("tiny")
+    return Reference("tiny", TRAIN)
 
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    return Reference("tiny-llama")
+    return Reference("tiny-llama", TRAIN)
 
 
 @pytest.mark.parametrize("preset", list(LAYOUT_PRESETS))

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..hlo import KINDS
 from ..layout import MESH_AXES, Axis
-from .shapes import GROUPS, Grid, ModelSizes
+from .shapes import GROUPS, Grid, ModelSizes, named
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,7 @@ CONVENTIONS = {
 
 
 def convention(name_or_convention) -> Convention:
-    if isinstance(name_or_convention, Convention):
-        return name_or_convention
-    if name_or_convention not in CONVENTIONS:
-        raise ValueError(f"unknown convention {name_or_convention!r}; use one of "
-                         f"{', '.join(CONVENTIONS)}")
-    return CONVENTIONS[name_or_convention]
+    return named(CONVENTIONS, name_or_convention, Convention, "convention")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..layout import ZERO_STAGE_SHARDING
-from .shapes import GROUPS, Grid, ModelSizes
+from .shapes import GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
 COUNTERS = 8  # two int32 step counters in the optimizer state (Adam's and the schedule's)
@@ -63,12 +63,7 @@ RECIPES = {
 
 
 def recipe(name_or_recipe) -> Recipe:
-    if isinstance(name_or_recipe, Recipe):
-        return name_or_recipe
-    if name_or_recipe not in RECIPES:
-        raise ValueError(f"unknown memory recipe {name_or_recipe!r}; use one of "
-                         f"{', '.join(RECIPES)}")
-    return RECIPES[name_or_recipe]
+    return named(RECIPES, name_or_recipe, Recipe, "memory recipe")
 
 
 # --- model state -------------------------------------------------------------------------------

@@ -190,3 +190,13 @@ def _stage_layers(layout: Layout, model: ModelConfig) -> int:
 
 
 __all__ = ["GROUPS", "Grid", "ModelSizes", "model_sizes"]
+
+
+def named(table: dict, value, kind: type, what: str):
+    """`value` itself when it is already a `kind`, else the table entry it names; an unknown
+    name lists the known ones."""
+    if isinstance(value, kind):
+        return value
+    if value not in table:
+        raise ValueError(f"unknown {what} {value!r}; use one of {', '.join(table)}")
+    return table[value]

@@ -1,0 +1,44 @@
+"""The single-device reference that every layout's loss and first-step gradients must reproduce
+(fp32, relative error 1e-5), shared by the parity, context-parallel and pipeline-free test files."""
+
+import jax
+
+from parex import model as gpt
+from parex.config import TrainConfig, model_preset
+from parex.data import Batches
+from parex.layout import Layout
+from parex.measure import relative_error
+from parex.mesh import make_mesh
+from parex.step import TrainStep, reference_loss_and_grads
+
+TOLERANCE = 1e-5
+
+
+class Reference:
+    """One model's parameters and batch, its single-device loss and gradients, and `check`."""
+
+    def __init__(self, name: str, train: TrainConfig):
+        self.model, self.train = model_preset(name), train
+        self.params = gpt.init_params(self.model, jax.random.key(0))
+        seq = train.seq_len or self.model.seq_len
+        self.batch = Batches("corpus", train.global_batch, seq, self.model.vocab)[0]
+        self.cache = {}
+
+    def loss_and_grads(self, train: TrainConfig):
+        if train.remat not in self.cache:  # remat changes nothing numerically; one per policy
+            self.cache[train.remat] = reference_loss_and_grads(self.model, train, self.params,
+                                                               self.batch)
+        return self.cache[train.remat]
+
+    def check(self, layout: Layout, train: TrainConfig | None = None):
+        """Assert parity for `layout`; return (TrainStep, compiled loss-and-gradients)."""
+        train = train or self.train
+        layout.validate(self.model, train, layout.n_devices)
+        step = TrainStep(self.model, train, layout, make_mesh(layout))
+        compiled = step.jitted_loss_and_grads().lower(self.params, self.batch).compile()
+        loss, grads = compiled(self.params, self.batch)
+        ref_loss, ref_grads = self.loss_and_grads(train)
+        assert abs(float(loss) - float(ref_loss)) <= TOLERANCE * abs(float(ref_loss)), layout
+        error = relative_error(grads, ref_grads)
+        assert error <= TOLERANCE, f"{layout}: gradient relative error {error:.2e}"
+        return step, compiled
