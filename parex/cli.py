@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .config import TrainConfig, model_preset
-from .layout import Layout, LayoutError
+from .layout import LAYOUT_PRESETS, Layout, LayoutError
 
 DEFAULT_DEVICES = 8
 
@@ -40,7 +40,7 @@ def setup_devices(args, layout_text: str | None) -> int:
     n = args.devices
     if n is None:
         n = DEFAULT_DEVICES
-        if layout_text and layout_text.strip() not in _presets():
+        if layout_text and layout_text.strip() not in LAYOUT_PRESETS:
             n = Layout.parse(layout_text).n_devices
     if args.platform:
         jax.config.update("jax_platforms", args.platform)
@@ -48,12 +48,6 @@ def setup_devices(args, layout_text: str | None) -> int:
 
     emulate_devices(n)
     return n
-
-
-def _presets():
-    from .layout import LAYOUT_PRESETS
-
-    return LAYOUT_PRESETS
 
 
 def configs_from_args(args):
