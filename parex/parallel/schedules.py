@@ -1,10 +1,10 @@
 """Pipeline schedules as data: one table of (tick, stage, op, microbatch, chunk).
 
 The executor runs the table, the predictor times it and the Gantt chart draws it. Each schedule is
-first written as an *order* per stage (the sequence of ops that stage runs); `_place` then gives
-every op the earliest tick at which its inputs exist, with every op taking one tick. So a table
-always respects its dependencies, and an impossible order shows up as a deadlock here, not on the
-mesh.
+first written as an *order* per stage (the sequence of ops that stage runs); `tables.Tables` then
+gives every op the earliest tick at which its inputs exist, with every op taking one tick. So a
+table always respects its dependencies, and an impossible order shows up as a deadlock here, not
+on the mesh.
 
 Ops: "F" forward of one chunk for one microbatch; "B" its backward (input and weight gradients, or
 only the input gradient when the schedule splits the backward); "W" the weight gradient of a split
@@ -21,6 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+import numpy as np
+
+from .tables import KINDS, Tables
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "bfs")
 LOOPING = ("interleaved", "bfs")  # the schedules that take v > 1 chunks per device
@@ -49,6 +53,7 @@ class Schedule:
     v: int
     ops: tuple[Op, ...]  # sorted by (tick, stage)
     split_backward: bool  # True when B and W are separate ops (zbh1)
+    arrays: Tables = dataclasses.field(repr=False, compare=False)  # the same ops as arrays
 
     @property
     def n_ticks(self) -> int:
@@ -61,65 +66,34 @@ class Schedule:
     def peak_in_flight(self) -> list[int]:
         """Per stage, the most microbatch-chunks whose F has run and whose backward has not
         finished (B, or W when the backward is split): the activations a stage must hold."""
-        last = "W" if self.split_backward else "B"
-        peaks = []
-        for s in range(self.p):
-            held = peak = 0
-            for op in self.ops:
-                if op.stage == s:
-                    held += (op.op == "F") - (op.op == last)
-                    peak = max(peak, held)
-            peaks.append(peak)
-        return peaks
+        return [int(n) for n in self.arrays.peak_in_flight()[0]]
 
     def idle_fraction(self) -> float:
         """Idle ticks / (p · n_ticks), every op taking one tick."""
         return 1.0 - len(self.ops) / (self.p * self.n_ticks)
 
-    def duration(self, op: str, t_f: float, t_b: float, t_w: float) -> float:
-        """Seconds of one op; an unsplit backward does the weight gradient too."""
-        if op == "F":
-            return t_f
-        if op == "B":
-            return t_b if self.split_backward else t_b + t_w
-        return t_w
+    def durations(self, t_f: float, t_b: float, t_w: float) -> tuple[float, float, float]:
+        """Seconds of one F, B and W op; an unsplit backward does the weight gradient too."""
+        return t_f, (t_b if self.split_backward else t_b + t_w), t_w
 
-    def _spans(self, t_f, t_b, t_w, t_p2p):
-        """(op, start, end) in table order: each stage runs its ops in table order, each op as
+    def _spans(self, t_f, t_b, t_w, t_p2p) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of each op of `ops`: each stage runs its ops in table order, each op as
         soon as its stage is free and its inputs have arrived (t_p2p per stage hop)."""
-        end: dict[tuple[int, Key], float] = {}
-        free = [0.0] * self.p
-        for op in self.ops:  # tick order is a topological order of the dependencies
-            start = free[op.stage]
-            for stage, key in dependencies(op.op, op.stage, op.microbatch, op.chunk, self.p,
-                                           self.v):
-                hop = t_p2p if stage != op.stage else 0.0
-                start = max(start, end[stage, key] + hop)
-            finish = start + self.duration(op.op, t_f, t_b, t_w)
-            end[op.stage, (op.op, op.microbatch, op.chunk)] = free[op.stage] = finish
-            yield op, start, finish
+        costs = np.array(self.durations(t_f, t_b, t_w), float).reshape(1, 1, 3)
+        start, end = self.arrays.spans(costs, np.full((1, 1), float(t_p2p)))
+        rows = self.arrays.tick_order()  # the array row of each op in `ops`
+        return start[rows, 0], end[rows, 0]
 
     def timeline(self, t_f, t_b, t_w=0.0, t_p2p=0.0) -> list[dict]:
         """Table rows with `start` and `end` seconds. Costs are per op on one chunk for one
         microbatch."""
-        return [dataclasses.asdict(op) | {"start": start, "end": finish}
-                for op, start, finish in self._spans(t_f, t_b, t_w, t_p2p)]
+        start, end = self._spans(t_f, t_b, t_w, t_p2p)
+        return [dataclasses.asdict(op) | {"start": float(a), "end": float(b)}
+                for op, a, b in zip(self.ops, start, end)]
 
     def makespan(self, t_f, t_b, t_w=0.0, t_p2p=0.0) -> float:
         """Seconds from the first op to the last: the critical path for these costs."""
-        return max(finish for _, _, finish in self._spans(t_f, t_b, t_w, t_p2p))
-
-
-def dependencies(op: str, stage: int, mb: int, chunk: int, p: int, v: int
-                 ) -> list[tuple[int, Key]]:
-    """The (stage, op key) pairs that must finish before `op` can start."""
-    vs, last = chunk * p + stage, p * v - 1  # virtual stage, and the last one (it has the loss)
-    if op == "F":
-        return [((vs - 1) % p, ("F", mb, (vs - 1) // p))] if vs > 0 else []
-    if op == "B":
-        after = [(stage, ("F", mb, chunk))]
-        return after + ([((vs + 1) % p, ("B", mb, (vs + 1) // p))] if vs < last else [])
-    return [(stage, ("B", mb, chunk))]
+        return float(self._spans(t_f, t_b, t_w, t_p2p)[1].max())
 
 
 # --- orders per stage --------------------------------------------------------------------------
@@ -199,31 +173,6 @@ _ORDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved": _interleaved, "
            "bfs": _breadth_first}
 
 
-# --- placing orders on ticks -------------------------------------------------------------------
-
-def _place(orders: list[list[Key]], p: int, v: int) -> tuple[Op, ...]:
-    """Give each op the earliest tick after its dependencies, keeping each stage's order:
-    tick = max(previous op on the stage, every dependency) + 1, resolved stage by stage."""
-    done: dict[tuple[int, Key], int] = {}
-    pos, last, ops = [0] * p, [-1] * p, []
-    remaining = sum(len(order) for order in orders)
-    while remaining:
-        progressed = False
-        for s in range(p):
-            while pos[s] < len(orders[s]):
-                key = op, mb, chunk = orders[s][pos[s]]
-                ticks = [done.get(d) for d in dependencies(op, s, mb, chunk, p, v)]
-                if None in ticks:
-                    break  # an input is not placed yet; come back after the other stages
-                tick = max([last[s], *ticks]) + 1
-                done[s, key] = last[s] = tick
-                ops.append(Op(tick, s, *key))
-                pos[s], remaining, progressed = pos[s] + 1, remaining - 1, True
-        if not progressed:
-            raise RuntimeError(f"schedule order deadlocks (p={p}, v={v})")
-    return tuple(sorted(ops, key=lambda op: (op.tick, op.stage)))
-
-
 # --- the public constructor --------------------------------------------------------------------
 
 def check_schedule(name: str, p: int, m: int, v: int = 1) -> None:
@@ -252,5 +201,15 @@ def check_schedule(name: str, p: int, m: int, v: int = 1) -> None:
 def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
     """The table of schedule `name` for p stages, m microbatches and v chunks per stage."""
     check_schedule(name, p, m, v)
-    ops = _place(_ORDERS[name](p, m, v), p, v)
-    return Schedule(name, p, m, v, ops, split_backward=name == "zbh1")
+    arrays = schedule_arrays([(name, p, m, v)])
+    fields = ("tick", "stage", "kind", "microbatch", "chunk")
+    columns = [getattr(arrays, f)[arrays.tick_order()].tolist() for f in fields]
+    ops = tuple(Op(t, s, KINDS[k], j, c) for t, s, k, j, c in zip(*columns))
+    return Schedule(name, p, m, v, ops, split_backward=name == "zbh1", arrays=arrays)
+
+
+def schedule_arrays(keys) -> Tables:
+    """Many tables at once, each key (name, p, m, v) already checked (`check_schedule`)."""
+    names, p, m, v = zip(*keys)
+    orders = [_ORDERS[name](*args) for name, *args in keys]
+    return Tables.from_orders(orders, p, m, v, [name == "zbh1" for name in names])

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..hlo import KINDS
 from ..layout import MESH_AXES, Axis
+from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
 
@@ -187,12 +188,10 @@ def _context_terms(sizes, grid, conv, act_bytes) -> list[Term]:
 
 
 def _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes) -> list[Term]:
-    from .time import pipeline_ticks  # the schedule table's length
-
     piped = grid.stage > 1
     sends = 2 * grid.microbatches * grid.virtual_stages
     if conv.name == "xla-cpu":
-        sends = 2 * pipeline_ticks(grid)
+        sends = 2 * table_columns(grid)[0]  # one send each way per tick
     out = [Term("pipeline", "collective-permute", (Axis.STAGE,), sends * piped, x_bytes)]
     # the stage-shared embedding and head: summed over stages (merged into the gradient
     # reduction when there is a batch axis too)

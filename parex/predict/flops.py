@@ -62,6 +62,13 @@ def recompute_layers(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
     return full, core
 
 
+def passes_per_layer(grid: Grid, remat: str) -> np.ndarray:
+    """Forward-equivalents per layer per microbatch: forward, backward (2), recompute (a whole
+    block under full remat; the attention core, about a quarter of one, under selective)."""
+    full, core = recompute_layers(grid, remat)
+    return 3 + full + 0.25 * core
+
+
 def recomputed_block(model: ModelConfig, T: int) -> float:
     """FLOPs per token of recomputing one block's forward: all but the MLP's output matmul."""
     return forward_per_token(model, T)[0] - 2 * model.ffn * model.hidden

@@ -32,11 +32,11 @@ gradient accumulation keeps a running sum of the gradients.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from ..layout import ZERO_STAGE_SHARDING
+from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
@@ -127,26 +127,10 @@ def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_byte
     return xla_layer_elements(sizes, grid, remat) * tokens * act_bytes
 
 
-@lru_cache(maxsize=4096)
-def _peak_chunks(schedule: int, p: int, m: int, v: int) -> int:
-    """Most microbatch-chunks any stage holds, from the schedule table."""
-    from ..parallel.schedules import SCHEDULES, make_schedule
-
-    return max(make_schedule(SCHEDULES[schedule], p, m, v).peak_in_flight())
-
-
 def in_flight(grid: Grid) -> np.ndarray:
-    """Microbatch-chunks whose activations a pipeline stage holds at its peak (1 without a
-    pipeline: microbatches of gradient accumulation run one after another)."""
-    out = np.ones(len(grid))
-    piped = np.nonzero(grid.stage > 1)[0]
-    keys = np.stack([grid.schedule[piped], grid.stage[piped], grid.microbatches[piped],
-                     grid.virtual_stages[piped]], 1)
-    if len(keys):
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-        peaks = np.array([_peak_chunks(*map(int, k)) for k in unique])
-        out[piped] = peaks[inverse.ravel()]
-    return out
+    """Microbatch-chunks whose activations a pipeline stage holds at its peak, from the schedule
+    table (1 without a pipeline: microbatches of gradient accumulation run one after another)."""
+    return table_columns(grid)[1]
 
 
 def activation_bytes(sizes, grid, remat, rec, act_bytes):

@@ -23,12 +23,12 @@ t_B + t_W).
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
-from .flops import elementwise_flops, matmul_split, recompute_layers
+from .flops import elementwise_flops, matmul_split, passes_per_layer
 from .memory import xla_layer_elements
+from .schedule_stats import makespan_columns
+from ..parallel.schedules import SCHEDULES
 from .shapes import Grid, ModelSizes
 
 EXPOSED = ("tp", "sp", "sp-grads", "sp-embedding", "cross-entropy", "cp-ulysses", "zero-gather",
@@ -41,18 +41,11 @@ OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), wri
 
 # --- compute -------------------------------------------------------------------------------------
 
-def _passes(grid: Grid, remat: str) -> np.ndarray:
-    """Forward-equivalents per layer per microbatch: forward, backward (2), recompute (a whole
-    block under full remat; the attention core, about a quarter of one, under selective)."""
-    full, core = recompute_layers(grid, remat)
-    return 3 + full + 0.25 * core
-
-
 def layer_traffic(sizes: ModelSizes, grid: Grid, remat: str, act_bytes: int) -> np.ndarray:
     """Bytes one layer moves through memory per microbatch outside the matmuls: every saved
     activation written and read once per forward-equivalent pass."""
     elements = xla_layer_elements(sizes, grid, "none") * grid.tokens
-    return 2 * act_bytes * elements * _passes(grid, remat)
+    return 2 * act_bytes * elements * passes_per_layer(grid, remat)
 
 
 def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, dtype: str,
@@ -95,7 +88,7 @@ def cpu_layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth:
     """One block per microbatch on one device at the calibrated kernel rates (all devices busy,
     efficiency 1): matmuls by shape, elementwise FLOPs, activation traffic."""
     curve = np.array(cal.matmul_curve)
-    passes = _passes(grid, remat)
+    passes = passes_per_layer(grid, remat)
     matmuls = sum(count * 2 * M * K * N / cpu_matmul_rate(M, K, N, curve)
                   for M, K, N, count in matmul_shapes(sizes, grid))
     elementwise = elementwise_flops(sizes, grid, remat)["layer"] / cal.elementwise_rate
@@ -119,57 +112,21 @@ def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth
 
 # --- the pipeline --------------------------------------------------------------------------------
 
-@lru_cache(maxsize=4096)
-def _schedule(code: int, p: int, m: int, v: int):
-    from ..parallel.schedules import SCHEDULES, make_schedule
-
-    return make_schedule(SCHEDULES[code], p, m, v)
-
-
-@lru_cache(maxsize=8192)
-def _unit_makespan(code: int, p: int, m: int, v: int, t_b: float, t_w: float):
-    """(makespan with t_F = 1 and free hops, its growth per second of hop latency)."""
-    s = _schedule(code, p, m, v)
-    base = s.makespan(1.0, t_b, t_w, 0.0)
-    return base, (s.makespan(1.0, t_b, t_w, 1e-3) - base) / 1e-3
-
-
-def _per_schedule(grid: Grid, rows: np.ndarray, extra: tuple, fn) -> np.ndarray:
-    """fn(schedule, p, m, v, *extra) for each row, computed once per distinct key."""
-    keys = np.stack([grid.schedule[rows], grid.stage[rows], grid.microbatches[rows],
-                     grid.virtual_stages[rows], *[e[rows] for e in extra]], 1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
-    values = np.array([fn(*(int(k) for k in key[:4]), *(float(k) for k in key[4:]))
-                       for key in unique]).reshape(len(unique), -1)
-    return values[inverse.ravel()]
-
-
-def pipeline_ticks(grid: Grid) -> np.ndarray:
-    """Ticks of each layout's schedule table (0 without a pipeline)."""
-    out = np.zeros(len(grid))
-    rows = np.nonzero(grid.stage > 1)[0]
-    if len(rows):
-        out[rows] = _per_schedule(grid, rows, (), lambda *k: _schedule(*k).n_ticks)[:, 0]
-    return out
+def unit_costs(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
+    """(t_B, t_W) in units of t_F: the backward is twice the forward plus any recompute, split
+    evenly between B and W when the schedule splits it (zbh1)."""
+    backward = passes_per_layer(grid, remat) - 1
+    split = grid.schedule == SCHEDULES.index("zbh1")
+    return (np.round(np.where(split, 0.5 * backward, backward), 3),
+            np.round(np.where(split, 0.5 * backward, 0.0), 3))
 
 
 def bubble_seconds(grid: Grid, busy_per_micro, remat: str, hop) -> np.ndarray:
     """Makespan of the schedule table minus the busy time m·v·(t_F + t_B + t_W) of a stage."""
-    out = np.zeros(len(grid))
-    rows = np.nonzero(grid.stage > 1)[0]
-    if not len(rows):
-        return out
-    from ..parallel.schedules import SCHEDULES
-
-    passes = _passes(grid, remat)
-    split = grid.schedule == SCHEDULES.index("zbh1")
-    t_b = np.round(np.where(split, 0.5 * (passes - 1), passes - 1), 3)  # in units of t_F
-    t_w = np.round(np.where(split, 0.5 * (passes - 1), 0.0), 3)
-    unit = _per_schedule(grid, rows, (t_b, t_w), _unit_makespan)  # (makespan, per hop)
-    t_f = busy_per_micro[rows] / grid.virtual_stages[rows] / passes[rows]
-    busy = grid.microbatches[rows] * busy_per_micro[rows]
-    out[rows] = np.maximum(unit[:, 0] * t_f + unit[:, 1] * hop[rows] - busy, 0.0)
-    return out
+    makespan, per_hop = makespan_columns(grid, *unit_costs(grid, remat))  # t_F = 1
+    t_f = busy_per_micro / grid.virtual_stages / passes_per_layer(grid, remat)
+    bubble = makespan * t_f + per_hop * hop - grid.microbatches * busy_per_micro
+    return np.where(grid.stage > 1, np.maximum(bubble, 0.0), 0.0)
 
 
 # --- everything together -------------------------------------------------------------------------
@@ -199,4 +156,4 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
             "bubble": bubble}
 
 
-__all__ = ["accelerator_compute", "bubble_seconds", "cpu_compute", "pipeline_ticks", "step_time"]
+__all__ = ["accelerator_compute", "bubble_seconds", "cpu_compute", "step_time"]

@@ -1,0 +1,166 @@
+"""Many pipeline schedule tables as one set of op arrays: ticks, peaks and critical paths.
+
+`make_schedule` places its one table with these functions, and the predictor places and times the
+few hundred distinct tables of a hundred thousand layouts in one pass: every loop below runs over
+ticks (levels of the dependency graph), never over ops, so the cost is a few numpy calls per tick
+of the longest table.
+
+Ops are rows, grouped by table, then by stage in that stage's order. Each op waits for at most
+three others (`preds`): the previous op on its stage and up to two inputs (schedules.dependencies).
+Its tick is the longest chain of predecessors before it (every op one tick), so ops on one tick
+never depend on each other, and ticks order the timing passes too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS = "FBW"  # op kinds as integers: forward, backward (input gradient), weight gradient
+F, B, W = range(3)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Per table: p, m, v and whether the backward is split into B and W. Per op: its table,
+    stage, kind, microbatch, chunk, predecessors (index n = none), whether each predecessor is on
+    another stage (a hop), and its tick."""
+
+    p: np.ndarray
+    m: np.ndarray
+    v: np.ndarray
+    split: np.ndarray
+    table: np.ndarray
+    stage: np.ndarray
+    kind: np.ndarray
+    microbatch: np.ndarray
+    chunk: np.ndarray
+    preds: np.ndarray  # (n, 3)
+    cross: np.ndarray  # (n, 3) bool
+    tick: np.ndarray
+
+    @classmethod
+    def from_orders(cls, orders: list[list[list[tuple]]], p, m, v, split) -> "Tables":
+        """orders[t][s]: stage s's (op, microbatch, chunk) keys in table t, in the order it runs
+        them. Raises RuntimeError naming the table when an order deadlocks."""
+        p, m, v = (np.asarray(x, np.int64) for x in (p, m, v))
+        kind_of = {k: i for i, k in enumerate(KINDS)}
+        rows = [(t, s, kind_of[op], mb, c) for t, table in enumerate(orders)
+                for s, order in enumerate(table) for op, mb, c in order]
+        table, stage, kind, microbatch, chunk = np.array(rows, np.int64).reshape(-1, 5).T
+        preds, cross = _predecessors(table, stage, kind, microbatch, chunk, p, m, v)
+        tick = _levels(preds, table, p, v)
+        return cls(p, m, v, np.asarray(split, bool), table, stage, kind, microbatch, chunk,
+                   preds, cross, tick)
+
+    def __len__(self) -> int:
+        return len(self.p)
+
+    def _starts(self) -> np.ndarray:
+        """Index of each table's first op."""
+        return np.searchsorted(self.table, np.arange(len(self)))
+
+    def tick_order(self) -> np.ndarray:
+        """Op rows sorted by (table, tick, stage): the order a table lists its ops in."""
+        return np.lexsort((self.stage, self.tick, self.table))
+
+    def n_ticks(self) -> np.ndarray:
+        return np.maximum.reduceat(self.tick, self._starts()) + 1
+
+    def peak_in_flight(self) -> np.ndarray:
+        """(tables, max p): per stage the most microbatch-chunks whose F has run and whose
+        backward has not finished (B, or W when split); 0 past a table's last stage."""
+        last = np.where(self.split[self.table], W, B)
+        held = np.cumsum((self.kind == F).astype(np.int64) - (self.kind == last))
+        group = self.table * (self.p.max() + 1) + self.stage
+        first = np.r_[0, np.nonzero(np.diff(group))[0] + 1]  # ops are grouped by stage
+        before = np.repeat(np.r_[0, held[first[1:] - 1]], np.diff(np.r_[first, len(held)]))
+        peaks = np.maximum.reduceat(held - before, first)
+        out = np.zeros((len(self), int(self.p.max())), np.int64)
+        out[self.table[first], self.stage[first]] = peaks
+        return out
+
+    def spans(self, durations: np.ndarray, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of every op, each (n, k), for k cost sets per table: durations (tables,
+        k, 3) seconds of one F, B and W op, hop (tables, k) seconds per stage-to-stage send.
+        Each op starts when its stage is free and its inputs have arrived."""
+        n, k = len(self.tick), durations.shape[1]
+        end = np.zeros((n + 1, k))  # row n: "no predecessor", ended at 0
+        start = np.zeros((n, k))
+        op_hop = hop[self.table]
+        op_time = durations[self.table, :, self.kind]
+        order = np.argsort(self.tick, kind="stable")
+        bounds = np.searchsorted(self.tick[order], np.arange(self.tick.max() + 2))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            ops = order[lo:hi]
+            ready = end[self.preds[ops]] + self.cross[ops][:, :, None] * op_hop[ops][:, None, :]
+            start[ops] = ready.max(axis=1)
+            end[ops] = start[ops] + op_time[ops]
+        return start, end[:n]
+
+    def makespans(self, durations: np.ndarray, hop: np.ndarray) -> np.ndarray:
+        """(tables, k): seconds from the first op to the last, for each cost set."""
+        _, end = self.spans(durations, hop)
+        return np.maximum.reduceat(end, self._starts(), axis=0)
+
+
+def _predecessors(table, stage, kind, mb, chunk, p, m, v):
+    """(preds, cross): the previous op on the stage, then the inputs schedules.dependencies
+    names (a forward needs the forward of the virtual stage before; a backward its own forward
+    and the backward of the virtual stage after; a weight gradient its own backward)."""
+    n = len(table)
+    tp, tm, tv = p[table], m[table], v[table]
+    base = np.r_[0, np.cumsum(p * 3 * m * v)][table]
+
+    def find(s, k, j, c):  # row of the op (s, k, j, c) of each op's table
+        return lookup[base + ((s * 3 + k) * tm + j) * tv + c]
+
+    lookup = np.full(int((p * 3 * m * v).sum()), n)
+    lookup[base + ((stage * 3 + kind) * tm + mb) * tv + chunk] = np.arange(n)
+    vs = chunk * tp + stage  # virtual stage
+    first, last = vs == 0, vs == tp * tv - 1
+    before, after = np.maximum(vs - 1, 0), np.minimum(vs + 1, tp * tv - 1)
+    same_group = np.r_[False, (table[1:] == table[:-1]) & (stage[1:] == stage[:-1])]
+    previous = np.where(same_group, np.arange(n) - 1, n)
+    own_f, own_b = find(stage, F, mb, chunk), find(stage, B, mb, chunk)
+    input_f = np.where(first, n, find(before % tp, F, mb, before // tp))
+    input_b = np.where(last, n, find(after % tp, B, mb, after // tp))
+    needs_f, needs_b = kind == F, kind == B
+    dep0 = np.select([needs_f, needs_b], [input_f, own_f], own_b)
+    dep1 = np.where(needs_b, input_b, n)
+    expected = np.select([needs_f, needs_b], [~first, np.ones(n, bool)], True)
+    missing = (dep0 == n) & expected | (dep1 == n) & needs_b & ~last
+    if missing.any():
+        raise ValueError(f"schedule table {table[missing][0]} lacks an op another op needs")
+    preds = np.stack([previous, dep0, dep1], 1)
+    other = np.r_[stage, -1][preds]  # the predecessor's stage (-1 for none)
+    return preds, (other >= 0) & (other != stage[:, None])
+
+
+def _levels(preds: np.ndarray, table: np.ndarray, p, v) -> np.ndarray:
+    """Each op's tick: 1 + the largest tick among its predecessors (0 with none), found level
+    by level (Kahn's algorithm, a frontier of ready ops per tick)."""
+    n = len(preds)
+    waiting = (preds < n).sum(1)
+    src, slot = np.nonzero(preds < n)  # edge pred -> op, at most three successors per op
+    edges = np.stack([preds[src, slot], src], 1)
+    edges = edges[np.argsort(edges[:, 0], kind="stable")]
+    rank = np.arange(len(edges)) - np.searchsorted(edges[:, 0], edges[:, 0])
+    successors = np.full((n + 1, 3), n)
+    successors[edges[:, 0], rank] = edges[:, 1]
+    tick = np.full(n, -1)
+    ready, level = np.nonzero(waiting == 0)[0], 0
+    while len(ready):
+        tick[ready] = level
+        after = successors[ready].ravel()
+        after, counts = np.unique(after[after < n], return_counts=True)
+        waiting[after] -= counts
+        ready, level = after[waiting[after] == 0], level + 1
+    if (tick < 0).any():
+        t = int(table[tick < 0][0])
+        raise RuntimeError(f"schedule order deadlocks (table {t}: p={p[t]}, v={v[t]})")
+    return tick
+
+
+__all__ = ["KINDS", "Tables"]

@@ -1,0 +1,93 @@
+"""What the predictor reads from pipeline schedule tables, for every distinct table of a grid at
+once: its ticks, the most microbatch-chunks a stage holds, and its makespan in units of t_F with
+the makespan's growth per second of stage-to-stage hop.
+
+A planner's grid of a hundred thousand layouts has a few hundred distinct tables; the missing ones
+are placed and timed together (parallel.tables, a few numpy calls per tick) and cached, so later
+calls only look them up.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..parallel.schedules import SCHEDULES, schedule_arrays
+from .shapes import Grid
+
+HOP = 1e-3  # the probe hop (in units of t_F) that measures the makespan's growth per hop
+_TABLES: dict[tuple, tuple[int, int]] = {}  # (code, p, m, v) -> (ticks, peak chunks in flight)
+_MAKESPANS: dict[tuple, tuple[float, float]] = {}  # key + (t_B, t_W) -> (makespan, per hop)
+_LAST: dict[tuple, tuple] = {}  # the tables built last: key -> (Tables, index), for makespans
+_LIMIT = 1 << 16  # entries kept before a cache starts over
+
+
+def _distinct(grid: Grid) -> tuple[np.ndarray, list[tuple], np.ndarray, np.ndarray]:
+    """(pipelined rows, their distinct (code, p, m, v) keys, each row's key index, one row per
+    key)."""
+    rows = np.nonzero(grid.stage > 1)[0]
+    cols = [c[rows].astype(np.int64) for c in (grid.schedule, grid.stage, grid.microbatches,
+                                                grid.virtual_stages)]
+    code = ((cols[0] * 4096 + cols[1]) * (1 << 24) + cols[2]) * 1024 + cols[3]
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    keys = [tuple(int(c[i]) for c in cols) for i in first]
+    return rows, keys, inverse.ravel(), rows[first]
+
+
+def _build(keys: list[tuple]) -> None:
+    """Place the tables of `keys` together; keep their ticks and peaks."""
+    if not keys:
+        return
+    if len(_TABLES) > _LIMIT:
+        _TABLES.clear()
+    tables = schedule_arrays([(SCHEDULES[c], p, m, v) for c, p, m, v in keys])
+    ticks, peaks = tables.n_ticks(), tables.peak_in_flight().max(1)
+    _LAST.clear()
+    for i, key in enumerate(keys):
+        _TABLES[key] = int(ticks[i]), int(peaks[i])
+        _LAST[key] = tables, i
+
+
+def table_columns(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """(ticks, peak microbatch-chunks in flight) per layout; (0, 1) without a pipeline, where
+    microbatches of gradient accumulation run one after another."""
+    ticks, peaks = np.zeros(len(grid)), np.ones(len(grid))
+    rows, keys, inverse, _ = _distinct(grid)
+    if len(rows):
+        _build([k for k in keys if k not in _TABLES])
+        values = np.array([_TABLES[k] for k in keys], float)[inverse]
+        ticks[rows], peaks[rows] = values[:, 0], values[:, 1]
+    return ticks, peaks
+
+
+def _time(keys: list[tuple]) -> None:
+    """Makespans of (key, t_B, t_W) with t_F = 1, without and with the probe hop."""
+    if len(_MAKESPANS) > _LIMIT:
+        _MAKESPANS.clear()
+    if any(k[:4] not in _LAST for k in keys):
+        _build(list(dict.fromkeys(k[:4] for k in keys)))
+    for tables in {id(_LAST[k[:4]][0]): _LAST[k[:4]][0] for k in keys}.values():
+        durations = np.zeros((len(tables), 2, 3))
+        asked = [(k, _LAST[k[:4]][1]) for k in keys if _LAST[k[:4]][0] is tables]
+        for key, i in asked:
+            t_b, t_w = key[4:]
+            durations[i] = 1.0, t_b if tables.split[i] else t_b + t_w, t_w
+        span = tables.makespans(durations, np.tile([0.0, HOP], (len(tables), 1)))
+        for key, i in asked:
+            _MAKESPANS[key] = float(span[i, 0]), float((span[i, 1] - span[i, 0]) / HOP)
+
+
+def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(makespan with t_F = 1 and free hops, its growth per second of hop) per layout, for
+    t_B and t_W in units of t_F (columns, the same for every layout with the same table)."""
+    base, per_hop = np.zeros(len(grid)), np.zeros(len(grid))
+    rows, keys, inverse, first = _distinct(grid)
+    if len(rows):
+        keys = [k + (float(t_b[i]), float(t_w[i])) for k, i in zip(keys, first)]
+        _time([k for k in keys if k not in _MAKESPANS])
+        values = np.array([_MAKESPANS[k] for k in keys])[inverse]
+        base[rows], per_hop[rows] = values[:, 0], values[:, 1]
+    return base, per_hop
+
+
+__all__ = ["makespan_columns", "table_columns"]
