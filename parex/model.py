@@ -32,6 +32,10 @@ class Ops:
     def attention(self, q, k, v):
         return attention_core(q, k, v)
 
+    def lookup(self, table, tokens):
+        """Rows of the embedding table (V, D) for token ids (B, T): (B, T, D)."""
+        return table[tokens]
+
     def column_parallel(self, eq, x, ws, w_dims, out_dims):
         """einsum(eq, x, w) for each w in ws; x comes from the residual region (B, T, D)."""
         return tuple(jnp.einsum(eq, x, w) for w in ws)
@@ -219,7 +223,7 @@ def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none"):
 
 
 def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
-    x = params["tokens"][tokens]  # (B, T, D), a gather from the vocab-split table
+    x = ops.lookup(params["tokens"], tokens)  # (B, T, D), from the vocab-split table
     if cfg.family == "gpt":  # tokens arrive in ops.seq_order, so their positions must too
         x = x + ops.seq_order(params["positions"][: tokens.shape[1]], 0)
     return ops.constrain(x, ("batch", "seq_res", "hidden"))

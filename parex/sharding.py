@@ -65,6 +65,24 @@ class MeshOps(Ops):
         fn = self.manual(local, (RESIDUAL,) + (w_dims,) * len(ws), (out_dims,) * len(ws))
         return fn(x, *ws)
 
+    def lookup(self, table, tokens):
+        """Megatron's vocab-parallel embedding under SP: each tensor shard looks up the tokens
+        whose rows it holds (zeros for the rest), and the partial sums are reduce-scattered over
+        T into the residual region (backward: all-gather, then a local scatter-add). Left to XLA
+        it would all-gather the whole table and all-reduce its gradient instead."""
+        if not self.layout.sp:
+            return super().lookup(table, tokens)
+        tensor = Axis.TENSOR.value
+
+        def local(table, tokens):  # table (V/t, D), tokens (B, T/s) -> (B, T/(s·t), D)
+            rows = table.shape[0]
+            ids = tokens - jax.lax.axis_index(tensor) * rows
+            held = (ids >= 0) & (ids < rows)
+            x = jnp.where(held[..., None], table[jnp.clip(ids, 0, rows - 1)], 0)
+            return jax.lax.psum_scatter(x, tensor, scatter_dimension=1, tiled=True)
+
+        return self.manual(local, (("vocab", "embed"), ("batch", "seq")), RESIDUAL)(table, tokens)
+
     def row_parallel(self, eq, u, w, u_dims, w_dims):
         if not self.layout.sp:
             return super().row_parallel(eq, u, w, u_dims, w_dims)

@@ -1,6 +1,6 @@
 """Predictions against the compiled step on the emulated mesh (convention "xla-cpu"): argument
 memory exactly, total memory within 10 %, FLOPs within 5 % of XLA's cost analysis, collective
-bytes per kind equal."""
+bytes per kind equal (up to a few fused loss scalars)."""
 
 import jax
 import pytest
@@ -12,7 +12,7 @@ from parex.measure import compile_layout, compiled_stats
 from parex.predict import predict
 
 FAST = [("tiny", "data=8", "none", None), ("tiny", "tensor=8,sp=on", "none", None),
-        ("tiny", "data=2,tensor=4", "none", None)]
+        ("tiny", "data=2,tensor=4", "none", None), ("tiny", "data=2,tensor=4,sp=on", "none", None)]
 SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none", None),
         ("tiny", "fsdp=8", "full", None), ("tiny", "tensor=8", "selective", None),
         ("tiny", "data=4,tensor=2,zero=1", "none", 1), ("tiny-llama", "data=2,tensor=4", "none",
@@ -21,7 +21,12 @@ SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none
                                                    "microbatches=2", "none", None),
         ("tiny", "data=2,stage=4,microbatches=4", "none", None),
         ("tiny", "data=4,seq=2,cp=ring", "none", None),
-        ("tiny", "data=4,seq=2,cp=ulysses", "none", None)]
+        ("tiny", "data=4,seq=2,cp=ulysses", "none", None),
+        ("tiny-llama", "data=2,tensor=4,sp=on,zero=2", "none", None),
+        ("tiny", "fsdp=2,tensor=4,sp=on", "none", None), ("tiny", "fsdp=2,tensor=4,sp=on", "full",
+                                                         None),
+        ("tiny", "data=2,seq=4,cp=ring", "full", None),
+        ("tiny", "data=2,seq=2,tensor=2,cp=ulysses", "full", None)]
 
 
 def compare(model_name, spec, remat, microbatch):
@@ -42,7 +47,8 @@ def check(p, measured, pipeline=False):
         assert p.flops_per_device / measured["flops_per_device"] == pytest.approx(1.0, abs=0.05)
     kinds = bytes_by_kind(measured["collectives"])
     for kind in KINDS:
-        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=0.02, abs=64), kind
+        # equal, up to the loss scalars XLA fuses into some reductions
+        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-6, abs=64), kind
 
 
 @pytest.mark.parametrize("model_name, spec, remat, microbatch", FAST)

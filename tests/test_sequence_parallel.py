@@ -30,10 +30,15 @@ def step_stats(text, model=None):
     return compiled_stats(compiled, step.mesh)
 
 
+def moves_activation(c, kind, nbytes) -> bool:
+    """`kind` on the tensor axis moving a whole (B, T, D) activation (XLA may fuse a loss scalar
+    or two into one of the all-reduces)."""
+    return c.kind == kind and c.axes == TENSOR and 0 <= c.bytes - nbytes < 64
+
+
 def activation_ops(stats, kind, nbytes):
     """Count of `kind` collectives on the tensor axis that move a whole (B, T, D) activation."""
-    return sum(c.count for c in stats["collectives"]
-               if c.kind == kind and c.axes == TENSOR and c.bytes == nbytes)
+    return sum(c.count for c in stats["collectives"] if moves_activation(c, kind, nbytes))
 
 
 def check_sp_collectives(t):
@@ -45,14 +50,16 @@ def check_sp_collectives(t):
     assert activation_ops(sp, "all-reduce", activation) == 0
     assert not [c for c in sp["collectives"] if c.kind == "all-reduce" and c.axes == TENSOR
                 and c.bytes >= activation]
-    assert activation_ops(sp, "reduce-scatter", activation) == all_reduces
+    # 4 per block, the embedding's output and the head's input (Megatron's count: 4L + 2)
+    assert activation_ops(sp, "reduce-scatter", activation) == all_reduces == 4 * model.layers + 2
     assert activation_ops(sp, "all-gather", activation) == all_reduces
     # a ring all-reduce is a reduce-scatter then an all-gather: the same bytes on the wire
     def moved(stats):
-        return wire_bytes([c for c in stats["collectives"]
-                           if c.axes == TENSOR and c.bytes == activation])
+        return wire_bytes([c for c in stats["collectives"] if any(
+            moves_activation(c, kind, activation) for kind in ("all-reduce", "reduce-scatter",
+                                                                "all-gather"))])
 
-    assert moved(sp) == moved(tp) > 0
+    assert moved(sp) == pytest.approx(moved(tp), rel=1e-4) and moved(sp) > 0
     temp = [s["memory_bytes_per_device"]["temp"] for s in (tp, sp)]
     assert temp[1] < temp[0], temp  # the LayerNorm regions hold T/t
 

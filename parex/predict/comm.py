@@ -12,17 +12,20 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   under full remat (the recomputed W_out is dead code), + embedding and head;
                   under SP each becomes an all-gather and a reduce-scatter of the same bytes
     sp-grads      SP: gradients of the D-sized (norm, bias) weights summed over the tensor axis
+    sp-positions  SP (xla-cpu): GPT's position-table gradient, T/t rows per tensor shard, gathered
     cross-entropy vocab-parallel loss: 3 all-reduces of (tokens,) float32 (max, sum, target)
     cp            ring: s − 1 hops of K and V per block forward, s − 1 of their gradients back;
-                  ulysses: 4 all-to-alls per block forward (q, k, v in, output back), 4 backward
+                  ulysses: 4 all-to-alls per block forward (q, k, v in, output back), 4 backward;
+                  a forward's worth more under full remat (the recomputed forward)
     pipeline      activations forward and cotangents backward between stages; the shared
                   embedding and head gradients summed over stages
 
 Conventions (`Convention`): "gpu" is the ideal program (reduce-scatter where the result is
 sharded, gradients reduced once per step). "xla-cpu" is what parex's step compiles to on the CPU:
 all-reduce + slice instead of reduce-scatter, gradients reduced inside the microbatch loop, the
-pipeline's two ppermutes on every tick, and XLA's handling of the D-sharded embedding table (token
-ids all-gathered and the lookup's output moved by all-to-all; under SP the table is all-gathered).
+pipeline's two ppermutes on every tick, XLA's handling of the D-sharded embedding table (token
+ids all-gathered and the lookup's output moved by all-to-all), and fsdp weights gathered once per
+microbatch under SP (kept from the forward for the backward).
 
 Costs, per op (bytes S, group g, link bandwidth β·efficiency, latency α): ring all-reduce
 2(g−1)/g·S/β + 2(g−1)α, tree latency 2⌈log2 g⌉α when smaller; all-gather, reduce-scatter and
@@ -50,12 +53,15 @@ class Convention:
     reduce_scatter: bool  # reductions into a sharded result are reduce-scatters
     reduce_per_microbatch: bool  # gradients reduced inside the accumulation loop
     loops_counted_once: bool  # FLOPs as XLA's cost analysis counts them (loop bodies once)
-    xla_embedding: bool  # XLA's collectives around the D-sharded / SP embedding table
+    xla_embedding: bool  # XLA's collectives around the embedding tables (the D-sharded token
+    #                       table; GPT's position rows split by SP or CP)
+    gather_once_under_sp: bool  # fsdp: weights gathered for SP's manual regions kept for the
+    #                              backward (a residual), not gathered again
 
 
 CONVENTIONS = {
-    "gpu": Convention("gpu", True, False, False, False),
-    "xla-cpu": Convention("xla-cpu", False, True, True, True),
+    "gpu": Convention("gpu", True, False, False, False, False),
+    "xla-cpu": Convention("xla-cpu", False, True, True, True, True),
 }
 
 
@@ -103,17 +109,26 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
 
     # gradients over the batch axes
     table = sizes.V * sizes.D / grid.tensor * np.where(grid.stage > 1, 0, 1)
-    # rows of GPT's position table beyond the sequence get no gradient, so nothing to reduce
-    unused = (sizes.T_max - grid.T) * sizes.D if sizes.family == "gpt" else 0
-    reduce = grad_bytes * (_elements(sizes, grid) - np.where(xla_embed, table, 0) - unused) + 4
+    # GPT's position table: rows beyond the sequence get no gradient, so nothing to reduce
+    positions = grid.T * sizes.D if sizes.family == "gpt" else 0.0
+    unused = sizes.T_max * sizes.D - positions if sizes.family == "gpt" else 0.0
+    others = _elements(sizes, grid) - np.where(xla_embed, table, 0) - unused - positions
+    reduce = grad_bytes * (others + positions) + 4  # + the loss, summed alongside
     rs = conv.reduce_scatter & grads_sharded
     # once per microbatch inside parex's accumulation loop (xla-cpu); the pipeline executor
     # reduces once after its loop
     per_step = np.where(conv.reduce_per_microbatch & (grid.stage == 1), m, 1)
     batch_axes = (Axis.DATA, Axis.FSDP, Axis.SEQ)
-    if conv.name == "xla-cpu":  # XLA reduces over the seq axis and the data axes separately
+    if conv.name == "xla-cpu":
+        # XLA reduces over the seq axis and the data axes separately. Over the data axes a
+        # device reduces only the position rows it holds (T/s under CP, T/(s·t) under SP);
+        # over seq, ring attention's step reduces all of them and Ulysses' none (it gathers
+        # the table instead: cp-positions)
+        over_seq = grad_bytes * (others + positions * (grid.cp == 1)) + 4
         out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), per_step * (grid.seq > 1),
-                        reduce))
+                        over_seq))
+        held = positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
+        reduce = grad_bytes * (others + held) + 4
         reductions, batch_axes = per_step * (grid.dp > 1), (Axis.DATA, Axis.FSDP)
     else:
         reductions = per_step * (batch_group > 1)
@@ -130,19 +145,25 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     out.append(Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12, gathered))
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
     layer_w = param_bytes * _elements(sizes, grid, embed=True, layers=True) / L
-    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 2 * m * L * fsdp,
+    sp = grid.sp.astype(bool)
+    # forward and backward; under SP (xla-cpu) the backward reuses the forward's gathers
+    # unless full remat gathers again for the recomputed forward
+    passes = np.where(conv.gather_once_under_sp & sp & (remat != "full"), 1, 2)
+    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), passes * m * L * fsdp,
                     layer_w))
     head_w = param_bytes * _elements(sizes, grid, embed=True, layers=False)
+    if conv.xla_embedding and sizes.family == "gpt":  # under SP: only its T/t position rows
+        head_w = head_w - param_bytes * sp * sizes.D * (sizes.T_max - grid.T / grid.tensor)
     head_w = head_w - np.where(xla_embed, param_bytes * table, 0)  # the lookup moved instead
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp, head_w))
-    table_tp = conv.xla_embedding & fsdp & (grid.tensor > 1)
+    table_tp = conv.xla_embedding & fsdp & (grid.tensor > 1) & (grid.sp == 0)
     shard = 4.0 * sizes.V * sizes.D / (grid.tensor * grid.fsdp)
     out.append(Term("embedding-table", "collective-permute", (Axis.FSDP, Axis.TENSOR),
                     2.0 * table_tp, shard))
     out.append(Term("embedding-lookup", "all-gather", (Axis.TENSOR,), m * table_tp, x_bytes))
 
     out += _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes)
-    out += _context_terms(sizes, grid, conv, act_bytes)
+    out += _context_terms(sizes, grid, remat, conv, act_bytes)
     out += _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes)
     return out
 
@@ -156,31 +177,33 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     # block recomputed under full remat, + the embedding and the head
     n_ar = (4 + sizes.n_mlp_in - 1 + full) * L + 2
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes)]
-    n_ag = (4 + 2 * full) * L + 1  # + the head's column-parallel input
-    n_rs = (4 + full) * L + 1  # + the embedding's output (gpu) / its backward
+    # + the embedding's output (reduce-scatter; backward all-gather) and the head's input
+    # (all-gather; backward reduce-scatter)
+    n_ag = (4 + 2 * full) * L + 2
+    n_rs = (4 + full) * L + 2
     out.append(Term("sp", "all-gather", axes, m * n_ag * sp, x_bytes))
     out.append(Term("sp", "reduce-scatter", axes, m * n_rs * sp, x_bytes))
     hidden = grad_bytes * sizes.hidden_params / np.where(grid.stage > 1, grid.stage, 1)
     out.append(Term("sp-grads", "all-reduce", axes, m * sp, hidden * np.ones(n)))
-    if conv.xla_embedding:  # the tables are gathered for the lookup, the gradient summed
-        table = sizes.V * sizes.D
-        tables = table + (sizes.T_max * sizes.D if sizes.family == "gpt" else 0)
-        out.append(Term("sp-embedding", "all-gather", axes, 1.0 * sp, 4.0 * tables * np.ones(n)))
-        out.append(Term("sp-embedding", "all-reduce", axes, m * sp,
-                        grad_bytes * table * np.ones(n)))
+    if conv.xla_embedding and sizes.family == "gpt":  # each shard's position gradient: T/t rows
+        table = grad_bytes * sizes.T_max * sizes.D / grid.embed_shards("grad")
+        out.append(Term("sp-positions", "all-gather", axes, 1.0 * sp, table))
     ce = 3 * m * tp
     out.append(Term("cross-entropy", "all-reduce", axes, ce, 4.0 * grid.tokens))
     return out
 
 
-def _context_terms(sizes, grid, conv, act_bytes) -> list[Term]:
+def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
     s, m, L = grid.seq, grid.microbatches, grid.stage_layers
+    passes = 3 if remat == "full" else 2  # forward, backward, and the recomputed forward
     kv = 2 * grid.tokens * sizes.K * sizes.Dh / grid.tensor * act_bytes
     ring = (grid.cp == 1) & (s > 1)
-    out = [Term("cp-ring", "collective-permute", (Axis.SEQ,), 2 * (s - 1) * L * m * ring, kv)]
+    hops = passes * (s - 1) * L * m * ring
+    out = [Term("cp-ring", "collective-permute", (Axis.SEQ,), hops, kv)]
     ulysses = (grid.cp == 2) & (s > 1)
     qkvo = grid.tokens * (2 * sizes.H + 2 * sizes.K) * sizes.Dh / grid.tensor * act_bytes / 4
-    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), 8 * L * m * ulysses, qkvo))
+    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), 4 * passes * L * m * ulysses,
+                    qkvo))
     if conv.xla_embedding and sizes.family == "gpt":  # XLA gathers GPT's position table
         table = 4.0 * sizes.T_max * sizes.D * np.ones(len(grid))
         out.append(Term("cp-positions", "all-gather", (Axis.SEQ,), 1.0 * ulysses, table))

@@ -31,7 +31,7 @@ from .schedule_stats import makespan_columns
 from ..parallel.schedules import SCHEDULES
 from .shapes import Grid, ModelSizes
 
-EXPOSED = ("tp", "sp", "sp-grads", "sp-embedding", "cross-entropy", "cp-ulysses", "zero-gather",
+EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses", "zero-gather",
            "pipeline-shared", "embedding-ids", "embedding-lookup", "embedding-table",
            "cp-positions")
 HIDE_BEHIND_BACKWARD = ("grad-reduce",)
