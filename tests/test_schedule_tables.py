@@ -6,8 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from parex.parallel.schedules import LOOPING, SCHEDULES, check_schedule, make_schedule
-from parex.parallel.schedules import schedule_arrays
+from parex.parallel.schedules import (LOOPING, SCHEDULES, check_schedule, make_schedule,
+                                      schedule_arrays)
 from parex.parallel.tables import Tables
 
 
@@ -82,15 +82,13 @@ def test_many_tables_at_once_equal_one_at_a_time():
     peaks = tables.peak_in_flight()
     for i, s in enumerate(singles):
         assert list(peaks[i, :s.p]) == s.peak_in_flight() and not peaks[i, s.p:].any()
-    durations = np.tile([1.0, 2.0, 0.5], (len(CASES), 2, 1))
-    durations[:, 1] *= 0.5  # a second cost set per table
+    costs = np.tile([1.0, 2.0, 0.5], (len(CASES), 2, 1))
+    costs[:, 1] *= 0.5  # a second cost set per table
     hop = np.tile([0.0, 0.3], (len(CASES), 1))
-    spans = tables.makespans(durations, hop)
+    spans = tables.makespans(costs, hop)
     for i, s in enumerate(singles):
-        assert spans[i, 0] == pytest.approx(s.makespan(1.0, 2.0 - (not s.split_backward) * 0.5,
-                                                       0.5))
-        assert spans[i, 1] == pytest.approx(s.makespan(0.5, 1.0 - (not s.split_backward) * 0.25,
-                                                       0.25, 0.3))
+        assert spans[i, 0] == pytest.approx(s.makespan(1.0, 2.0, 0.5))
+        assert spans[i, 1] == pytest.approx(s.makespan(0.5, 1.0, 0.25, 0.3))
 
 
 def test_a_deadlocked_order_names_its_table():

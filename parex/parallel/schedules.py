@@ -72,14 +72,11 @@ class Schedule:
         """Idle ticks / (p · n_ticks), every op taking one tick."""
         return 1.0 - len(self.ops) / (self.p * self.n_ticks)
 
-    def durations(self, t_f: float, t_b: float, t_w: float) -> tuple[float, float, float]:
-        """Seconds of one F, B and W op; an unsplit backward does the weight gradient too."""
-        return t_f, (t_b if self.split_backward else t_b + t_w), t_w
-
     def _spans(self, t_f, t_b, t_w, t_p2p) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of each op of `ops`: each stage runs its ops in table order, each op as
-        soon as its stage is free and its inputs have arrived (t_p2p per stage hop)."""
-        costs = np.array(self.durations(t_f, t_b, t_w), float).reshape(1, 1, 3)
+        soon as its stage is free and its inputs have arrived (t_p2p per stage hop); an unsplit
+        backward takes t_b + t_w."""
+        costs = np.array([t_f, t_b, t_w], float).reshape(1, 1, 3)
         start, end = self.arrays.spans(costs, np.full((1, 1), float(t_p2p)))
         rows = self.arrays.tick_order()  # the array row of each op in `ops`
         return start[rows, 0], end[rows, 0]

@@ -13,6 +13,7 @@ never depend on each other, and ticks order the timing passes too.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +42,7 @@ class Tables:
     tick: np.ndarray
 
     @classmethod
-    def from_orders(cls, orders: list[list[list[tuple]]], p, m, v, split) -> "Tables":
+    def from_orders(cls, orders: list[list[list[tuple]]], p, m, v, split) -> Tables:
         """orders[t][s]: stage s's (op, microbatch, chunk) keys in table t, in the order it runs
         them. Raises RuntimeError naming the table when an order deadlocks."""
         p, m, v = (np.asarray(x, np.int64) for x in (p, m, v))
@@ -81,27 +82,30 @@ class Tables:
         out[self.table[first], self.stage[first]] = peaks
         return out
 
-    def spans(self, durations: np.ndarray, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start, end) of every op, each (n, k), for k cost sets per table: durations (tables,
-        k, 3) seconds of one F, B and W op, hop (tables, k) seconds per stage-to-stage send.
-        Each op starts when its stage is free and its inputs have arrived."""
-        n, k = len(self.tick), durations.shape[1]
+    def spans(self, costs: np.ndarray, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) of every op, each (n, k), for k cost sets per table: costs (tables, k, 3)
+        seconds of the forward, the input gradient and the weight gradient of one chunk for one
+        microbatch (an unsplit B does both gradients), hop (tables, k) seconds per
+        stage-to-stage send. Each op starts when its stage is free and its inputs have arrived."""
+        n, k = len(self.tick), costs.shape[1]
         end = np.zeros((n + 1, k))  # row n: "no predecessor", ended at 0
         start = np.zeros((n, k))
         op_hop = hop[self.table]
-        op_time = durations[self.table, :, self.kind]
+        op_time = costs[self.table, :, self.kind]
+        unsplit_b = (self.kind == B) & ~self.split[self.table]
+        op_time[unsplit_b] += costs[self.table[unsplit_b], :, W]
         order = np.argsort(self.tick, kind="stable")
         bounds = np.searchsorted(self.tick[order], np.arange(self.tick.max() + 2))
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
+        for lo, hi in itertools.pairwise(bounds):
             ops = order[lo:hi]
             ready = end[self.preds[ops]] + self.cross[ops][:, :, None] * op_hop[ops][:, None, :]
             start[ops] = ready.max(axis=1)
             end[ops] = start[ops] + op_time[ops]
         return start, end[:n]
 
-    def makespans(self, durations: np.ndarray, hop: np.ndarray) -> np.ndarray:
-        """(tables, k): seconds from the first op to the last, for each cost set."""
-        _, end = self.spans(durations, hop)
+    def makespans(self, costs: np.ndarray, hop: np.ndarray) -> np.ndarray:
+        """(tables, k): seconds from the first op to the last, for each cost set (`spans`)."""
+        _, end = self.spans(costs, hop)
         return np.maximum.reduceat(end, self._starts(), axis=0)
 
 

@@ -66,12 +66,11 @@ def _time(keys: list[tuple]) -> None:
     if any(k[:4] not in _LAST for k in keys):
         _build(list(dict.fromkeys(k[:4] for k in keys)))
     for tables in {id(_LAST[k[:4]][0]): _LAST[k[:4]][0] for k in keys}.values():
-        durations = np.zeros((len(tables), 2, 3))
+        costs = np.zeros((len(tables), 2, 3))
         asked = [(k, _LAST[k[:4]][1]) for k in keys if _LAST[k[:4]][0] is tables]
         for key, i in asked:
-            t_b, t_w = key[4:]
-            durations[i] = 1.0, t_b if tables.split[i] else t_b + t_w, t_w
-        span = tables.makespans(durations, np.tile([0.0, HOP], (len(tables), 1)))
+            costs[i] = 1.0, *key[4:]  # (t_F, t_B, t_W), without and with the probe hop
+        span = tables.makespans(costs, np.tile([0.0, HOP], (len(tables), 1)))
         for key, i in asked:
             _MAKESPANS[key] = float(span[i, 0]), float((span[i, 1] - span[i, 0]) / HOP)
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..parallel.schedules import SCHEDULES
 from .flops import elementwise_flops, matmul_split, passes_per_layer
 from .memory import xla_layer_elements
 from .schedule_stats import makespan_columns
-from ..parallel.schedules import SCHEDULES
 from .shapes import Grid, ModelSizes
 
 EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses", "zero-gather",
