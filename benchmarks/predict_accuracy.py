@@ -76,7 +76,7 @@ def measure_round_robin(model, train, layouts, references=()) -> tuple[list, lis
             losses=run["losses"], step_time_s={"median": statistics.median(timed),
                                                "min": min(timed), "max": max(timed)},
             compile_time_s=run["compile"], tokens_per_step=train.tokens_per_step(model),
-            **compiled_stats(run["compiled"], step.mesh)))
+            **compiled_stats(run["compiled"], step)))
         run.clear()
     return out, [statistics.median(times) for times in reference_times]
 

@@ -117,8 +117,10 @@ def spanned_axes(groups, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...
     return tuple(a for a in axis_names if a in varying)
 
 
-def _multiplicities(hlo_text: str) -> tuple[dict, dict]:
-    """Per computation: its instruction lines, and how often it runs per step."""
+def _multiplicities(hlo_text: str, branch_shares=None) -> tuple[dict, dict]:
+    """Per computation: its instruction lines, and how often it runs per step. A conditional's
+    branches each count as run every time, unless `branch_shares` gives, for conditionals with
+    that many branches, the share of executions that take each one."""
     bodies, calls, entry = defaultdict(list), defaultdict(list), None
     current = None
     for line in hlo_text.splitlines():
@@ -134,8 +136,10 @@ def _multiplicities(hlo_text: str) -> tuple[dict, dict]:
         for callee in _CALLEE.findall(line):
             calls[current].append((callee, trips))
         for group in _BRANCHES.findall(line):
-            calls[current] += [(c.strip().lstrip("%"), 1) for c in group.split(",")]
-    runs = defaultdict(int)
+            names = [c.strip().lstrip("%") for c in group.split(",")]
+            known = branch_shares is not None and len(branch_shares) == len(names)
+            calls[current] += zip(names, branch_shares if known else [1] * len(names))
+    runs = defaultdict(float)
 
     def visit(name, times):
         runs[name] += times
@@ -147,12 +151,13 @@ def _multiplicities(hlo_text: str) -> tuple[dict, dict]:
     return bodies, runs
 
 
-def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...],
-                      axis_names: tuple[str, ...]) -> list[Collective]:
-    """Every collective in a compiled module, merged by (kind, bytes, group size, axes)."""
+def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...],
+                      branch_shares=None) -> list[Collective]:
+    """Every collective in a compiled module, merged by (kind, bytes, group size, axes), counted
+    as often as it runs (`branch_shares`: see _multiplicities)."""
     n_devices = int(np.prod(mesh_shape))
-    bodies, runs = _multiplicities(hlo_text)
-    merged = defaultdict(int)
+    bodies, runs = _multiplicities(hlo_text, branch_shares)
+    merged = defaultdict(float)
     for name, lines in bodies.items():
         for line in lines:
             m = _INSTRUCTION.match(line)
@@ -165,17 +170,17 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...],
             if m.group("op") == "reduce-scatter":
                 nbytes *= size
             merged[(m.group("op"), nbytes, size, axes)] += runs[name]
-    return [Collective(kind, count, nbytes, size, axes)
-            for (kind, nbytes, size, axes), count in sorted(merged.items())]
+    return [Collective(kind, round(count), nbytes, size, axes)
+            for (kind, nbytes, size, axes), count in sorted(merged.items()) if round(count)]
 
 
 _DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)\s+([\w\-]+)\((.*)$")
 
 
-def matmul_flops(hlo_text: str) -> float:
+def matmul_flops(hlo_text: str, branch_shares=None) -> float:
     """FLOPs of every dot per step, loop trip counts included: 2 · |output| · |contracted dims|.
     XLA's cost analysis counts a loop body once; this counts it as often as it runs."""
-    bodies, runs = _multiplicities(hlo_text)
+    bodies, runs = _multiplicities(hlo_text, branch_shares)
     total = 0.0
     for name, lines in bodies.items():
         if not runs.get(name):

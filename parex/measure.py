@@ -82,14 +82,23 @@ def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devic
     return step, compiled, time.perf_counter() - start
 
 
-def compiled_stats(compiled, mesh) -> dict:
-    """Memory, FLOPs and collectives of a compiled step, per device, without running it."""
+def compiled_stats(compiled, step: TrainStep) -> dict:
+    """Memory, FLOPs and collectives of a compiled step, per device, without running it. Under
+    a pipeline each stage takes a different branch of the tick switch on each tick: the
+    collectives and matmul FLOPs are the busiest stage's, each branch counted on the ticks that
+    take it (Plan.branch_shares)."""
     flops, bytes_accessed = cost_stats(compiled)
-    text = compiled.as_text()
+    text, mesh = compiled.as_text(), step.mesh
+    shares = [None]
+    if step.layout.stage > 1:
+        from .parallel.pipeline import plan_for
+
+        shares = plan_for(step).branch_shares()
+    collectives = max((parse_collectives(text, mesh.devices.shape, mesh.axis_names, s)
+                       for s in shares), key=lambda cs: sum(c.total_bytes for c in cs))
     return {"memory_bytes_per_device": memory_stats(compiled), "flops_per_device": flops,
-            "matmul_flops_per_device": matmul_flops(text),
-            "bytes_accessed_per_device": bytes_accessed,
-            "collectives": parse_collectives(text, mesh.devices.shape, mesh.axis_names)}
+            "matmul_flops_per_device": max(matmul_flops(text, s) for s in shares),
+            "bytes_accessed_per_device": bytes_accessed, "collectives": collectives}
 
 
 def time_steps(step: TrainStep, compiled, data: str, progress: bool) -> tuple[list, list]:
@@ -120,7 +129,7 @@ def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=N
         platform=step.mesh.devices.flat[0].platform, losses=losses,
         step_time_s={"median": statistics.median(timed), "min": min(timed), "max": max(timed)},
         compile_time_s=compile_time, tokens_per_step=train.tokens_per_step(model),
-        **compiled_stats(compiled, step.mesh))
+        **compiled_stats(compiled, step))
 
 
 def relative_error(tree, reference) -> float:

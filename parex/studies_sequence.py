@@ -64,7 +64,7 @@ def measure_point(mode: str, model: ModelConfig, train: TrainConfig, layout: Lay
     from .measure import compile_layout, compiled_stats
 
     step, compiled, seconds = compile_layout(model, train, layout, devices[:layout.n_devices])
-    stats = compiled_stats(compiled, step.mesh)
+    stats = compiled_stats(compiled, step)
     comm = bytes_by_kind(stats["collectives"])
     row = {"model": model.name, "seq_len": model.seq_len, "mode": mode, "layout": str(layout),
            "n_devices": layout.n_devices, "compile_time_s": seconds}

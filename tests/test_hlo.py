@@ -67,3 +67,38 @@ def test_parse_collectives_counts_loop_trips_and_bytes():
     assert (cp.count, cp.bytes) == (1, 40)
     tup = found[("all-reduce", ("data",))]
     assert (tup.bytes, tup.group_size) == (32, 2)
+
+
+SWITCH = """HloModule jit_pipeline
+
+%idle (p: f32[8]) -> f32[8] {
+  ROOT %z = f32[8]{0} copy(%p)
+}
+
+%fwd (p: f32[8]) -> f32[8] {
+  ROOT %f = f32[8]{0} all-reduce(%p), channel_id=1, replica_groups=[2,4]<=[8], to_apply=%add
+}
+
+%bwd (p: f32[8]) -> f32[8] {
+  %b1 = f32[8]{0} all-reduce(%p), channel_id=2, replica_groups=[2,4]<=[8], to_apply=%add
+  ROOT %b2 = f32[8]{0} all-reduce(%b1), channel_id=3, replica_groups=[2,4]<=[8], to_apply=%add
+}
+
+%tick (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %c = f32[8]{0} conditional(%i, %x, %x, %x), branch_computations={%idle, %fwd, %bwd}
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %w = (s32[], f32[8]) while(%t), condition=%cond, body=%tick, backend_config={"known_trip_count":{"n":"10"}}
+}
+"""
+
+
+def test_switch_branches_count_on_the_ticks_that_take_them():
+    def count(shares=None):
+        (ar,) = parse_collectives(SWITCH, MESH, AXES, shares)
+        return ar.count
+
+    assert count() == 30  # every branch as if taken on all 10 ticks: an upper bound
+    assert count((0.2, 0.4, 0.4)) == 4 * 1 + 4 * 2  # 4 forward ticks, 4 backward ticks
+    assert count((0.5, 0.5)) == 30  # shares for another conditional's branch count: ignored

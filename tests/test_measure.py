@@ -15,7 +15,7 @@ FP32 = 4
 
 def stats(text):
     step, compiled, _ = compile_layout(TINY, TRAIN, Layout.parse(text))
-    return compiled_stats(compiled, step.mesh)
+    return compiled_stats(compiled, step)
 
 
 @pytest.fixture(scope="module")

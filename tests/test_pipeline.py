@@ -94,7 +94,7 @@ def compiled():
             layout = Layout(data=2, stage=4, schedule=name, microbatches=m)
             train = TrainConfig(global_batch=2 * B_MICRO * m)
             step, executable, _ = compile_layout(MEM_MODEL, train, layout)
-            out[name, m] = plan_for(step), compiled_stats(executable, step.mesh)
+            out[name, m] = plan_for(step), compiled_stats(executable, step)
     return out
 
 

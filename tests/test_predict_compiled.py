@@ -26,7 +26,11 @@ SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none
         ("tiny", "fsdp=2,tensor=4,sp=on", "none", None), ("tiny", "fsdp=2,tensor=4,sp=on", "full",
                                                          None),
         ("tiny", "data=2,seq=4,cp=ring", "full", None),
-        ("tiny", "data=2,seq=2,tensor=2,cp=ulysses", "full", None)]
+        ("tiny", "data=2,seq=2,tensor=2,cp=ulysses", "full", None),
+        # the busiest stage (the first) of a pipeline with tensor parallelism, each branch of
+        # the tick switch counted on the ticks that take it
+        ("tiny", "data=2,tensor=2,stage=2,schedule=1f1b,microbatches=4", "none", None),
+        ("tiny-llama", "data=2,tensor=2,stage=2,schedule=gpipe,microbatches=2", "none", None)]
 
 
 def compare(model_name, spec, remat, microbatch):
@@ -34,7 +38,7 @@ def compare(model_name, spec, remat, microbatch):
     train = TrainConfig(global_batch=16, remat=remat, microbatch=microbatch)
     layout = Layout.parse(spec)
     step, compiled, _ = compile_layout(model, train, layout, jax.devices()[:layout.n_devices])
-    measured = compiled_stats(compiled, step.mesh)
+    measured = compiled_stats(compiled, step)
     p = predict(model, train, layout, "cpu-local", convention="xla-cpu")
     return p, measured
 
@@ -47,8 +51,8 @@ def check(p, measured, pipeline=False):
         assert p.flops_per_device / measured["flops_per_device"] == pytest.approx(1.0, abs=0.05)
     kinds = bytes_by_kind(measured["collectives"])
     for kind in KINDS:
-        # equal, up to the loss scalars XLA fuses into some reductions
-        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-6, abs=64), kind
+        # equal, up to the few loss scalars XLA reduces beside (or fused into) the gradients
+        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5, abs=64), kind
 
 
 @pytest.mark.parametrize("model_name, spec, remat, microbatch", FAST)

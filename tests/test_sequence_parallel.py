@@ -27,7 +27,7 @@ def step_stats(text, model=None):
     layout = Layout.parse(text)
     model = model or model_preset("tiny")
     step, compiled, _ = compile_layout(model, TRAIN, layout, jax.devices()[:layout.n_devices])
-    return compiled_stats(compiled, step.mesh)
+    return compiled_stats(compiled, step)
 
 
 def moves_activation(c, kind, nbytes) -> bool:

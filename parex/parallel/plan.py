@@ -23,6 +23,13 @@ class Plan:
     act_slots: int  # stashed stage inputs per device (one extra trash slot is added)
     grad_slots: int  # received cotangents per device
 
+    def branch_shares(self) -> list[tuple[float, ...]]:
+        """Per stage, the share of ticks on which it takes each switch branch: how often the
+        collectives and matmuls inside a branch really run."""
+        branch, n = self.arrays["branch"], len(self.branches)
+        return [tuple(np.bincount(branch[:, s], minlength=n) / len(branch))
+                for s in range(self.schedule.p)]
+
     @property
     def layer_index(self) -> np.ndarray:
         """(p, v, Lmax) index into the stacked layers; padding repeats layer 0 (masked out)."""

@@ -174,8 +174,13 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     full = 1 if remat == "full" else 0
     axes = (Axis.TENSOR,)
     # per microbatch: 4 per block (SwiGLU's second input matrix adds one backward), 1 more per
-    # block recomputed under full remat, + the embedding and the head
-    n_ar = (4 + sizes.n_mlp_in - 1 + full) * L + 2
+    # block recomputed under full remat, + the embedding and the head. Under a pipeline, the
+    # busiest device (the first stage: it holds the embedding) recomputes each chunk's forward
+    # whole in its backward (stage remat: 2 more per block, and the embedding again) and runs
+    # neither the head nor the loss.
+    piped = (grid.stage > 1) & grid.stage_remat
+    per_block = np.where(piped, 4 + sizes.n_mlp_in - 1 + 2, 4 + sizes.n_mlp_in - 1 + full)
+    n_ar = per_block * L + 2
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes)]
     # + the embedding's output (reduce-scatter; backward all-gather) and the head's input
     # (all-gather; backward reduce-scatter)
@@ -188,7 +193,7 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     if conv.xla_embedding and sizes.family == "gpt":  # each shard's position gradient: T/t rows
         table = grad_bytes * sizes.T_max * sizes.D / grid.embed_shards("grad")
         out.append(Term("sp-positions", "all-gather", axes, 1.0 * sp, table))
-    ce = 3 * m * tp
+    ce = 3 * m * tp * (grid.stage == 1)
     out.append(Term("cross-entropy", "all-reduce", axes, ce, 4.0 * grid.tokens))
     return out
 
