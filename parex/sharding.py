@@ -3,6 +3,7 @@ the attention core the Layout asks for, and the explicit collectives of sequence
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 
 import jax
@@ -31,6 +32,16 @@ class MeshOps(Ops):
 
     def __init__(self, layout: Layout, mesh: Mesh):
         self.layout, self.mesh = layout, mesh
+
+    def inside(self, manual_data: bool = False) -> MeshOps:
+        """These ops as seen inside a shard_map (the pipeline's over `stage`, the accumulation
+        loop's over `data`): constraints and nested shard_maps name only the axes still auto,
+        and with `data` manual each replica's layout has data=1."""
+        inner = copy.copy(self)
+        inner.mesh = jax.sharding.get_abstract_mesh()
+        if manual_data:
+            inner.layout = self.layout.replace(data=1, zero=0)
+        return inner
 
     def sharding(self, dims, kind: str = "act") -> NamedSharding:
         return NamedSharding(self.mesh, self.layout.spec(dims, kind))

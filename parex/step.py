@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import model as gpt
 from .config import ModelConfig, TrainConfig
-from .layout import Layout
+from .layout import Axis, Layout
 from .sharding import MeshOps
 from .validation import num_microbatches
 
@@ -37,6 +37,14 @@ def make_optimizer(train: TrainConfig, model: ModelConfig) -> optax.GradientTran
 
 def _is_dims(x) -> bool:
     return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
+
+
+def accumulates_per_replica(layout: Layout) -> bool:
+    """Whether gradient accumulation runs with `data` manual, reducing over it once per step:
+    replicated parameters (no fsdp, ZeRO < 3) and no nested shard_map (sp, seq), which Shardy
+    cannot place inside a manual `data` axis. Otherwise XLA reduces once per microbatch."""
+    return (layout.data > 1 and layout.fsdp == 1 and layout.zero < 3 and not layout.sp
+            and layout.seq == 1)
 
 
 @dataclass
@@ -91,8 +99,8 @@ class TrainStep:
 
         return jax.jit(init, out_shardings=self.train_state_shardings())(key)
 
-    def _loss(self, params, batch):
-        return gpt.loss_fn(params, batch, self.model, self.ops, self.train.remat)
+    def _loss(self, params, batch, ops=None):
+        return gpt.loss_fn(params, batch, self.model, ops or self.ops, self.train.remat)
 
     def loss_and_grads(self, params, batch):
         """Mean loss and gradient over the global batch, accumulated over m microbatches."""
@@ -100,22 +108,48 @@ class TrainStep:
             from .parallel.pipeline import pipeline_loss_and_grads
 
             return pipeline_loss_and_grads(self, params, batch)
-        m = self.microbatches
-        if m == 1:
+        if self.microbatches == 1:
             return jax.value_and_grad(self._loss)(params, batch)
+        if accumulates_per_replica(self.layout):
+            return self._accumulate_per_replica(params, batch)
+        return self._accumulate(params, batch, self.ops)
+
+    def _accumulate(self, params, batch, ops, varying: tuple = ()):
+        """Sum of the m microbatches' losses and gradients, over m, in a scan (`varying`: the
+        manual axes the carried sums vary over)."""
+        m = self.microbatches
 
         def split(x):  # (B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... so that
             B = x.shape[0]  # every data shard keeps contributing to every microbatch
             x = x.reshape(B // m, m, *x.shape[1:]).swapaxes(0, 1)
-            return self.constrain(x, (None, "batch", None))
+            return ops.constrain(x, (None, "batch", None))
 
         def accumulate(carry, micro):
-            loss, grads = jax.value_and_grad(self._loss)(params, micro)
+            loss, grads = jax.value_and_grad(self._loss)(params, micro, ops)
             return jax.tree.map(jnp.add, carry, (loss, grads)), None
 
-        zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
-        total, _ = jax.lax.scan(accumulate, zeros, jax.tree.map(split, batch))
+        loss = jnp.zeros((), jnp.float32)  # the gradients' zeros vary as the params do
+        loss = jax.lax.pcast(loss, varying, to="varying") if varying else loss
+        total, _ = jax.lax.scan(accumulate, (loss, jax.tree.map(jnp.zeros_like, params)),
+                                jax.tree.map(split, batch))
         return jax.tree.map(lambda x: x / m, total)
+
+    def _accumulate_per_replica(self, params, batch):
+        """Gradient accumulation with `data` manual: each data replica sums its microbatches'
+        gradients locally and the replicas are summed once, after the loop. (Left to XLA, the
+        replicated gradients would be all-reduced inside the loop, once per microbatch.)"""
+        data, replicas = Axis.DATA.value, self.layout.data
+
+        def per_replica(params, batch):
+            # varying over data, so that the gradients are not summed over it inside the loop
+            params = jax.tree.map(lambda a: jax.lax.pcast(a, (data,), to="varying"), params)
+            total = self._accumulate(params, batch, self.ops.inside(manual_data=True), (data,))
+            return jax.tree.map(lambda x: jax.lax.psum(x, data) / replicas, total)
+
+        rows = PartitionSpec(data)
+        return jax.shard_map(per_replica, mesh=self.mesh, axis_names={data},
+                             in_specs=(PartitionSpec(), {"inputs": rows, "targets": rows}),
+                             out_specs=PartitionSpec())(params, batch)
 
     def _step(self, state, batch):
         loss, grads = self.loss_and_grads(state["params"], batch)

@@ -33,6 +33,16 @@ def test_dp_gradient_all_reduce_moves_the_gradient_bytes(dp):
     assert {c.axes for c in dp["collectives"]} == {("data",)}
 
 
+def test_gradient_accumulation_reduces_over_data_once_per_step():
+    """With 2 microbatches each data replica sums its gradients locally, then one psum of the
+    whole gradient tree (the unused position rows' zeros too): not one reduction per
+    microbatch."""
+    accumulated = stats("data=8,microbatches=2")
+    on_data = [(c.count, c.total_bytes) for c in accumulated["collectives"]
+               if c.kind == "all-reduce" and c.axes == ("data",)]
+    assert on_data == [(1, FP32 * TINY.n_params + FP32)]  # + the loss
+
+
 def test_fsdp_argument_memory_is_one_nth_of_dp(dp):
     """Parameters and AdamW moments are sharded 8 ways; the batch and a few biases are not."""
     fsdp = stats("fsdp=8")

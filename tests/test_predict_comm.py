@@ -63,10 +63,17 @@ def test_tensor_parallel_all_reduces_by_hand():
     assert tp == (5 * L + 2) * 8 * T * D * 4
 
 
-def test_microbatches_multiply_reductions_on_xla_only():
+def test_microbatches_multiply_reductions_on_xla_only_where_xla_accumulates():
     train = TRAIN.replace(microbatch=1)  # 2 microbatches per replica on 8 replicas
-    assert by_kind(Layout(data=8), "xla-cpu", train)["all-reduce"] == 2 * (4 * N + 4)
+    # parex's step accumulates each data replica's gradients locally and reduces once...
+    assert by_kind(Layout(data=8), "xla-cpu", train)["all-reduce"] == 4 * N + 4
     assert by_kind(Layout(data=8), "gpu", train)["all-reduce"] == 4 * N + 4
+    # ... except where the data axis cannot be manual (here sequence parallelism): there XLA
+    # reduces inside the loop, once per microbatch
+    sp = predict(TINY, train, Layout(data=2, tensor=4, sp=True), "cpu-local",
+                 convention="xla-cpu")
+    counts = [c["count"] for c in sp.collectives if c["name"] == "grad-reduce"]
+    assert counts == [8.0]  # 16 sequences / (2 replicas · 1 per microbatch)
 
 
 def test_pipeline_sends_activations_both_ways():

@@ -14,6 +14,7 @@ from parex.predict import predict
 FAST = [("tiny", "data=8", "none", None), ("tiny", "tensor=8,sp=on", "none", None),
         ("tiny", "data=2,tensor=4", "none", None), ("tiny", "data=2,tensor=4,sp=on", "none", None)]
 SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none", None),
+        ("tiny", "data=8,zero=2", "none", 1),  # 2 microbatches, accumulated per data replica
         ("tiny", "fsdp=8", "full", None), ("tiny", "tensor=8", "selective", None),
         ("tiny", "data=4,tensor=2,zero=1", "none", 1), ("tiny-llama", "data=2,tensor=4", "none",
                                                         None),

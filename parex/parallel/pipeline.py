@@ -25,7 +25,6 @@ Shape of the computation (JAX_NOTES "Pipelines"):
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from functools import partial
 
@@ -89,17 +88,6 @@ class _Context:
     remat: str
     seed: float  # d(mean loss)/d(one microbatch's loss) = 1/(m · replicas)
     manual: tuple  # the shard_map's manual axes: stage, and data when it is manual too
-
-
-def _inside(ops, manual_data: bool):
-    """The step's MeshOps, re-pointed at the mesh as seen inside the shard_map (where `stage`,
-    and maybe `data`, are manual), so its constraints and nested shard_maps name only auto axes:
-    within one data replica the layout has data=1."""
-    inner = copy.copy(ops)
-    inner.mesh = jax.sharding.get_abstract_mesh()
-    if manual_data:
-        inner.layout = ops.layout.replace(data=1, zero=0)
-    return inner
 
 
 def vary(tree, axes):
@@ -176,7 +164,7 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
     blocks = vary(blocks, data) if data else blocks  # already varying over stage
     table = {k: a[:, 0] for k, a in table.items()}  # (n_ticks,) each
     ctx = _Context(blocks, mask, vary(head, manual), tokens, targets, cfg,
-                   _inside(ops, bool(data)), remat, 1.0 / (m * replicas), manual)
+                   ops.inside(bool(data)), remat, 1.0 / (m * replicas), manual)
     b, T = tokens.shape[1:]
     act = (b, T, cfg.hidden)  # one stashed stage input or cotangent
     state = vary({"acts": jnp.zeros((plan.act_slots + 1, *act), jnp.dtype(cfg.dtype)),

@@ -103,7 +103,11 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     grads_sharded = (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
     # XLA's lookup in a D-sharded table: with tensor = 1 it all-gathers the token ids and moves
     # the lookup's output by all-to-all; with tensor > 1 (fsdp) it gathers the table instead
-    xla_embed = conv.xla_embedding & grads_sharded & (batch_group > 1) & (grid.tensor == 1)
+    # (not inside parex's per-replica accumulation loop, where the table is whole)
+    per_replica = ((grid.data > 1) & (grid.fsdp == 1) & (grid.zero < 3) & (grid.sp == 0)
+                   & (grid.seq == 1) & (grid.stage == 1) & (m > 1))
+    xla_embed = (conv.xla_embedding & grads_sharded & (batch_group > 1) & (grid.tensor == 1)
+                 & ~per_replica)
     x_bytes = grid.tokens * sizes.D * act_bytes  # one microbatch's (b, T/s, D) on a device
     out: list[Term] = []
 
@@ -112,12 +116,14 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     # GPT's position table: rows beyond the sequence get no gradient, so nothing to reduce
     positions = grid.T * sizes.D if sizes.family == "gpt" else 0.0
     unused = sizes.T_max * sizes.D - positions if sizes.family == "gpt" else 0.0
+    unused = np.where(per_replica, 0.0, unused)  # one psum of the whole tree reduces them too
     others = _elements(sizes, grid) - np.where(xla_embed, table, 0) - unused - positions
     reduce = grad_bytes * (others + positions) + 4  # + the loss, summed alongside
     rs = conv.reduce_scatter & grads_sharded
-    # once per microbatch inside parex's accumulation loop (xla-cpu); the pipeline executor
-    # reduces once after its loop
-    per_step = np.where(conv.reduce_per_microbatch & (grid.stage == 1), m, 1)
+    # once per microbatch inside XLA's accumulation loop (xla-cpu), except where parex's step
+    # accumulates per data replica (step.accumulates_per_replica) and in the pipeline
+    # executor: both reduce once, after the loop
+    per_step = np.where(conv.reduce_per_microbatch & (grid.stage == 1) & ~per_replica, m, 1)
     batch_axes = (Axis.DATA, Axis.FSDP, Axis.SEQ)
     if conv.name == "xla-cpu":
         # XLA reduces over the seq axis and the data axes separately. Over the data axes a
