@@ -41,6 +41,7 @@ import numpy as np
 
 from ..hlo import KINDS
 from ..layout import MESH_AXES, Axis
+from ..parallel.schedules import SCHEDULES
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
@@ -182,10 +183,13 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     # per microbatch: 4 per block (SwiGLU's second input matrix adds one backward), 1 more per
     # block recomputed under full remat, + the embedding and the head. Under a pipeline, the
     # busiest device (the first stage: it holds the embedding) recomputes each chunk's forward
-    # whole in its backward (stage remat: 2 more per block, and the embedding again) and runs
-    # neither the head nor the loss.
+    # whole in each backward op (stage remat: 2 more per block, and the embedding again), and
+    # runs neither the head nor the loss. A split backward (ZB-H1's B and W) recomputes the
+    # chunk and runs the backward's all-reduces twice.
     piped = (grid.stage > 1) & grid.stage_remat
-    per_block = np.where(piped, 4 + sizes.n_mlp_in - 1 + 2, 4 + sizes.n_mlp_in - 1 + full)
+    backward = 2 + sizes.n_mlp_in - 1
+    split = np.where(grid.schedule == SCHEDULES.index("zbh1"), 2, 1)
+    per_block = np.where(piped, 2 + split * (2 + backward), 2 + backward + full)
     n_ar = per_block * L + 2
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes)]
     # + the embedding's output (reduce-scatter; backward all-gather) and the head's input
