@@ -6,7 +6,7 @@ ticks (levels of the dependency graph), never over ops, so the cost is a few num
 of the longest table.
 
 Ops are rows, grouped by table, then by stage in that stage's order. Each op waits for at most
-three others (`preds`): the previous op on its stage and up to two inputs (schedules.dependencies).
+three others (`preds`): the previous op on its stage and up to two inputs (`_predecessors`).
 Its tick is the longest chain of predecessors before it (every op one tick), so ops on one tick
 never depend on each other, and ticks order the timing passes too.
 """
@@ -110,18 +110,17 @@ class Tables:
 
 
 def _predecessors(table, stage, kind, mb, chunk, p, m, v):
-    """(preds, cross): the previous op on the stage, then the inputs schedules.dependencies
-    names (a forward needs the forward of the virtual stage before; a backward its own forward
+    """(preds, cross): the previous op on the stage, then the op's inputs (a forward needs the forward of the virtual stage before; a backward its own forward
     and the backward of the virtual stage after; a weight gradient its own backward)."""
     n = len(table)
     tp, tm, tv = p[table], m[table], v[table]
     base = np.r_[0, np.cumsum(p * 3 * m * v)][table]
 
+    lookup = np.full(int((p * 3 * m * v).sum()), n)  # (table, stage, kind, mb, chunk) -> row
+    lookup[base + ((stage * 3 + kind) * tm + mb) * tv + chunk] = np.arange(n)
+
     def find(s, k, j, c):  # row of the op (s, k, j, c) of each op's table
         return lookup[base + ((s * 3 + k) * tm + j) * tv + c]
-
-    lookup = np.full(int((p * 3 * m * v).sum()), n)
-    lookup[base + ((stage * 3 + kind) * tm + mb) * tv + chunk] = np.arange(n)
     vs = chunk * tp + stage  # virtual stage
     first, last = vs == 0, vs == tp * tv - 1
     before, after = np.maximum(vs - 1, 0), np.minimum(vs + 1, tp * tv - 1)

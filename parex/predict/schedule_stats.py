@@ -17,7 +17,7 @@ from .shapes import Grid
 HOP = 1e-3  # the probe hop (in units of t_F) that measures the makespan's growth per hop
 _TABLES: dict[tuple, tuple[int, int]] = {}  # (code, p, m, v) -> (ticks, peak chunks in flight)
 _MAKESPANS: dict[tuple, tuple[float, float]] = {}  # key + (t_B, t_W) -> (makespan, per hop)
-_LAST: dict[tuple, tuple] = {}  # the tables built last: key -> (Tables, index), for makespans
+_LAST: dict = {"rows": {}}  # the tables built last (for makespans) and each key's row in them
 _LIMIT = 1 << 16  # entries kept before a cache starts over
 
 
@@ -41,10 +41,9 @@ def _build(keys: list[tuple]) -> None:
         _TABLES.clear()
     tables = schedule_arrays([(SCHEDULES[c], p, m, v) for c, p, m, v in keys])
     ticks, peaks = tables.n_ticks(), tables.peak_in_flight().max(1)
-    _LAST.clear()
     for i, key in enumerate(keys):
         _TABLES[key] = int(ticks[i]), int(peaks[i])
-        _LAST[key] = tables, i
+    _LAST.update(tables=tables, rows={key: i for i, key in enumerate(keys)})
 
 
 def table_columns(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
@@ -63,16 +62,18 @@ def _time(keys: list[tuple]) -> None:
     """Makespans of (key, t_B, t_W) with t_F = 1, without and with the probe hop."""
     if len(_MAKESPANS) > _LIMIT:
         _MAKESPANS.clear()
-    if any(k[:4] not in _LAST for k in keys):
+    if not keys:
+        return
+    if any(k[:4] not in _LAST["rows"] for k in keys):
         _build(list(dict.fromkeys(k[:4] for k in keys)))
-    for tables in {id(_LAST[k[:4]][0]): _LAST[k[:4]][0] for k in keys}.values():
-        costs = np.zeros((len(tables), 2, 3))
-        asked = [(k, _LAST[k[:4]][1]) for k in keys if _LAST[k[:4]][0] is tables]
-        for key, i in asked:
-            costs[i] = 1.0, *key[4:]  # (t_F, t_B, t_W), without and with the probe hop
-        span = tables.makespans(costs, np.tile([0.0, HOP], (len(tables), 1)))
-        for key, i in asked:
-            _MAKESPANS[key] = float(span[i, 0]), float((span[i, 1] - span[i, 0]) / HOP)
+    tables, rows = _LAST["tables"], _LAST["rows"]
+    costs = np.zeros((len(tables), 2, 3))
+    for key in keys:  # one (t_B, t_W) per table: they follow from the schedule and the remat
+        costs[rows[key[:4]]] = 1.0, *key[4:]  # (t_F, t_B, t_W), without and with the probe hop
+    span = tables.makespans(costs, np.tile([0.0, HOP], (len(tables), 1)))
+    for key in keys:
+        i = rows[key[:4]]
+        _MAKESPANS[key] = float(span[i, 0]), float((span[i, 1] - span[i, 0]) / HOP)
 
 
 def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
