@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layout import ZERO_STAGE_SHARDING
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
@@ -80,13 +79,6 @@ def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     return total
 
 
-def zero_state_bytes(psi: float, n_d: int, stage: int, rec: Recipe = RECIPES["mixed"]) -> float:
-    """The ZeRO paper's closed form: model states per device for Ψ parameters on N_d devices."""
-    shard = {kind: n_d if stage >= s else 1 for kind, s in ZERO_STAGE_SHARDING.items()}
-    return psi * (rec.param_bytes / shard["param"] + rec.grad_bytes / shard["grad"]
-                  + rec.optimizer_bytes / shard["opt"])
-
-
 def batch_bytes(grid: Grid) -> np.ndarray:
     """Inputs and targets (int32), split over the batch axes only."""
     return 2 * 4 * (grid.B // grid.dp) * grid.T
@@ -99,9 +91,7 @@ def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none"):
     if remat == "full":
         return 2 * s * b * h
     attn = 0 if remat == "selective" else 5 * a * s / h
-    if sp:
-        return s * b * h / t * (34 + attn)
-    return s * b * h * (10 + 24 / t + attn / t)
+    return np.where(sp, s * b * h / t * (34 + attn), s * b * h * (10 + 24 / t + attn / t))
 
 
 def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
@@ -179,5 +169,4 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
 
 
 __all__ = ["RECIPES", "Recipe", "activation_bytes", "in_flight", "korthikanti_layer_bytes",
-           "memory_parts", "recipe", "state_elements", "xla_layer_elements",
-           "zero_state_bytes"]
+           "memory_parts", "recipe", "state_elements", "xla_layer_elements"]
