@@ -118,3 +118,36 @@ def test_a_layout_that_does_not_fit_is_predicted_and_flagged_by_how_much():
     fits = predict(model, TrainConfig(global_batch=8, seq_len=4096, remat="full"),
                    Layout(fsdp=8), "h200")
     assert fits.fits and fits.over_capacity_bytes == 0
+
+
+def test_update_temporaries_and_the_sharded_layer_by_hand():
+    sizes, train = model_sizes(TINY), TrainConfig(global_batch=16)
+    parex, mixed = M.RECIPES["parex"], M.RECIPES["mixed"]
+    dp, fsdp = grid(Layout(data=8), train), grid(Layout(fsdp=8), train)
+    # optax's AdamW keeps one float32 buffer the size of the optimizer state; a fused in-place
+    # Adam (Megatron's) none
+    assert M.update_bytes(sizes, dp, parex)[0] == 4 * N
+    assert M.update_bytes(sizes, fsdp, parex)[0] == 4 * elements(Layout(fsdp=8), "opt")
+    assert M.update_bytes(sizes, dp, mixed)[0] == 0
+    # sharded gradients: the layer in flight whole (weights and unreduced gradient)
+    layer = (MATRICES + HEAD_BIASES + HIDDEN) // 4
+    assert M.sharded_layer_bytes(sizes, fsdp, parex)[0] == 8 * layer
+    assert M.sharded_layer_bytes(sizes, grid(Layout(data=8, zero=2), train), mixed)[0] == 4 * layer
+    assert M.sharded_layer_bytes(sizes, dp, parex)[0] == 0
+    assert M.sharded_layer_bytes(sizes, grid(Layout(data=8, zero=1), train), parex)[0] == 0
+
+
+def test_the_peak_is_the_backward_or_the_update_whichever_is_larger():
+    sizes = model_sizes(TINY)
+    heavy = TrainConfig(global_batch=8, seq_len=16)  # 16 tokens per device: weights dominate
+    g = grid(Layout(data=8), heavy)
+    parts = M.memory_parts(sizes, g, "none", M.RECIPES["parex"], 4, 4)
+    update = M.update_bytes(sizes, g, M.RECIPES["parex"])[0]
+    backward = M.temp_bytes(sizes, g, "none", M.RECIPES["parex"], 4, 4)[0]
+    assert parts["activations"][0] + backward < update  # the update's peak wins here
+    assert parts["total"][0] == pytest.approx(parts["argument"][0] + parts["grads"][0] + update)
+    long = TrainConfig(global_batch=16)  # 128 tokens per sequence: activations dominate
+    g = grid(Layout(data=8), long)
+    parts = M.memory_parts(sizes, g, "none", M.RECIPES["parex"], 4, 4)
+    assert parts["temp"][0] == pytest.approx(M.temp_bytes(sizes, g, "none", M.RECIPES["parex"],
+                                                          4, 4)[0])

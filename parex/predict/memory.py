@@ -53,11 +53,16 @@ class Recipe:
     activations: str  # "xla" or "korthikanti"
     counters: int = 0  # scalar optimizer state (bytes, replicated)
     stage_remat: bool = False  # the pipeline recomputes each chunk in its backward (parex's)
+    update_buffers: float = 0.0  # float32 optimizer-state-sized temporaries of the update
 
 
 RECIPES = {
-    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, stage_remat=True),
-    "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),  # ZeRO's 2 + 2 + K with K = 12
+    # parex's own step (what the emulated mesh compiles): float32 state, XLA's buffers, optax's
+    # AdamW keeping one update-sized buffer (memory.update_bytes)
+    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, stage_remat=True, update_buffers=1),
+    # Megatron-LM's mixed precision: ZeRO's 2 + 2 + K with K = 12, Korthikanti's activations,
+    # a fused in-place Adam
+    "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),
 }
 
 
@@ -156,13 +161,42 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
                                                                                    "param")
 
 
+# --- the two peaks: the end of the backward, and the optimizer update ------------------------------
+
+def sharded_layer_bytes(sizes, grid, rec) -> np.ndarray:
+    """Where gradients are sharded over the batch axes (fsdp, ZeRO-2/3), the layer being
+    differentiated holds its weights whole and its gradient before the reduction that shards it:
+    one layer's parameters (split only by tensor) in the stored and the gradient dtypes."""
+    sharded = (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
+    layer = sizes.layer_params / grid.tensor
+    return np.where(sharded, (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
+
+
+def update_bytes(sizes, grid, rec) -> np.ndarray:
+    """The optimizer update's temporaries: float32 buffers the size of a device's optimizer
+    state that the update keeps while it reads the clipped gradients and writes the moments and
+    parameters in place (`Recipe.update_buffers`: 1 for parex's optax step, 0 for a fused
+    in-place Adam)."""
+    return rec.update_buffers * 4 * state_elements(sizes, grid, "opt")
+
+
 def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
-    """Every part of Prediction.memory_bytes_per_device, as columns."""
+    """Every part of Prediction.memory_bytes_per_device, as columns. The step peaks either at
+    the end of the backward (gradients + saved activations + the transients of the layer being
+    differentiated) or during the update (gradients + the update's temporaries; the activations
+    are freed by then), whichever is larger; `temp` is what is alive at that peak beyond the
+    state and the saved activations (at the update peak: its temporaries − the activations)."""
     params = rec.param_bytes * state_elements(sizes, grid, "param")
     optimizer = rec.optimizer_bytes * state_elements(sizes, grid, "opt") + rec.counters
     grads = rec.grad_bytes * state_elements(sizes, grid, "grad")
     acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
-    temp = temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes)
+    transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
+                           sharded_layer_bytes(sizes, grid, rec))
+    if rec.activations == "xla":
+        # XLA reduces gradients over a data axis it cannot make manual (under SP) into a second
+        # buffer while the backward still holds the first
+        transient = transient + np.where(grid.sp & (grid.dp > 1), grads, 0.0)
+    temp = np.maximum(acts + transient, update_bytes(sizes, grid, rec)) - acts
     argument = params + optimizer + batch_bytes(grid)
     return {"params": params, "grads": grads, "optimizer": optimizer, "activations": acts,
             "temp": temp, "argument": argument, "total": argument + grads + acts + temp}
