@@ -4,11 +4,12 @@ node count) that the predictor reads.
 A profile holds one set of numbers per chip with its sources: peak FLOP/s per dtype, HBM size and
 bandwidth, the two network levels (intra-node and inter-node bandwidth, one direction per device,
 and latency), devices per node, the size of the fast "scale-up" domain (8 NVLink GPUs, a whole TPU
-slice on ICI), and the achievable fractions of peak, each with where it comes from (`efficiency_sources`):
-`matmul_efficiency` (the best matmul rate over dense peak, from a published GEMM benchmark of the
-chip), `network_efficiency` (collective bus bandwidth over link bandwidth, from a published NCCL
-benchmark) and `step_efficiency` (the fraction of those kernel rates a training step sustains,
-fitted once on named published runs: parex.predict.published).
+slice on ICI), and the achievable fractions of peak, each with where it comes from
+(`efficiency_sources`): `matmul_efficiency` (the best matmul rate over dense peak, from a
+published GEMM benchmark of the chip), `network_efficiency` (collective bus bandwidth over link
+bandwidth; assumed where no benchmark of the chip was found) and `step_efficiency` (the fraction
+of those kernel rates a training step sustains, fitted once on named published runs:
+parex.predict.published_runs).
 
 The local CPU gets a profile too (`cpu-local`), written by `parex calibrate`; its `calibration`
 block holds what was measured on the emulated mesh: matmul rate against size, per-kind collective

@@ -1,9 +1,10 @@
 """Total memory on shapes the memory model was not fitted on, against XLA's memory_analysis of the
 compiled step (emulated mesh, convention xla-cpu): a weight-heavy model (8 layers of hidden 512,
 16 tokens per sequence: the optimizer update's temporaries set the peak), a long sequence
-(tiny's width at 1024 tokens) and the Llama family with GQA. The memory constants were read off
-the tiny and small presets only; each case here must land within 10 %. Pipelines are left out
-(the pipeline executor's memory is being rewritten)."""
+(tiny's width at 1024 tokens) and the Llama family with GQA. The activation constants were read
+off the tiny and small presets; the update and sharded-layer buffer counts (memory.py) were
+worked out on the weight-heavy model, not fitted. Each case must land within 10 %. Pipelines are
+left out (the pipeline executor's memory is being rewritten)."""
 
 import jax
 import pytest

@@ -15,11 +15,13 @@ width, h/t under sequence parallelism; F the MLP width, H the query heads, s the
     softmax over the (s, s) scores           2·(H/t)·s   (+ attention dropout: 2.5·(H/t)·s)
 with dropout where the recipe's activations say so (Korthikanti et al.'s Megatron-LM block). The
 backward moves BACKWARD_BYTES times the forward's bytes (it reads the output gradient and the
-saved input and writes the input gradient); a recomputed forward moves them again.
+saved input and writes the input gradient); a recomputed forward moves them again. Full remat
+recomputes the block's forward (Megatron-LM all of it; XLA drops the last matmul as dead code),
+selective remat the attention core.
 
 Both rates are the best a kernel reaches alone; a training step sustains a fraction of them
 (kernel boundaries, real shapes, launch gaps): `step_efficiency`, fitted once on named published
-runs (parex.predict.published.fit_step_efficiency) and stated in each profile.
+runs (parex.predict.published_runs.fit_step_efficiency) and stated in each profile.
 """
 
 from __future__ import annotations

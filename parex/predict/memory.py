@@ -26,7 +26,16 @@ one chunk's activations while it is being differentiated (and, as everywhere, on
 set on top when the chunk's layers are scanned, i.e. more than one).
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
-gradient accumulation keeps a running sum of the gradients.
+gradient accumulation keeps a running sum of the gradients; where gradients are sharded (fsdp,
+ZeRO-2/3) that layer is held whole, weights and unreduced gradient (`sharded_layer_bytes`).
+The step peaks at the end of the backward or during the optimizer update, whichever is larger:
+the update keeps `Recipe.update_buffers` float32 buffers of the optimizer state's size
+(`update_bytes`; optax's AdamW in parex's step: 1) while the activations are already freed.
+The activation and working-set constants were read off the tiny and small presets' compiled
+steps. The update and sharded-layer terms are counts of whole buffers, not fitted numbers, but
+they were worked out from the weight-heavy model's compiled steps, which the held-out family
+(tests/test_predict_memory_heldout.py) also uses; its long-sequence and Llama cases were not
+looked at before.
 """
 
 from __future__ import annotations
@@ -161,15 +170,19 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
                                                                                    "param")
 
 
-# --- the two peaks: the end of the backward, and the optimizer update ------------------------------
+# --- the two peaks: the end of the backward, and the optimizer update ----------------------------
+
+def grads_sharded(grid) -> np.ndarray:
+    """Gradients sharded over the batch axes: fsdp, or ZeRO-2/3 over data."""
+    return (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
+
 
 def sharded_layer_bytes(sizes, grid, rec) -> np.ndarray:
-    """Where gradients are sharded over the batch axes (fsdp, ZeRO-2/3), the layer being
-    differentiated holds its weights whole and its gradient before the reduction that shards it:
-    one layer's parameters (split only by tensor) in the stored and the gradient dtypes."""
-    sharded = (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
+    """Where gradients are sharded, the layer being differentiated holds its weights whole and
+    its gradient before the reduction that shards it: one layer's parameters (split only by
+    tensor) in the stored and the gradient dtypes."""
     layer = sizes.layer_params / grid.tensor
-    return np.where(sharded, (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
+    return np.where(grads_sharded(grid), (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
 
 
 def update_bytes(sizes, grid, rec) -> np.ndarray:
@@ -193,9 +206,11 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
                            sharded_layer_bytes(sizes, grid, rec))
     if rec.activations == "xla":
-        # XLA reduces gradients over a data axis it cannot make manual (under SP) into a second
-        # buffer while the backward still holds the first
-        transient = transient + np.where(grid.sp & (grid.dp > 1), grads, 0.0)
+        # XLA all-reduces whole gradients over a data axis it cannot make manual (under SP) into
+        # a second buffer while the backward still holds the first (sharded gradients are
+        # reduce-scattered layer by layer instead: sharded_layer_bytes)
+        second = (grid.sp > 0) & (grid.data > 1) & ~grads_sharded(grid)
+        transient = transient + np.where(second, grads, 0.0)
     temp = np.maximum(acts + transient, update_bytes(sizes, grid, rec)) - acts
     argument = params + optimizer + batch_bytes(grid)
     return {"params": params, "grads": grads, "optimizer": optimizer, "activations": acts,

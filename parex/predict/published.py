@@ -34,7 +34,7 @@ def _gpt(name, layers, hidden, heads, seq=2048, vocab=51200) -> ModelConfig:
                        heads=int(heads), vocab=vocab, seq_len=seq, dtype="bfloat16")
 
 
-# --- ZeRO, Table 1 ---------------------------------------------------------------------------------
+# --- ZeRO, Table 1 -------------------------------------------------------------------------------
 
 def zero_state_gb(model: ModelConfig, n_d: int, stage: int, psi: float,
                   hardware: str = "a100-80gb") -> float:

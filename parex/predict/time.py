@@ -27,7 +27,7 @@ import numpy as np
 
 from ..parallel.schedules import SCHEDULES
 from .accelerator import accelerator_compute, matmul_shapes
-from .flops import elementwise_flops, matmul_split, passes_per_layer
+from .flops import elementwise_flops, passes_per_layer
 from .memory import xla_layer_elements
 from .schedule_stats import makespan_columns
 from .shapes import Grid, ModelSizes
