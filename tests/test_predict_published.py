@@ -95,3 +95,15 @@ def test_megatron_table1_leave_one_out_meets_the_targets():
     s = runs.summary(loo.ratio)
     assert s["median"] <= 0.05 and s["max"] <= 0.12, loo[["run", "ratio"]]
     assert loo.fitted_efficiency.between(0.7, 0.8).all()
+
+
+def test_the_component_list_sums_to_the_papers_table2_formulas():
+    # two typed-in readings of the paper: Section 4.1's components, Table 2's closed forms
+    formulas = published.read_reference("korthikanti_activations")
+    for f in formulas.itertuples():
+        t = 1 if f.configuration == "no parallelism" else 8
+        for h, a in ((6144, 64), (25600, 160)):
+            values = {"s": 2048, "b": 1, "h": h, "a": a, "t": t}
+            table2 = eval(f.formula, {"__builtins__": {}}, values)  # typed-in arithmetic only
+            parts = published.korthikanti_paper_bytes(2048, 1, h, a, t, f.sp == "on", f.remat)
+            assert parts == pytest.approx(table2, rel=1e-12), f.configuration
