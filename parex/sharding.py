@@ -24,6 +24,11 @@ def _is_dims(x) -> bool:
     return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
 
 
+def _names(entry) -> tuple:
+    """The mesh axes of one PartitionSpec entry."""
+    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+
+
 @dataclass(frozen=True)
 class Weight:
     """A manual region's operand that is a parameter: it comes in with its parameter sharding."""
@@ -80,8 +85,7 @@ class MeshOps(Ops):
         param, act = self.layout.spec(dims, "param"), self.layout.spec(dims)
         if param == act:
             return w
-        split = {a for entry in param if entry for a in (entry if isinstance(entry, tuple)
-                                                         else (entry,))}
+        split = {name for entry in param for name in _names(entry)}
         replicas = tuple(a.value for a in (Axis.DATA, Axis.FSDP, Axis.SEQ)
                          if self.layout.axis_sizes()[a] > 1 and a.value not in split)
         w = jax.lax.pcast(w, replicas, to="varying") if replicas else w
@@ -100,9 +104,11 @@ class MeshOps(Ops):
     # all-reduce, but the LayerNorm/dropout regions hold 1/t of the activations. What is saved
     # for the backward is Megatron's: the sequence-split input of each column-parallel matmul,
     # all-gathered again in the backward (jax.checkpoint around gather + matmul, whose inputs
-    # are then its only residuals; the recomputed matmul is dead code). Weights enter with
+    # are then its only residuals; the recomputed matmul is dead code). XLA merges the head's
+    # re-gather with its forward gather, which its backward follows at once. Weights enter with
     # their parameter sharding and are all-gathered over fsdp (ZeRO-3: data) inside, as FSDP
-    # does: again in the backward, their gradients reduce-scattered, never kept gathered.
+    # does: again in the backward, their gradients reduce-scattered, never kept gathered. The
+    # lookup's backward needs only the token ids, so it saves nothing gathered.
 
     def column_parallel(self, eq, x, ws, w_dims, out_dims):
         if not self.layout.sp:

@@ -80,7 +80,7 @@ def test_sp_collectives_at_other_tensor_sizes(t):
     check_sp_collectives(t)
 
 
-# --- what SP saves for the backward ----------------------------------------------------------------
+# --- what SP saves for the backward ------------------------------------------------------------
 
 def test_fsdp_under_sp_gathers_weights_inside_its_regions_and_keeps_none():
     """A weight-heavy model (8 layers, D = 512, T = 16): under fsdp the weights of SP's manual
@@ -108,13 +108,13 @@ def test_fsdp_under_sp_gathers_weights_inside_its_regions_and_keeps_none():
 
 # --- parity --------------------------------------------------------------------------------------
 
-def check_parity(name, text, tolerance=1e-5):
-    model = model_preset(name)
+def check_parity(name, text, tolerance=1e-5, remat="none"):
+    model, train = model_preset(name), TRAIN.replace(remat=remat)
     params = gpt.init_params(model, jax.random.key(0))
-    batch = Batches("corpus", TRAIN.global_batch, model.seq_len, model.vocab)[0]
-    ref_loss, ref_grads = reference_loss_and_grads(model, TRAIN, params, batch)
+    batch = Batches("corpus", train.global_batch, model.seq_len, model.vocab)[0]
+    ref_loss, ref_grads = reference_loss_and_grads(model, train, params, batch)
     layout = Layout.parse(text)
-    loss, grads = TrainStep(model, TRAIN, layout, make_mesh(layout)).jitted_loss_and_grads()(
+    loss, grads = TrainStep(model, train, layout, make_mesh(layout)).jitted_loss_and_grads()(
         params, batch)
     assert abs(float(loss) - float(ref_loss)) <= tolerance * abs(float(ref_loss)), text
     assert relative_error(grads, ref_grads) <= tolerance, text
@@ -132,6 +132,22 @@ def test_sp_matches_single_device(name, text):
                                         ("tiny-llama", "data=2,tensor=2,sp=on,microbatches=2")])
 def test_more_sp_layouts_match_single_device(name, text):
     check_parity(name, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, text, remat", [
+    ("tiny", "fsdp=2,tensor=4,sp=on", "none"), ("tiny", "fsdp=2,tensor=4,sp=on", "selective"),
+    ("tiny", "fsdp=2,tensor=4,sp=on", "full"), ("tiny-llama", "fsdp=2,tensor=4,sp=on", "full"),
+    ("tiny", "data=2,tensor=4,sp=on,zero=3", "none"),
+    ("tiny-llama", "data=2,tensor=4,sp=on,zero=3", "selective"),
+    ("tiny", "data=2,fsdp=2,tensor=2,sp=on,microbatches=2", "none"),
+    ("tiny", "seq=2,tensor=2,fsdp=2,cp=ring,sp=on", "full"),
+    ("tiny-llama", "seq=2,tensor=2,fsdp=2,cp=ring,sp=on", "none"),
+    ("tiny", "seq=2,tensor=4,cp=ulysses,sp=on", "selective")])
+def test_sp_with_gathered_weights_and_remat_matches_single_device(name, text, remat):
+    """fsdp and ZeRO-3 weights gathered inside SP's regions (again in the backward), with
+    data, microbatches, ring and Ulysses context parallelism, and every remat policy."""
+    check_parity(name, text, remat=remat)
 
 
 def test_sp_with_seq_needs_the_sequence_divisible_by_both_axes():

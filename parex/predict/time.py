@@ -35,7 +35,7 @@ EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses"
            "pipeline-shared", "embedding-ids", "embedding-lookup", "embedding-table",
            "cp-positions")
 HIDE_BEHIND_BACKWARD = ("grad-reduce",)
-HIDE_BEHIND_COMPUTE = ("fsdp-gather",)
+HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather")  # prefetched, or beside the backward's dx
 OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), write p, m, v (12)
 
 
