@@ -127,3 +127,18 @@ def test_a_layout_that_does_not_fit_is_predicted_and_flagged_by_how_much():
     fits = predict(model, TrainConfig(global_batch=8, seq_len=4096, remat="full"),
                    Layout(fsdp=8), "h200")
     assert fits.fits and fits.over_capacity_bytes == 0
+
+
+def test_ring_attention_keeps_one_log_sum_exp_per_row_and_head_not_scores():
+    """xla: ring attention's custom VJP keeps q, k, v and the output (in the 2 + 2·K/H term)
+    and lse, H/t per token; plain attention keeps the scores and probabilities, 2·H·T/t."""
+    sizes = model_sizes(TINY)
+    layouts = [Layout(data=2, seq=4, cp="ring"), Layout(data=2, seq=4, cp="ulysses")]
+    ring, plain = M.xla_layer_elements(sizes, Grid.from_layouts(layouts, TrainConfig(), TINY),
+                                       "none")
+    D, H, F, T = TINY.hidden, TINY.heads, TINY.ffn, TINY.seq_len
+    assert ring == 8 * D + 4 * D + 6 * F + H
+    assert plain == 8 * D + 4 * D + 6 * F + 2 * H * T
+    selective = M.xla_layer_elements(sizes, Grid.from_layouts(layouts[:1], TrainConfig(), TINY),
+                                     "selective")
+    assert selective[0] == 8 * D + 4 * D + 6 * F  # lse recomputed with the attention
