@@ -13,6 +13,11 @@ ring (Liu et al. 2023, "Ring Attention"): every device keeps its queries and pas
     device) or with its second query chunk to both visiting chunks (a later device): 2c² scores
     either way, c = T/2s. With hop 0 (three c × c blocks of its own chunks) every device computes
     (2s + 1)·c² scores per head, against T²/2s = 2s·c² for a perfectly even causal split.
+    The backward is a custom VJP in the manner of flash attention (Dao 2023): the forward keeps
+    only q, k, v, the output and each row's log-sum-exp, and the backward sends k and v around
+    the ring again, recomputing each block's probabilities, with each block's dk, dv riding
+    along back to its owner. So what a device holds falls as 1/s; differentiated by autodiff,
+    the ring kept every hop's keys, values and probabilities, T·(s − 1)/s rows of each.
 ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): one all-to-all turns a sequence shard of all heads
     into the whole sequence of H/s heads; attention is local; a second all-to-all turns it back.
 """
@@ -103,8 +108,8 @@ def _halves(x, axis: int = 1):
 def _ring_forward(q, k, v, axis_name, s):
     """q (B, Tl, K, G, Dh), k, v (B, Tl, K, Dh) -> output (B, Tl, K, G, Dh) in v's dtype and the
     rows' log-sum-exp lse = m + log l (B, K, G, Tl), float32. s − 1 hops of k and of v, as a
-    loop: a device holds one visiting block at a time (unrolled, XLA would schedule every send
-    first and hold them all)."""
+    loop, so a device holds one visiting block at a time (unrolled, XLA's CPU scheduler issued
+    every hop's sends first and held all their blocks)."""
     i, send = jax.lax.axis_index(axis_name), _sender(axis_name, s)
 
     def hop(carry, h):
@@ -120,7 +125,8 @@ def _ring_forward(q, k, v, axis_name, s):
 
 def _sender(axis_name, s):
     """ppermute to the next device of the ring: device d sends to d + 1."""
-    return partial(jax.lax.ppermute, axis_name=axis_name, perm=[(d, (d + 1) % s) for d in range(s)])
+    ring = [(d, (d + 1) % s) for d in range(s)]
+    return partial(jax.lax.ppermute, axis_name=axis_name, perm=ring)
 
 
 # --- ring attention: the backward -------------------------------------------------------------
@@ -142,11 +148,11 @@ def _block_grads(rows, k, v, diagonal: bool = False):
 def _own_grads(rows1, rows2, k, v):
     """Hop 0's three blocks (as `_own_chunks`): dq of both query chunks, (dk, dv) of ours."""
     (k1, k2), (v1, v2) = _halves(k), _halves(v)
-    dq1, dk1, dv1 = _block_grads(rows1, k1, v1, True)
-    dq21, dk1b, dv1b = _block_grads(rows2, k1, v1)
+    dq1, dk11, dv11 = _block_grads(rows1, k1, v1, True)
+    dq21, dk21, dv21 = _block_grads(rows2, k1, v1)
     dq22, dk2, dv2 = _block_grads(rows2, k2, v2, True)
-    return (dq1, dq21 + dq22), jnp.concatenate([dk1 + dk1b, dk2], 1), jnp.concatenate(
-        [dv1 + dv1b, dv2], 1)
+    dk, dv = (jnp.concatenate(parts, 1) for parts in ((dk11 + dk21, dk2), (dv11 + dv21, dv2)))
+    return (dq1, dq21 + dq22), dk, dv
 
 
 def _visiting_grads(rows1, rows2, k, v, before):
@@ -164,10 +170,10 @@ def _visiting_grads(rows1, rows2, k, v, before):
 
 def _ring_backward(axis_name, s, residuals, d_out):
     """Re-run the ring in float32. Hop 1 brings the (k, v) of device i − 1; from hop 2 on each
-    visiting block travels with the (dk, dv) its earlier visits gave it, as one (4, ...) buffer;
-    a last hop sends the (dk, dv) home (after s − 1 hops device i holds the chunks of i + 1).
-    Collective-permutes: s, of 2 + 4(s − 2) + 2 = 4(s − 1) blocks. (None equals a forward send,
-    which XLA would merge with it where both run in one computation, under full remat.)"""
+    visiting block travels with the (dk, dv) its earlier visits gave it, as one (4, ...) buffer
+    (a loop, like the forward's); a last hop sends the (dk, dv) home: after s − 1 hops, device
+    i holds the chunks of i + 1. Collective-permutes: s, of 2 + 4(s − 2) + 2 = 4(s − 1) blocks.
+    The cotangent d_out (B, Tl, K, G, Dh) -> (dq, dk, dv) in the dtypes of q, k, v."""
     q, k, v, out, lse = residuals
     f32 = partial(jnp.asarray, dtype=jnp.float32)
     delta = jnp.einsum("btkgd,btkgd->bkgt", f32(d_out), f32(out))  # (B, K, G, Tl)
