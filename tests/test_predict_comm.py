@@ -108,6 +108,27 @@ def test_pipeline_sends_activations_both_ways():
     assert kinds["collective-permute"] == 2 * 2 * x  # forward and backward per microbatch
 
 
+@pytest.mark.parametrize("convention", ["gpu", "xla-cpu"])
+@pytest.mark.parametrize("remat, forwards", [("none", 1), ("selective", 2), ("full", 2)])
+def test_ring_attention_permutes_by_hand(convention, remat, forwards):
+    """seq=4: per layer, k and v 3 hops each forward (again when remat recomputes the
+    attention); the custom VJP's ring in float32: (k, v) on hop 1, (k, v, dk, dv) on hops 2-3,
+    (dk, dv) home. One device's k: b = 16/2 sequences, T/4 = 32 tokens, K = 8, Dh = 16."""
+    p = predict(TINY, TRAIN.replace(remat=remat), Layout(data=2, seq=4, cp="ring"),
+                "a100-80gb", convention=convention)
+    ring = [(c["count"], c["bytes_per_op"]) for c in p.collectives if c["name"] == "cp-ring"]
+    block = 8 * 32 * 8 * 16 * 4
+    assert ring == [(forwards * L * 2 * 3, block), (L * 2, 2 * block), (L * 2, 4 * block)]
+    assert p.comm_bytes_per_device["collective-permute"] == (6 * forwards + 4 * 3) * L * block
+
+
+def test_two_way_ring_sends_no_four_block_buffers():
+    p = predict(TINY, TRAIN, Layout(data=4, seq=2, cp="ring"), "a100-80gb")
+    ring = [(c["count"], c["bytes_per_op"]) for c in p.collectives if c["name"] == "cp-ring"]
+    block = 4 * 64 * 8 * 16 * 4  # b = 16/4, T/2 = 64 tokens
+    assert ring == [(L * 2, block), (L * 2, 2 * block)]  # forward hop; backward hop and home
+
+
 def test_group_shape_places_tensor_innermost():
     g = Grid.from_layouts([Layout(data=4, tensor=8), Layout(data=8)], TRAIN, TINY)
     size, stride = comm.group_shape(g, (Axis.TENSOR,))

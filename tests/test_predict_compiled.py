@@ -36,6 +36,7 @@ SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none
         ("tiny", "seq=2,tensor=2,fsdp=2,cp=ring,sp=on", "none", None),
         ("tiny", "data=2,seq=2,tensor=2,cp=ulysses,sp=on", "full", None),
         ("tiny", "data=2,seq=4,cp=ring", "full", None),
+        ("tiny-llama", "data=2,seq=4,cp=ring", "selective", None),  # GQA; attention recomputed
         ("tiny", "data=2,seq=2,tensor=2,cp=ulysses", "full", None),
         # the busiest stage (the first) of a pipeline with tensor parallelism, each branch of
         # the tick switch counted on the ticks that take it

@@ -75,3 +75,21 @@ def test_xla_counts_one_loop_iteration():
     matmuls = 3 * (layer + head) * 2 * T  # 2 sequences per device, one layer
     assert one > matmuls and (one - matmuls) / one < 0.15  # elementwise work is a few percent
     assert two < one  # half the tokens per (once-counted) microbatch
+
+
+@pytest.mark.parametrize("seq, remat, blocks", [
+    (4, "none", 1 * 5 * 4 + 7 * 10),  # forward: 3 own + 2 per hop (loop); backward: 3 + 2 + 2
+    (4, "full", 2 * 5 * 4 + 7 * 10),  # the forward recomputed
+    (2, "none", 1 * 5 * 4 + 5 * 10),  # no backward loop: hop 1 is also the last
+])
+def test_xla_counts_ring_attention_blocks_once_per_hop_loop(seq, remat, blocks):
+    """c × c blocks, c = T/2s, counted as XLA does (each hop loop's body once), replacing the
+    full-T² convention's attention: 4·c²·D FLOPs a block forward, 10·c²·D backward."""
+    sizes, b = model_sizes(TINY), 16 // 2
+    ring = grid(Layout(data=2, seq=seq, cp="ring"))
+    c = T // (2 * seq)
+    assert F.ring_attention_counted(sizes, ring, remat)[0] == blocks * c * c * D * b
+    plain = grid(Layout(data=2, seq=seq, cp="ulysses"))  # the same tokens; attention in full
+    attention = (3 + (remat == "full")) * 4 * D * T * (b * T // seq)
+    difference = F.xla_counted(TINY, sizes, plain, remat) - F.xla_counted(TINY, sizes, ring, remat)
+    assert difference[0] == pytest.approx(attention - blocks * c * c * D * b)

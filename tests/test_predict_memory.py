@@ -160,3 +160,18 @@ def test_the_peak_is_the_backward_or_the_update_whichever_is_larger():
     parts = M.memory_parts(sizes, g, "none", M.RECIPES["parex"], 4, 4)
     assert parts["temp"][0] == pytest.approx(M.temp_bytes(sizes, g, "none", M.RECIPES["parex"],
                                                           4, 4)[0])
+
+
+def test_ring_attention_keeps_one_log_sum_exp_per_row_and_head_not_scores():
+    """xla: ring attention's custom VJP keeps q, k, v and the output (in the 2 + 2·K/H term)
+    and lse, H/t per token; plain attention keeps the scores and probabilities, 2·H·T/t."""
+    sizes = model_sizes(TINY)
+    layouts = [Layout(data=2, seq=4, cp="ring"), Layout(data=2, seq=4, cp="ulysses")]
+    ring, plain = M.xla_layer_elements(sizes, Grid.from_layouts(layouts, TrainConfig(), TINY),
+                                       "none")
+    D, H, F, T = TINY.hidden, TINY.heads, TINY.ffn, TINY.seq_len
+    assert ring == 8 * D + 4 * D + 6 * F + H
+    assert plain == 8 * D + 4 * D + 6 * F + 2 * H * T
+    selective = M.xla_layer_elements(sizes, Grid.from_layouts(layouts[:1], TrainConfig(), TINY),
+                                     "selective")
+    assert selective[0] == 8 * D + 4 * D + 6 * F  # lse recomputed with the attention

@@ -20,7 +20,9 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   (with seq: ring all-reduces it over seq and tensor at once; Ulysses gathers
                   the table over both instead of cp-positions)
     cross-entropy vocab-parallel loss: 3 all-reduces of (tokens,) float32 (max, sum, target)
-    cp            ring: s − 1 hops of K and V per block forward, s − 1 of their gradients back;
+    cp            ring: s − 1 hops of K and of V per block forward; the backward re-runs the ring
+                  with (K, V, dK, dV), s permutes of 4(s − 1) float32 blocks in all; a forward
+                  more under either remat (the attention is recomputed);
                   ulysses: 4 all-to-alls per block forward (q, k, v in, output back), 4 backward;
                   a forward's worth more under full remat (the recomputed forward)
     pipeline      activations forward and cotangents backward between stages; the shared
@@ -262,10 +264,7 @@ def _sp_weight_reduces(grid, per_step, manual) -> list[Term]:
 def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
     s, m, L = grid.seq, grid.microbatches, grid.stage_layers
     passes = 3 if remat == "full" else 2  # forward, backward, and the recomputed forward
-    kv = 2 * grid.tokens * sizes.K * sizes.Dh / grid.tensor * act_bytes
-    ring = (grid.cp == 1) & (s > 1)
-    hops = passes * (s - 1) * L * m * ring
-    out = [Term("cp-ring", "collective-permute", (Axis.SEQ,), hops, kv)]
+    out = _ring_terms(sizes, grid, remat, act_bytes)
     ulysses = (grid.cp == 2) & (s > 1)
     qkvo = grid.tokens * (2 * sizes.H + 2 * sizes.K) * sizes.Dh / grid.tensor * act_bytes / 4
     out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), 4 * passes * L * m * ulysses,
@@ -276,6 +275,22 @@ def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
         out.append(Term("cp-positions", "all-gather", (Axis.SEQ,), 1.0 * ulysses * (grid.sp == 0),
                         table))
     return out
+
+
+def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
+    """parex.parallel.context.ring_attention, per block and microbatch. Forward: k and v each
+    s − 1 hops (again in the backward under either remat: the attention is recomputed). Its
+    custom VJP re-runs the ring in float32: hop 1 sends (k, v), hops 2 … s − 1 send
+    (k, v, dk, dv) as one buffer, and a last hop sends (dk, dv) home."""
+    s, ring = grid.seq, (grid.cp == 1) & (grid.seq > 1)
+    rings = grid.microbatches * grid.stage_layers * ring  # one per block and microbatch
+    forwards = 1 if remat == "none" else 2
+    block = grid.tokens * sizes.K * sizes.Dh / grid.tensor  # one device's k: (b, T/s, K/t, Dh)
+    axes = (Axis.SEQ,)
+    return [Term("cp-ring", "collective-permute", axes, forwards * 2 * (s - 1) * rings,
+                 block * act_bytes),
+            Term("cp-ring", "collective-permute", axes, 2.0 * rings, 2 * 4 * block),
+            Term("cp-ring", "collective-permute", axes, (s - 2) * rings, 4 * 4 * block)]
 
 
 def _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes) -> list[Term]:

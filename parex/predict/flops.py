@@ -112,12 +112,32 @@ def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
             "optimizer": opt}
 
 
+def ring_attention_counted(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """XLA's count of ring attention's matmuls in one layer and microbatch. Blocks are c × c,
+    c = T/2s, at 4·c²·D/t FLOPs forward (QKᵀ, PV) and 10·c²·D/t backward (QKᵀ again, dV, dP,
+    dQ, dK). The forward does 3 own blocks, then 2 per hop in a loop of s − 1 hops; the
+    backward 3 own, 2 on hop 1, then 2 per hop in a loop of s − 2; each loop counted once."""
+    c, d = grid.T / (2 * grid.seq), sizes.D / grid.tensor
+    full, core = recompute_layers(grid, remat)
+    forwards = 1 + full + core
+    backward_blocks = 5 + 2 * np.minimum(grid.seq - 2, 1)
+    return (forwards * 5 * 4 + backward_blocks * 10) * c * c * d * grid.b
+
+
 def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     """What XLA's cost analysis reports per device: loop bodies once (one layer, and one
-    microbatch when microbatches > 1), plus elementwise work."""
+    microbatch when microbatches > 1), plus elementwise work. Under ring attention the attention
+    core is counted as XLA counts the ring's blocks (`ring_attention_counted`)."""
     mm, ew = matmul_split(model, grid, remat), elementwise_flops(sizes, grid, remat)
-    return mm["layer"] + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
+    full, core = recompute_layers(grid, remat)
+    convention = ((3 + full + core) * attention_forward_per_token(model, grid.T) * grid.tokens
+                  / grid.tensor)
+    ring = (grid.cp == 1) & (grid.seq > 1)
+    layer = mm["layer"] + np.where(ring, ring_attention_counted(sizes, grid, remat) - convention,
+                                   0.0)
+    return layer + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
 
 
 __all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "forward_per_token",
-           "hardware_flops", "matmul_split", "model_flops", "recomputed_block", "xla_counted"]
+           "hardware_flops", "matmul_split", "model_flops", "recomputed_block",
+           "ring_attention_counted", "xla_counted"]

@@ -17,8 +17,8 @@ Activations, two formulas:
       8·h full (residual stream, norms, MLP input; h/t under SP, which saves the inputs of the
       column-parallel matmuls sequence-split and all-gathers them again in the backward)
       + (2 + 2·K/H)·h/t (q, attention output, k, v) + 6·F/t (MLP pre- and post-activation terms)
-      + 2·(a/t)·s (scores and probabilities; dropped by selective remat; half under ring
-      attention, which computes only the causal blocks)
+      + 2·(a/t)·s (scores and probabilities; dropped by selective remat; ring attention
+      keeps a/t instead, each row's log-sum-exp, and recomputes its blocks in the backward)
       full remat keeps only the block input, h (h/t under SP).
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
 table (Schedule.peak_in_flight); parex's executor stashes only each chunk's input and recomputes
@@ -121,9 +121,9 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
         return np.where(sp, h / t, h) * np.ones(len(grid))
     full_h = np.where(sp, 8 * h / t, 8 * h)
     split_h = (2 + 2 * sizes.K / sizes.H) * h / t
-    # ring attention computes only the causal half of the blocks (zig-zag split)
-    scores = 0 if remat == "selective" else 2 * sizes.H / t * grid.T * np.where(grid.cp == 1,
-                                                                               0.5, 1.0)
+    # ring attention's custom VJP keeps no scores, only the rows' log-sum-exp (one per head)
+    scores = 0 if remat == "selective" else np.where(grid.cp == 1, sizes.H / t,
+                                                     2 * sizes.H / t * grid.T)
     return full_h + split_h + 6 * sizes.F / t + scores
 
 
