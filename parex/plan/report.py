@@ -1,0 +1,67 @@
+"""A Plan as text (the `parex plan` table) and as JSON (`parex plan --json`).
+
+Both read only what every Plan offers — its ranked rows through `entry(i)`, the counts and the
+timing — not how its candidates were produced.
+"""
+
+from __future__ import annotations
+
+from ..report import human_bytes, table
+
+
+def plan_json(plan) -> dict:
+    """The JSON of `parex plan --json`: the search, then the top layouts best first."""
+    cluster = plan.cluster
+    rate = plan.layouts_considered / plan.seconds if plan.seconds else 0.0
+    return {
+        "model": plan.model.name, "hardware": cluster.chip.name, "nodes": cluster.nodes,
+        "n_devices": cluster.n_devices, "global_batch": plan.train.global_batch,
+        "seq_len": plan.train.seq_len or plan.model.seq_len,
+        "memory_cap_bytes": plan.memory_cap, "objective": plan.objective,
+        "candidates": plan.n_candidates, "layouts_considered": plan.layouts_considered,
+        "layouts_fitting": int(plan.fits.sum()), "layouts_per_s": rate, "seconds": plan.seconds,
+        "rejected_by_validation": plan.rejected,
+        "top": [{"rank": r + 1} | plan.entry(i) for r, i in enumerate(plan.top)],
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.2f} s"
+
+
+def plan_rows(plan) -> list[list]:
+    rows = []
+    for r, i in enumerate(plan.top):
+        e = plan.entry(i)
+        st, mem = e["step_time_s"], e["memory_bytes_per_device"]
+        alike = f" (+{e['equivalent_layouts']} alike)" if e["equivalent_layouts"] else ""
+        rows.append([f"{r + 1:>2}  {e['layout']}{alike}", e["remat"], e["microbatch"], _ms(st["total"]),
+                     _ms(st["compute"]), _ms(st["exposed_comm"]), _ms(st["bubble"]),
+                     human_bytes(mem["total"]), human_bytes(e["memory_headroom_bytes"]),
+                     f"{e['mfu']:.1%}", e["bottleneck"]])
+    return rows
+
+
+HEADER = [" #  layout", "remat", "b", "step", "compute", "exposed comm", "bubble", "memory/dev",
+          "headroom", "MFU", "bottleneck"]
+
+
+def plan_report(plan) -> str:
+    """The header line, the ranked table and how long the search took."""
+    c, model = plan.cluster, plan.model
+    size = f"{model.n_params / 1e9:.3g}B" if model.n_params >= 1e9 else \
+        f"{model.n_params / 1e6:.3g}M"
+    head = (f"parex plan · {model.name} ({size} parameters) · {c.n_devices} × {c.chip.name} "
+            f"({c.nodes} node{'s' if c.nodes > 1 else ''}) · global batch "
+            f"{plan.train.global_batch} × {plan.train.seq_len or model.seq_len} tokens · cap "
+            f"{human_bytes(plan.memory_cap)} per device · objective {plan.objective}")
+    rate = plan.layouts_considered / plan.seconds if plan.seconds else 0.0
+    tail = (f"{plan.layouts_considered:,} layouts considered ({plan.n_candidates:,} enumerated), "
+            f"{int(plan.fits.sum()):,} fit; enumerate + predict + rank in {plan.seconds:.2f} s "
+            f"= {rate:,.0f} layouts/s. b = sequences per microbatch per replica; alike = layouts "
+            f"predicted the same (e.g. data=N,zero=3 and fsdp=N); bottleneck = memory when "
+            f"under 10% headroom, else the largest part of the step.")
+    return "\n".join([head, "", table(plan_rows(plan), HEADER), "", tail])
+
+
+__all__ = ["plan_json", "plan_report", "plan_rows"]
