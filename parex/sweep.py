@@ -213,8 +213,7 @@ def latest(records: list[dict]) -> list[dict]:
     """The last record of each key, in the order keys first appeared."""
     by_key: dict = {}
     for r in records:
-        by_key.pop(r["key"], None)
-        by_key[r["key"]] = r
+        by_key[r["key"]] = r  # a dict keeps each key where it first appeared
     return list(by_key.values())
 
 

@@ -39,7 +39,12 @@ def compiled_total(model, train: TrainConfig, layout) -> int:
 
 def agreement(predicted, measured, cap: float) -> dict:
     """Agreement, precision and recall of predicted <= cap against measured <= cap."""
-    said, did = np.asarray(predicted) <= cap, np.asarray(measured) <= cap
+    return agreement_of(np.asarray(predicted) <= cap, np.asarray(measured) <= cap)
+
+
+def agreement_of(said, did) -> dict:
+    """Agreement, precision and recall of the planner's fit calls (said) against XLA's (did)."""
+    said, did = np.asarray(said, bool), np.asarray(did, bool)
     both = int((said & did).sum())
     return {"n": int(len(said)), "agreement": float((said == did).mean()),
             "precision": both / max(int(said.sum()), 1), "recall": both / max(int(did.sum()), 1),
@@ -65,4 +70,4 @@ def check_fits(model_name: str, count: int = 100, seed: int = 0, global_batch: i
                      cap) | {"cap_bytes": cap, "rows": out}
 
 
-__all__ = ["agreement", "check_fits", "compiled_total", "sample_rows"]
+__all__ = ["agreement", "agreement_of", "check_fits", "compiled_total", "sample_rows"]

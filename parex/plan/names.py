@@ -8,8 +8,15 @@ from ..config import ModelConfig, model_preset, preset_names
 from ..hardware import Chip, Cluster, known_hardware, load_chip
 
 
+def _plain(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
 def _nearest(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
+    """'did you mean X? ' for the known name that contains the typed one (ignoring case and
+    punctuation), else the closest by difflib; '' when none is close."""
+    containing = [k for k in known if _plain(name) and _plain(name) in _plain(k)]
+    close = containing or difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
     return f"did you mean {close[0]!r}? " if close else ""
 
 

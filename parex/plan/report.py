@@ -64,4 +64,36 @@ def plan_report(plan) -> str:
     return "\n".join([head, "", table(plan_rows(plan), HEADER), "", tail])
 
 
-__all__ = ["plan_json", "plan_report", "plan_rows"]
+def plan_frame(plan, rows) -> "pd.DataFrame":
+    """One tidy row per plan row: layout, remat, b, step time and its parts, memory, MFU."""
+    import pandas as pd
+
+    records = []
+    for i in rows:
+        e = plan.entry(int(i))
+        records.append({"row": int(i), "layout": e["layout"], "remat": e["remat"],
+                        "microbatch": e["microbatch"], "mfu": e["mfu"], "fits": e["fits"],
+                        "bottleneck": e["bottleneck"]}
+                       | {f"step_{k}_s": v for k, v in e["step_time_s"].items()}
+                       | {f"memory_{k}_bytes": v for k, v in e["memory_bytes_per_device"].items()})
+    return pd.DataFrame(records)
+
+
+def chart_frame(plan, sample: int = 1500, seed: int = 0) -> "pd.DataFrame":
+    """What the Pareto chart draws: a random sample of the fitting rows, the Pareto front and
+    the top rows, each row once, with `kind` (layout, pareto, top) and `rank` (top only)."""
+    import numpy as np
+
+    fitting = np.nonzero(plan.fits)[0]
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(fitting, min(sample, len(fitting)), replace=False)
+    front, top = set(plan.pareto().tolist()), list(plan.top)
+    rows = list(dict.fromkeys([*top, *sorted(front), *picked.tolist()]))
+    df = plan_frame(plan, rows)
+    df["kind"] = ["top" if r in top else "pareto" if r in front else "layout" for r in rows]
+    df["on_front"] = [r in front for r in rows]
+    df["rank"] = [top.index(r) + 1 if r in top else None for r in rows]
+    return df
+
+
+__all__ = ["chart_frame", "plan_frame", "plan_json", "plan_report", "plan_rows"]

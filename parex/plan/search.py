@@ -173,7 +173,7 @@ def explain_no_fit(result: Plan, capped: bool, recipe: str, convention) -> str:
     if capped and need <= cluster.chip.hbm_bytes:
         return (f"no layout of {model.name} fits under the cap of {result.memory_cap / 1e9:.3g} "
                 f"GB per device on {where}; the leanest ({leanest}) needs {need / 1e9:.3g} GB: "
-                f"use --memory-cap {np.ceil(need / 1e7) / 100:.2f} or more")
+                f"use --memory-cap {round_up(need / 1e9)} or more")
     nodes = smallest_cluster(model, result.train, cluster, result.memory_cap, recipe, convention)
     fix = (f"the smallest cluster on which one fits is {nodes} nodes of "
            f"{cluster.chip.devices_per_node} (--nodes {nodes})" if nodes else
@@ -181,6 +181,12 @@ def explain_no_fit(result: Plan, capped: bool, recipe: str, convention) -> str:
            "the batch")
     return (f"{model.name} does not fit in {result.memory_cap / 1e9:.3g} GB per device on {where}"
             f" at any layout: the leanest ({leanest}) needs {need / 1e9:.3g} GB; {fix}")
+
+
+def round_up(x: float, digits: int = 3) -> str:
+    """x rounded up to `digits` significant digits, as text."""
+    step = 10.0 ** (np.floor(np.log10(x)) - digits + 1)
+    return f"{np.ceil(x / step - 1e-9) * step:.{digits}g}"
 
 
 def smallest_cluster(model, train, cluster: Cluster, cap: float, recipe, convention,
