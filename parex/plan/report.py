@@ -6,7 +6,12 @@ timing — not how its candidates were produced.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..report import human_bytes, table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def plan_json(plan) -> dict:
@@ -35,8 +40,9 @@ def plan_rows(plan) -> list[list]:
         e = plan.entry(i)
         st, mem = e["step_time_s"], e["memory_bytes_per_device"]
         alike = f" (+{e['equivalent_layouts']} alike)" if e["equivalent_layouts"] else ""
-        rows.append([f"{r + 1:>2}  {e['layout']}{alike}", e["remat"], e["microbatch"], _ms(st["total"]),
-                     _ms(st["compute"]), _ms(st["exposed_comm"]), _ms(st["bubble"]),
+        rows.append([f"{r + 1:>2}  {e['layout']}{alike}", e["remat"], e["microbatch"],
+                     _ms(st["total"]), _ms(st["compute"]), _ms(st["exposed_comm"]),
+                     _ms(st["bubble"]),
                      human_bytes(mem["total"]), human_bytes(e["memory_headroom_bytes"]),
                      f"{e['mfu']:.1%}", e["bottleneck"]])
     return rows
@@ -64,7 +70,7 @@ def plan_report(plan) -> str:
     return "\n".join([head, "", table(plan_rows(plan), HEADER), "", tail])
 
 
-def plan_frame(plan, rows) -> "pd.DataFrame":
+def plan_frame(plan, rows) -> pd.DataFrame:
     """One tidy row per plan row: layout, remat, b, step time and its parts, memory, MFU."""
     import pandas as pd
 
@@ -79,7 +85,7 @@ def plan_frame(plan, rows) -> "pd.DataFrame":
     return pd.DataFrame(records)
 
 
-def chart_frame(plan, sample: int = 1500, seed: int = 0) -> "pd.DataFrame":
+def chart_frame(plan, sample: int = 1500, seed: int = 0) -> pd.DataFrame:
     """What the Pareto chart draws: a random sample of the fitting rows, the Pareto front and
     the top rows, each row once, with `kind` (layout, pareto, top) and `rank` (top only)."""
     import numpy as np
