@@ -53,7 +53,12 @@ class SweepConfig:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def n_devices(self) -> int:
-        return self.devices or Layout.parse(self.layout, self.devices).n_devices
+        """`devices`, else what the layout uses (a preset: `parex run`'s default count)."""
+        from .cli import DEFAULT_DEVICES
+
+        if self.devices:
+            return self.devices
+        return Layout.parse(self.layout, DEFAULT_DEVICES).n_devices
 
     def check(self) -> None:
         """Validation before launching: LayoutError / ValueError naming the fix."""

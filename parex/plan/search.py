@@ -174,11 +174,16 @@ def explain_no_fit(result: Plan, capped: bool, recipe: str, convention) -> str:
         return (f"no layout of {model.name} fits under the cap of {result.memory_cap / 1e9:.3g} "
                 f"GB per device on {where}; the leanest ({leanest}) needs {need / 1e9:.3g} GB: "
                 f"use --memory-cap {round_up(need / 1e9)} or more")
-    nodes = smallest_cluster(model, result.train, cluster, result.memory_cap, recipe, convention)
+    # parameters, gradients and optimizer state alone, on as many devices as fit them
+    state = (cols["memory_params_bytes"] + cols["memory_grads_bytes"]
+             + cols["memory_optimizer_bytes"]) * cluster.n_devices
+    at_least = int(np.ceil(state.min() / result.memory_cap / cluster.chip.devices_per_node))
+    nodes = smallest_cluster(model, result.train, cluster, result.memory_cap, recipe, convention,
+                             at_least)
     fix = (f"the smallest cluster on which one fits is {nodes} nodes of "
            f"{cluster.chip.devices_per_node} (--nodes {nodes})" if nodes else
-           "no cluster of up to 65,536 devices fits it either; shorten the sequence or "
-           "the batch")
+           f"no cluster of {max(cluster.nodes + 1, at_least)} nodes or a few more fits it "
+           f"either; shorten the sequence or the batch, or use a chip with more memory")
     return (f"{model.name} does not fit in {result.memory_cap / 1e9:.3g} GB per device on {where}"
             f" at any layout: the leanest ({leanest}) needs {need / 1e9:.3g} GB; {fix}")
 
@@ -190,23 +195,21 @@ def round_up(x: float, digits: int = 3) -> str:
 
 
 def smallest_cluster(model, train, cluster: Cluster, cap: float, recipe, convention,
-                     max_devices: int = 65_536) -> int | None:
-    """The fewest nodes (more than cluster's) on which some layout fits under cap: doubling,
-    then bisection between the last miss and the first hit. Full remat only (the leanest)."""
-    def fits(nodes: int) -> bool:
+                     at_least: int = 1, max_probes: int = 48) -> int | None:
+    """The fewest nodes (more than cluster's, and at least `at_least`, where the model state
+    alone fits) on which some layout fits under cap, by trying node counts in order. Counts
+    with no valid layout at all (a prime factor no axis can take) cost only the enumeration;
+    at most `max_probes` others are predicted, with full remat only (the leanest)."""
+    nodes, probes = max(cluster.nodes + 1, at_least), 0
+    while probes < max_probes:
         bigger = dataclasses.replace(cluster, nodes=nodes)
         cols, _ = predicted_columns(model, train, bigger, recipe, convention, ("full",))
-        return bool((cols["memory_total_bytes"] <= cap).any())
-
-    low, high = cluster.nodes, cluster.nodes * 2
-    while not fits(high):
-        low, high = high, high * 2
-        if high * cluster.chip.devices_per_node > max_devices:
-            return None
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if fits(mid) else (mid, high)
-    return high
+        if len(cols["memory_total_bytes"]):
+            probes += 1
+            if (cols["memory_total_bytes"] <= cap).any():
+                return nodes
+        nodes += 1
+    return None
 
 
 __all__ = ["NoFit", "Plan", "RECIPES", "plan"]
