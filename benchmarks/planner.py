@@ -86,7 +86,7 @@ def paper_rank(model, train, layout, cluster):
 
     paper = predict_batch(model, train, [layout], cluster, recipe=RECIPES["mixed"])
     step, memory = float(paper["step_time_s"][0]), float(paper["memory_total_bytes"][0])
-    p = plan(model, train.replace(microbatch=None), cluster, top=1, recipe="mixed")
+    p = plan(model, train, cluster, top=1, recipe="mixed")
     fitting = p.columns["step_time_s"][p.fits]
     rank = 1 + int(np.sum(fitting < step * (1 - 1e-9)))
     return step, memory, p, rank

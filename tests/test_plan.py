@@ -161,7 +161,7 @@ def test_megatron_row_the_paper_layout_is_in_the_space_and_not_faster():
     from parex.plan.search import RECIPES
 
     paper = predict_batch(model, train, [layout], cluster, recipe=RECIPES["mixed"])
-    p = plan(model, train.replace(microbatch=None), cluster, top=1, recipe="mixed")
+    p = plan(model, train, cluster, top=1, recipe="mixed")  # microbatches are per row
     cols = p.columns
     m = train.global_batch // (layout.data * train.microbatch)
     same = ((cols["data"] == layout.data) & (cols["tensor"] == layout.tensor)
@@ -171,3 +171,34 @@ def test_megatron_row_the_paper_layout_is_in_the_space_and_not_faster():
     assert same.sum() == 1
     assert cols["step_time_s"][same][0] == pytest.approx(paper["step_time_s"][0])
     assert cols["step_time_s"][p.top[0]] <= paper["step_time_s"][0]
+
+
+@pytest.mark.slow
+def test_verify_measures_the_top_and_random_layouts(capsys, tmp_path):
+    """`parex plan --verify`: the top 2 and 2 random fitting layouts run for real; memory is
+    deterministic, so its predicted order must hold (step times on shared cores are noisy)."""
+    store = tmp_path / "verify.jsonl"
+    assert main(["plan", "--model", "tiny", "--hardware", "cpu-local", "--top", "2", "--verify",
+                 "--steps", "3", "--verify-out", str(store), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["verify"]
+    assert out["n"] == 4 and out["ran"] == 4
+    assert [r["chosen"] for r in out["rows"]] == ["top", "top", "random", "random"]
+    assert out["spearman_memory"] > 0.7 and -1 <= out["spearman_step_time"] <= 1
+    for r in out["rows"]:
+        assert 0.8 < r["memory_ratio"] < 1.25 and r["measured_step_s"] > 0
+
+
+@pytest.mark.slow
+def test_fits_agree_with_xla_on_200_compiled_layouts():
+    """Random layouts of tiny and small, compiled (memory only): the planner's fits under a
+    cap at each model's median measured total agree with XLA's in at least 95% of cases."""
+    from parex.plan.fits import agreement_of, check_fits
+
+    calls = []
+    for name in ("tiny", "small"):
+        result = check_fits(name, 100, progress=False)
+        cap = result["cap_bytes"]
+        calls += [(r["predicted_bytes"] <= cap, r["measured_bytes"] <= cap)
+                  for r in result["rows"]]
+    total = agreement_of(*zip(*calls))
+    assert total["n"] == 200 and total["agreement"] >= 0.95, total

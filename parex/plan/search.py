@@ -87,8 +87,10 @@ def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = N
          recipe: str = "parex", convention: str | None = None,
          remats: tuple[str, ...] = REMAT_POLICIES) -> Plan:
     """Rank every layout of `model` on `nodes` nodes of `hardware` (a profile name, a Chip or
-    a Cluster) for train's global batch and sequence length."""
+    a Cluster) for train's global batch and sequence length (each row has its own remat and
+    microbatch count)."""
     rank.check_objective(objective)
+    train = train.replace(microbatch=None)
     cluster = cluster_of(hardware, nodes)
     cap = cluster.chip.hbm_bytes if memory_cap is None else float(memory_cap)
     start = time.perf_counter()
@@ -109,13 +111,13 @@ def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = N
 def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, recipe: str,
                       convention, remats) -> tuple[dict, int]:
     """(columns of every valid (layout, remat) row, how many layouts were enumerated)."""
-    T = train.seq_len or model.seq_len
+    T, train = train.seq_len or model.seq_len, train.replace(microbatch=None)
     cands = Candidates.enumerate(model, train.global_batch, T, cluster.n_devices)
     valid = divisible(model, Grid.from_columns(train, model, **cands.grid_columns()))
     cands = cands.take(valid)  # the predictor's own validity rules: no time spent on the rest
     parts = []
     for remat in remats if len(cands) else ():
-        train_r = train.replace(remat=remat, microbatch=None)
+        train_r = train.replace(remat=remat)
         grid = Grid.from_columns(train_r, model, **cands.grid_columns())
         out = predict_batch(model, train_r, grid, cluster, convention=convention,
                             recipe=RECIPES.get(recipe, recipe))
