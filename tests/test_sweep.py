@@ -176,3 +176,19 @@ def test_sigkill_real_parex_run_sweep_then_resume(tmp_path):
         assert m["step_time_s"]["median"] > 0 and m["memory_bytes_per_device"]["total"] > 0
         assert len(m["losses"]) == 2 and all(5 < loss < 6 for loss in m["losses"])
     assert json.loads(store.read_text().splitlines()[0])["key"] == records[0]["key"]
+
+
+def test_cli_sweep_records_what_cannot_run_and_prints_the_table(tmp_path, capsys):
+    """`parex sweep` with a grid and a --layout: impossible configs become records (nothing
+    launched), and the table names each problem."""
+    from parex.cli import main
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text('layouts = ["tensor=3"]\nremat = ["none", "full"]\n')
+    store = tmp_path / "runs.jsonl"
+    args = ["sweep", "--grid", str(grid), "--layout", "seq=3,cp=ring", "--out", str(store)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "3 invalid" in out and "heads=8 is not divisible by tensor=3" in out
+    assert list(load(store)["status"]) == ["invalid"] * 3
+    assert main(args) == 2 and "--resume" in capsys.readouterr().err
