@@ -77,7 +77,8 @@ def speed() -> None:
 
 
 def paper_rank(model, train, layout, cluster):
-    """(paper layout's predicted step, its memory, the plan, rank among fitting rows)."""
+    """(paper layout's predicted step, its memory, the plan, its rank among the fitting rows,
+    its rank among their distinct predicted step times)."""
     import numpy as np
 
     from parex.plan import plan
@@ -87,9 +88,9 @@ def paper_rank(model, train, layout, cluster):
     paper = predict_batch(model, train, [layout], cluster, recipe=RECIPES["mixed"])
     step, memory = float(paper["step_time_s"][0]), float(paper["memory_total_bytes"][0])
     p = plan(model, train, cluster, top=1, recipe="mixed")
-    fitting = p.columns["step_time_s"][p.fits]
-    rank = 1 + int(np.sum(fitting < step * (1 - 1e-9)))
-    return step, memory, p, rank
+    faster = p.columns["step_time_s"][p.fits]
+    faster = faster[faster < step * (1 - 1e-9)]
+    return step, memory, p, 1 + len(faster), 1 + len(np.unique(faster.round(9)))
 
 
 def papers() -> bool:
@@ -111,13 +112,15 @@ def papers() -> bool:
     all_ok = True
     for name, gpus, model, train, layout in rows:
         cluster = load_cluster("a100-80gb", gpus // 8)
-        step, memory, p, rank = paper_rank(model, train, layout, cluster)
+        step, memory, p, rank, distinct = paper_rank(model, train, layout, cluster)
+        b = f"b={train.microbatch}"
         best = p.top[0]
         ok = p.columns["step_time_s"][best] <= step * (1 + 1e-9)
         all_ok &= ok
         fits = "fits" if memory <= p.memory_cap else f"does NOT fit ({memory / 1e9:.0f} GB)"
-        print(f"  {name} on {gpus}: paper {layout},remat=full {step:.2f} s ({fits}), rank "
-              f"{rank:,} of {int(p.fits.sum()):,} fitting · best {p.layout(best)},"
+        print(f"  {name} on {gpus}: paper {layout},{b},remat=full {step:.2f} s ({fits}), rank "
+              f"{rank:,} of {int(p.fits.sum()):,} fitting ({distinct:,} among distinct "
+              f"predictions) · best {p.layout(best)},"
               f"remat={p.train_of(best).remat} {p.columns['step_time_s'][best]:.2f} s "
               f"({step / p.columns['step_time_s'][best]:.2f}x faster) · "
               f"{p.layouts_considered:,} layouts in {p.seconds:.1f} s  "
