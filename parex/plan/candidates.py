@@ -4,7 +4,8 @@ The space, built by cross joins of small option tables (never a Python loop over
     axes          data × fsdp × tensor × seq × stage = n, each axis cutting the dims it splits
                   into equal pieces (tensor: heads, KV heads, MLP, vocabulary; seq: the
                   sequence; fsdp: the hidden size), at most one layer per stage
-    zero          0..3 where data > 1 (ZeRO stages shard state over the data axis)
+    zero          0..3 where data > 1 and data·fsdp divides the hidden size (ZeRO stages
+                  shard state over the data axis too)
     sp            on/off where tensor > 1
     cp            ring or ulysses where seq > 1
     pipeline      where stage > 1: gpipe, 1f1b, zbh1, bfs (v = 1), and interleaved / bfs with
@@ -16,8 +17,8 @@ The space, built by cross joins of small option tables (never a Python loop over
                   schedule tables only cost the predictor time to place and time
 Remat is not a layout column: the planner predicts the same columns once per policy.
 
-Which combinations can run is the predictor's call (`predict_batch`'s `valid` column); this
-module only spans the space. `Candidates.layout(i)` builds the Layout of one row.
+Which combinations can run beyond that is the predictor's call (`predict.divisible`, the rules
+behind `predict_batch`'s `valid` column); this module only spans the space. `Candidates.layout(i)` builds the Layout of one row.
 """
 
 from __future__ import annotations
