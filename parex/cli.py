@@ -1,5 +1,5 @@
 """The `parex` command: `parex run`, `parex demo`, and the commands of other modules
-(`predict`, `calibrate`, `compare`, `seqstudy`).
+(`predict`, `calibrate`, `compare`, `seqstudy`, `plan`, `sweep`).
 
 Emulated CPU devices must be requested before JAX touches a backend, so every command parses its
 arguments, calls `emulate_devices`, and only then builds meshes.
@@ -146,9 +146,10 @@ def add_demo(sub) -> None:
 def commands() -> list:
     """Each entry adds one subcommand. Modules with their own commands are imported here, when
     the parser is built, because they reuse this module's argument helpers."""
-    from . import cli_predict, studies_sequence
+    from . import cli_plan, cli_predict, studies_sequence
 
-    return [add_run, add_demo, *cli_predict.COMMANDS, studies_sequence.add_seqstudy]
+    return [add_run, add_demo, *cli_predict.COMMANDS, studies_sequence.add_seqstudy,
+            *cli_plan.COMMANDS]
 
 
 def main(argv: list[str] | None = None) -> int:

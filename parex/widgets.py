@@ -150,6 +150,23 @@ class Explorer:
                 self.controls[name].value = value
         return self
 
+    def load(self, model: str, layout: Layout, n_devices: int, **settings) -> "Explorer":
+        """Show `layout` of preset `model` on `n_devices` (a planner row, say): every control
+        set at once, choices widened where the layout needs a value they lack. `settings`
+        names other controls (remat, global_batch, hardware, seq_len, ...)."""
+        values = {"model": model, "devices": n_devices, "zero": layout.zero, "sp": layout.sp,
+                  "cp": layout.cp, "schedule": layout.schedule,
+                  "microbatches": layout.microbatches, "virtual": layout.virtual_stages,
+                  **{a.value: getattr(layout, a.value) for a in SPLIT_AXES}, **settings}
+        with self.hold():
+            self.controls["model"].value = model  # resets the dims to the preset's
+            for name, value in values.items():
+                control = self.controls[name]
+                if isinstance(control, w.Dropdown) and value not in control.options:
+                    control.options = sorted({*control.options, value})
+                control.value = value
+        return self
+
     def _on_preset(self, change) -> None:
         preset = model_preset(change.new)
         with self.hold():

@@ -23,6 +23,8 @@ PARAMETERS = {
     "05_long_sequences": {"offline": False, "lengths": [256, 512], "modes": ["tp", "ring"]},
     "06_predicting_at_scale": {"offline": False},
     "07_explorer": {"offline": False, "steps": 2},
+    "08_planner": {"offline": False, "verify_k": 0, "scale_model": "gpt2-small",
+                   "scale_nodes": 1},
 }
 # Text each notebook must print: evidence that it computed what its prose promises.
 EXPECTED = {
@@ -37,6 +39,8 @@ EXPECTED = {
     "06_predicting_at_scale": ["parex_tflops_per_gpu", "memory-bound (does not fit)",
                                "compute-bound", "communication-bound"],
     "07_explorer": ["data=4,tensor=2", "measured"],
+    "08_planner": ["parex plan · gpt2-small", "layouts considered", "loaded into the Explorer",
+                   "use --memory-cap"],
 }
 SLOW = set()  # notebooks moved to the slow suite if all together exceed ~3 minutes
 
@@ -75,7 +79,7 @@ def _params(path: Path):
 
 def test_every_notebook_is_thin_and_parametrised():
     paths = notebook_paths()
-    assert [p.stem for p in paths] == sorted(PARAMETERS), "one notebook per topic, 01..07"
+    assert [p.stem for p in paths] == sorted(PARAMETERS), "one notebook per topic, 01..08"
     for path in paths:
         nb = jupytext.read(path)
         code = [c for c in nb.cells if c.cell_type == "code"]
