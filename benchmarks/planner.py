@@ -97,7 +97,8 @@ def papers() -> bool:
     from parex.config import TrainConfig, model_preset
     from parex.hardware import load_cluster
     from parex.layout import Layout
-    from parex.predict.published import megatron_row_setup, read_reference
+    from parex.predict.published import read_reference
+    from parex.predict.published_runs import megatron_row_setup
 
     print("\npapers: the planner's best against the paper's layout (A100-80GB, mixed recipe)")
     table = read_reference("megatron_table1")

@@ -16,7 +16,8 @@ from parex.plan import NoFit, plan
 from parex.plan.candidates import Candidates, balanced_partition
 from parex.plan.rank import pareto_front
 from parex.predict import predict, predict_batch
-from parex.predict.published import megatron_row_setup, read_reference
+from parex.predict.published import read_reference
+from parex.predict.published_runs import megatron_row_setup
 from parex.validation import check_layout
 
 TINY, TRAIN = model_preset("tiny"), TrainConfig(global_batch=16)

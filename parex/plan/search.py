@@ -20,7 +20,7 @@ import numpy as np
 from ..config import REMAT_POLICIES, ModelConfig, TrainConfig
 from ..hardware import Cluster
 from ..layout import Layout, LayoutError
-from ..predict import Grid, Recipe, divisible, predict_batch
+from ..predict import Grid, divisible, predict_batch
 from ..validation import check_layout
 from . import rank
 from .candidates import COLUMNS, DATA, FSDP, Candidates, layout_at
@@ -28,10 +28,7 @@ from .names import cluster_of
 
 PREDICTED = (("step_time_s",) + tuple(f"step_{p}_s" for p in rank.TIME_PARTS)
              + tuple(f"memory_{p}_bytes" for p in rank.MEMORY_PARTS) + ("mfu", "tokens_per_s"))
-# ZeRO's 2 + 2 + 12 bytes of model state. predict_batch cannot yet evaluate the Korthikanti
-# activation formula on columns (memory.korthikanti_layer_bytes branches on a scalar sp), so the
-# planner keeps the xla activation formula with it.
-RECIPES = {"parex": "parex", "mixed": Recipe("mixed", 2, 2, 12, "xla")}
+RECIPES = {"parex": "parex", "mixed": "mixed"}  # parex's step; ZeRO's 2 + 2 + 12 (Megatron-LM)
 MAX_WALK = 10_000  # ranked rows the top-K check walks past at most
 
 
