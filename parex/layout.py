@@ -99,11 +99,15 @@ class Layout:
         }
 
     def spec(self, dims: tuple[str | None, ...], kind: str = "act") -> PartitionSpec:
-        """PartitionSpec for a tensor whose dims are named `dims` (None = never sharded)."""
+        """PartitionSpec for a tensor whose dims are named `dims` (None = never sharded).
+        Model state without a layers dim (the embedding and head) is split over the pipeline's
+        stages along its embed dim, so that its state falls with p as the blocks' does."""
         rules = self.rules(kind)
+        staged = (Axis.STAGE,) if kind != "act" and "layers" not in dims else ()
         entries = []
         for dim in dims:
-            axes = tuple(a.value for a in rules[dim] if self.axis_sizes()[a] > 1) if dim else ()
+            axes = rules[dim] + (staged if dim == "embed" else ()) if dim else ()
+            axes = tuple(a.value for a in axes if self.axis_sizes()[a] > 1)
             entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
         return PartitionSpec(*entries)
 
