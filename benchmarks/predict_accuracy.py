@@ -8,8 +8,11 @@ the papers' published tables. Prints every figure, asserts nothing (targets prin
 Emulated mesh (8 CPU devices), every layout preset for the tiny and small models, convention
 "xla-cpu", hardware "cpu-local". Targets: argument memory within 2 %, total memory within 10 %,
 collective bytes per kind equal, FLOPs within 5 %, step time median absolute error <= 20 %.
-Published: ZeRO Table 1 within 1 % (or the paper's rounding), Korthikanti's formulas exactly,
-Megatron-LM Table 1 TFLOP/s per GPU within 15 % with one A100 profile.
+Published: ZeRO Table 1 and Korthikanti's Table 2 through predict() (state and activation
+memory); step time on published A100 runs, one profile, no per-row tuning: leave-one-out on
+Megatron-LM's Table 1 (the fit set of the one fitted constant, the step efficiency) and the
+held-out runs of other papers (data/reference/heldout_runs.csv); targets median <= 5 %,
+max <= 12 %.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from parex.config import TrainConfig, model_preset  # noqa: E402
 from parex.hardware import load_chip  # noqa: E402
 from parex.hlo import KINDS  # noqa: E402
 from parex.layout import LAYOUT_PRESETS, Layout  # noqa: E402
-from parex.predict import predict, published, shared_fields  # noqa: E402
+from parex.predict import predict, published, published_runs, shared_fields  # noqa: E402
 from parex.report import table  # noqa: E402
 
 EXTRA_LAYOUTS = ("data=2,tensor=4,sp=on", "data=4,tensor=2,zero=1")
@@ -124,24 +127,42 @@ def emulated(models, steps: int, hardware: str) -> dict:
 
 
 def published_tables() -> None:
+    """The papers' tables through predict(): ZeRO's state memory, Korthikanti's activations."""
     zero = published.zero_table1()
     digits = zero.gb_per_device.map(_half_unit)
     ok = (zero.parex_gb - zero.gb_per_device).abs() <= np.maximum(0.01 * zero.gb_per_device,
                                                                   digits)
-    print(f"ZeRO Table 1: {ok.sum()} of {len(zero)} entries within 1 % or the paper's rounding; "
-          f"max |ratio − 1| {np.abs(zero.ratio - 1).max():.4f} "
-          f"(7.5B, N_d=1024, P_os+g+p: paper 0.12, parex {zero.parex_gb.iloc[17]:.4f})")
+    print(f"ZeRO Table 1 through predict()'s state memory: {ok.sum()} of {len(zero)} entries "
+          f"within 1 % or the paper's rounding; the others (ZeRO-3, N_d >= 64) carry parex's "
+          f"replicated biases and norms:")
+    print(table([[r.model, r.n_d, r.stage, r.gb_per_device, f"{r.parex_gb:.4g}", f"{r.ratio:.3f}"]
+                 for r in zero[~ok].itertuples()], ["model", "N_d", "stage", "paper GB",
+                                                    "parex GB", "ratio"]))
     k = published.korthikanti_table()
-    print(f"Korthikanti Table 2: {len(k)} formula × model values, max |ratio − 1| "
-          f"{np.abs(k.ratio - 1).max():.2e} (target: exact)")
-    mt = published.megatron_table1()
-    rows = [[f"{r.params_b:g}B", r.tp, r.pp, r.gpus, r.virtual, r.tflops_per_gpu,
-             f"{r.parex_tflops_per_gpu:.1f}", f"{r.ratio:.3f}", f"{r.parex_bubble_fraction:.1%}"]
-            for r in mt.itertuples()]
-    print("\nMegatron-LM Table 1 on one a100-80gb profile (TFLOP/s per GPU, paper's FLOP count):")
-    print(table(rows, ["model", "TP", "PP", "GPUs", "v", "paper", "parex", "ratio", "bubble"]))
-    print(f"max |ratio − 1| {np.abs(mt.ratio - 1).max():.3f} (target <= 0.15), mean ratio "
-          f"{mt.ratio.mean():.3f}")
+    print(f"Korthikanti Table 2 (component sums) against predict()'s activation memory: {len(k)} "
+          f"configuration × model values, max |ratio − 1| {np.abs(k.ratio - 1).max():.2e} "
+          f"(target: exact)")
+
+
+def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
+    """Step time on published runs: leave-one-out on the fit set (Megatron-LM Table 1), the
+    committed profile on the held-out set (other papers)."""
+    result = published_runs.accuracy(hardware)
+    print(f"\nstep efficiency: fitted on Megatron-LM Table 1 {result['fitted']:.4f}, profile "
+          f"{result['profile']:.3f} (the only fitted constant; matmul and network efficiencies "
+          f"come from published benchmarks, see the profile's efficiency_sources)")
+    for name, key in (("FIT set, leave-one-out (Megatron-LM Table 1, Narayanan et al. 2021)",
+                       "fit_loo"), ("TEST set, held out (Korthikanti et al. 2022 Table 5, "
+                                    "MT-NLG 2022)", "test")):
+        frame = result[key]
+        rows = [[r.run, r.tp, r.pp, r.gpus, r.virtual, r.remat, f"{r.step_s:.2f}",
+                 f"{r.parex_step_s:.2f}", f"{r.ratio:.3f}"] for r in frame.itertuples()]
+        print(f"\n{name}, seconds per iteration on {hardware}:")
+        print(table(rows, ["run", "TP", "PP", "GPUs", "v", "remat", "paper s", "parex s",
+                           "ratio"]))
+        s = result["fit_summary" if key == "fit_loo" else "test_summary"]
+        print(f"|ratio − 1|: median {s['median']:.3f}, max {s['max']:.3f} over {s['n']} runs "
+              f"[targets: median <= 0.05, max <= 0.12]")
 
 
 def _half_unit(value: float) -> float:
@@ -160,6 +181,7 @@ def main(argv=None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="run parex calibrate first")
     args = parser.parse_args(argv)
     published_tables()
+    published_runs_accuracy()
     if args.published:
         return 0
     if args.calibrate:

@@ -114,8 +114,9 @@ charts.collectives_chart(largest)
 
 # %% [markdown]
 # ## The paper's Table 1
-# The same formulas with ZeRO's mixed-precision bytes (2 + 2 + 12 per parameter), for the paper's
-# 7.5B, 128B and 1T models on up to 1024 devices: GB per device, the paper's beside parex's.
+# predict()'s state memory with ZeRO's mixed-precision bytes (2 + 2 + 12 per parameter), for
+# GPTs of the paper's 7.5B, 128B and 1T sizes on up to 1024 devices: GB per device, the paper's
+# beside parex's. At ZeRO-3 on many devices parex's replicated biases and norms show.
 
 # %%
 zero = published.zero_table1()

@@ -85,8 +85,8 @@ charts.overview_chart(frame)
 # %% [markdown]
 # ## Activation memory at the paper's scale
 # Korthikanti et al.'s Table 2 gives the activation bytes per layer for each combination of TP,
-# SP and recomputation. parex's memory model evaluates the same configurations for the paper's
-# four models (s = 2048, t = 8): the paper's formula, parex's bytes and their ratio.
+# SP and recomputation. predict()'s activation memory for the same configurations of the
+# paper's four models (s = 2048, t = 8), beside the sum of the paper's per-component list.
 
 # %%
 published.korthikanti_table().pivot_table(index="configuration", columns="model",

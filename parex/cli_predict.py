@@ -30,7 +30,8 @@ def add_predict_model_args(p) -> None:
     p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
     p.add_argument("--remat", default="none", choices=["none", "selective", "full"])
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
-                   help="compute dtype (default: the preset's; bfloat16 for a bare family)")
+                   help="compute dtype (default for predict: bfloat16 on an accelerator profile, "
+                   "the preset's on cpu-local; bfloat16 for a bare family)")
     for name, letter in DIMS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                        help=f"{letter}: overrides the preset's, required for a bare family"
@@ -108,7 +109,8 @@ def cmd_predict(args) -> int:
         nodes = max(1, -(-n // chip.devices_per_node))
     cluster = as_cluster(_cluster(chip, nodes))
     layout = Layout.parse(args.layout, cluster.n_devices)
-    p = predict(model, train, layout, cluster, convention=args.convention, recipe=args.recipe)
+    p = predict(model, train, layout, cluster, convention=args.convention, recipe=args.recipe,
+                dtype=args.dtype)
     print(json.dumps(p.to_json(), indent=2) if args.json else prediction_report(p, model, cluster))
     return 0
 
@@ -135,9 +137,9 @@ def add_predict(sub) -> None:
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"],
                    help="gpu: the ideal program; xla-cpu: what the emulated mesh compiles "
                    "(default: xla-cpu for cpu-local, else gpu)")
-    p.add_argument("--recipe", default="parex", choices=["parex", "mixed"],
+    p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
                    help="bytes of model state: parex (fp32 weights, grads, Adam) or mixed "
-                   "(ZeRO's 2 + 2 + 12)")
+                   "(ZeRO's 2 + 2 + 12; the default on accelerator profiles, parex on cpu-local)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_predict)
 

@@ -4,7 +4,12 @@ node count) that the predictor reads.
 A profile holds one set of numbers per chip with its sources: peak FLOP/s per dtype, HBM size and
 bandwidth, the two network levels (intra-node and inter-node bandwidth, one direction per device,
 and latency), devices per node, the size of the fast "scale-up" domain (8 NVLink GPUs, a whole TPU
-slice on ICI), and the achievable fractions of peak (`matmul_efficiency`, `network_efficiency`).
+slice on ICI), and the achievable fractions of peak, each with where it comes from
+(`efficiency_sources`): `matmul_efficiency` (the best matmul rate over dense peak, from a
+published GEMM benchmark of the chip), `network_efficiency` (collective bus bandwidth over link
+bandwidth; assumed where no benchmark of the chip was found) and `step_efficiency` (the fraction
+of those kernel rates a training step sustains, fitted once on named published runs:
+parex.predict.published_runs).
 
 The local CPU gets a profile too (`cpu-local`), written by `parex calibrate`; its `calibration`
 block holds what was measured on the emulated mesh: matmul rate against size, per-kind collective
@@ -73,10 +78,12 @@ class Chip:
     inter_node: Link  # InfiniBand / DCN
     devices_per_node: int  # devices one node (host) holds; a Cluster counts nodes
     scaleup_domain: int  # devices joined by the fast links (8 on HGX, a TPU slice on ICI)
-    matmul_efficiency: float  # achievable fraction of peak for large matmuls
+    matmul_efficiency: float  # best achievable matmul rate / dense peak (a GEMM benchmark)
     network_efficiency: float  # achievable fraction of link bandwidth for large collectives
     sources: tuple[str, ...] = ()
     calibration: Calibration | None = None
+    step_efficiency: float = 1.0  # a training step's kernels / their best rates (fitted)
+    efficiency_sources: dict = field(default_factory=dict)  # efficiency name -> where from
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype`; float32 falls back to bfloat16's when not listed (TPUs run
@@ -91,7 +98,10 @@ class Chip:
                "intra_node": vars(self.intra_node), "inter_node": vars(self.inter_node),
                "devices_per_node": self.devices_per_node, "scaleup_domain": self.scaleup_domain,
                "matmul_efficiency": self.matmul_efficiency,
-               "network_efficiency": self.network_efficiency, "sources": list(self.sources)}
+               "network_efficiency": self.network_efficiency,
+               "step_efficiency": self.step_efficiency,
+               "efficiency_sources": dict(self.efficiency_sources),
+               "sources": list(self.sources)}
         if self.calibration is not None:
             cal = vars(self.calibration) | {
                 "matmul_curve": [list(p) for p in self.calibration.matmul_curve]}
@@ -131,7 +141,9 @@ def chip_from_json(data: dict) -> Chip:
                 scaleup_domain=int(data.get("scaleup_domain", data["devices_per_node"])),
                 matmul_efficiency=float(data["matmul_efficiency"]),
                 network_efficiency=float(data["network_efficiency"]),
-                sources=tuple(data.get("sources", ())), calibration=cal)
+                sources=tuple(data.get("sources", ())), calibration=cal,
+                step_efficiency=float(data.get("step_efficiency", 1.0)),
+                efficiency_sources=dict(data.get("efficiency_sources", {})))
 
 
 def known_hardware(directory: Path = HARDWARE_DIR) -> list[str]:

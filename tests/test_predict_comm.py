@@ -16,10 +16,12 @@ TINY = model_preset("tiny")  # 875,264 parameters; L=4, D=128, T=128, V=256
 N, L, D, T = 875264, 4, 128, 128
 EMBED_PARAMS = 786432 + 65536 + 16384  # matrices, tokens + unembed, positions: 868,352
 TRAIN = TrainConfig(global_batch=16)
+FP32 = {"recipe": "parex", "dtype": "float32"}  # the bytes below are float32 state and activations
 
 
 def by_kind(layout, convention, train=TRAIN, model=TINY):
-    return predict(model, train, layout, "a100-80gb", convention=convention).comm_bytes_per_device
+    return predict(model, train, layout, "a100-80gb", convention=convention,
+                   **FP32).comm_bytes_per_device
 
 
 def test_data_parallel_all_reduces_every_gradient_once():
@@ -58,7 +60,7 @@ def test_tensor_parallel_all_reduces_by_hand():
     # reduce-scatter), as in Megatron
     assert sp["reduce-scatter"] == (4 * L + 2) * x and sp["all-gather"] == (4 * L + 2) * x
     llama = model_preset("tiny-llama")  # SwiGLU: the second MLP input adds one backward
-    p = predict(llama, TRAIN, Layout(tensor=4, data=2), "a100-80gb")
+    p = predict(llama, TRAIN, Layout(tensor=4, data=2), "a100-80gb", **FP32)
     tp = sum(c["bytes"] for c in p.collectives if c["name"] == "tp")
     assert tp == (5 * L + 2) * 8 * T * D * 4
 

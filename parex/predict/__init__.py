@@ -10,7 +10,11 @@ per layout (shapes.Grid), so a planner can rank a hundred thousand layouts in ab
 the emulated CPU mesh (all-reduce where a GPU would reduce-scatter, FLOPs as XLA's cost analysis
 counts them) and is the default for the calibrated `cpu-local` profile; "gpu" is the ideal program
 and the default everywhere else. `recipe` says how many bytes each kind of model state takes
-("parex": float32 master weights, gradients and Adam moments; "mixed": ZeRO's 2 + 2 + 12).
+("parex": float32 master weights, gradients and Adam moments; "mixed": ZeRO's 2 + 2 + 12, with
+Korthikanti et al.'s activations of Megatron-LM's block) and `dtype` the compute dtype. Defaults
+follow the profile: an accelerator predicts what real runs there use (bfloat16 and the mixed
+recipe), `cpu-local` parex's own step (the model's dtype, float32 for the presets, and the parex
+recipe); pass dtype="float32" / recipe="parex" to ask for those on an accelerator.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
                                    chip.hbm_bandwidth, opt_elements)
     else:
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
-                                           opt_elements)
+                                           opt_elements, rec.activations == "korthikanti")
     step = time.step_time(grid, compute, seconds, emulated, remat)
     hw = flops.hardware_flops(model, grid, remat)
     mf = flops.model_flops(model, grid)
@@ -90,20 +94,35 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     return out, terms
 
 
-def _defaults(hardware, convention, recipe, n_devices):
+def _defaults(hardware, convention, recipe, n_devices, model: ModelConfig, dtype):
+    """(cluster, convention, recipe, model in its compute dtype), the defaults keyed on the
+    profile: the calibrated CPU predicts parex's own program (xla-cpu, parex recipe, the model's
+    dtype); an accelerator what real runs use there (gpu, mixed recipe, bfloat16)."""
     cluster = as_cluster(hardware, n_devices)
+    emulated = cluster.chip.calibration is not None
     if convention is None:
-        convention = "xla-cpu" if cluster.chip.calibration is not None else "gpu"
-    return cluster, comm.convention(convention), memory.recipe(recipe)
+        convention = "xla-cpu" if emulated else "gpu"
+    if recipe is None:
+        recipe = "parex" if emulated else "mixed"
+    if dtype is None:
+        dtype = model.dtype if emulated else "bfloat16"
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+    if dtype != model.dtype:
+        model = model.replace(dtype=dtype)
+    return cluster, comm.convention(convention), memory.recipe(recipe), model
 
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
-            convention: str | Convention | None = None, recipe: str | Recipe = "parex"
-            ) -> Prediction:
+            convention: str | Convention | None = None, recipe: str | Recipe | None = None,
+            dtype: str | None = None) -> Prediction:
     """Predicted step time, memory, FLOPs and communication of one layout. An impossible layout
     raises LayoutError (the same checks as before compiling); one that does not fit in memory is
-    predicted and flagged (`fits`, `over_capacity_bytes`)."""
-    cluster, conv, rec = _defaults(hardware, convention, recipe, layout.n_devices)
+    predicted and flagged (`fits`, `over_capacity_bytes`). `convention`, `recipe` and `dtype`
+    (the compute dtype) default by profile: on an accelerator "gpu", "mixed" and bfloat16; on
+    the calibrated `cpu-local` "xla-cpu", "parex" and the model's own dtype."""
+    cluster, conv, rec, model = _defaults(hardware, convention, recipe, layout.n_devices, model,
+                                          dtype)
     _check_fits_cluster(layout, cluster)
     check_layout(layout, model, train, layout.n_devices)
     grid = Grid.from_layouts([layout], train, model)
@@ -132,15 +151,18 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
-                  convention: str | Convention | None = None, recipe: str | Recipe = "parex"
+                  convention: str | Convention | None = None,
+                  recipe: str | Recipe | None = None, dtype: str | None = None
                   ) -> dict[str, np.ndarray]:
     """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid.
     `valid` is a vectorised subset of parex.validation's checks (the divisibility ones) and the
-    numbers of invalid rows are NaN; `fits` flags the rows that do not fit in memory."""
+    numbers of invalid rows are NaN; `fits` flags the rows that do not fit in memory. Defaults
+    as predict()'s."""
     grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
     valid = divisible(model, grid)
     safe = grid if valid.all() else _masked(grid, valid)
-    cluster, conv, rec = _defaults(hardware, convention, recipe, int(grid.n_devices.max()))
+    cluster, conv, rec, model = _defaults(hardware, convention, recipe,
+                                          int(grid.n_devices.max()), model, dtype)
     cols, _ = columns(model, train, safe, cluster, conv, rec)
     cols["step_time_s"] = cols.pop("step_total_s")
     for key, value in cols.items():

@@ -230,7 +230,16 @@ def _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes) -> list[Term]:
     sends = 2 * grid.microbatches * grid.virtual_stages
     if conv.name == "xla-cpu":
         sends = 2 * table_columns(grid)[0]  # one send each way per tick
-    out = [Term("pipeline", "collective-permute", (Axis.STAGE,), sends * piped, x_bytes)]
+    send = x_bytes
+    out = []
+    if conv.name != "xla-cpu":
+        # Megatron's scatter/gather (Narayanan et al. 2021, 4.1): each tensor rank sends its
+        # 1/t of the (replicated) boundary activation and the receiver all-gathers it over the
+        # fast links; under SP the activation is already split that way
+        send = x_bytes / grid.tensor
+        gather = piped & (grid.tensor > 1) & (grid.sp == 0)
+        out.append(Term("pipeline", "all-gather", (Axis.TENSOR,), sends * gather, x_bytes))
+    out.insert(0, Term("pipeline", "collective-permute", (Axis.STAGE,), sends * piped, send))
     # the stage-shared embedding and head: summed over stages (merged into the gradient
     # reduction when there is a batch axis too)
     shared = grad_bytes * _elements(sizes, grid, layers=False)

@@ -26,7 +26,16 @@ one chunk's activations while it is being differentiated (and, as everywhere, on
 set on top when the chunk's layers are scanned, i.e. more than one).
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
-gradient accumulation keeps a running sum of the gradients.
+gradient accumulation keeps a running sum of the gradients; where gradients are sharded (fsdp,
+ZeRO-2/3) that layer is held whole, weights and unreduced gradient (`sharded_layer_bytes`).
+The step peaks at the end of the backward or during the optimizer update, whichever is larger:
+the update keeps `Recipe.update_buffers` float32 buffers of the optimizer state's size
+(`update_bytes`; optax's AdamW in parex's step: 1) while the activations are already freed.
+The activation and working-set constants were read off the tiny and small presets' compiled
+steps. The update and sharded-layer terms are counts of whole buffers, not fitted numbers, but
+they were worked out from the weight-heavy model's compiled steps, which the held-out family
+(tests/test_predict_memory_heldout.py) also uses; its long-sequence and Llama cases were not
+looked at before.
 """
 
 from __future__ import annotations
@@ -35,7 +44,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layout import ZERO_STAGE_SHARDING
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
@@ -54,11 +62,16 @@ class Recipe:
     activations: str  # "xla" or "korthikanti"
     counters: int = 0  # scalar optimizer state (bytes, replicated)
     stage_remat: bool = False  # the pipeline recomputes each chunk in its backward (parex's)
+    update_buffers: float = 0.0  # float32 optimizer-state-sized temporaries of the update
 
 
 RECIPES = {
-    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, stage_remat=True),
-    "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),  # ZeRO's 2 + 2 + K with K = 12
+    # parex's own step (what the emulated mesh compiles): float32 state, XLA's buffers, optax's
+    # AdamW keeping one update-sized buffer (memory.update_bytes)
+    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, stage_remat=True, update_buffers=1),
+    # Megatron-LM's mixed precision: ZeRO's 2 + 2 + K with K = 12, Korthikanti's activations,
+    # a fused in-place Adam
+    "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),
 }
 
 
@@ -80,13 +93,6 @@ def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     return total
 
 
-def zero_state_bytes(psi: float, n_d: int, stage: int, rec: Recipe = RECIPES["mixed"]) -> float:
-    """The ZeRO paper's closed form: model states per device for Ψ parameters on N_d devices."""
-    shard = {kind: n_d if stage >= s else 1 for kind, s in ZERO_STAGE_SHARDING.items()}
-    return psi * (rec.param_bytes / shard["param"] + rec.grad_bytes / shard["grad"]
-                  + rec.optimizer_bytes / shard["opt"])
-
-
 def batch_bytes(grid: Grid) -> np.ndarray:
     """Inputs and targets (int32), split over the batch axes only."""
     return 2 * 4 * (grid.B // grid.dp) * grid.T
@@ -99,9 +105,7 @@ def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none"):
     if remat == "full":
         return 2 * s * b * h
     attn = 0 if remat == "selective" else 5 * a * s / h
-    if sp:
-        return s * b * h / t * (34 + attn)
-    return s * b * h * (10 + 24 / t + attn / t)
+    return np.where(sp, s * b * h / t * (34 + attn), s * b * h * (10 + 24 / t + attn / t))
 
 
 def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
@@ -166,18 +170,52 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
                                                                                    "param")
 
 
+# --- the two peaks: the end of the backward, and the optimizer update ----------------------------
+
+def grads_sharded(grid) -> np.ndarray:
+    """Gradients sharded over the batch axes: fsdp, or ZeRO-2/3 over data."""
+    return (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
+
+
+def sharded_layer_bytes(sizes, grid, rec) -> np.ndarray:
+    """Where gradients are sharded, the layer being differentiated holds its weights whole and
+    its gradient before the reduction that shards it: one layer's parameters (split only by
+    tensor) in the stored and the gradient dtypes."""
+    layer = sizes.layer_params / grid.tensor
+    return np.where(grads_sharded(grid), (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
+
+
+def update_bytes(sizes, grid, rec) -> np.ndarray:
+    """The optimizer update's temporaries: float32 buffers the size of a device's optimizer
+    state that the update keeps while it reads the clipped gradients and writes the moments and
+    parameters in place (`Recipe.update_buffers`: 1 for parex's optax step, 0 for a fused
+    in-place Adam)."""
+    return rec.update_buffers * 4 * state_elements(sizes, grid, "opt")
+
+
 def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
-    """Every part of Prediction.memory_bytes_per_device, as columns."""
+    """Every part of Prediction.memory_bytes_per_device, as columns. The step peaks either at
+    the end of the backward (gradients + saved activations + the transients of the layer being
+    differentiated) or during the update (gradients + the update's temporaries; the activations
+    are freed by then), whichever is larger; `temp` is what is alive at that peak beyond the
+    state and the saved activations (at the update peak: its temporaries − the activations)."""
     params = rec.param_bytes * state_elements(sizes, grid, "param")
     optimizer = rec.optimizer_bytes * state_elements(sizes, grid, "opt") + rec.counters
     grads = rec.grad_bytes * state_elements(sizes, grid, "grad")
     acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
-    temp = temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes)
+    transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
+                           sharded_layer_bytes(sizes, grid, rec))
+    if rec.activations == "xla":
+        # XLA all-reduces whole gradients over a data axis it cannot make manual (under SP) into
+        # a second buffer while the backward still holds the first (sharded gradients are
+        # reduce-scattered layer by layer instead: sharded_layer_bytes)
+        second = (grid.sp > 0) & (grid.data > 1) & ~grads_sharded(grid)
+        transient = transient + np.where(second, grads, 0.0)
+    temp = np.maximum(acts + transient, update_bytes(sizes, grid, rec)) - acts
     argument = params + optimizer + batch_bytes(grid)
     return {"params": params, "grads": grads, "optimizer": optimizer, "activations": acts,
             "temp": temp, "argument": argument, "total": argument + grads + acts + temp}
 
 
 __all__ = ["RECIPES", "Recipe", "activation_bytes", "in_flight", "korthikanti_layer_bytes",
-           "memory_parts", "recipe", "state_elements", "xla_layer_elements",
-           "zero_state_bytes"]
+           "memory_parts", "recipe", "state_elements", "xla_layer_elements"]

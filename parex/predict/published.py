@@ -1,8 +1,11 @@
-"""The papers' tables (data/reference/*.csv) beside what the predictor says: paper, parex, ratio.
+"""The papers' tables (data/reference/*.csv) beside what predict() says: paper, parex, ratio.
 
-    zero_table1()          ZeRO's model-state memory per device (GB) for 3 models × N_d × stage
-    korthikanti_table()    Korthikanti et al.'s activation formulas against predict.memory's
-    megatron_table1()      Megatron-LM's achieved TFLOP/s per GPU, one A100 profile for every row
+    zero_table1()          ZeRO's model-state memory per device (GB), 3 models × N_d × stage,
+                           read off predict()'s params + grads + optimizer
+    korthikanti_table()    Korthikanti et al.'s activation bytes per layer, summed from the paper's
+                           component list, against predict()'s activation memory
+    megatron_table1()      Megatron-LM's achieved TFLOP/s per GPU against the predicted step time
+                           (published_runs: the runs the step efficiency is fitted on)
 
 Each returns a pandas DataFrame with the paper's value, parex's value and their ratio.
 """
@@ -13,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import TrainConfig, model_preset
+from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
-from .memory import RECIPES, korthikanti_layer_bytes, zero_state_bytes
 
 REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
+STATE_PARTS = ("params", "grads", "optimizer")
 
 
 def read_reference(name: str):
@@ -26,44 +29,87 @@ def read_reference(name: str):
     return pd.read_csv(REFERENCE_DIR / f"{name}.csv", comment="#", skipinitialspace=True)
 
 
+def _gpt(name, layers, hidden, heads, seq=2048, vocab=51200) -> ModelConfig:
+    return ModelConfig(name=name, family="gpt", layers=int(layers), hidden=int(hidden),
+                       heads=int(heads), vocab=vocab, seq_len=seq, dtype="bfloat16")
+
+
+# --- ZeRO, Table 1 -------------------------------------------------------------------------------
+
+def zero_state_gb(model: ModelConfig, n_d: int, stage: int, psi: float,
+                  hardware: str = "a100-80gb") -> float:
+    """predict()'s model state per device (params + grads + optimizer, mixed recipe) for data
+    parallelism over n_d devices at ZeRO `stage`, per parameter × ψ, in GB."""
+    from . import predict
+
+    layout = Layout(data=n_d, zero=stage if n_d > 1 else 0)
+    p = predict(model, TrainConfig(global_batch=n_d), layout, hardware, recipe="mixed")
+    state = sum(p.memory_bytes_per_device[k] for k in STATE_PARTS)
+    return state / model.n_params * psi / 1e9
+
+
 def zero_table1():
-    """Model states per device with ZeRO's 2 + 2 + 12 bytes per parameter, in GB."""
+    """Model states per device in GB: the paper's (2 + 2 + 12)·Ψ split by ZeRO's stages beside
+    predict()'s for a stand-in GPT of each size (zero_models.csv)."""
     table = read_reference("zero_table1")
-    table["parex_gb"] = [zero_state_bytes(row.params, row.n_d, row.stage, RECIPES["mixed"]) / 1e9
-                         for row in table.itertuples()]
+    models = {m.model: _gpt(m.model, m.layers, m.hidden, m.heads)
+              for m in read_reference("zero_models").itertuples()}
+    table["parex_gb"] = [zero_state_gb(models[r.model], r.n_d, r.stage, r.params)
+                         for r in table.itertuples()]
     table["ratio"] = table.parex_gb / table.gb_per_device
     return table
 
 
-def korthikanti_table(s: int = 2048, b: int = 1, t: int = 8):
-    """Each formula of the paper's Table 2, typed in as text, evaluated for the paper's four
-    models, beside predict.memory.korthikanti_layer_bytes for the same configuration."""
-    formulas = read_reference("korthikanti_activations")
-    models = read_reference("korthikanti_models")
-    rows = []
-    for f in formulas.itertuples():
-        tp = 1 if f.configuration == "no parallelism" else t
-        for m in models.itertuples():
-            values = {"s": s, "b": b, "h": m.hidden, "a": m.heads, "t": tp}
-            paper = eval(f.formula, {"__builtins__": {}}, values)  # typed-in arithmetic only
-            ours = korthikanti_layer_bytes(s, b, m.hidden, m.heads, tp, f.sp == "on", f.remat)
-            rows.append({"configuration": f.configuration, "model": m.model, "paper_bytes": paper,
-                         "parex_bytes": ours, "ratio": ours / paper})
+# --- Korthikanti et al., Table 2 -----------------------------------------------------------------
+
+CONFIGURATIONS = (  # (name, tensor, sp, remat), as the paper's Table 2 rows
+    ("no parallelism", 1, False, "none"), ("tensor parallel", 8, False, "none"),
+    ("tensor + sequence parallel", 8, True, "none"),
+    ("tensor parallel + selective recompute", 8, False, "selective"),
+    ("tensor + sequence parallel + selective recompute", 8, True, "selective"),
+    ("full recompute", 8, False, "full"))
+
+
+def korthikanti_paper_bytes(s, b, h, a, t, sp: bool, remat: str) -> float:
+    """One layer's activation bytes, summed from the paper's component list (Section 4.1)."""
+    if remat == "full":
+        return 2.0 * s * b * h
+    total = 0.0
+    for c in read_reference("korthikanti_components").itertuples():
+        if remat == "selective" and c.as2b:
+            continue
+        split = t if (c.region == "tensor" or sp) else 1
+        total += (c.sbh * s * b * h + c.as2b * a * s * s * b) / split
+    return total
+
+
+def predicted_layer_bytes(model: ModelConfig, t: int, sp: bool, remat: str,
+                          hardware: str = "a100-80gb") -> float:
+    """predict()'s activation memory per layer (mixed recipe: the Korthikanti path used for
+    accelerator predictions) for one sequence on a tensor-parallel group of t."""
+    from . import predict
+
+    train = TrainConfig(global_batch=1, remat=remat)
+    p = predict(model, train, Layout(tensor=t, sp=sp), hardware, recipe="mixed")
+    return p.memory_bytes_per_device["activations"] / model.layers
+
+
+def korthikanti_table(s: int = 2048, b: int = 1):
+    """The paper's six configurations for its four models: the component sum beside predict()."""
     import pandas as pd
 
+    rows = []
+    for m in read_reference("korthikanti_models").itertuples():
+        model = _gpt(f"korthikanti-{m.model.lower()}", m.layers, m.hidden, m.heads, seq=s)
+        for name, t, sp, remat in CONFIGURATIONS:
+            paper = korthikanti_paper_bytes(s, b, m.hidden, m.heads, t, sp, remat)
+            ours = predicted_layer_bytes(model, t, sp, remat)
+            rows.append({"configuration": name, "model": m.model, "paper_bytes": paper,
+                         "parex_bytes": ours, "ratio": ours / paper})
     return pd.DataFrame(rows)
 
 
-def megatron_row_setup(row):
-    """(model, train config, layout) of one row of Megatron-LM's Table 1."""
-    model = model_preset(f"megatron-{row.params_b:g}b").replace(dtype="bfloat16")
-    dp = row.gpus // (row.tp * row.pp)
-    schedule = "interleaved" if row.virtual > 1 else ("1f1b" if row.pp > 1 else "gpipe")
-    layout = Layout(data=dp, tensor=row.tp, stage=row.pp, schedule=schedule,
-                    virtual_stages=row.virtual)
-    train = TrainConfig(global_batch=row.global_batch, microbatch=row.microbatch, remat="full")
-    return model, train, layout
-
+# --- Megatron-LM, Table 1 ------------------------------------------------------------------------
 
 def megatron_flops(row, s: int = 2048, V: int = 51200) -> float:
     """The paper's FLOPs per iteration (full recompute): 96·B·s·l·h²·(1 + s/6h + V/16lh)."""
@@ -73,22 +119,17 @@ def megatron_flops(row, s: int = 2048, V: int = 51200) -> float:
 
 def megatron_table1(hardware: str = "a100-80gb"):
     """Achieved TFLOP/s per GPU: the paper's FLOP count over parex's predicted step time (so both
-    sides count FLOPs the same way), with ZeRO-free mixed precision (2-byte weights and grads)."""
-    from . import predict
+    sides count FLOPs the same way), one profile for every row."""
+    from ..hardware import load_chip
+    from .published_runs import fit_runs, scored
 
-    table = read_reference("megatron_table1")
-    tflops, step, bubble = [], [], []
-    for row in table.itertuples():
-        model, train, layout = megatron_row_setup(row)
-        p = predict(model, train, layout, hardware, recipe="mixed")
-        step.append(p.step_time_s["total"])
-        bubble.append(p.step_time_s["bubble"] / p.step_time_s["total"])
-        tflops.append(megatron_flops(row) / p.step_time_s["total"] / row.gpus / 1e12)
-    table["parex_step_s"] = step
-    table["parex_bubble_fraction"] = bubble
-    table["parex_tflops_per_gpu"] = tflops
-    table["ratio"] = np.asarray(tflops) / table.tflops_per_gpu
+    table = scored(fit_runs(), load_chip(hardware))
+    flops = np.array([megatron_flops(r) for r in table.itertuples()])
+    table["parex_tflops_per_gpu"] = flops / table.parex_step_s / table.gpus / 1e12
+    table["ratio"] = table.parex_tflops_per_gpu / table.tflops_per_gpu
     return table
 
 
-__all__ = ["korthikanti_table", "megatron_table1", "read_reference", "zero_table1"]
+__all__ = ["CONFIGURATIONS", "korthikanti_paper_bytes", "korthikanti_table", "megatron_flops",
+           "megatron_table1", "predicted_layer_bytes", "read_reference", "zero_state_gb",
+           "zero_table1"]

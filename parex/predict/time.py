@@ -1,8 +1,8 @@
 """Predicted step time: compute + exposed communication + pipeline bubble, every term reported.
 
-Compute per device. On an accelerator: matmul FLOPs / (peak · matmul_efficiency) plus the
-memory-bound work (norms, activations, softmax: every saved activation written and read once per
-pass, `layer_traffic`; AdamW: 28 bytes per parameter) at HBM bandwidth. On the calibrated CPU:
+Compute per device. On an accelerator: parex.predict.accelerator, kernel by kernel (a roofline
+per GEMM at the chip's published achievable matmul rate, memory-bound kernels at HBM bandwidth,
+divided by the step efficiency fitted on published runs). On the calibrated CPU:
 matmul FLOPs / the measured rate for that matmul size + elementwise FLOPs / the measured
 elementwise rate + activation traffic / the measured copy bandwidth, all divided by the measured
 efficiency of real transformer blocks (`parex calibrate`), plus the measured optimizer cost per
@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..parallel.schedules import SCHEDULES
-from .flops import elementwise_flops, matmul_split, passes_per_layer
+from .accelerator import accelerator_compute, matmul_shapes
+from .flops import elementwise_flops, passes_per_layer
 from .memory import xla_layer_elements
 from .schedule_stats import makespan_columns
 from .shapes import Grid, ModelSizes
@@ -36,26 +37,15 @@ EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses"
            "cp-positions")
 HIDE_BEHIND_BACKWARD = ("grad-reduce",)
 HIDE_BEHIND_COMPUTE = ("fsdp-gather",)
-OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), write p, m, v (12)
 
 
 # --- compute -------------------------------------------------------------------------------------
 
 def layer_traffic(sizes: ModelSizes, grid: Grid, remat: str, act_bytes: int) -> np.ndarray:
-    """Bytes one layer moves through memory per microbatch outside the matmuls: every saved
-    activation written and read once per forward-equivalent pass."""
+    """Bytes one layer moves through memory per microbatch outside the matmuls on the calibrated
+    CPU: every saved activation written and read once per forward-equivalent pass."""
     elements = xla_layer_elements(sizes, grid, "none") * grid.tokens
     return 2 * act_bytes * elements * passes_per_layer(grid, remat)
-
-
-def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, dtype: str,
-                        act_bytes: int, opt_elements) -> dict:
-    """Seconds per step on a GPU/TPU: matmuls at peak·efficiency, elementwise at HBM bandwidth."""
-    mm = matmul_split(model, grid, remat)
-    rate = chip.peak(dtype) * chip.matmul_efficiency
-    layer_s = mm["layer"] / rate + layer_traffic(sizes, grid, remat, act_bytes) / chip.hbm_bandwidth
-    return {"per_microbatch": layer_s * grid.stage_layers + mm["head"] / rate,
-            "optimizer": OPTIMIZER_BYTES * opt_elements / chip.hbm_bandwidth, "overhead": 0.0}
 
 
 def cpu_rate_scale(grid: Grid, n_calibrated: int, parallel: float) -> np.ndarray:
@@ -63,17 +53,6 @@ def cpu_rate_scale(grid: Grid, n_calibrated: int, parallel: float) -> np.ndarray
     aggregate throughput grows linearly up to `parallel` devices and is flat beyond."""
     n = grid.n_devices
     return n_calibrated / parallel * np.minimum(n, parallel) / n
-
-
-def matmul_shapes(sizes: ModelSizes, grid: Grid) -> list[tuple]:
-    """(M, K, N, count) of one block's forward matmuls on one device per microbatch, as columns:
-    QKV, W_o, the MLP's input(s) and output, then QKᵀ and PV per (sequence, head)."""
-    t, M, T = grid.tensor, grid.tokens, grid.T
-    q, kv = sizes.H * sizes.Dh, sizes.K * sizes.Dh
-    per_head = grid.b * sizes.H / t  # attention runs per sequence and head
-    return [(M, sizes.D, (q + 2 * kv) / t, 1), (M, q / t, sizes.D, 1),
-            (M, sizes.D, sizes.F / t, sizes.n_mlp_in), (M, sizes.F / t, sizes.D, 1),
-            (T / grid.seq, sizes.Dh, T, per_head), (T / grid.seq, T, sizes.Dh, per_head)]
 
 
 def cpu_matmul_rate(M, K, N, curve) -> np.ndarray:

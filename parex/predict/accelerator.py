@@ -1,0 +1,102 @@
+"""Compute seconds of one step on a GPU or TPU, kernel by kernel, from published chip numbers.
+
+Matmuls (a roofline per GEMM): an (M, K) @ (K, N) matmul takes
+    max(2·M·K·N / (peak · matmul_efficiency),  (M·K + K·N + M·N) · act_bytes / HBM bandwidth)
+where matmul_efficiency is the chip's maximum achievable matmul rate over its dense peak, from a
+published GEMM benchmark (the profile says which). The projections of a block are compute-bound;
+attention's QKᵀ and PV, with K = head_dim and an (s, s) output per head, are close to the memory
+roof. Every matmul's backward is two GEMMs of its FLOPs (the input and the weight gradients).
+
+Memory-bound kernels: elements each kernel reads and writes, per token per layer (h the hidden
+width, h/t under sequence parallelism; F the MLP width, H the query heads, s the sequence):
+    two norms (read, write)                  4·h
+    two residual adds (two reads, a write)   6·h     (+ one dropout mask each: 0.5·h)
+    bias + GELU, or SwiGLU's gate            2·F/t,  3·F/t
+    softmax over the (s, s) scores           2·(H/t)·s   (+ attention dropout: 2.5·(H/t)·s)
+with dropout where the recipe's activations say so (Korthikanti et al.'s Megatron-LM block). The
+backward moves BACKWARD_BYTES times the forward's bytes (it reads the output gradient and the
+saved input and writes the input gradient); a recomputed forward moves them again. Full remat
+recomputes the block's forward (Megatron-LM all of it; XLA drops the last matmul as dead code),
+selective remat the attention core.
+
+Both rates are the best a kernel reaches alone; a training step sustains a fraction of them
+(kernel boundaries, real shapes, launch gaps): `step_efficiency`, fitted once on named published
+runs (parex.predict.published_runs.fit_step_efficiency) and stated in each profile.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .flops import recompute_layers
+from .shapes import Grid, ModelSizes
+
+BACKWARD_BYTES = 1.5  # elementwise backward bytes / forward bytes (reads dy and x, writes dx)
+OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), write p, m, v (12)
+
+
+def gemm_seconds(M, K, N, count, rate: float, bandwidth: float, act_bytes: int):
+    """`count` matmuls of (M, K) @ (K, N) on the roofline: compute or memory, whichever is
+    slower."""
+    return count * np.maximum(2 * M * K * N / rate, act_bytes * (M * K + K * N + M * N)
+                              / bandwidth)
+
+
+def matmul_shapes(sizes: ModelSizes, grid: Grid) -> list[tuple]:
+    """(M, K, N, count) of one block's forward matmuls on one device per microbatch: QKV, W_o,
+    the MLP's input(s) and output, then QKᵀ and PV per (sequence, head)."""
+    t, M, T = grid.tensor, grid.tokens, grid.T
+    q, kv = sizes.H * sizes.Dh, sizes.K * sizes.Dh
+    per_head = grid.b * sizes.H / t  # attention runs per sequence and head
+    return [(M, sizes.D, (q + 2 * kv) / t, 1), (M, q / t, sizes.D, 1),
+            (M, sizes.D, sizes.F / t, sizes.n_mlp_in), (M, sizes.F / t, sizes.D, 1),
+            (T / grid.seq, sizes.Dh, T, per_head), (T / grid.seq, T, sizes.Dh, per_head)]
+
+
+def elementwise_elements(sizes: ModelSizes, grid: Grid, dropout: bool) -> tuple:
+    """(elements per token of one block's forward memory-bound kernels, of which the attention
+    core's), read plus written (module docstring)."""
+    t = grid.tensor
+    h = np.where(grid.sp, sizes.D / t, sizes.D)
+    d = 1.0 if dropout else 0.0
+    mlp = (2.0 if sizes.family == "gpt" else 3.0) * sizes.F / t
+    core = (2.0 + 2.5 * d) * sizes.H / t * grid.T
+    return h * (4.0 + 6.0 + d) + mlp + core, core
+
+
+def layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, rate: float, bandwidth: float,
+                  act_bytes: int, megatron: bool) -> np.ndarray:
+    """One block per microbatch on one device: forward, backward and any recompute, at the
+    kernels' own rates."""
+    gemms = [gemm_seconds(M, K, N, c, rate, bandwidth, act_bytes)
+             for M, K, N, c in matmul_shapes(sizes, grid)]
+    forward, core, w_out = sum(gemms), gemms[4] + gemms[5], gemms[3]
+    full, selective = recompute_layers(grid, remat)
+    # selective remat recomputes the attention core; full remat the whole block, except its
+    # last matmul in XLA's program (dead code there: flops.recomputed_block), not in Megatron's
+    recomputed = forward - (0.0 if megatron else w_out)
+    matmuls = 3 * forward + full * recomputed + selective * core
+    elements, core_elements = elementwise_elements(sizes, grid, megatron)
+    moved = elements * (1 + BACKWARD_BYTES + full) + selective * core_elements
+    return matmuls + moved * grid.tokens * act_bytes / bandwidth
+
+
+def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, dtype: str,
+                        act_bytes: int, opt_elements, megatron: bool = False) -> dict:
+    """Seconds per step on a GPU/TPU: the block's and the head's kernels per microbatch and the
+    optimizer's memory traffic, divided by the step efficiency the profile states. `megatron`:
+    Megatron-LM's block (dropout, whole-block recompute) rather than parex's compiled one."""
+    rate = chip.peak(dtype) * chip.matmul_efficiency
+    bandwidth = chip.hbm_bandwidth
+    layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron)
+    # the head: (M, D) @ (D, V/t) forward and its two gradients
+    head = 3 * gemm_seconds(grid.tokens, sizes.D, sizes.V / grid.tensor, 1, rate, bandwidth,
+                            act_bytes)
+    sustained = chip.step_efficiency
+    return {"per_microbatch": (layer * grid.stage_layers + head) / sustained,
+            "optimizer": OPTIMIZER_BYTES * opt_elements / bandwidth / sustained,
+            "overhead": 0.0}
+
+
+__all__ = ["BACKWARD_BYTES", "OPTIMIZER_BYTES", "accelerator_compute", "elementwise_elements",
+           "gemm_seconds", "layer_seconds", "matmul_shapes"]

@@ -1,0 +1,142 @@
+"""Published training runs against the predicted step time, with fitting and testing kept apart.
+
+    FIT   Megatron-LM's Table 1 (Narayanan et al. 2021, data/reference/megatron_table1.csv):
+          10 weak-scaling runs on A100. The one fitted constant, the chips' `step_efficiency`,
+          comes from these rows only (`fit_step_efficiency`); `leave_one_out` scores each row with
+          the constant fitted on the other nine.
+    TEST  data/reference/heldout_runs.csv: runs from other papers (Korthikanti et al. 2022,
+          MT-NLG 2022), never fitted on, scored with the profile as committed.
+
+Every run is predicted with its chip's profile as is (no per-row tuning), the mixed recipe and
+bf16, through the predictor's own columns (`predict.columns`). The runs used sequence parallelism
+inside pipeline stages, which parex's executor does not run, so the executor's validity rules
+(predict() raises on that combination) are not applied here; the formulas are the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..config import ModelConfig, TrainConfig
+from ..hardware import Cluster, load_chip
+from .published import megatron_flops, read_reference
+
+FIT_SET, TEST_SET = "megatron_table1", "heldout_runs"
+
+
+def fit_runs():
+    """Megatron-LM Table 1 as runs: the published seconds per iteration are the paper's FLOPs
+    per iteration over its TFLOP/s per GPU."""
+    table = read_reference(FIT_SET)
+    runs = table.copy()
+    runs["run"] = [f"megatron-{b:g}b" for b in table.params_b]
+    runs["vocab"], runs["seq"], runs["sp"], runs["remat"] = 51200, 2048, "off", "full"
+    runs["step_s"] = [megatron_flops(r) / (r.gpus * r.tflops_per_gpu * 1e12)
+                      for r in table.itertuples()]
+    return runs
+
+
+def heldout_runs():
+    return read_reference(TEST_SET)
+
+
+def run_setup(run) -> tuple[ModelConfig, TrainConfig, dict]:
+    """(model, train config, layout columns) of one published run."""
+    model = ModelConfig(name=run.run, family="gpt", layers=int(run.layers),
+                        hidden=int(run.hidden), heads=int(run.heads), vocab=int(run.vocab),
+                        seq_len=int(run.seq), dtype="bfloat16")
+    train = TrainConfig(global_batch=int(run.global_batch), microbatch=int(run.microbatch),
+                        remat=run.remat)
+    p, v = int(run.pp), int(run.virtual)
+    layout = {"data": int(run.gpus) // (int(run.tp) * p), "tensor": int(run.tp), "stage": p,
+              "virtual_stages": v, "sp": int(run.sp == "on"),
+              "schedule": "interleaved" if v > 1 else ("1f1b" if p > 1 else "gpipe")}
+    return model, train, layout
+
+
+def predict_run(run, chip) -> dict:
+    """Predicted step-time parts (seconds) of one run on `chip` (a Chip)."""
+    from . import columns
+    from .comm import convention
+    from .memory import recipe
+    from .shapes import Grid
+
+    model, train, layout = run_setup(run)
+    grid = Grid.from_columns(train, model, **layout)
+    cluster = Cluster(chip, max(1, -(-int(run.gpus) // chip.devices_per_node)))
+    cols, _ = columns(model, train, grid, cluster, convention("gpu"), recipe("mixed"))
+    return {part: float(cols[f"step_{part}_s"][0])
+            for part in ("total", "compute", "exposed_comm", "bubble")}
+
+
+def scored(runs, chip) -> "object":
+    """The runs with predicted seconds and predicted / published."""
+    runs = runs.copy()
+    parts = [predict_run(r, chip) for r in runs.itertuples()]
+    runs["parex_step_s"] = [p["total"] for p in parts]
+    runs["parex_bubble_fraction"] = [p["bubble"] / p["total"] for p in parts]
+    runs["ratio"] = runs.parex_step_s / runs.step_s
+    return runs
+
+
+def _log_error(runs, chip, efficiency: float) -> float:
+    tuned = dataclasses.replace(chip, step_efficiency=efficiency)
+    return sum(math.log(predict_run(r, tuned)["total"] / r.step_s) ** 2
+               for r in runs.itertuples())
+
+
+def fit_step_efficiency(runs, chip, lo: float = 0.3, hi: float = 1.0, tol: float = 1e-4):
+    """The step efficiency that minimises Σ log(predicted / published)² over `runs`
+    (golden-section search; the error is unimodal in it: compute scales as 1/efficiency)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = _log_error(runs, chip, c), _log_error(runs, chip, d)
+    while b - a > tol:
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = _log_error(runs, chip, c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = _log_error(runs, chip, d)
+    return (a + b) / 2
+
+
+def leave_one_out(runs, chip):
+    """Each run predicted with the step efficiency fitted on all the others."""
+    out = runs.copy()
+    fitted, predicted = [], []
+    for i in range(len(runs)):
+        efficiency = fit_step_efficiency(runs.drop(runs.index[i]), chip)
+        tuned = dataclasses.replace(chip, step_efficiency=efficiency)
+        fitted.append(efficiency)
+        predicted.append(predict_run(runs.iloc[i], tuned)["total"])
+    out["fitted_efficiency"] = fitted
+    out["parex_step_s"] = predicted
+    out["ratio"] = out.parex_step_s / out.step_s
+    return out
+
+
+def summary(ratio) -> dict:
+    """Median and max |predicted / published − 1|."""
+    err = np.abs(np.asarray(ratio) - 1)
+    return {"median": float(np.median(err)), "max": float(err.max()), "n": int(err.size)}
+
+
+def accuracy(chip_name: str = "a100-80gb") -> dict:
+    """The fit set scored leave-one-out, the held-out set with the committed profile."""
+    chip = load_chip(chip_name)
+    loo = leave_one_out(fit_runs(), chip)
+    held = scored(heldout_runs(), chip)
+    return {"fit_loo": loo, "test": held, "fit_summary": summary(loo.ratio),
+            "test_summary": summary(held.ratio),
+            "fitted": fit_step_efficiency(fit_runs(), chip), "profile": chip.step_efficiency}
+
+
+__all__ = ["FIT_SET", "TEST_SET", "accuracy", "fit_runs", "fit_step_efficiency",
+           "heldout_runs", "leave_one_out", "predict_run", "run_setup", "scored", "summary"]
