@@ -76,11 +76,14 @@ class Tables:
     def n_ticks(self) -> np.ndarray:
         return np.maximum.reduceat(self.tick, self._starts()) + 1
 
-    def peak_in_flight(self) -> np.ndarray:
-        """(tables, max p): per stage the most microbatch-chunks whose F has run and whose
-        backward has not finished (B, or W when split); 0 past a table's last stage."""
-        last = np.where(self.split[self.table], W, B)
-        held = np.cumsum((self.kind == F).astype(np.int64) - (self.kind == last))
+    def peak_in_flight(self, end: str | None = None, start: str = "F") -> np.ndarray:
+        """(tables, max p): per stage the most microbatch-chunks whose `start` op has run and
+        whose `end` op has not (default: F to the end of the backward, B, or W when split), 0
+        past a table's last stage. F to B is what a stage stashes for its backward; B to W what a
+        split backward keeps for its weight gradients."""
+        first_kind = KINDS.index(start)
+        last = np.where(self.split[self.table], W, B) if end is None else KINDS.index(end)
+        held = np.cumsum((self.kind == first_kind).astype(np.int64) - (self.kind == last))
         group = self.table * (self.p.max() + 1) + self.stage
         first = np.r_[0, np.nonzero(np.diff(group))[0] + 1]  # ops are grouped by stage
         before = np.repeat(np.r_[0, held[first[1:] - 1]], np.diff(np.r_[first, len(held)]))
