@@ -92,6 +92,35 @@ class Tables:
         out[self.table[first], self.stage[first]] = peaks
         return out
 
+    def buffer_slots(self) -> dict[str, np.ndarray]:
+        """Per table and buffer of the executor (parallel.plan), the most values one stage holds
+        at once: each value lives on its stage from the tick it is stored (t0) to the tick it is
+        last read (t1), i.e. for ticks (t0, t1]."""
+        n, kind, dep = len(self.tick), self.kind, self.preds
+        vs = virtual_stage(self.stage, self.chunk, self.p[self.table], self.vee[self.table])
+        last = (self.p * self.v - 1)[self.table]
+        tick = np.r_[self.tick, -1]  # row n: no such op
+        b, w, f = (np.nonzero(kind == k)[0] for k in (B, W, F))
+        spans = {  # buffer -> (rows whose op ends the value's life, its start tick)
+            "res": (b, tick[dep[b, 1]]),  # a B's own F
+            "emb": (b[vs[b] == 0], tick[dep[b[vs[b] == 0], 1]]),
+            "head": (b[vs[b] == last[b]], tick[dep[b[vs[b] == last[b]], 1]]),
+            "rec": (w, tick[dep[dep[w, 1], 1]]),  # a W's own B's own F
+            "dtap": (w, tick[dep[w, 1]]),
+        }
+        arriving = np.r_[f[vs[f] > 0], b[vs[b] < last[b]]]  # each F's input, each B's cotangent
+        spans["inbox"] = (arriving, tick[np.where(kind[arriving] == F, dep[arriving, 1],
+                                                  dep[arriving, 2])])
+        return {name: self._most_held(rows, t0) for name, (rows, t0) in spans.items()}
+
+    def _most_held(self, rows: np.ndarray, t0: np.ndarray) -> np.ndarray:
+        """(tables,): the most intervals (t0, tick[row]] alive at once on one stage."""
+        width = int(self.tick.max()) + 3
+        held = np.zeros((len(self), int(self.p.max()), width), np.int64)
+        np.add.at(held, (self.table[rows], self.stage[rows], t0 + 1), 1)
+        np.add.at(held, (self.table[rows], self.stage[rows], self.tick[rows] + 1), -1)
+        return np.cumsum(held, axis=2).max(axis=(1, 2))
+
     def spans(self, costs: np.ndarray, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of every op, each (n, k), for k cost sets per table: costs (tables, k, 3)
         seconds of the forward, the input gradient and the weight gradient of one chunk for one

@@ -61,7 +61,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
             conv: Convention, rec: Recipe) -> tuple[dict, list]:
     """Every predicted quantity as columns over the grid, and the collective terms."""
     chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
-    grid = dataclasses.replace(grid, stage_remat=rec.stage_remat)
+    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu")
     act = DTYPE_BYTES[model.dtype]
     mem = memory.memory_parts(sizes, grid, remat, rec, act, act)
     terms = comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes)
