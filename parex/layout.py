@@ -99,16 +99,25 @@ class Layout:
         }
 
     def spec(self, dims: tuple[str | None, ...], kind: str = "act") -> PartitionSpec:
-        """PartitionSpec for a tensor whose dims are named `dims` (None = never sharded).
-        Model state without a layers dim (the embedding and head) is split over the pipeline's
-        stages along its embed dim, so that its state falls with p as the blocks' does."""
+        """PartitionSpec for a tensor whose dims are named `dims` (None = never sharded)."""
         rules = self.rules(kind)
-        staged = (Axis.STAGE,) if kind != "act" and "layers" not in dims else ()
         entries = []
         for dim in dims:
-            axes = rules[dim] + (staged if dim == "embed" else ()) if dim else ()
-            axes = tuple(a.value for a in axes if self.axis_sizes()[a] > 1)
+            axes = tuple(a.value for a in rules[dim] if self.axis_sizes()[a] > 1) if dim else ()
             entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+        return PartitionSpec(*entries)
+
+    def storage_spec(self, dims: tuple[str | None, ...], kind: str) -> PartitionSpec:
+        """How model state of `kind` is stored between steps: `spec`, except that state
+        without a layers dim (the embedding and head) is also split over the pipeline's stages
+        along its embed dim, so that it falls with p as the blocks' does (the pipeline gathers
+        it for the step)."""
+        if "layers" in dims or "embed" not in dims or self.stage == 1:
+            return self.spec(dims, kind)
+        entries, i = list(self.spec(dims, kind)), dims.index("embed")
+        axes = () if entries[i] is None else (entries[i],) if isinstance(entries[i], str) else \
+            tuple(entries[i])
+        entries[i] = (*axes, Axis.STAGE.value) if axes else Axis.STAGE.value
         return PartitionSpec(*entries)
 
     def shard_count(self, dim: str, kind: str = "act") -> int:

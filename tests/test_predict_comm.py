@@ -49,6 +49,21 @@ def test_fsdp_gathers_each_layer_forward_and_backward():
     assert kinds["reduce-scatter"] == 4 * N + 4
 
 
+def test_fsdp_under_sp_gathers_inside_the_manual_regions_and_reduce_scatters_there():
+    """The weights of SP's regions are gathered inside them, again in the backward (not kept),
+    and their gradients leave by explicit reduce-scatters even on the CPU."""
+    layout, x = Layout(fsdp=2, tensor=4, sp=True), 8 * T * D * 4  # (B/fsdp, T, D) float32
+    cpu, plain = by_kind(layout, "xla-cpu"), by_kind(layout.replace(sp=False), "xla-cpu")
+    layer_w = 4 * 786432 / 4  # the stacked matrices, float32, split by tensor
+    head = 4 * 65536 / 4 + 4 * T / 4 * D  # tokens and unembed, and the positions' T/t rows
+    positions = 4 * T * D / 2  # SP: each tensor shard's position gradient, gathered
+    fsdp_gathers = cpu["all-gather"] - (6 * L + 2) * x - positions  # SP's activations
+    assert fsdp_gathers == 2 * layer_w + head  # each layer forward and backward
+    matrices = 4 * (786432 + 65536) / 4  # every matrix but the position table
+    assert cpu["reduce-scatter"] == matrices + (4 * L + 2) * x  # + SP's activations
+    assert plain["reduce-scatter"] == 0  # left to XLA: all-reduce, then slice
+
+
 def test_tensor_parallel_all_reduces_by_hand():
     x = 16 * T * D * 4  # one (B, T, D) float32 activation per device
     for remat, per_block in (("none", 4), ("full", 5)):
@@ -57,8 +72,16 @@ def test_tensor_parallel_all_reduces_by_hand():
         assert kinds["all-reduce"] == (per_block * L + 2) * x + cross_entropy
     sp = by_kind(Layout(tensor=8, sp=True), "gpu")
     # + the embedding (reduce-scatter, backward all-gather) and the head (all-gather, backward
-    # reduce-scatter), as in Megatron
-    assert sp["reduce-scatter"] == (4 * L + 2) * x and sp["all-gather"] == (4 * L + 2) * x
+    # reduce-scatter), as in Megatron, which also all-gathers each column-parallel input again
+    # in the backward (2 per block and the head's): it saves them sequence-split
+    assert sp["reduce-scatter"] == (4 * L + 2) * x
+    assert sp["all-gather"] == (4 * L + 2 + 2 * L + 1) * x
+    # on the CPU XLA merges the head's re-gather with its forward gather, and under full remat
+    # the blocks' with the recomputed forward's
+    cpu = by_kind(Layout(tensor=8, sp=True), "xla-cpu")
+    assert cpu["all-gather"] - 4 * T * D == (6 * L + 2) * x  # - GPT's position gradient
+    full = by_kind(Layout(tensor=8, sp=True), "xla-cpu", TRAIN.replace(remat="full"))
+    assert full["all-gather"] - 4 * T * D == (6 * L + 2) * x
     llama = model_preset("tiny-llama")  # SwiGLU: the second MLP input adds one backward
     p = predict(llama, TRAIN, Layout(tensor=4, data=2), "a100-80gb", **FP32)
     tp = sum(c["bytes"] for c in p.collectives if c["name"] == "tp")
@@ -74,8 +97,9 @@ def test_microbatches_multiply_reductions_on_xla_only_where_xla_accumulates():
     # reduces inside the loop, once per microbatch
     sp = predict(TINY, train, Layout(data=2, tensor=4, sp=True), "cpu-local",
                  convention="xla-cpu")
+    # (the weights of SP's regions are reduced inside them, the rest by XLA after them)
     counts = [c["count"] for c in sp.collectives if c["name"] == "grad-reduce"]
-    assert counts == [8.0]  # 16 sequences / (2 replicas · 1 per microbatch)
+    assert counts == [8.0, 8.0]  # 16 sequences / (2 replicas · 1 per microbatch)
 
 
 def test_pipeline_sends_activations_both_ways():

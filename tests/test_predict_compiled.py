@@ -26,6 +26,15 @@ SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none
         ("tiny-llama", "data=2,tensor=4,sp=on,zero=2", "none", None),
         ("tiny", "fsdp=2,tensor=4,sp=on", "none", None), ("tiny", "fsdp=2,tensor=4,sp=on", "full",
                                                          None),
+        # fsdp and ZeRO-3 under SP: weights gathered inside SP's regions, gradients
+        # reduce-scattered there, the shard summed over the data replicas
+        ("tiny", "data=2,fsdp=2,tensor=2,sp=on", "none", None),
+        ("tiny", "data=2,tensor=4,sp=on,zero=3", "selective", None),
+        ("tiny-llama", "fsdp=2,tensor=4,sp=on", "selective", None),
+        # SP with context parallelism: XLA sums the weights of SP's regions over data and seq
+        # at once, and the D-sized weights over seq and tensor
+        ("tiny", "seq=2,tensor=2,fsdp=2,cp=ring,sp=on", "none", None),
+        ("tiny", "data=2,seq=2,tensor=2,cp=ulysses,sp=on", "full", None),
         ("tiny", "data=2,seq=4,cp=ring", "full", None),
         ("tiny", "data=2,seq=2,tensor=2,cp=ulysses", "full", None),
         # the busiest stage (the first) of a pipeline with tensor parallelism, each branch of

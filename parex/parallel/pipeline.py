@@ -37,7 +37,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import PartitionSpec
 
 from .. import model as gpt
 from ..layout import Axis
@@ -332,13 +332,11 @@ def _regroup_blocks(blocks, plan: Plan, step):
 
 
 def _gather_over_stages(head, step):
-    """The embedding and head, stored sharded over `stage`, whole on every stage for the step."""
-    unstaged = step.layout.replace(stage=1)
+    """The embedding and head, stored split over `stage` (Layout.storage_spec), whole on every
+    stage for the step."""
     dims = {k: v for k, v in gpt.param_dims(step.model).items() if k != "blocks"}
-    return jax.tree.map(
-        lambda a, d: lax.with_sharding_constraint(
-            a, NamedSharding(step.mesh, unstaged.spec(d, "param"))),
-        head, dims, is_leaf=lambda x: isinstance(x, jax.Array))
+    return jax.tree.map(lambda a, d: lax.with_sharding_constraint(a, step.sharding(d, "param")),
+                        head, dims, is_leaf=lambda x: isinstance(x, jax.Array))
 
 
 def pipeline_loss_and_grads(step, params, batch):

@@ -14,7 +14,8 @@ Activations, two formulas:
       full       2·s·b·h (the block input only)
 - "xla": what XLA keeps for parex.model's block, read from the compiled step's buffer assignment
   (elements per token per layer; h full = replicated over the tensor axis, /t = split by it):
-      8·h full (residual stream, norms, MLP input; under SP 2 stay full and 6 become h/t)
+      8·h full (residual stream, norms, MLP input; h/t under SP, which saves the inputs of the
+      column-parallel matmuls sequence-split and all-gathers them again in the backward)
       + (2 + 2·K/H)·h/t (q, attention output, k, v) + 6·F/t (MLP pre- and post-activation terms)
       + 2·(a/t)·s (scores and probabilities; dropped by selective remat; half under ring
       attention, which computes only the causal blocks)
@@ -116,12 +117,17 @@ def batch_bytes(grid: Grid) -> np.ndarray:
 
 # --- activations ---------------------------------------------------------------------------------
 
-def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none"):
-    """Bytes of one layer's activations, Korthikanti et al. 2022 (16-bit, with dropout masks)."""
+def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none", dropout=True):
+    """Bytes of one layer's activations, Korthikanti et al. 2022 (16-bit, with dropout masks).
+    `dropout=False`: the same accounting for a model without dropout, which has neither the
+    masks (1 byte per element: 2·s·b·h, a·s²·b) nor the dropout's output (2·a·s²·b):
+    none s·b·h·(32 + 2·a·s/h), TP s·b·h·(8 + 24/t + 2·a·s/(h·t)), TP + SP s·b·h/t·(32 + 2·a·s/h)."""
     if remat == "full":
         return 2 * s * b * h
-    attn = 0 if remat == "selective" else 5 * a * s / h
-    return np.where(sp, s * b * h / t * (34 + attn), s * b * h * (10 + 24 / t + attn / t))
+    fixed, scores = (34, 5) if dropout else (32, 2)
+    attn = 0 if remat == "selective" else scores * a * s / h
+    return np.where(sp, s * b * h / t * (fixed + attn),
+                    s * b * h * (fixed - 24 + 24 / t + attn / t))
 
 
 def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
@@ -129,7 +135,7 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     t, sp, h = grid.tensor, grid.sp, sizes.D
     if remat == "full":
         return np.where(sp, h / t, h) * np.ones(len(grid))
-    full_h = np.where(sp, 2 * h + 6 * h / t, 8 * h)
+    full_h = np.where(sp, 8 * h / t, 8 * h)
     split_h = (2 + 2 * sizes.K / sizes.H) * h / t
     # ring attention computes only the causal half of the blocks (zig-zag split)
     scores = 0 if remat == "selective" else 2 * sizes.H / t * grid.T * np.where(grid.cp == 1,
