@@ -190,21 +190,32 @@ def test_gantt_chart_in_predicted_seconds():
     assert {r["kind"] for r in rows} == {"F", "B (input grad)", "W"}
 
 
-def test_bubble_fit_recovers_the_formula_and_chart_exports(tmp_path):
+def test_table_and_lockstep_bubbles():
+    """GPipe and 1F1B's table bubble is (p−1)/(m+p−1); a tick-synchronous executor waits for
+    each tick's slowest op, so its bubble is never smaller; ZB-H1's table bubble is below
+    1F1B's."""
+    from parex.studies_pipeline import predicted_bubble, table_bubbles
+
+    for p, m in ((2, 4), (4, 8)):
+        table, lockstep = table_bubbles("1f1b", p, m)
+        assert table == pytest.approx(predicted_bubble(p, m))
+        assert lockstep >= table - 1e-12
+        assert table_bubbles("zbh1", p, m)[0] < table
+    s = make_schedule("1f1b", 2, 2)  # ticks: F | F F | B B | B with an unsplit B of 2
+    assert s.lockstep_makespan(1.0, 1.0, 1.0) == pytest.approx(sum(
+        max({"F": 1.0, "B": 2.0}[op.op] for op in s.ops if op.tick == t) for t in range(s.n_ticks)))
+
+
+def test_bubble_chart_exports(tmp_path):
     import pandas as pd
 
     from parex.charts.pipeline import bubble_chart
-    from parex.studies_pipeline import measured_bubble, predicted_bubble
+    from parex.studies_pipeline import predicted_bubble
 
-    p, per_microbatch = 4, 0.03
-    ms = [1, 2, 4, 8, 16]
-    times = [make_schedule("1f1b", p, m).makespan(per_microbatch / 3, 2 * per_microbatch / 3)
-             for m in ms]  # a step that runs exactly as its table: t = t_mb·(m + p − 1)
-    measured = measured_bubble(ms, times)
-    assert measured == pytest.approx([predicted_bubble(p, m) for m in ms])
-    frame = pd.DataFrame({"schedule": "1f1b", "p": p, "m": ms, "step_time_s": times,
-                          "bubble_measured": measured,
-                          "bubble_predicted": [predicted_bubble(p, m) for m in ms]})
+    ms = [2, 4, 8]
+    frame = pd.DataFrame({"schedule": "1f1b", "p": 2, "m": ms, "step_time_s": [0.3, 0.5, 0.9],
+                          "bubble_measured": [0.3, 0.2, 0.1],
+                          "bubble_predicted": [predicted_bubble(2, m) for m in ms]})
     chart = bubble_chart(frame)
     chart.save(str(tmp_path / "bubble.png"))
     assert (tmp_path / "bubble.png").read_bytes()[:4] == b"\x89PNG"

@@ -110,6 +110,15 @@ class Schedule:
         """Seconds from the first op to the last: the critical path for these costs."""
         return float(self._spans(t_f, t_b, t_w, t_p2p)[1].max())
 
+    def lockstep_makespan(self, t_f, t_b, t_w=0.0) -> float:
+        """Seconds when every tick lasts as long as its slowest op, as a tick-synchronous
+        executor (parex's) runs the table; an unsplit backward takes t_b + t_w."""
+        cost = {"F": t_f, "B": t_b if self.split_backward else t_b + t_w, "W": t_w}
+        longest = np.zeros(self.n_ticks)
+        for op in self.ops:
+            longest[op.tick] = max(longest[op.tick], cost[op.op])
+        return float(longest.sum())
+
 
 # --- orders per stage --------------------------------------------------------------------------
 

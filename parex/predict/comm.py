@@ -220,7 +220,11 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     out.append(Term("sp", "reduce-scatter", axes, m * np.where(nested, nested_rs, n_rs) * sp,
                     x_bytes))
     out.append(Term("sp-regather", "all-gather", axes, m * regathers * (sp & ~nested), x_bytes))
-    hidden = grad_bytes * sizes.hidden_params / np.where(grid.stage > 1, grid.stage, 1)
+    # the D-sized weights (norms, biases): a pipeline's last stage has its layers' and the
+    # final norm's
+    final = sizes.head[1]
+    hidden = grad_bytes * np.where(piped, (sizes.hidden_params - final) * L / sizes.L + final,
+                                   sizes.hidden_params)
     # xla-cpu with seq: summed over seq and tensor at once (the seq reduction leaves them out)
     merged = conv.xla_embedding & sp & (grid.seq > 1)
     out.append(Term("sp-grads", "all-reduce", axes, m * sp * ~merged, hidden * np.ones(n)))
@@ -230,6 +234,13 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
         table = grad_bytes * sizes.T_max * sizes.D / grid.embed_shards("grad")
         out.append(Term("sp-positions", "all-gather", axes,
                         1.0 * (sp & ~piped) * (grid.seq == 1), table))
+        # in a pipeline each tensor shard's T/t rows of the gradient are exchanged by an
+        # all-to-all and a permute into the table's stored layout
+        rows = grad_bytes * grid.T / grid.tensor * sizes.D / grid.embed_shards("grad")
+        nested_sp = 1.0 * (sp & piped & grid.executor)
+        out.append(Term("sp-positions", "all-to-all", axes, nested_sp, rows))
+        out.append(Term("sp-positions", "collective-permute", (Axis.STAGE, Axis.DATA, Axis.TENSOR),
+                        nested_sp, rows))
         ring, ulysses = merged & (grid.cp == 1), merged & (grid.cp == 2)
         out.append(Term("sp-positions", "all-reduce", (Axis.SEQ, Axis.TENSOR), 1.0 * ring,
                         grad_bytes * grid.T * sizes.D / grid.embed_shards("grad")))
