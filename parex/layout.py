@@ -107,6 +107,19 @@ class Layout:
             entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
         return PartitionSpec(*entries)
 
+    def storage_spec(self, dims: tuple[str | None, ...], kind: str) -> PartitionSpec:
+        """How model state of `kind` is stored between steps: `spec`, except that state
+        without a layers dim (the embedding and head) is also split over the pipeline's stages
+        along its embed dim, so that it falls with p as the blocks' does (the pipeline gathers
+        it for the step)."""
+        if "layers" in dims or "embed" not in dims or self.stage == 1:
+            return self.spec(dims, kind)
+        entries, i = list(self.spec(dims, kind)), dims.index("embed")
+        axes = () if entries[i] is None else (entries[i],) if isinstance(entries[i], str) else \
+            tuple(entries[i])
+        entries[i] = (*axes, Axis.STAGE.value) if axes else Axis.STAGE.value
+        return PartitionSpec(*entries)
+
     def shard_count(self, dim: str, kind: str = "act") -> int:
         """How many pieces `dim` is cut into."""
         n = 1

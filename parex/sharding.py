@@ -14,6 +14,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from .layout import Axis, Layout
 from .model import Ops, attention_core
 from .parallel.context import ring_attention, ulysses_attention, zigzag
+from .parallel.nested import nested_shard_map
 
 RESIDUAL = ("batch", "seq_res", "hidden")  # the residual stream (B, T, D)
 QUERY = ("batch", "seq", "heads", "head_dim")
@@ -56,6 +57,12 @@ class MeshOps(Ops):
             inner.layout = self.layout.replace(data=1, zero=0)
         return inner
 
+    @property
+    def nests_shard_maps(self) -> bool:
+        """Whether these ops run shard_maps (sp, seq) inside another's manual region."""
+        manual = any(kind == AxisType.Manual for kind in self.mesh.axis_types)
+        return manual and (self.layout.sp or self.layout.seq > 1)
+
     def sharding(self, dims, kind: str = "act") -> NamedSharding:
         return NamedSharding(self.mesh, self.layout.spec(dims, kind))
 
@@ -74,8 +81,10 @@ class MeshOps(Ops):
         specs = partial(jax.tree.map, spec, is_leaf=lambda d: _is_dims(d) or isinstance(d, Weight))
         free = frozenset(name for name, kind in zip(self.mesh.axis_names, self.mesh.axis_types)
                          if kind != AxisType.Manual)
-        return jax.shard_map(fn, mesh=self.mesh, in_specs=specs(tuple(in_dims)),
-                             out_specs=specs(out_dims), axis_names=free)
+        nested = len(free) < len(self.mesh.axis_names)  # inside another shard_map
+        return (nested_shard_map if nested else jax.shard_map)(
+            fn, mesh=self.mesh, in_specs=specs(tuple(in_dims)), out_specs=specs(out_dims),
+            axis_names=free)
 
     def gather_weight(self, w, dims):
         """Inside a manual region: the weight whole over the axes that only its parameter

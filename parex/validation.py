@@ -84,6 +84,11 @@ def _check_state_sharding(layout: Layout, model: ModelConfig) -> None:
         axes = "fsdp" if layout.zero == 0 else "data × fsdp"
         _fail(f"hidden={model.hidden} is not divisible by the {n} shards of {axes} that "
               f"FSDP/ZeRO cut each weight into; choose sizes whose product divides {model.hidden}")
+    # the embedding and head are split over the stages too (Layout.spec)
+    if model.hidden % (n * layout.stage):
+        _fail(f"hidden={model.hidden} is not divisible by the {n * layout.stage} shards that "
+              f"the embedding and head are cut into over the pipeline's stage={layout.stage} "
+              f"(and fsdp/ZeRO) axes; choose sizes whose product divides {model.hidden}")
 
 
 def _check_batch(layout: Layout, train: TrainConfig) -> None:
@@ -114,9 +119,11 @@ def _check_pipeline(layout: Layout, model: ModelConfig, train: TrainConfig) -> N
             _fail("schedule, virtual and partition apply to pipelines: set stage=2 or more, or "
                   "leave them at their defaults")
         return
-    if layout.sp or layout.seq > 1:
-        _fail("sequence parallelism (sp=on) and context parallelism (seq > 1) do not run inside "
-              "pipeline stages yet: set sp=off and seq=1, or stage=1")
+    if layout.cp == "ring":
+        _fail("ring attention (cp=ring) cannot run inside pipeline stages: each stage takes its "
+              "own branch of the tick switch, and XLA's CPU runtime pairs a collective-permute "
+              "run by some stages with another stage's (wrong results, or an abort); use "
+              "cp=ulysses inside stages, or stage=1 for ring attention")
     try:
         check_schedule(layout.schedule, p, num_microbatches(layout, train), v)
     except ValueError as error:

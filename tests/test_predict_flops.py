@@ -51,19 +51,26 @@ def test_hardware_flops_match_megatrons_formula_with_full_recompute():
     model = model_preset("megatron-145.6b")
     B, s, l, h, V_ = 2304, 2048, 80, 12288, 51200
     train = TrainConfig(global_batch=B, microbatch=2, remat="full")
-    layout = Layout(data=24, tensor=8, stage=8, schedule="interleaved", virtual_stages=2)
-    g = dataclasses.replace(Grid.from_layouts([layout], train, model), stage_remat=False)
+    # (unpipelined: a pipeline's busiest device also runs the whole head, beside 1/p of the
+    # layers, so its FLOPs times the devices would count the head p times)
+    layout = Layout(data=192, tensor=8)
+    g = dataclasses.replace(Grid.from_layouts([layout], train, model), executor=False)
     ours = F.hardware_flops(model, g, "full")[0] * layout.n_devices
     paper = 96 * B * s * l * h ** 2 * (1 + s / (6 * h) + V_ / (16 * l * h))
     dead = l * 2 * (4 * h) * h * B * s
     assert (ours + dead) / paper == pytest.approx(1.0, abs=0.01)
 
 
-def test_pipeline_executor_recompute_counts_once_per_chunk():
+def test_pipelines_recompute_nothing_and_the_last_stage_runs_the_head():
+    """The busiest device of a pipeline (its last stage) runs its layers' forward and backward
+    once and the head's: above the average device by half the head's FLOPs at p = 2."""
     g = grid(Layout(stage=2, schedule="1f1b", microbatches=4))
-    layer, _ = F.forward_per_token(TINY, T)
-    extra = F.hardware_flops(TINY, g, "none")[0] - F.model_flops(TINY, g)[0]
-    assert extra == pytest.approx(L * (layer - 2 * FFN * D) * 16 * T / 2)
+    layer, head = F.forward_per_token(TINY, T)
+    tokens = 16 * T  # the whole batch passes through each stage
+    assert F.hardware_flops(TINY, g, "none")[0] == pytest.approx(3 * (L / 2 * layer + head)
+                                                                 * tokens)
+    assert F.hardware_flops(TINY, g, "none")[0] - F.model_flops(TINY, g)[0] == \
+        pytest.approx(3 * head * tokens / 2)
 
 
 def test_xla_counts_one_loop_iteration():

@@ -26,7 +26,7 @@ import numpy as np
 from ..config import ModelConfig, TrainConfig
 from ..hardware import Chip, Cluster, load_cluster
 from ..hlo import KINDS
-from ..layout import Layout, LayoutError
+from ..layout import CP_MODES, Layout, LayoutError
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..validation import check_layout
 from . import comm, flops, memory, time
@@ -61,7 +61,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
             conv: Convention, rec: Recipe) -> tuple[dict, list]:
     """Every predicted quantity as columns over the grid, and the collective terms."""
     chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
-    grid = dataclasses.replace(grid, stage_remat=rec.stage_remat)
+    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu")
     act = DTYPE_BYTES[model.dtype]
     mem = memory.memory_parts(sizes, grid, remat, rec, act, act)
     terms = comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes)
@@ -187,7 +187,7 @@ def divisible(model: ModelConfig, g: Grid) -> np.ndarray:
     interleaved = g.schedule == SCHEDULES.index("interleaved")
     ok &= np.where(interleaved, (g.virtual_stages >= 2) & (m % p == 0), g.virtual_stages == 1)
     ok &= np.where(p == 1, g.schedule == 0, model.layers % (p * g.virtual_stages) == 0)
-    ok &= (p == 1) | ((g.sp == 0) & (s == 1))  # the executor runs neither inside stages
+    ok &= (p == 1) | (g.cp != CP_MODES.index("ring"))  # the executor cannot run ring in stages
     return ok
 
 

@@ -51,7 +51,7 @@ import numpy as np
 
 from ..hlo import KINDS
 from ..layout import MESH_AXES, Axis
-from ..parallel.schedules import SCHEDULES
+from ..parallel.schedules import SCHEDULES, SPLIT
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
@@ -148,7 +148,9 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         # reductions (sp-grads, sp-positions)
         over_seq = over_seq - grid.sp * grad_bytes * (sizes.hidden_params
                                                       + positions * (grid.cp == 1))
-        out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), per_step * (grid.seq > 1),
+        # in a pipeline `seq` stays with XLA, which reduces each backward op's gradients
+        seq_steps = np.where(grid.stage > 1, m * grid.virtual_stages, per_step)
+        out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), seq_steps * (grid.seq > 1),
                         over_seq))
         held = positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
         reduce = grad_bytes * (others + held) + 4 - manual
@@ -188,7 +190,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
 
     out += _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes)
     out += _context_terms(sizes, grid, remat, conv, act_bytes)
-    out += _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes)
+    out += _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes)
     return out
 
 
@@ -198,16 +200,12 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     full = 1 if remat == "full" else 0
     axes = (Axis.TENSOR,)
     # per microbatch: 4 per block (SwiGLU's second input matrix adds one backward), 1 more per
-    # block recomputed under full remat, + the embedding and the head. Under a pipeline, the
-    # busiest device (the first stage: it holds the embedding) recomputes each chunk's forward
-    # whole in each backward op (stage remat: 2 more per block, and the embedding again), and
-    # runs neither the head nor the loss. A split backward (ZB-H1's B and W) recomputes the
-    # chunk and runs the backward's all-reduces twice.
-    piped = (grid.stage > 1) & grid.stage_remat
+    # block recomputed under full remat, + the embedding and the head. A pipeline's busiest
+    # device is its last stage: its layers, the head and the loss, but not the embedding.
+    piped = grid.stage > 1
     backward = 2 + sizes.n_mlp_in - 1
-    split = np.where(grid.schedule == SCHEDULES.index("zbh1"), 2, 1)
-    per_block = np.where(piped, 2 + split * (2 + backward), 2 + backward + full)
-    n_ar = per_block * L + 2
+    per_block = 2 + backward + full
+    n_ar = per_block * L + np.where(piped, 1, 2)
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes)]
     # + the embedding's output (reduce-scatter; backward all-gather) and the head's input
     # (all-gather; backward reduce-scatter)
@@ -217,10 +215,18 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     regathers = np.where(conv.merges_sp_regathers, 2 * L * (1 - full), 2 * L + 1)
     n_ag = (4 + 2 * full) * L + 2
     n_rs = (4 + full) * L + 2
-    out.append(Term("sp", "all-gather", axes, m * n_ag * sp, x_bytes))
-    out.append(Term("sp", "reduce-scatter", axes, m * n_rs * sp, x_bytes))
-    out.append(Term("sp-regather", "all-gather", axes, m * regathers * sp, x_bytes))
-    hidden = grad_bytes * sizes.hidden_params / np.where(grid.stage > 1, grid.stage, 1)
+    nested_ag, nested_rs = _nested_sp_counts(grid, full)
+    nested = piped & grid.executor  # SP's ops nested in the pipeline's shard_map
+    out.append(Term("sp", "all-gather", axes, m * np.where(nested, nested_ag, n_ag) * sp,
+                    x_bytes))
+    out.append(Term("sp", "reduce-scatter", axes, m * np.where(nested, nested_rs, n_rs) * sp,
+                    x_bytes))
+    out.append(Term("sp-regather", "all-gather", axes, m * regathers * (sp & ~nested), x_bytes))
+    # the D-sized weights (norms, biases): a pipeline's last stage has its layers' and the
+    # final norm's
+    final = sizes.head[1]
+    hidden = grad_bytes * np.where(piped, (sizes.hidden_params - final) * L / sizes.L + final,
+                                   sizes.hidden_params)
     # xla-cpu with seq: summed over seq and tensor at once (the seq reduction leaves them out)
     merged = conv.xla_embedding & sp & (grid.seq > 1)
     out.append(Term("sp-grads", "all-reduce", axes, m * sp * ~merged, hidden * np.ones(n)))
@@ -228,15 +234,39 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
                     hidden * np.ones(n)))
     if conv.xla_embedding and sizes.family == "gpt":  # each shard's position gradient: T/t rows
         table = grad_bytes * sizes.T_max * sizes.D / grid.embed_shards("grad")
-        out.append(Term("sp-positions", "all-gather", axes, 1.0 * sp * (grid.seq == 1), table))
+        out.append(Term("sp-positions", "all-gather", axes,
+                        1.0 * (sp & ~piped) * (grid.seq == 1), table))
+        # in a pipeline each tensor shard's T/t rows of the gradient are exchanged by an
+        # all-to-all and a permute into the table's stored layout
+        rows = grad_bytes * grid.T / grid.tensor * sizes.D / grid.embed_shards("grad")
+        nested_sp = 1.0 * (sp & piped & grid.executor)
+        out.append(Term("sp-positions", "all-to-all", axes, nested_sp, rows))
+        out.append(Term("sp-positions", "collective-permute", (Axis.STAGE, Axis.DATA, Axis.TENSOR),
+                        nested_sp, rows))
         ring, ulysses = merged & (grid.cp == 1), merged & (grid.cp == 2)
         out.append(Term("sp-positions", "all-reduce", (Axis.SEQ, Axis.TENSOR), 1.0 * ring,
                         grad_bytes * grid.T * sizes.D / grid.embed_shards("grad")))
         out.append(Term("sp-positions", "all-gather", (Axis.SEQ, Axis.TENSOR), 1.0 * ulysses,
                         4.0 * sizes.T_max * sizes.D / grid.embed_shards("param")))
-    ce = 3 * m * tp * (grid.stage == 1)
+    ce = 3 * m * tp
     out.append(Term("cross-entropy", "all-reduce", axes, ce, 4.0 * grid.tokens))
     return out
+
+
+def _nested_sp_counts(grid, full: int) -> tuple[np.ndarray, np.ndarray]:
+    """(all-gathers, reduce-scatters) per microbatch of SP inside parex's pipeline stages, on
+    its last stage: each op is a nested shard_map whose backward is its own (parallel.nested).
+    Per layer: the forward gathers before QKV and the MLP and reduce-scatters after W_o and
+    W_out (2, 2). An unsplit backward gathers each column-parallel input again for its weight
+    gradient and each row-parallel output gradient (4, 0), and reduce-scatters the
+    column-parallel input gradients (0, 2). A split backward's B needs no re-gather for dx
+    (2, 2); its W gathers both again (4, 0). Full remat runs the forward once more (2, 2). The
+    head: its input gathered in F and again in B, its gradient reduce-scattered (2, 1)."""
+    L = grid.stage_layers
+    split = np.isin(grid.schedule, [SCHEDULES.index(s) for s in SPLIT])
+    ag = (2 + np.where(split, 2 + 4, 4) + 2 * full) * L + 2
+    rs = (2 + 2 + 2 * full) * L + 1
+    return ag, rs
 
 
 def _sp_weight_grads(sizes, grid, grad_bytes) -> np.ndarray:
@@ -267,8 +297,11 @@ def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
     out = _ring_terms(sizes, grid, remat, act_bytes)
     ulysses = (grid.cp == 2) & (s > 1)
     qkvo = grid.tokens * (2 * sizes.H + 2 * sizes.K) * sizes.Dh / grid.tensor * act_bytes / 4
-    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), 4 * passes * L * m * ulysses,
-                    qkvo))
+    # inside parex's pipeline stages the attention is a nested shard_map whose backward runs
+    # its forward again without the output's all-to-all (parallel.nested): 4 + 3 + 4 per layer
+    nested = (grid.stage > 1) & grid.executor
+    a2a = np.where(nested, 11 + 4 * (passes - 2), 4 * passes)
+    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), a2a * L * m * ulysses, qkvo))
     if conv.xla_embedding and sizes.family == "gpt":  # XLA gathers GPT's position table
         table = 4.0 * sizes.T_max * sizes.D * np.ones(len(grid))
         # (under SP the table is gathered over seq and tensor at once: sp-positions)
@@ -293,12 +326,12 @@ def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
             Term("cp-ring", "collective-permute", axes, (s - 2) * rings, 4 * 4 * block)]
 
 
-def _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes) -> list[Term]:
+def _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes) -> list[Term]:
     piped = grid.stage > 1
     sends = 2 * grid.microbatches * grid.virtual_stages
     if conv.name == "xla-cpu":
         sends = 2 * table_columns(grid)[0]  # one send each way per tick
-    send = x_bytes
+    send = x_bytes / np.where(grid.sp, grid.tensor, 1)  # under SP: the sequence-split stream
     out = []
     if conv.name != "xla-cpu":
         # Megatron's scatter/gather (Narayanan et al. 2021, 4.1): each tensor rank sends its
@@ -313,6 +346,10 @@ def _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes) -> list[Term]:
     shared = grad_bytes * _elements(sizes, grid, layers=False)
     alone = piped & (grid.dp * grid.seq == 1)
     out.append(Term("pipeline-shared", "all-reduce", (Axis.STAGE,), 1.0 * alone, shared))
+    if conv.name == "xla-cpu":  # parex stores them split over stages and gathers them first
+        tables = param_bytes * (_elements(sizes, grid, embed=True, layers=False)
+                                / grid.embed_shards("param"))
+        out.append(Term("stage-gather", "all-gather", (Axis.STAGE,), 1.0 * piped, tables))
     return out
 
 

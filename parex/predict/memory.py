@@ -45,7 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..parallel.plan import BUFFERS
 from .schedule_stats import table_columns
+from .stash import stash_bytes
 from .shapes import GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
@@ -62,14 +64,13 @@ class Recipe:
     optimizer_bytes: float  # all optimizer state (ZeRO's K, plus the fp32 master copy if 2-byte)
     activations: str  # "xla" or "korthikanti"
     counters: int = 0  # scalar optimizer state (bytes, replicated)
-    stage_remat: bool = False  # the pipeline recomputes each chunk in its backward (parex's)
     update_buffers: float = 0.0  # float32 optimizer-state-sized temporaries of the update
 
 
 RECIPES = {
     # parex's own step (what the emulated mesh compiles): float32 state, XLA's buffers, optax's
     # AdamW keeping one update-sized buffer (memory.update_bytes)
-    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, stage_remat=True, update_buffers=1),
+    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, update_buffers=1),
     # Megatron-LM's mixed precision: ZeRO's 2 + 2 + K with K = 12, Korthikanti's activations,
     # a fused in-place Adam
     "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),
@@ -84,14 +85,29 @@ def recipe(name_or_recipe) -> Recipe:
 
 def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     """Parameters' worth of `kind` state ("param", "grad", "opt") one device holds. Stacked
-    layers are stored split evenly over the stage axis."""
+    layers are stored split evenly over the stage axis; the embedding and head as
+    `head_state_elements` says."""
     embed = grid.embed_shards(kind)
     total = np.zeros(len(grid))
     for (e, t, l), n in zip(GROUPS, sizes.groups):
-        if n:
-            div = (embed if e else 1) * (grid.tensor if t else 1) * (grid.stage if l else 1)
-            total = total + n / div
-    return total
+        if n and l:
+            total = total + n / ((embed if e else 1) * (grid.tensor if t else 1) * grid.stage)
+    return total + head_state_elements(sizes, grid, embed)
+
+
+def head_state_elements(sizes: ModelSizes, grid: Grid, embed) -> np.ndarray:
+    """The embedding's and head's state on the busiest device. Tables split their vocab over
+    tensor and their embed dim like every weight (`embed` shards). Pipelines: parex's executor
+    also splits them over the stages (Layout.spec); the ideal program keeps the embedding on the
+    first stage and the head on the last (Megatron-LM), so the larger of the two counts."""
+    tokens, positions = sizes.embedding
+    unembed, final_norm = sizes.head
+    first = (tokens / grid.tensor + positions) / embed
+    last = unembed / grid.tensor / embed + final_norm
+    whole = first + last
+    staged = np.where(grid.executor, (first + last - final_norm) / grid.stage + final_norm,
+                      np.maximum(first, last))
+    return np.where(grid.stage > 1, staged, whole)
 
 
 def batch_bytes(grid: Grid) -> np.ndarray:
@@ -145,16 +161,17 @@ def in_flight(grid: Grid) -> np.ndarray:
 
 def activation_bytes(sizes, grid, remat, rec, act_bytes):
     """Saved activations at the peak. Without a pipeline: all layers of one microbatch. With
-    one: (Korthikanti) the layers of every chunk in flight; (parex) each in-flight chunk's input
-    plus one chunk's activations under the remat policy while its backward runs."""
+    one: (Korthikanti) the layers of every chunk in flight; (parex) what the executor's buffers
+    hold (predict.stash: every chunk in flight, the embedding's and head's residuals, a split
+    backward's records and cotangents, the inbox)."""
     per_layer = layer_bytes(sizes, grid, remat, rec, act_bytes)
     chunk_layers = grid.stage_layers / grid.virtual_stages
-    flight = in_flight(grid)
     piped = grid.stage > 1
     if rec.activations == "korthikanti":
-        return per_layer * np.where(piped, chunk_layers * flight, sizes.L)
-    stash = flight * grid.tokens * sizes.D * act_bytes
-    return np.where(piped, stash + per_layer * chunk_layers, per_layer * sizes.L)
+        return per_layer * np.where(piped, chunk_layers * in_flight(grid), sizes.L)
+    buffers = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)
+    held = sum(buffers[name] for name in BUFFERS)
+    return np.where(piped, held, per_layer * sizes.L)
 
 
 def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
@@ -162,9 +179,6 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     if nothing were rematerialised), the float32 logits, and the compute-dtype copies of the
     weights (bfloat16 runs only) of the parameters a device gathers."""
     working = layer_bytes(sizes, grid, "none", rec, act_bytes)
-    if rec.stage_remat:  # a one-layer pipeline chunk is not scanned: its activations are all
-        chunk = grid.stage_layers / grid.virtual_stages
-        working = np.where((grid.stage > 1) & (chunk <= 1), 0.0, working)
     logits = LOGIT_COPIES * grid.tokens * sizes.V / grid.tensor * 4
     copies = 0.0
     if compute_bytes < rec.param_bytes:
@@ -172,8 +186,17 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     # accumulating microbatches keeps a running sum beside each microbatch's gradients, laid out
     # like the parameters (the pipeline executor accumulates in its own buffers, counted above)
     accumulate = np.where((grid.microbatches > 1) & (grid.stage == 1), 1.0, 0.0)
-    return working + logits + copies + accumulate * rec.grad_bytes * state_elements(sizes, grid,
-                                                                                   "param")
+    return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes)
+            + accumulate * rec.grad_bytes * state_elements(sizes, grid, "param"))
+
+
+def windows(sizes, grid, remat, rec, act_bytes) -> np.ndarray:
+    """parex's pipeline reads one slot of each buffer before a tick's switch and writes it back
+    after (parallel.pipeline): one value of every buffer going in and one coming out."""
+    if rec.activations != "xla":
+        return np.zeros(len(grid))
+    one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)["value"]
+    return np.where(grid.executor, 2 * sum(one[name] for name in BUFFERS), 0.0)
 
 
 # --- the two peaks: the end of the backward, and the optimizer update ----------------------------
