@@ -255,7 +255,7 @@ def group_shape(grid: Grid, axes: tuple[Axis, ...]) -> tuple[np.ndarray, np.ndar
     stride = np.ones(len(grid), dtype=np.int64)
     found = np.zeros(len(grid), dtype=bool)
     for axis in reversed(MESH_AXES):  # innermost first
-        size = getattr(grid, axis.value)
+        size = getattr(grid, axis.value, 1)  # no replica column: a Grid is one replica's
         if axis in axes:
             g = g * size
             found = found | (size > 1)
