@@ -38,7 +38,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import model as gpt
 from ..config import ModelConfig, TrainConfig
-from ..layout import Axis, Layout
+from ..layout import MESH_AXES, Axis, Layout
 from ..mesh import make_mesh
 from ..step import TrainStep
 from .exchange import replica_mean
@@ -84,6 +84,9 @@ class DiLoCo:
         self.stacked = jax.tree.map(lambda s: NamedSharding(self.mesh, stacked_spec(s)), specs)
         self.synced = jax.tree.map(lambda s: NamedSharding(self.mesh, s), specs)
         self.paths = _paths(specs)
+        # the inner axes in use, in mesh order: a leaf not split over one is copied along it
+        self.inner_axes = tuple(a.value for a in MESH_AXES
+                                if a is not Axis.REPLICA and self.inner_layout.axis_sizes()[a] > 1)
         self._init, self._outer = None, {}  # jitted programs, built once
 
     # --- moving parameters between the replicas' sub-meshes and the whole mesh ----------------
@@ -145,6 +148,7 @@ class DiLoCo:
         axes = [frozenset(a for entry in specs[i] if entry
                           for a in ((entry,) if isinstance(entry, str) else entry))
                 for i, _ in chosen]
+        split = {key: tuple(a for a in self.inner_axes if a not in key) for key in axes}
 
         def take(tree):
             leaves = jax.tree.leaves(tree)
@@ -156,10 +160,10 @@ class DiLoCo:
                 leaves[i] = leaves[i].at[rows].set(x) if blocks else x
             return jax.tree.unflatten(jax.tree.structure(tree), leaves)
 
-        return take, put, axes
+        return take, put, axes, split
 
     def _outer_body(self, f: int):
-        lay, (take, put, groups) = self.layout, self._fragment(f)
+        lay, (take, put, groups, split) = self.layout, self._fragment(f)
         lr, mu = lay.outer_lr, lay.outer_momentum
 
         def nesterov(m, theta, g):  # m ← μ·m + g ; θ ← θ − η·(g + μ·m)
@@ -170,13 +174,13 @@ class DiLoCo:
             theta, synced, m = take(params), take(outer["synced"]), take(outer["momentum"])
             if not lay.overlap:
                 delta = replica_mean([s - t for s, t in zip(synced, theta)], REPLICA, self.R,
-                                     lay.outer_dtype, groups)
+                                     lay.outer_dtype, groups, split)
                 m, synced = nesterov(m, synced, delta)
                 new = {"synced": put(outer["synced"], synced), "momentum": put(outer["momentum"], m)}
                 return put(params, synced), new
             start = take(outer["start"])
             local = [s - t for s, t in zip(start, theta)]  # this round's progress
-            in_flight = replica_mean(local, REPLICA, self.R, lay.outer_dtype, groups)
+            in_flight = replica_mean(local, REPLICA, self.R, lay.outer_dtype, groups, split)
             m, synced = nesterov(m, synced, take(outer["pending"]))  # last round's mean lands
             theta = [s - d for s, d in zip(synced, local)]
             new = {"synced": put(outer["synced"], synced), "momentum": put(outer["momentum"], m),

@@ -80,25 +80,49 @@ def quantized_mean(flat, axis: str, R: int, dtype: str):
     return dequantize(_unwire(q, dtype), scale)[:n]
 
 
-def replica_mean(leaves: list, axis: str, R: int, dtype: str, groups: list | None = None) -> list:
-    """Mean over the replica axis of each float32 array in `leaves`, exchanged as `dtype`.
-    int8/int4 quantise one flat bucket per group (`groups[i]`: a hashable key per leaf, e.g. the
-    mesh axes its shard varies over, so that a bucket never mixes leaves sharded differently)."""
+def _mean(x, axis: str, R: int, dtype: str):
+    """Mean over the replica axis of one float32 vector, exchanged as `dtype`."""
     if R == 1 or dtype == "f32":  # R = 1: nothing is sent (XLA drops the psum); invariant type
-        return [jax.lax.psum(x, axis) / R for x in leaves]
+        return jax.lax.psum(x, axis) / R
     if dtype == "bf16":
-        return [jax.lax.psum(x.astype(jnp.bfloat16), axis).astype(jnp.float32) / R
-                for x in leaves]
+        return jax.lax.psum(x.astype(jnp.bfloat16), axis).astype(jnp.float32) / R
+    return quantized_mean(x, axis, R, dtype)
+
+
+def replica_mean(leaves: list, axis: str, R: int, dtype: str, groups: list | None = None,
+                 split: dict | None = None) -> list:
+    """Mean over the replica axis of each float32 array in `leaves`, exchanged as `dtype`.
+
+    Leaves are flattened into one bucket per group (`groups[i]`: a hashable key per leaf, the
+    mesh axes its shard is split over, so that a bucket never mixes leaves sharded differently).
+    `split[key]` names the other axes over which that bucket's devices hold identical copies
+    (e.g. `data` for replicated parameters): each of those devices exchanges only its 1/n slice
+    and an all-gather over them (inside the replica, on the fast links) rebuilds the rest, so
+    every element crosses between replicas once per replica, not once per copy."""
     groups = groups or [0] * len(leaves)
     out = [None] * len(leaves)
-    for key in dict.fromkeys(groups):  # one bucket, one pair of collectives, per group
+    for key in dict.fromkeys(groups):
         members = [i for i, g in enumerate(groups) if g == key]
         flat = jnp.concatenate([leaves[i].reshape(-1) for i in members])
-        mean, start = quantized_mean(flat, axis, R, dtype), 0
+        axes = (split or {}).get(key, ()) if R > 1 else ()
+        mean = _split_mean(flat, axes, axis, R, dtype) if axes else _mean(flat, axis, R, dtype)
+        start = 0
         for i in members:
             out[i] = mean[start:start + leaves[i].size].reshape(leaves[i].shape)
             start += leaves[i].size
     return out
+
+
+def _split_mean(flat, axes: tuple, axis: str, R: int, dtype: str):
+    """`_mean` of a vector held identically by the devices of `axes`: each takes one slice."""
+    n = 1
+    for a in axes:
+        n *= jax.lax.axis_size(a)
+    piece = -(-flat.shape[0] // n)
+    padded = jnp.pad(flat, (0, n * piece - flat.shape[0]))
+    mine = jax.lax.dynamic_slice_in_dim(padded, jax.lax.axis_index(axes) * piece, piece)
+    mean = _mean(mine, axis, R, dtype)
+    return jax.lax.all_gather(mean, axes, tiled=True, to="invarying")[:flat.shape[0]]
 
 
 def error_bound(x_by_replica, dtype: str):

@@ -15,7 +15,7 @@ layer s·L/p + i, so `blocks[f::P]` selects the same local rows on each stage (n
 
 from __future__ import annotations
 
-from ..layout import Axis, Layout
+from ..layout import Layout
 
 # The keys that only mean something for a DiLoCo layout, with their defaults.
 DILOCO_FIELDS = ("replica", "inner_steps", "outer_lr", "outer_momentum", "fragments",
@@ -28,13 +28,6 @@ def inner_layout(layout: Layout) -> Layout:
     """The layout each replica runs: the same inner axes, no replica axis, no DiLoCo keys."""
     defaults = Layout()
     return layout.replace(**{name: getattr(defaults, name) for name in DILOCO_FIELDS})
-
-
-def outer_axes(layout: Layout) -> set[str]:
-    """The replica axis as a set of names, when it is used: a shard_map inside the inner step
-    must list it as manual, because vmap's `spmd_axis_name` adds it to the specs but not to the
-    manual axes."""
-    return {Axis.REPLICA.value} if layout.replica > 1 else set()
 
 
 def fragment_of(path: tuple[str, ...], fragments: int) -> int | None:
