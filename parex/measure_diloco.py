@@ -31,6 +31,7 @@ from .measure import check_fits_host, compiled_stats, memory_stats
 from .mesh import make_mesh
 from .parallel.diloco import DiLoCo
 from .record import Measurement
+from .studies_sequence import wire_bytes
 
 REPLICA = Axis.REPLICA.value
 
@@ -73,20 +74,12 @@ def _crossing(cols) -> list:
     return [c for c in cols if c.axes == (REPLICA,)]
 
 
-def wire_bytes(c) -> float:
-    """Bytes one device sends for a collective, as rings move them: an all-reduce 2·(g−1)/g
-    of its buffer, a gather, scatter or all-to-all (g−1)/g, a permute all of it."""
-    g = max(c.group_size, 1)
-    share = {"all-reduce": 2 * (g - 1) / g, "collective-permute": 1.0}.get(c.kind, (g - 1) / g)
-    return c.total_bytes * share
-
-
 def diloco_block(dl: DiLoCo, inner_cols, outer_cols: dict, outer_times=(),
                  outer_memory=None) -> dict:
     """The `diloco` entry of a Measurement, from the programs' collectives (hlo.py's byte
     convention; the `wire` entries count what each device sends)."""
     per_sync = {f: sum(c.total_bytes for c in _crossing(cs)) for f, cs in outer_cols.items()}
-    wire = {f: sum(wire_bytes(c) for c in _crossing(cs)) for f, cs in outer_cols.items()}
+    wire = {f: wire_bytes(_crossing(cs)) for f, cs in outer_cols.items()}
     intra = {f: sum(c.total_bytes for c in cs) - per_sync[f] for f, cs in outer_cols.items()}
     lay = dl.layout
     return {"inner_steps": dl.H, "replicas": dl.R, "fragments": dl.P,
@@ -98,7 +91,7 @@ def diloco_block(dl: DiLoCo, inner_cols, outer_cols: dict, outer_times=(),
             "outer_wire_bytes_per_sync": max(wire.values()),
             "outer_intra_bytes_per_sync": max(intra.values()),  # rebuilding inside a replica
             "inner_bytes_per_device_per_step": sum(c.total_bytes for c in inner_cols),
-            "inner_wire_bytes_per_device_per_step": sum(wire_bytes(c) for c in inner_cols),
+            "inner_wire_bytes_per_device_per_step": wire_bytes(inner_cols),
             "outer_collectives": [c.to_json() for c in outer_cols[0]],
             "outer_step_time_s": statistics.median(outer_times) if outer_times else None,
             "outer_memory_bytes_per_device": outer_memory, "syncs": len(outer_times)}

@@ -141,3 +141,40 @@ def predict_diloco(model: ModelConfig, train: TrainConfig, layout: Layout, hardw
     inner.step_time_s = step
     inner.tokens_per_step = train.tokens_per_step(model)  # all replicas' tokens per step
     return inner
+
+
+# --- at scale ------------------------------------------------------------------------------------
+
+def scale_models() -> dict:
+    """Models from 1B to 107B with an inner layout (one replica) that fits 80 GB devices at 64
+    sequences of 4096 tokens per replica step with full remat: name -> (ModelConfig, layout). The 107B model is Llama-shaped and sized like DiLoCoX's
+    (arXiv 2506.21263), not its exact architecture."""
+    from ..config import model_preset
+
+    llama_1b = ModelConfig("llama-1b", "llama", 16, 2048, 32, 8, 8192, 128256, 8192)
+    llama_107b = ModelConfig("llama-107b", "llama", 84, 10240, 80, 8, 32768, 152064, 4096)
+    return {"1B": (llama_1b, Layout(data=8, microbatches=4)),  # 1 node of 8 GPUs
+            "8B": (model_preset("llama3-8b"), Layout(fsdp=8, microbatches=4)),  # 1 node
+            "70B": (model_preset("llama3-70b"), Layout(fsdp=8, tensor=8, microbatches=4)),
+            "107B": (llama_107b, Layout(fsdp=16, tensor=8, microbatches=2))}  # 16 nodes
+
+
+def wan_sweep(models: dict, hardware: str, replicas: int, hs, wan: Link, *, seq: int = 4096,
+              sequences_per_replica: int = 64, outer_dtype: str = "f32", fragments: int = 1):
+    """Rows (model, method, inner_steps, step_time_s, ...) of wan_rows for every model of
+    `models` (as scale_models returns) and every H in `hs`; one inner-step prediction each."""
+    import pandas as pd
+
+    from . import predict
+
+    out = []
+    for name, (model, inner) in models.items():
+        train = TrainConfig(global_batch=sequences_per_replica, seq_len=seq, remat="full")
+        t_inner = predict(model.replace(seq_len=max(model.seq_len, seq)), train, inner,
+                          hardware).step_time_s["total"]
+        for h in hs:
+            for row in wan_rows(t_inner, model.n_params, replicas, h, wan,
+                                fragments=fragments, outer_dtype=outer_dtype):
+                out.append({"model": name, "params": model.n_params, "inner_steps": h,
+                            "inner_layout": str(inner), **row})
+    return pd.DataFrame(out)
