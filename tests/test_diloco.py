@@ -5,6 +5,8 @@ The compiled tests share one pair of inner programs (tiny model, two replicas of
 each): the outer keys (lr, momentum, dtype, fragments, overlap) change only the outer programs.
 """
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,6 +110,22 @@ def test_exchange_error_on_gaussian_pseudo_gradients(dtype, limit):
     x = np.random.default_rng(1).normal(size=(4, 4096)).astype(np.float32)
     got, exact = _quantized_mean(x, dtype), x.mean(0)
     assert 0 < np.linalg.norm(got - exact) / np.linalg.norm(exact) < limit
+
+
+def test_an_exchange_split_over_copies_equals_the_whole_exchange():
+    """Replicas of data=2 holding replicated values: each data device exchanges half, an
+    all-gather inside the replica rebuilds the rest; the f32 mean is bit-for-bit the same."""
+    mesh = make_mesh(Layout(replica=2, data=2), jax.devices()[:4])
+    x = np.random.default_rng(2).normal(size=(2, 1001)).astype(np.float32)
+
+    def mean(split):
+        fn = jax.shard_map(lambda v: exchange.replica_mean(
+            [v[0]], "replica", 2, "f32", [0], {0: ("data",)} if split else None)[0],
+            mesh=mesh, in_specs=P("replica"), out_specs=P())
+        return np.asarray(jax.jit(fn)(jax.device_put(x, NamedSharding(mesh, P("replica")))))
+
+    np.testing.assert_array_equal(mean(True), mean(False))
+    np.testing.assert_allclose(mean(True), x.mean(0), rtol=1e-6)
 
 
 def test_int4_packs_two_values_a_byte():
@@ -273,3 +291,21 @@ def test_overlap_applies_each_round_one_round_late(bench):
     for r in (0, 1):
         expected = jax.tree.map(np.subtract, synced, round2[r])
         assert relative_error(bench.params(run)[r], expected) < 1e-6
+
+
+@pytest.mark.slow
+def test_parex_run_on_a_diloco_layout_reports_inner_and_outer_bytes(capsys):
+    """`parex run --json` on replicas of data=2: the inner program's traffic stays inside a
+    replica, the exchange is half of θ per device (split over the two copies), amortised over H."""
+    from parex.cli import main
+
+    assert main(["run", "--layout", "replica=2,data=2,inner_steps=2", "--devices", "4",
+                 "--steps", "4", "--seq", "32", "--global-batch", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    block = out["diloco"]
+    assert block["inner_steps"] == 2 and block["syncs"] == 2
+    assert block["outer_bytes_per_sync"] == 4 * MODEL.n_params / 2  # f32, half per device
+    assert block["cross_replica_bytes_per_step"] == block["outer_bytes_per_sync"] / 2
+    assert all(c["axes"] == ["data"] for c in out["collectives"])  # nothing crosses replicas
+    assert block["inner_bytes_per_device_per_step"] == sum(out["comm_bytes_per_device"].values())
+    assert len(out["losses"]) == 4 and out["losses"][-1] < out["losses"][0]

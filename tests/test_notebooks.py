@@ -23,6 +23,7 @@ PARAMETERS = {
     "05_long_sequences": {"offline": False, "lengths": [256, 512], "modes": ["tp", "ring"]},
     "06_predicting_at_scale": {"offline": False},
     "07_explorer": {"offline": False, "steps": 2},
+    "10_low_communication": {"offline": False, "steps": 20, "hs": [4, 10]},
 }
 # Text each notebook must print: evidence that it computed what its prose promises.
 EXPECTED = {
@@ -37,8 +38,10 @@ EXPECTED = {
     "06_predicting_at_scale": ["parex_tflops_per_gpu", "memory-bound (does not fit)",
                                "compute-bound", "communication-bound"],
     "07_explorer": ["data=4,tensor=2", "measured"],
+    "10_low_communication": ["across replicas", "sync DP data=8", "gap_vs_sync_DP",
+                             "h_crossover"],
 }
-SLOW = set()  # notebooks moved to the slow suite if all together exceed ~3 minutes
+SLOW = {"10_low_communication"}  # seven training runs: about a minute and a half on 2 cores  # notebooks moved to the slow suite if all together exceed ~3 minutes
 
 
 def notebook_paths():
