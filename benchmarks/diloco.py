@@ -7,7 +7,8 @@ Trains, on the shipped corpus and the emulated 8-device mesh: sync DP (data=8), 
 (data=2, B/4 per step, 4× the steps), DiLoCo with R = 4 replicas of data=2 for each H, streaming
 (P = 2 fragments) and the int8 exchange at the middle H. Prints the final eval loss of each run,
 its gap to sync DP and to the single replica, and the bytes each replica sent to the others (for
-DiLoCo read from the compiled outer programs); writes DIR/diloco.csv and a chart (loss against tokens, eval loss against bytes). About 5 minutes for the defaults on a
+DiLoCo read from the compiled outer programs); writes DIR/diloco.csv and a chart (loss against
+tokens, eval loss against bytes). About 5 minutes for the defaults on a
 laptop CPU (`--model tiny` is about 4 times faster).
 """
 

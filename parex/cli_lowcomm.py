@@ -3,7 +3,8 @@
     parex lowcomm --model llama2-70b --hardware h100-sxm \
         --layout replica=2,data=4,tensor=8,stage=4,schedule=1f1b,microbatches=16,inner_steps=100 \
         --global-batch 512 --seq 4096 --wan-gbps 1
-    parex launch --processes 2 --devices-per-process 4 -- run --layout replica=2,data=4,inner_steps=10
+    parex launch --processes 2 --devices-per-process 4 -- \
+        run --layout replica=2,data=4,inner_steps=10
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def num_microbatches(layout: Layout, train: TrainConfig) -> int:
     return train.global_batch // layout.data_parallel // train.microbatch
 
 
-# --- DiLoCo: the replica axis (parex.parallel.diloco) -----------------------------------------------
+# --- DiLoCo: the replica axis (parex.parallel.diloco) --------------------------------------------
 
 def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
     """The replica axis and the DiLoCo keys; then each replica's inner layout on its share of

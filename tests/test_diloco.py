@@ -309,3 +309,18 @@ def test_parex_run_on_a_diloco_layout_reports_inner_and_outer_bytes(capsys):
     assert all(c["axes"] == ["data"] for c in out["collectives"])  # nothing crosses replicas
     assert block["inner_bytes_per_device_per_step"] == sum(out["comm_bytes_per_device"].values())
     assert len(out["losses"]) == 4 and out["losses"][-1] < out["losses"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("inner", ["stage=2,data=2,schedule=1f1b,microbatches=2",
+                                   "fsdp=2,tensor=2,sp=on", "seq=2,cp=ring,data=2"])
+def test_diloco_losses_do_not_depend_on_the_inner_layout(inner):
+    """Replicas of a pipeline, of FSDP × TP + SP, of ring attention: the same losses (1e-5) as
+    replicas of one device each, through two rounds of streaming syncs."""
+    from parex.measure import measure
+
+    train, text = TRAIN.replace(steps=4), "replica=2,inner_steps=2,fragments=2"
+    ref = measure(MODEL, train, Layout.parse(text), devices=jax.devices()[:2])
+    got = measure(MODEL, train, Layout.parse(f"{text},{inner}"), devices=jax.devices()[:8])
+    np.testing.assert_allclose(got.losses, ref.losses, rtol=1e-5)
+    assert got.diloco["syncs"] == ref.diloco["syncs"] == 2

@@ -94,3 +94,27 @@ def test_predicted_bytes_per_device_match_the_compiled_outer_program(dtype):
     measured = sum(c.total_bytes for c in cols if c.axes == ("replica",)) / layout.inner_steps
     predicted = predict(model, train, layout, "cpu-local").diloco["cross_replica_bytes_per_step"]
     assert predicted == pytest.approx(measured, rel=0.01)  # the padding to equal pieces
+
+
+def test_parex_lowcomm_prints_every_method_and_the_crossover(capsys):
+    from parex.cli import main
+
+    assert main(["lowcomm", "--model", "llama2-7b", "--hardware", "h100-sxm", "--layout",
+                 "replica=2,fsdp=8,inner_steps=100", "--global-batch", "64", "--seq", "4096",
+                 "--wan-gbps", "1"]) == 0
+    out = capsys.readouterr().out
+    for method in ("sync-dp", "diloco", "streaming", "overlap"):
+        assert f"\n{method} " in out
+    assert "the WAN stops being the bottleneck from H =" in out
+
+
+def test_parex_predict_reads_the_diloco_keys(capsys):
+    from parex.cli import main
+
+    assert main(["predict", "--model", "llama2-7b", "--hardware", "h100-sxm", "--layout",
+                 "replica=4,fsdp=8,inner_steps=500,outer_dtype=int8", "--global-batch", "256",
+                 "--seq", "4096", "--wan-gbps", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "4 replicas · H = 500 inner steps" in out and "WAN 10 Gb/s" in out
+    assert main(["lowcomm", "--layout", "fsdp=8"]) == 2  # not DiLoCo: the fix is named
+    assert "add replica=R and inner_steps=H" in capsys.readouterr().err

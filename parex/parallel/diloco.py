@@ -176,7 +176,8 @@ class DiLoCo:
                 delta = replica_mean([s - t for s, t in zip(synced, theta)], REPLICA, self.R,
                                      lay.outer_dtype, groups, split)
                 m, synced = nesterov(m, synced, delta)
-                new = {"synced": put(outer["synced"], synced), "momentum": put(outer["momentum"], m)}
+                new = {"synced": put(outer["synced"], synced),
+                       "momentum": put(outer["momentum"], m)}
                 return put(params, synced), new
             start = take(outer["start"])
             local = [s - t for s, t in zip(start, theta)]  # this round's progress

@@ -147,7 +147,8 @@ def predict_diloco(model: ModelConfig, train: TrainConfig, layout: Layout, hardw
 
 def scale_models() -> dict:
     """Models from 1B to 107B with an inner layout (one replica) that fits 80 GB devices at 64
-    sequences of 4096 tokens per replica step with full remat: name -> (ModelConfig, layout). The 107B model is Llama-shaped and sized like DiLoCoX's
+    sequences of 4096 tokens per replica step with full remat: name -> (ModelConfig, layout).
+    The 107B model is Llama-shaped and sized like DiLoCoX's
     (arXiv 2506.21263), not its exact architecture."""
     from ..config import model_preset
 
