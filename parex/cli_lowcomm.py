@@ -47,7 +47,7 @@ def diloco_report(block: dict) -> str:
                      f"path from H = {block['h_crossover']}")
     if block.get("outer_step_time_s") is not None:  # measured
         lines.append(f"outer step    median {block['outer_step_time_s'] * 1e3:.1f} ms over "
-                     f"{block['syncs']} syncs · outer state "
+                     f"{block['syncs']} syncs · outer program memory "
                      f"{human_bytes(block['outer_memory_bytes_per_device'])} per device")
     return "\n".join(lines)
 
