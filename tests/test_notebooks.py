@@ -25,6 +25,7 @@ PARAMETERS = {
     "07_explorer": {"offline": False, "steps": 2},
     "08_planner": {"offline": False, "verify_k": 0, "scale_model": "gpt2-small",
                    "scale_nodes": 1},
+    "10_low_communication": {"offline": False, "steps": 20, "hs": [4, 10]},
 }
 # Text each notebook must print: evidence that it computed what its prose promises.
 EXPECTED = {
@@ -41,8 +42,11 @@ EXPECTED = {
     "07_explorer": ["data=4,tensor=2", "measured"],
     "08_planner": ["parex plan · gpt2-small", "layouts considered", "loaded into the Explorer",
                    "use --memory-cap"],
+    "10_low_communication": ["across replicas", "sync DP data=8", "gap_vs_sync_DP",
+                             "h_crossover"],
 }
-SLOW = set()  # notebooks moved to the slow suite if all together exceed ~3 minutes
+# notebooks moved to the slow suite (10: seven training runs, about a minute and a half on 2 cores)
+SLOW = {"10_low_communication"}
 
 
 def notebook_paths():

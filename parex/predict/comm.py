@@ -364,12 +364,13 @@ def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
 
 def group_shape(grid: Grid, axes: tuple[Axis, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(group size, device stride of its innermost non-trivial axis). The mesh orders axes
-    stage, data, fsdp, seq, tensor, tensor innermost, so tensor groups sit inside a node."""
+    (replica,) stage, data, fsdp, seq, tensor, tensor innermost, so tensor groups sit inside a
+    node."""
     g = np.ones(len(grid), dtype=np.int64)
     stride = np.ones(len(grid), dtype=np.int64)
     found = np.zeros(len(grid), dtype=bool)
     for axis in reversed(MESH_AXES):  # innermost first
-        size = getattr(grid, axis.value)
+        size = getattr(grid, axis.value, 1)  # no replica column: a Grid is one replica's
         if axis in axes:
             g = g * size
             found = found | (size > 1)
