@@ -1,5 +1,6 @@
 """The `parex` command: `parex run`, `parex demo`, and the commands of other modules
-(`predict`, `calibrate`, `compare`, `seqstudy`, `plan`, `sweep`, `lowcomm`, `launch`).
+(`predict`, `calibrate`, `compare`, `seqstudy`, `plan`, `sweep`, `lowcomm`, `launch`,
+`figure`).
 
 Emulated CPU devices must be requested before JAX touches a backend, so every command parses its
 arguments, calls `emulate_devices`, and only then builds meshes.
@@ -150,10 +151,10 @@ def add_demo(sub) -> None:
 def commands() -> list:
     """Each entry adds one subcommand. Modules with their own commands are imported here, when
     the parser is built, because they reuse this module's argument helpers."""
-    from . import cli_lowcomm, cli_plan, cli_predict, studies_sequence
+    from . import cli_figure, cli_lowcomm, cli_plan, cli_predict, studies_sequence
 
     return [add_run, add_demo, *cli_predict.COMMANDS, studies_sequence.add_seqstudy,
-            *cli_plan.COMMANDS, *cli_lowcomm.commands()]
+            *cli_plan.COMMANDS, *cli_lowcomm.commands(), *cli_figure.COMMANDS]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,8 @@ PARAMETERS = {
     "08_planner": {"offline": False, "verify_k": 0, "scale_model": "gpt2-small",
                    "scale_nodes": 1},
     "10_low_communication": {"offline": False, "steps": 20, "hs": [4, 10]},
+    "11_gallery": {"offline": False, "figure_name": "interleaved-bubble",
+                   "scoreboard_json": str(NOTEBOOKS.parent / "docs/figures/scoreboard.json")},
 }
 # Text each notebook must print: evidence that it computed what its prose promises.
 EXPECTED = {
@@ -44,6 +46,7 @@ EXPECTED = {
                    "use --memory-cap"],
     "10_low_communication": ["across replicas", "sync DP data=8", "gap_vs_sync_DP",
                              "h_crossover"],
+    "11_gallery": ["fraction of the ideal", "scaling-book-roofline", "predicted + measured"],
 }
 # notebooks moved to the slow suite (10: seven training runs, about a minute and a half on 2 cores)
 SLOW = {"10_low_communication"}

@@ -1,0 +1,131 @@
+"""The gallery's charts: the paper's numbers as points, parex's as lines (or bars), and every
+figure's ratio strip (parex / paper per row, with the tolerance band), written offline as PNG and
+SVG through vl-convert.
+
+    lines_vs_points(df, x, paper, parex, ...)   paper ● beside parex ─ against x
+    bars_vs_ticks(points, category, ...)        parex bars, paper ticks, per category
+    ratio_strip(result)                         parex / paper per row, tolerance shaded
+    figure_chart(result)                        the figure's own chart above its ratio strip
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+
+PAPER, PAREX = "paper", "parex"
+SOURCE_COLORS = alt.Scale(domain=[PAPER, PAREX], range=["#222222", "#f58518"])
+KIND_COLORS = alt.Scale(domain=["predicted", "measured"], range=["#f58518", "#4c78a8"])
+WIDTH, HEIGHT = 300, 190
+
+
+def _axis(field: str, title: str, log: bool, kind: str = "Q") -> dict:
+    scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
+    return {"field": f"{field}:{kind}", "title": title, "scale": scale}
+
+
+def lines_vs_points(df: pd.DataFrame, x: str, paper: str, parex: str, series: str | None,
+                    facet: str | None, x_title: str, y_title: str, log_x: bool = False,
+                    log_y: bool = False, width: int = WIDTH, height: int = HEIGHT):
+    """The paper's values as black points, parex's as orange lines, against `x`; one line per
+    `series`, one panel per `facet`."""
+    keep = [c for c in (x, series, facet) if c]
+    long = df.melt(id_vars=keep, value_vars=[paper, parex], var_name="source", value_name="y")
+    long["source"] = long["source"].map({paper: PAPER, parex: PAREX})
+    xa, ya = _axis(x, x_title, log_x), _axis("y", y_title, log_y)
+    base = alt.Chart(long).encode(
+        x=alt.X(xa["field"], title=xa["title"], scale=xa["scale"]),
+        y=alt.Y(ya["field"], title=ya["title"], scale=ya["scale"]),
+        color=alt.Color("source:N", scale=SOURCE_COLORS, title=None),
+        tooltip=keep + ["source", alt.Tooltip("y:Q", format=".4~g")])
+    detail = [alt.Detail(f"{series}:N")] if series else []
+    lines = base.transform_filter(alt.datum.source == PAREX).mark_line().encode(*detail)
+    if series:
+        lines = lines.encode(strokeDash=alt.StrokeDash(f"{series}:N", title=series))
+    points = base.transform_filter(alt.datum.source == PAPER).mark_point(
+        filled=True, size=40).encode(*detail)
+    layered = alt.layer(lines, points).properties(width=width, height=height)
+    if facet:
+        return layered.facet(column=alt.Column(f"{facet}:N", title=None)).resolve_scale(
+            y="independent")
+    return layered
+
+
+def bars_vs_ticks(points: list[dict], category: str, facet: str, y_title: str,
+                  width: int = 150, height: int = HEIGHT):
+    """parex's values as bars and the paper's as black ticks, per `category`, per `facet`."""
+    df = pd.DataFrame(points)
+    x = alt.X(f"{category}:N", title=None, sort=list(dict.fromkeys(df[category])),
+              axis=alt.Axis(labelAngle=-40, labelLimit=140))
+    bars = alt.Chart().mark_bar(color="#f58518").encode(
+        x=x, y=alt.Y("parex:Q", title=y_title, scale=alt.Scale(type="log")),
+        tooltip=[category, alt.Tooltip("parex:Q", format=".4~g"),
+                 alt.Tooltip("paper:Q", format=".4~g")])
+    ticks = alt.Chart().mark_tick(color="#222222", thickness=2, size=18).encode(
+        x=x, y="paper:Q")
+    return alt.layer(bars, ticks, data=df).properties(width=width, height=height).facet(
+        column=alt.Column(f"{facet}:N", title=None))
+
+
+def ratio_frame(result) -> pd.DataFrame:
+    rows = []
+    for i, r in enumerate(result.rows):
+        tol = r.tolerance or result.spec.tolerance
+        status = "known deviation" if r.known else ("within" if result.within(r) else "outside")
+        rows.append({"i": i, "quantity": r.quantity, "ratio": r.ratio, "kind": r.kind,
+                     "lo": tol.lo, "hi": tol.hi, "status": status, "paper": r.paper,
+                     "parex": r.parex})
+    df = pd.DataFrame(rows)
+    return df[df["ratio"].map(lambda v: math.isfinite(v) and v > 0)]
+
+
+def ratio_strip(result, width: int = 2 * WIDTH + 40, height: int = 120):
+    """parex / paper of every row, the tolerance as a grey band (each row's own, if any)."""
+    df = ratio_frame(result)
+    x = alt.X("i:O", title=f"{len(df)} rows (hover for the quantity)",
+              axis=alt.Axis(labels=False, ticks=False))
+    if len(df) <= 16:
+        x = alt.X("quantity:N", title=None, sort=list(df["quantity"]),
+                  axis=alt.Axis(labelAngle=-35, labelLimit=260, labelFontSize=9))
+    positive = df["lo"][df["lo"] > 0]
+    low = min(positive.min() if len(positive) else 1.0, df["ratio"].min()) / 1.05
+    high = max(df["hi"].max(), df["ratio"].max()) * 1.05
+    df = df.assign(lo=df["lo"].clip(lower=low), hi=df["hi"].clip(upper=high))
+    scale = alt.Scale(type="log", domain=[low, high], nice=False)
+    y = alt.Y("ratio:Q", title="parex / paper", scale=scale)
+    band = alt.Chart(df).mark_bar(color="#dddddd", opacity=0.7).encode(
+        x=x, y=alt.Y("lo:Q", scale=scale), y2="hi:Q")
+    dots = alt.Chart(df).mark_point(filled=True, size=45).encode(
+        x=x, y=y, color=alt.Color("kind:N", scale=KIND_COLORS, title="parex's number"),
+        shape=alt.Shape("status:N", title=None,
+                        scale=alt.Scale(domain=["within", "outside", "known deviation"],
+                                        range=["circle", "cross", "triangle-up"])),
+        tooltip=["quantity", alt.Tooltip("paper:Q", format=".4~g"),
+                 alt.Tooltip("parex:Q", format=".4~g"), alt.Tooltip("ratio:Q", format=".4f"),
+                 "kind", "status"])
+    one = alt.Chart(pd.DataFrame({"one": [1.0]})).mark_rule(strokeDash=[3, 3]).encode(y="one:Q")
+    return alt.layer(band, one, dots).properties(width=width, height=height)
+
+
+def figure_chart(result):
+    """The figure's own chart (if any) above its ratio strip, titled with name and verdict."""
+    verdict = {"passed": "passed", "failed": "FAILED"}[result.status]
+    title = alt.TitleParams(f"{result.spec.title} — {verdict}", subtitle=result.spec.source,
+                            anchor="start")
+    strip = ratio_strip(result)
+    if result.chart is None:
+        return strip.properties(title=title)
+    return alt.vconcat(result.chart(), strip).properties(title=title).resolve_scale(
+        color="independent", shape="independent")
+
+
+def save_figure(result, out: Path, scale: float = 1.0) -> dict:
+    """Write out/NAME.png and out/NAME.svg; returns their paths."""
+    from ..charts.records import save
+
+    chart = figure_chart(result).configure_view(stroke=None)
+    return {suffix: save(chart, Path(out) / f"{result.spec.name}.{suffix}", scale=scale)
+            for suffix in ("png", "svg")}

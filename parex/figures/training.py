@@ -1,0 +1,130 @@
+"""Figures that train or compile many programs: DiLoCo against sync DP, Korthikanti et al.'s
+activation ratios measured, and HexiScale's heterogeneous MFU (once parex.hetero exists).
+
+    diloco              loss against bytes exchanged: sync DP (data = 8) and DiLoCo (4 replicas
+                        of data = 2, H inner steps) on the same tokens (parex.studies_lowcomm)
+    korthikanti-measured  each configuration's activation bytes per layer over no parallelism's,
+                        measured on the emulated mesh (parex.studies_activation), against the
+                        paper's Table 2 ratios without the dropout terms (parex has no dropout)
+    hexiscale           the best heterogeneous plan's MFU over a same-peak homogeneous
+                        cluster's (parex.hetero.compare)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from ..config import TrainConfig, model_preset
+from ..predict.published import read_reference
+from .core import FeatureMissing, Figure, Row, Tolerance, figure
+
+# --- DiLoCo ---------------------------------------------------------------------------------------
+
+DILOCO_HS, DILOCO_STEPS, REPLICAS = (10, 25), 100, 4
+
+
+def diloco_rows(gaps, hs=DILOCO_HS) -> list[Row]:
+    """From studies_lowcomm.final_gaps: bytes and final eval loss of each DiLoCo run over sync
+    DP's."""
+    refs = read_reference("diloco").set_index("quantity")["source"]
+    last = gaps.set_index("run")
+    sync = last.loc["sync DP"]
+    rows = []
+    for h in hs:
+        run = last.loc[f"DiLoCo H={h}"]
+        rows.append(Row(f"bytes per replica · sync DP / DiLoCo H={h}", float(h),
+                        sync.cross_replica_bytes / run.cross_replica_bytes, "measured",
+                        Tolerance(0.95, 1.05, "one exchange every H steps, within 5 %"),
+                        note=refs["bytes"]))
+        rows.append(Row(f"final eval loss · DiLoCo H={h} / sync DP", 1.0,
+                        run.eval_loss / sync.eval_loss, "measured", note=refs["loss"]))
+    return rows
+
+
+@figure("diloco", title="DiLoCo against sync DP: loss against bytes exchanged",
+        source="Douillard et al. 2023, DiLoCo (arXiv:2311.08105), abstract and §3",
+        tolerance=Tolerance(0.97, 1.03, "'performs as well as fully synchronous': within 3 %"),
+        slow=True, devices=8)
+def diloco() -> Figure:
+    from ..layout import Layout
+    from ..studies_lowcomm import StudyRun, final_gaps, loss_study
+
+    model = model_preset("tiny")
+    train = TrainConfig(global_batch=16, seq_len=64, steps=DILOCO_STEPS)
+    inner = 8 // REPLICAS
+    runs = [StudyRun("sync DP", Layout(data=8))]
+    runs += [StudyRun(f"DiLoCo H={h}", Layout(data=inner, replica=REPLICAS, inner_steps=h))
+             for h in DILOCO_HS]
+    frame = loss_study(model, train, runs, eval_every=25, progress=False)
+
+    def chart():
+        from ..charts.lowcomm import loss_chart
+
+        return loss_chart(frame, title="")
+    return Figure(diloco_rows(final_gaps(frame)), chart, [
+        f"tiny model, {DILOCO_STEPS} steps × 16 × 64 tokens on the corpus, {REPLICAS} replicas "
+        f"of data={inner}, outer Nesterov lr 0.7, momentum 0.9; sync DP's bytes are its "
+        "gradient all-reduce across the replica groups, 2·(R−1)/R·4·|θ| per step; DiLoCo's "
+        "are read from the compiled outer programs"])
+
+
+# --- Korthikanti et al., measured ---------------------------------------------------------------
+
+KORTHIKANTI_LENGTHS = (1024, 2048)
+UNSPLIT_LAYER = ("parex's unsplit layer keeps 36 h-sized and 2 score-sized float32 values per "
+                 "token where Megatron's keeps 16 and 1, so every ratio is taken against a "
+                 "larger no-parallelism layer (parex.studies_activation)")
+
+
+@figure("korthikanti-measured",
+        title="Korthikanti et al.: activation ratios measured on the emulated mesh (t = 4)",
+        source="Korthikanti et al. 2022 (arXiv:2205.05198), Table 2, without the dropout terms",
+        tolerance=Tolerance(0.9, 1.1, "within 10 %"), slow=True, devices=8)
+def korthikanti_measured() -> Figure:
+    from ..studies_activation import activation_study
+
+    df = activation_study(model_preset("tiny"), lengths=KORTHIKANTI_LENGTHS, t=4)
+    rows = []
+    for r in df[df["mode"] != "none"].itertuples():
+        ratio = r.ratio / r.paper_ratio_no_dropout
+        known = (UNSPLIT_LAYER if r.mode in ("tp+sp+selective", "full")
+                 and not 0.9 <= ratio <= 1.1 else None)
+        rows.append(Row(f"{r.mode} / none · T={r.seq_len}", r.paper_ratio_no_dropout, r.ratio,
+                        "measured", known=known,
+                        note=f"{r.layer_bytes / 1e6:.2f} MB per layer per device measured"))
+
+    def chart():
+        from .charts import lines_vs_points
+
+        return lines_vs_points(df[df["mode"] != "none"], x="seq_len",
+                               paper="paper_ratio_no_dropout", parex="ratio", series=None,
+                               facet="mode", x_title="T", y_title="bytes per layer / none's",
+                               width=110, height=150)
+    return Figure(rows, chart, [
+        "measured: the growth of the compiled loss-and-gradients' temp from 2 to 4 layers, per "
+        "layer (tiny model, tensor = 4, one sequence)"])
+
+
+# --- HexiScale --------------------------------------------------------------------------------
+
+HEXISCALE_SETUP = ("llama2-7b", "hexiscale-mix", 256, 4096)  # model, cluster, batch, sequence
+
+
+@figure("hexiscale", title="HexiScale: heterogeneous MFU against a same-peak homogeneous cluster",
+        source="HexiScale (arXiv:2409.01143), abstract",
+        tolerance=Tolerance(0.965, 1.035, "HexiScale's reported gap to homogeneous: 0.3 %–3.5 %"),
+        slow=True, feature="parex.hetero (heterogeneous clusters)")
+def hexiscale() -> Figure:
+    if importlib.util.find_spec("parex.hetero") is None:
+        raise FeatureMissing("parex.hetero (heterogeneous clusters, parex.cluster) is not in "
+                             "this checkout; the figure runs once it lands")
+    from ..cluster import load_hetero_cluster
+    from ..hetero import compare
+
+    model_name, cluster_name, batch, seq = HEXISCALE_SETUP
+    result = compare(model_preset(model_name), load_hetero_cluster(cluster_name), batch, seq)
+    ref = read_reference("hexiscale").set_index("quantity")["source"]
+    row = Row(f"{model_name} on {cluster_name}: MFU / same-peak homogeneous MFU", 1.0,
+              float(result.versus_homogeneous), "predicted", note=ref["mfu_gap"])
+    return Figure([row], notes=[f"global batch {batch} × {seq} tokens; both clusters searched "
+                                "and predicted by parex.hetero"])
