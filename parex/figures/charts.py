@@ -23,7 +23,7 @@ WIDTH, HEIGHT = 300, 190
 
 
 def _axis(field: str, title: str, log: bool, kind: str = "Q") -> dict:
-    scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
+    scale = alt.Scale(type="log", nice=False) if log else alt.Scale(zero=False)
     return {"field": f"{field}:{kind}", "title": title, "scale": scale}
 
 
@@ -49,8 +49,9 @@ def lines_vs_points(df: pd.DataFrame, x: str, paper: str, parex: str, series: st
         filled=True, size=40).encode(*detail)
     layered = alt.layer(lines, points).properties(width=width, height=height)
     if facet:
-        return layered.facet(column=alt.Column(f"{facet}:N", title=None)).resolve_scale(
-            y="independent")
+        order = list(dict.fromkeys(df[facet]))
+        return layered.facet(column=alt.Column(f"{facet}:N", title=None, sort=order)
+                             ).resolve_scale(y="independent")
     return layered
 
 
@@ -126,6 +127,6 @@ def save_figure(result, out: Path, scale: float = 1.0) -> dict:
     """Write out/NAME.png and out/NAME.svg; returns their paths."""
     from ..charts.records import save
 
-    chart = figure_chart(result).configure_view(stroke=None)
+    chart = figure_chart(result).configure_view(stroke=None).configure_axis(grid=False)
     return {suffix: save(chart, Path(out) / f"{result.spec.name}.{suffix}", scale=scale)
             for suffix in ("png", "svg")}

@@ -35,7 +35,7 @@ class Tolerance:
     rule: str = ""
 
     def holds(self, ratio: float) -> bool:
-        return math.isfinite(ratio) and self.lo <= ratio <= self.hi
+        return bool(math.isfinite(ratio) and self.lo <= ratio <= self.hi)
 
     def to_json(self) -> dict:
         return {"lo": self.lo, "hi": self.hi, "rule": self.rule}
@@ -56,6 +56,8 @@ class Row:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"row kind {self.kind!r}: use one of {', '.join(KINDS)}")
+        for name in ("paper", "parex"):  # numpy scalars become plain floats (JSON)
+            object.__setattr__(self, name, float(getattr(self, name)))
 
     @property
     def ratio(self) -> float:

@@ -95,15 +95,17 @@ def _bubble_chart(df: pd.DataFrame):
     long["source"] = long.source.map({"bubble_measured": "measured",
                                       "bubble_lockstep": "lockstep table"})
     paper = pd.DataFrame([{"m": m, "bubble": formula("gpipe_bubble", p=P, m=m)}
-                          for m in range(1, int(df.m.max()) + 1)])
-    x = alt.X("m:Q", title="microbatches m", scale=alt.Scale(type="log", base=2))
+                          for m in range(int(df.m.min()), int(df.m.max()) + 1)])
+    x = alt.X("m:Q", title="microbatches m", scale=alt.Scale(type="log", base=2),
+              axis=alt.Axis(values=sorted(set(df.m))))
     y = alt.Y("bubble:Q", title="bubble (fraction of the step)", axis=alt.Axis(format="%"))
     ours = alt.Chart(long).mark_line(point=True).encode(
-        x=x, y=y, color=alt.Color("schedule:N"), strokeDash=alt.StrokeDash("source:N"),
+        x=x, y=y, color=alt.Color("schedule:N"),
+        strokeDash=alt.StrokeDash("source:N", legend=alt.Legend(symbolType="stroke")),
         tooltip=["schedule", "m", "source", alt.Tooltip("bubble:Q", format=".1%")])
     line = alt.Chart(paper).mark_line(color="#222").encode(x=x, y=y)
-    label = alt.Chart(paper.tail(1)).mark_text(align="right", dy=-8, text="(p−1)/(m+p−1)").encode(
-        x=x, y=y)
+    label = alt.Chart(paper.head(1)).mark_text(
+        align="left", dx=6, dy=10, text="paper: (p−1)/(m+p−1)").encode(x=x, y=y)
     return alt.layer(line, label, ours).properties(width=420, height=200)
 
 
