@@ -192,11 +192,14 @@ def divisible(model: ModelConfig, g: Grid) -> np.ndarray:
     ok = (g.B % (g.dp * m) == 0) & (model.layers % p == 0) & ((g.sp == 0) | (t > 1))
     for size in (model.heads, model.kv_heads, model.ffn, model.vocab):
         ok &= size % t == 0
-    ok &= model.hidden % g.embed_shards("opt") == 0
+    ok &= model.hidden % (g.embed_shards("opt") * g.stage) == 0  # the tables split over stages
     ok &= np.where(g.cp == 1, g.T % (2 * s) == 0, g.T % s == 0) & ((s == 1) | (g.cp > 0))
     ok &= np.where(g.cp == 2, (model.heads % (s * t) == 0) & (model.kv_heads % (s * t) == 0), True)
+    ok &= np.where(g.schedule == SCHEDULES.index("zbv"), g.virtual_stages == 2, True)
     interleaved = g.schedule == SCHEDULES.index("interleaved")
-    ok &= np.where(interleaved, (g.virtual_stages >= 2) & (m % p == 0), g.virtual_stages == 1)
+    looping = np.isin(g.schedule, [SCHEDULES.index(n) for n in ("interleaved", "bfs", "zbv")])
+    ok &= np.where(interleaved, (g.virtual_stages >= 2) & (m % p == 0),
+                   looping | (g.virtual_stages == 1))
     ok &= np.where(p == 1, g.schedule == 0, model.layers % (p * g.virtual_stages) == 0)
     ok &= (p == 1) | (g.cp != CP_MODES.index("ring"))  # the executor cannot run ring in stages
     return ok
