@@ -1,0 +1,83 @@
+"""The Explorer's Gantt chart: the layout's schedule table timed with per-op costs that agree
+with the prediction.
+
+The Prediction reports the step's compute and bubble, not the time of one forward. The backward
+takes (passes − 1) forwards, passes = 3 (forward, backward = 2) + 1 under full remat + 1 where
+the pipeline recomputes each chunk (parex's own executor, the cpu-local recipe) + ¼ under
+selective remat; a split backward (zbh1) gives half to B and half to W (time.unit_costs's
+rule). On an accelerator t_F is then the one value for which the table's makespan minus the
+busy time m·v·passes·t_F equals the predicted bubble (bisection: the excess grows with t_F),
+with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. On the emulated
+CPU the predicted bubble is 0 (idle stages lend their cores), so t_F = compute / (m·v·passes),
+the optimizer and fixed per-step costs included, and the chart shows the idle time a real
+device would have.
+"""
+
+from __future__ import annotations
+
+from ..layout import Layout
+from ..parallel.schedules import Schedule, make_schedule
+from ..record import Prediction
+from .explain import recipe_for, shape_of
+
+
+def unit_costs(layout: Layout, remat: str, stage_remat: bool) -> tuple[float, float, float]:
+    """(passes, t_B, t_W) in forwards."""
+    passes = 3 + (remat == "full") + 0.25 * (remat == "selective")
+    passes += 1 if stage_remat and layout.stage > 1 else 0
+    backward = passes - 1
+    if layout.schedule == "zbh1":
+        return passes, backward / 2, backward / 2
+    return passes, backward, 0.0
+
+
+def hop_seconds(p: Prediction, m: int, v: int, n_ticks: int) -> float:
+    """One stage-to-stage send: the pipeline term's seconds over its sends (2 per microbatch
+    and chunk on a GPU; 2 per tick on the emulated mesh, whose executor sends every tick)."""
+    hops = [c for c in p.collectives if c["name"] == "pipeline"
+            and c["kind"] == "collective-permute"]
+    if not hops:
+        return 0.0
+    sends = 2 * n_ticks if p.convention == "xla-cpu" else 2 * m * v
+    return hops[0]["seconds"] / max(sends, 1)
+
+
+def _excess(schedule: Schedule, t_f: float, t_b: float, t_w: float, hop: float,
+            busy: float) -> float:
+    return schedule.makespan(t_f, t_b * t_f, t_w * t_f, hop) - busy * t_f
+
+
+def gantt_costs(p: Prediction, model, train, layout: Layout, chip
+                ) -> tuple[Schedule, dict, str] | None:
+    """(schedule, costs for Schedule.timeline, a note on where they come from), or None
+    without a pipeline."""
+    if layout.stage == 1:
+        return None
+    sym = shape_of(model, train, layout)
+    m, v = sym["m"], sym["v"]
+    schedule = make_schedule(layout.schedule, layout.stage, m, v)
+    passes, t_b, t_w = unit_costs(layout, train.remat, recipe_for(chip).stage_remat)
+    busy = m * v * passes
+    hop = hop_seconds(p, m, v, schedule.n_ticks)
+    bubble = p.step_time_s["bubble"]
+    if chip.calibration is not None or bubble <= 0:
+        t_f = p.step_time_s["compute"] / busy
+        note = ("op times: predicted compute ÷ (m·v·passes). The emulated devices share the "
+                "host's cores, so the grey idle time is lent to busy stages and the predicted "
+                "step has no bubble; on a GPU it would wait like this")
+    else:
+        lo, hi = 0.0, max(bubble, 1e-12)
+        while _excess(schedule, hi, t_b, t_w, hop, busy) < bubble:
+            hi *= 2
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _excess(schedule, mid, t_b, t_w, hop, busy) < bubble else (
+                lo, mid)
+        t_f = (lo + hi) / 2
+        note = ("op times: t_F chosen so that the table's idle time is the predicted bubble; "
+                f"t_B = {t_b:g}·t_F" + (f", t_W = {t_w:g}·t_F" if t_w else ""))
+    costs = {"t_f": t_f, "t_b": t_b * t_f, "t_w": t_w * t_f, "t_p2p": hop}
+    return schedule, costs, note
+
+
+__all__ = ["gantt_costs", "hop_seconds", "unit_costs"]
