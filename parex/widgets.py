@@ -64,9 +64,11 @@ class Explorer(MeasurePanel, ComparePanel):
         preset = model_preset(model)
         real = realistic_defaults(preset)
         self.runs, self.baseline, self.kept, self._tops = [], None, [], (0.0, 0.0)
+        self._programs = {}
         self.prediction = self.layout = self.error = None
         self.fixes, self.ways, self.explained = [], [], {}
         self._busy, self._holding, self._drawn = threading.Lock(), 0, set()
+        self._shown = False  # displayed in a notebook: draw eagerly
         c = self.controls = {
             "model": dropdown("model", preset_names(), model),
             **{dim: int_text(dim, getattr(preset, dim)) for dim in DIMS},
@@ -152,12 +154,19 @@ class Explorer(MeasurePanel, ComparePanel):
                       layout=w.Layout(width="100%"))
 
     def _repr_mimebundle_(self, **kwargs):
+        self._shown = True  # from now on every change redraws what is in view
+        self._draw_visible()
         return self.widget._repr_mimebundle_(**kwargs)
 
     def show(self, panel: str) -> "Explorer":
         """Open a panel by name (PANELS), drawing it if it is out of date."""
         self.tabs.selected_index = PANELS.index(panel)
-        self._draw_visible()
+        return self.draw()
+
+    def draw(self) -> "Explorer":
+        """Draw what is in view if it is out of date. A displayed Explorer does this on every
+        change; one driven only from Python (a test) draws when its charts are read."""
+        self._draw_visible(force=True)
         return self
 
     # --- setting controls -------------------------------------------------------------------
@@ -254,10 +263,16 @@ class Explorer(MeasurePanel, ComparePanel):
 
     def chart_data(self) -> pd.DataFrame:
         """The rows the live chart draws, read back from its Vega-Lite spec."""
-        return spec_rows(self.chart.spec)
+        return self.spec_rows("chart")
 
     def history_chart_data(self) -> pd.DataFrame:
-        return spec_rows(self.history_chart.spec)
+        return self.spec_rows("history_chart")
+
+    def spec_rows(self, view: str) -> pd.DataFrame:
+        """The rows a chart view draws: "chart", "pictures", "compare_chart", "sweep_chart" or
+        "history_chart" (drawn first if out of date)."""
+        self.draw()
+        return spec_rows(getattr(self, view).spec)
 
     # --- reacting to controls ---------------------------------------------------------------
     def refresh(self) -> None:
@@ -283,9 +298,9 @@ class Explorer(MeasurePanel, ComparePanel):
         self._drawn = set()
         self._draw_visible()
 
-    def _draw_visible(self) -> None:
+    def _draw_visible(self, force: bool = False) -> None:
         """Draw the open panel (and the overview) if the controls changed since."""
-        if self.error:
+        if self.error or not (self._shown or force):
             return
         panel = PANELS[self.tabs.selected_index or 0] if hasattr(self, "tabs") else "overview"
         for name in dict.fromkeys(("overview", panel)):
@@ -293,7 +308,11 @@ class Explorer(MeasurePanel, ComparePanel):
                 self._drawn.add(name)
                 {"overview": self._show_live, "pipeline and mesh": self._show_pictures,
                  "compare": self._show_compare, "sweep": lambda: None,
-                 "measured": lambda: None, "explain": self._show_explain}[name]()
+                 "measured": self._show_history, "explain": self._show_explain}[name]()
+
+    def _redraw(self, *panels: str) -> None:
+        self._drawn -= set(panels)
+        self._draw_visible()
 
     def _predicted_row(self) -> dict:
         return self.prediction.to_row() | {f"formula_{k}": v for k, v in self.explained.items()}
@@ -368,7 +387,7 @@ class Explorer(MeasurePanel, ComparePanel):
         if not getattr(self.prediction, "executable", True):
             reason = getattr(self.prediction, "executable_reason", "")
             notes.append(f"Valid, but parex cannot run it: {reason}")
-        self.notes.value = "".join(f"<div class='parex-note'>{escape(n)}</div>" for n in notes)
+        self.notes.value = "".join(f"<div class='parex-note'>{escape(n, quote=False)}</div>" for n in notes)
         show = emulated and self.layout.stage > 1 and GPU_FOR_BUBBLE in \
             self.controls["hardware"].options
         self.gpu_button.layout.display = "" if show else "none"

@@ -30,6 +30,7 @@ ORDER = {"parameters": 0, "optimizer state": 1, XLA_ARGUMENT: 1, "inputs": 2, "o
 PREDICTED_PARTS = {"parameters": "params", "gradients": "grads", "optimizer state": "optimizer",
                    "activations": "activations", "temporaries": "temp"}
 STEP_PARTS = {"compute": "compute", "exposed communication": "exposed_comm", "bubble": "bubble"}
+STEP_ORDER = {"measured": 0, "compute": 0, "exposed communication": 1, "bubble": 2}
 MEASURED_NOTES = {
     "parameters": "the float32 weights' shards on this device (from the run's shardings)",
     "optimizer state": "AdamW's moments and step counters (from the run's shardings)",
@@ -132,6 +133,15 @@ def step_time_long(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- charts ----------------------------------------------------------------------------------
+def _delta_text(chart: alt.Chart) -> alt.Chart:
+    """The change against the baseline above a predicted bar: its share on the chart, the
+    amount too in the tooltip."""
+    return chart.transform_filter("datum.delta != ''").transform_calculate(
+        share="split(datum.delta, ' (')[0]").mark_text(dy=-8, fontSize=10).encode(
+        x=source_x(), y="value:Q", text="share:N",
+        tooltip=[alt.Tooltip("delta:N", title="against the baseline")])
+
+
 def source_x() -> alt.X:
     return alt.X("source:N", sort=list(SOURCES), title=None, axis=alt.Axis(labelAngle=0))
 
@@ -172,9 +182,8 @@ def memory_chart(df: pd.DataFrame, title: str = "memory per device",
     ).transform_filter(alt.datum.part == "total")
     layers = [bars, ticks]
     if long["delta"].astype(str).str.len().gt(0).any():
-        layers.append(alt.Chart().mark_text(dy=-8, fontSize=10).encode(
-            x=source_x(), y="value:Q", text="delta:N").transform_filter(
-            (alt.datum.part == "total") & (alt.datum.source == "predicted")))
+        layers.append(_delta_text(alt.Chart().transform_filter(
+            (alt.datum.part == "total") & (alt.datum.source == "predicted"))))
     subtitle = ""
     if capacity:
         predicted = long[(long["part"] == "total") & (long["source"] == "predicted")]["bytes"]
@@ -208,8 +217,10 @@ def step_time_chart(df: pd.DataFrame, title: str = "step time", top: float | Non
                       for a, b in zip(long["lo_s"], long["hi_s"])]
     y = alt.Y("value:Q", title=f"{title} ({unit})", stack="zero",
               scale=alt.Scale(domain=[0, peak / size * 1.05]))
+    long["order"] = long["part"].map(STEP_ORDER)
     bars = alt.Chart().mark_bar().encode(
-        x=source_x(), y=y, color=color("part", TIME_COLORS, long["part"], title="step time"),
+        x=source_x(), y=y, order="order:Q",
+        color=color("part", TIME_COLORS, long["part"], title="step time"),
         tooltip=["label:N", "source:N", "part:N", "amount:N",
                  alt.Tooltip("spread:N", title="fastest – slowest step"),
                  alt.Tooltip("n:Q", title="timed steps"), alt.Tooltip("formula:N", title="how")])
@@ -220,11 +231,9 @@ def step_time_chart(df: pd.DataFrame, title: str = "step time", top: float | Non
     ).transform_filter("isValid(datum.lo)")
     layers = [bars, spread]
     if long["delta"].astype(str).str.len().gt(0).any():
-        layers.append(alt.Chart().transform_filter(alt.datum.source == "predicted")
-                      .transform_aggregate(value="sum(value)", delta="max(delta)",
-                                           groupby=["label", "source"])
-                      .mark_text(dy=-8, fontSize=10)
-                      .encode(x=source_x(), y="value:Q", text="delta:N"))
+        layers.append(_delta_text(alt.Chart().transform_filter(
+            alt.datum.source == "predicted").transform_aggregate(
+            value="sum(value)", groupby=["label", "source", "delta"])))
     return facet(alt.layer(*layers, data=long), title, width)
 
 

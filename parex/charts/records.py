@@ -115,7 +115,8 @@ def collectives_chart(df: pd.DataFrame, title: str = "collective bytes per devic
                             legend=alt.Legend(orient="bottom", symbolType="square")),
         tooltip=["label:N", "source:N", "kind:N", "amount:N",
                  alt.Tooltip("formula:N", title="how")])
-    return facet(alt.layer(bars, data=long), title, width=60 * max(1, long["kind"].nunique()))
+    return facet(alt.layer(bars, data=long), title,
+                 width=max(110, 60 * long["kind"].nunique()))
 
 
 def overview_chart(df: pd.DataFrame, capacity: float | None = None,

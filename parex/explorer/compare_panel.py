@@ -59,7 +59,7 @@ class ComparePanel:
     def pin_baseline(self, _=None) -> None:
         """Compare everything from now on against the current setup."""
         self.baseline, self.kept, self._tops = self._entry(), [], (0.0, 0.0)
-        self._show_compare()
+        self._redraw("compare")
 
     def keep(self, _=None) -> None:
         """Keep the current setup beside the baseline."""
@@ -69,11 +69,11 @@ class ComparePanel:
                 self.baseline = entry
             else:
                 self.kept.append(entry)
-        self._show_compare()
+        self._redraw("compare")
 
     def clear_compare(self, _=None) -> None:
         self.baseline, self.kept, self._tops = None, [], (0.0, 0.0)
-        self._show_compare()
+        self._redraw("compare")
 
     def _label(self, entry: Entry, tag: str = "") -> str:
         base, v = self.baseline.values, entry.values
@@ -109,8 +109,9 @@ class ComparePanel:
         tops = (float(frame["memory_total_bytes"].max()), float(frame[times].max().max()))
         # the axes grow when a bar would not fit and otherwise stay put
         self._tops = tuple(max(old, AXIS_ROOM * new) for old, new in zip(self._tops, tops))
-        self.compare_note.value = (f"{len(frame['label'].unique())} setups against the "
-                                   "baseline; axes fixed while the bars fit")
+        self.compare_note.value = (f"{frame['label'].nunique()} setups, changes against the "
+                                   "baseline above the bars; the axes stay put while the bars "
+                                   "fit")
         self.compare_chart.chart = charts.compare_chart(
             frame, self.chip.hbm_bytes, self.chip.name, tops=self._tops)
 
@@ -169,7 +170,7 @@ class ComparePanel:
         try:
             self.measure_button.disabled = self.sweep_measure_button.disabled = True
             frame = self.sweep(measure=True)
-            self._show_history()
+            self._redraw("overview", "measured", "compare")
             return frame
         finally:
             self.measure_button.disabled = self.sweep_measure_button.disabled = False

@@ -7,7 +7,10 @@ the pipeline recomputes each chunk (parex's own executor, the cpu-local recipe) 
 selective remat; a split backward (zbh1) gives half to B and half to W (time.unit_costs's
 rule). On an accelerator t_F is then the one value for which the table's makespan minus the
 busy time m·v·passes·t_F equals the predicted bubble (bisection: the excess grows with t_F),
-with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. On the emulated
+with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. For models so small that a hop
+costs as much as an op the table's critical path is not the predictor's linear one (the solved
+t_F would disagree with the predicted compute by more than 4×): then t_F comes from the compute,
+as on the CPU, and the note says the idle time differs. On the emulated
 CPU the predicted bubble is 0 (idle stages lend their cores), so t_F = compute / (m·v·passes),
 the optimizer and fixed per-step costs included, and the chart shows the idle time a real
 device would have.
@@ -47,6 +50,20 @@ def _excess(schedule: Schedule, t_f: float, t_b: float, t_w: float, hop: float,
     return schedule.makespan(t_f, t_b * t_f, t_w * t_f, hop) - busy * t_f
 
 
+def _solve(schedule, t_b, t_w, hop, busy, bubble) -> float | None:
+    """t_F at which the table idles for `bubble`, by bisection; None when the hops alone idle
+    it longer."""
+    if _excess(schedule, 0.0, t_b, t_w, hop, busy) >= bubble:
+        return None
+    lo, hi = 0.0, max(bubble, 1e-12)
+    while _excess(schedule, hi, t_b, t_w, hop, busy) < bubble:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _excess(schedule, mid, t_b, t_w, hop, busy) < bubble else (lo, mid)
+    return (lo + hi) / 2
+
+
 def gantt_costs(p: Prediction, model, train, layout: Layout, chip
                 ) -> tuple[Schedule, dict, str] | None:
     """(schedule, costs for Schedule.timeline, a note on where they come from), or None
@@ -65,15 +82,13 @@ def gantt_costs(p: Prediction, model, train, layout: Layout, chip
         note = ("op times: predicted compute ÷ (m·v·passes). The emulated devices share the "
                 "host's cores, so the grey idle time is lent to busy stages and the predicted "
                 "step has no bubble; on a GPU it would wait like this")
+    elif (t_f := _solve(schedule, t_b, t_w, hop, busy, bubble)) is None or not (
+            0.25 < t_f * busy / p.step_time_s["compute"] < 4):
+        t_f = p.step_time_s["compute"] / busy  # the hops, not the ops, make the bubble
+        note = ("op times: predicted compute ÷ (m·v·passes); the stage-to-stage hops are as "
+                "long as the ops, so the table's idle time differs from the predicted bubble "
+                "(the predictor adds the hops' cost on the critical path linearly)")
     else:
-        lo, hi = 0.0, max(bubble, 1e-12)
-        while _excess(schedule, hi, t_b, t_w, hop, busy) < bubble:
-            hi *= 2
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if _excess(schedule, mid, t_b, t_w, hop, busy) < bubble else (
-                lo, mid)
-        t_f = (lo + hi) / 2
         note = ("op times: t_F chosen so that the table's idle time is the predicted bubble; "
                 f"t_B = {t_b:g}·t_F" + (f", t_W = {t_w:g}·t_F" if t_w else ""))
     costs = {"t_f": t_f, "t_b": t_b * t_f, "t_w": t_w * t_f, "t_p2p": hop}

@@ -32,17 +32,19 @@ def run_key(model, train, layout, n_devices) -> tuple:
 
 class MeasurePanel:
     """Needs: controls, model, train, layout, error, n_devices, status, measure_button, progress,
-    history_table, history_chart, _show_status, _show_live."""
+    history_table, history_chart, _show_status, _redraw."""
 
     runs: list[Run]
+    _programs: dict  # compiled programs by setup: repeats measure again without compiling
 
     # --- measuring ------------------------------------------------------------------------
     def _on_measure_click(self, _=None) -> None:
-        """The button: measure in a thread; a click while one runs is ignored."""
-        if self.measuring:
+        """The button: measure in a thread, so the kernel stays free; a click while a run
+        holds the lock (taken here, before the thread starts) is ignored."""
+        if not self._busy.acquire(blocking=False):
             return
         self.measure_button.disabled = True
-        self._thread = threading.Thread(target=self.measure, daemon=True)
+        self._thread = threading.Thread(target=self._measure_held, daemon=True)
         self._thread.start()
 
     @property
@@ -51,9 +53,14 @@ class MeasurePanel:
 
     def measure(self):
         """Compile and run the current layout for real; add it and its prediction to the
-        history. Problems show in the status line; returns the Measurement or None."""
+        history. Problems show in the status line; returns the Measurement or None (also when
+        a run is already going)."""
         if not self._busy.acquire(blocking=False):
             return None
+        return self._measure_held()
+
+    def _measure_held(self):
+        """measure() with the lock held; releases it."""
         try:
             self.measure_button.disabled = True
             if self.error:
@@ -61,8 +68,7 @@ class MeasurePanel:
                 return None
             run = self._measure(self.model, self.train, self.layout, self.n_devices)
             if run is not None:
-                self._show_history()
-                self._show_live()
+                self._redraw("overview", "measured", "compare")
             return run.measurement if run else None
         finally:
             self.measure_button.disabled = False
@@ -87,7 +93,8 @@ class MeasurePanel:
         self.progress.max = train.steps + 1
         try:
             measurement, times, split = measure_run(model, train, layout,
-                                                    devices_for(n_devices), self._progress)
+                                                    devices_for(n_devices), self._progress,
+                                                    cache=self._programs)
         except Exception as exc:  # shown in the widget; the kernel keeps running
             self._set_progress(0, "failed", "danger")
             self.status.value = ("<div class='parex-bad'><b>measurement failed:</b> "
@@ -160,6 +167,8 @@ class MeasurePanel:
         return out
 
     def _show_history(self) -> None:
+        if not self.runs:
+            return
         self.history_table.value = pd.DataFrame(self._history_rows()).to_html(
             index=False, classes="parex-table", border=0)
         frame = self.pooled_frame()

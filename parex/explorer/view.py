@@ -18,7 +18,8 @@ STYLE = f"""<style>
 .parex-bad {{ color: {FIT_COLORS['does not fit']}; }}
 .parex-note {{ color: #555555; font-size: 12px; }}
 .parex-badge {{ color: white; padding: 1px 6px; border-radius: 3px; }}
-.parex-table td, .parex-table th {{ padding: 2px 8px; text-align: left; font-size: 12px; }}
+.parex-table td, .parex-table th {{ padding: 2px 8px; text-align: left; font-size: 12px;
+  white-space: nowrap; }}
 </style>"""
 
 
