@@ -346,7 +346,7 @@ class Explorer(MeasurePanel, ComparePanel):
         rows = [{"number": label(name) + (" bytes" if name in KINDS else ""),
                  "formula, values plugged in": text} for name, text in self.explained.items()]
         self.explain_table.value = pd.DataFrame(rows).to_html(index=False, border=0,
-                                                              classes="parex-table")
+                                                              classes="parex-formulas")
 
     def _show_status(self) -> None:
         stale = "add_class" if self.error else "remove_class"
@@ -387,7 +387,8 @@ class Explorer(MeasurePanel, ComparePanel):
         if not getattr(self.prediction, "executable", True):
             reason = getattr(self.prediction, "executable_reason", "")
             notes.append(f"Valid, but parex cannot run it: {reason}")
-        self.notes.value = "".join(f"<div class='parex-note'>{escape(n, quote=False)}</div>" for n in notes)
+        self.notes.value = "".join(f"<div class='parex-note'>{escape(n, quote=False)}</div>"
+                                   for n in notes)
         show = emulated and self.layout.stage > 1 and GPU_FOR_BUBBLE in \
             self.controls["hardware"].options
         self.gpu_button.layout.display = "" if show else "none"

@@ -32,12 +32,13 @@ CHROMIUM = Path("/usr/bin/chromium")
 NOTEBOOK = ROOT / "notebooks" / "07_explorer.py"
 ARTIFACTS = ROOT / "artifacts"
 # Text contents of the visible charts' SVG (SVG <text> has no innerText; hidden tabs are 0 wide).
-CHART_TEXT_JS = """() => Array.from(document.querySelectorAll('.jp-OutputArea-output .vega-embed svg'))
-  .filter(s => s.getBoundingClientRect().width > 0)
+CHARTS = """Array.from(document.querySelectorAll('.jp-OutputArea-output .vega-embed svg'))
+  .filter(s => s.getBoundingClientRect().width > 0)"""
+CHART_TEXT_JS = f"""() => {CHARTS}
   .map(s => Array.from(s.querySelectorAll('text')).map(t => t.textContent).join('|')).join('||')"""
-CHART_COUNT_JS = """() => Array.from(document.querySelectorAll('.jp-OutputArea-output .vega-embed svg'))
-  .filter(s => s.getBoundingClientRect().width > 0).length"""
-STATUS_JS = "() => Array.from(document.querySelectorAll('.widget-html-content')).map(e => e.textContent).join('|')"
+CHART_COUNT_JS = f"() => {CHARTS}.length"
+STATUS_JS = """() => Array.from(document.querySelectorAll('.widget-html-content'))
+  .map(e => e.textContent).join('|')"""
 
 
 def _free_port() -> int:
@@ -130,12 +131,13 @@ def _accept_kernel_dialog(page) -> bool:
 def _run_all(page) -> None:
     """Run > Run All Cells; a fresh server sometimes ignores the first request, so retry until
     the first cell's prompt changes."""
-    for _ in range(4):
+    for _ in range(6):
         _accept_kernel_dialog(page)
-        page.get_by_role("menuitem", name="Run", exact=True).click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-        prompt = page.locator(".jp-Cell.jp-CodeCell .jp-InputPrompt").first
-        try:
+        try:  # a dialog that opens meanwhile blocks the menu: accept it on the next round
+            page.get_by_role("menuitem", name="Run", exact=True).click(timeout=5000)
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click(
+                timeout=5000)
+            prompt = page.locator(".jp-Cell.jp-CodeCell .jp-InputPrompt").first
             page.wait_for_function("p => p.textContent.trim() !== '[ ]:'",
                                    arg=prompt.element_handle(), timeout=8000)
             return

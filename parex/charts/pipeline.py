@@ -74,8 +74,9 @@ def gantt_chart(schedule: Schedule, costs: dict | None = None, width: int = 640,
     y = alt.Y("stage:O", title="pipeline stage", sort="ascending")
     x = alt.X("x0:Q", title=unit, scale=alt.Scale(domain=[0, span], nice=False))
     # every stage's row from 0 to the makespan: what stays grey is idle, the bubble
-    lane = alt.Chart(frame).transform_aggregate(ops="count()", groupby=["stage"]).transform_calculate(
-        first="0", last=str(span)).mark_bar(color=OP_COLORS["idle (bubble)"]).encode(
+    lane = alt.Chart(frame).transform_aggregate(ops="count()", groupby=["stage"])
+    lane = lane.transform_calculate(first="0", last=str(span)).mark_bar(
+        color=OP_COLORS["idle (bubble)"]).encode(
         y=y, x=alt.X("first:Q", scale=alt.Scale(domain=[0, span], nice=False), title=unit),
         x2="last:Q", tooltip=[alt.Tooltip("stage:O"), alt.Tooltip("ops:Q", title="ops")])
     tooltip = ["op_name:N", "stage:O", "microbatch:Q", "chunk:Q", "tick:Q"]

@@ -222,7 +222,7 @@ def scaling_chart(df: pd.DataFrame, y: str = "memory_argument_bytes", x: str = "
     kind = "bytes" if y.endswith("_bytes") else "seconds" if y.endswith("_s") else "count"
     unit, size = _unit(kind, float(data[y].max()))
     data["value"], data["amount"] = data[y] / size, data[y].map(_formatter(kind))
-    words = label(y.removesuffix("_bytes").removesuffix("_s"))
+    words = METRICS.get(y, (label(y.removesuffix("_bytes").removesuffix("_s")),))[0]
     return alt.Chart(data).mark_line(point=True).encode(
         x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=label(x),
                 axis=alt.Axis(values=sorted(data[x].unique().tolist()))),

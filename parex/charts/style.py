@@ -149,5 +149,5 @@ def format_ratio(value: float) -> str:
 
 __all__ = ["COMM_COLOR", "FIT_COLORS", "MEASURED", "MEMORY_COLORS", "NEUTRAL", "OP_COLORS",
            "OP_LABELS", "PART_LABELS", "TIME_COLORS", "bytes_unit", "color", "color_scale",
-           "format_bytes", "format_count", "format_flops", "format_ratio", "format_seconds", "label",
-           "seconds_unit"]
+           "format_bytes", "format_count", "format_flops", "format_ratio", "format_seconds",
+           "label", "seconds_unit"]

@@ -7,10 +7,10 @@ the pipeline recomputes each chunk (parex's own executor, the cpu-local recipe) 
 selective remat; a split backward (zbh1) gives half to B and half to W (time.unit_costs's
 rule). On an accelerator t_F is then the one value for which the table's makespan minus the
 busy time m·v·passes·t_F equals the predicted bubble (bisection: the excess grows with t_F),
-with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. For models so small that a hop
-costs as much as an op the table's critical path is not the predictor's linear one (the solved
-t_F would disagree with the predicted compute by more than 4×): then t_F comes from the compute,
-as on the CPU, and the note says the idle time differs. On the emulated
+with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. For models so
+small that a hop costs as much as an op the table's critical path is not the predictor's linear
+one (the solved t_F would disagree with the predicted compute by more than 4×): then t_F comes
+from the compute, as on the CPU, and the note says the idle time differs. On the emulated
 CPU the predicted bubble is 0 (idle stages lend their cores), so t_F = compute / (m·v·passes),
 the optimizer and fixed per-step costs included, and the chart shows the idle time a real
 device would have.

@@ -20,6 +20,8 @@ STYLE = f"""<style>
 .parex-badge {{ color: white; padding: 1px 6px; border-radius: 3px; }}
 .parex-table td, .parex-table th {{ padding: 2px 8px; text-align: left; font-size: 12px;
   white-space: nowrap; }}
+.parex-formulas td, .parex-formulas th {{ padding: 2px 8px; text-align: left; font-size: 12px;
+  vertical-align: top; }}
 </style>"""
 
 
@@ -75,5 +77,6 @@ def suggestion_buttons(suggestions, explorer) -> list:
     return out
 
 
-__all__ = ["GPU_FOR_BUBBLE", "STYLE", "chart_view", "dropdown", "html_view", "hardware_names", "int_text", "spec_rows",
+__all__ = ["GPU_FOR_BUBBLE", "STYLE", "chart_view", "dropdown", "hardware_names", "html_view",
+           "int_text", "spec_rows",
            "suggestion_buttons"]
