@@ -175,8 +175,11 @@ def bubble_note(p: Prediction, layout: Layout, sym: dict, chip) -> str:
         return "no pipeline: no bubble"
     textbook = (pp - 1) / (m + pp - 1)
     formula = {"interleaved": f"(p−1)/(v·m) = {(pp - 1) / (v * m):.0%} of the ideal compute",
-               "zbh1": "(p−1)·(t_F + t_B − t_W): W fills the tail"}.get(
-        layout.schedule, f"(p−1)/(m+p−1) = {pp - 1}/{m + pp - 1} = {textbook:.0%} of the step")
+               "zbh1": "(p−1)·(t_F + t_B − t_W): W fills the tail",
+               "gpipe": f"(p−1)/(m+p−1) = {pp - 1}/{m + pp - 1} = {textbook:.0%} of the step",
+               }.get(layout.schedule, "the idle time of its schedule table")
+    if layout.schedule == "1f1b":
+        formula = f"(p−1)/(m+p−1) = {pp - 1}/{m + pp - 1} = {textbook:.0%} of the step"
     if chip.calibration is not None:
         return (f"0 on the emulated mesh: its devices share the host's cores, so an idle stage "
                 f"lends its core to a busy one. On a GPU: {formula} (p={pp}, m={m}, v={v})")

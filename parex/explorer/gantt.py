@@ -4,8 +4,8 @@ with the prediction.
 The Prediction reports the step's compute and bubble, not the time of one forward. The backward
 takes (passes − 1) forwards, passes = 3 (forward, backward = 2) + 1 under full remat + 1 where
 the pipeline recomputes each chunk (parex's own executor, the cpu-local recipe) + ¼ under
-selective remat; a split backward (zbh1) gives half to B and half to W (time.unit_costs's
-rule). On an accelerator t_F is then the one value for which the table's makespan minus the
+selective remat; a split backward (zbh1 and the other zero-bubble schedules) gives half to B
+and half to W (time.unit_costs's rule). On an accelerator t_F is then the one value for which the table's makespan minus the
 busy time m·v·passes·t_F equals the predicted bubble (bisection: the excess grows with t_F),
 with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. For models so
 small that a hop costs as much as an op the table's critical path is not the predictor's linear
@@ -24,12 +24,13 @@ from ..record import Prediction
 from .explain import recipe_for, shape_of
 
 
-def unit_costs(layout: Layout, remat: str, stage_remat: bool) -> tuple[float, float, float]:
-    """(passes, t_B, t_W) in forwards."""
+def unit_costs(layout: Layout, remat: str, stage_remat: bool,
+               split_backward: bool) -> tuple[float, float, float]:
+    """(passes, t_B, t_W) in forwards; a split backward (zero-bubble schedules) halves it."""
     passes = 3 + (remat == "full") + 0.25 * (remat == "selective")
     passes += 1 if stage_remat and layout.stage > 1 else 0
     backward = passes - 1
-    if layout.schedule == "zbh1":
+    if split_backward:
         return passes, backward / 2, backward / 2
     return passes, backward, 0.0
 
@@ -73,7 +74,8 @@ def gantt_costs(p: Prediction, model, train, layout: Layout, chip
     sym = shape_of(model, train, layout)
     m, v = sym["m"], sym["v"]
     schedule = make_schedule(layout.schedule, layout.stage, m, v)
-    passes, t_b, t_w = unit_costs(layout, train.remat, recipe_for(chip).stage_remat)
+    passes, t_b, t_w = unit_costs(layout, train.remat, recipe_for(chip).stage_remat,
+                                  schedule.split_backward)
     busy = m * v * passes
     hop = hop_seconds(p, m, v, schedule.n_ticks)
     bubble = p.step_time_s["bubble"]

@@ -15,8 +15,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..charts.style import format_bytes, format_seconds
 from ..hardware import load_chip
 from ..layout import CP_MODES, LayoutError
