@@ -1,66 +1,102 @@
-"""Benchmark: the pipeline bubble — measured step time over m = 1..16 at p = 4 against
-(p−1)/(m+p−1), plus a Gantt chart of every schedule.
+"""Benchmark: pipeline schedules against each other, measured.
 
-    python benchmarks/pipeline_bubble.py [--out DIR] [--ms 1,2,4,8,16] [--schedules gpipe,1f1b]
-                                         [--stages 4] [--data 1] [--seq 64] [--microbatch 2]
+    python benchmarks/pipeline_bubble.py [--model tiny] [--ms 2,4,8] [--repeats 7] [--out DIR]
 
-Runs (compiles and times) one step per (schedule, m) on the emulated CPU mesh and writes
-DIR/pipeline_bubble.csv, .png and .svg, and DIR/gantt_<schedule>.png. The CSV carries the JAX
-version, platform and core count: with fewer cores than devices an idle stage lends its core to a
-busy one, which hides part of the bubble. Takes a few minutes per schedule on a laptop CPU.
+Two parts, each in its own process (the emulated device count is fixed per process):
+1. Equal work: ZB-H1 and ZB-V against 1F1B at p = 4, m = 8 on 8 emulated devices (data = 2), step
+   times alternated in one run. Their matmul FLOPs are equal, and with more emulated devices than
+   cores an idle stage's core serves another stage, so the step times should be too (ratio ≈ 1).
+2. The bubble where it is physical: p = 2 stages on 2 emulated devices, one per core of a 2-core
+   machine. Per schedule and m: the pipelined step against one stage's work done alone on one
+   device (parex.studies_pipeline), so bubble = 1 − t(alone)/t(pipeline), beside the table's
+   bubble (T_F = T_B = T_W) and the lockstep executor's. ZB-H1's should be below 1F1B's.
+Prints medians and ratios; writes DIR/pipeline_bubble.csv and the chart.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
 from pathlib import Path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="artifacts", help="output folder (git-ignored)")
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--ms", default=",".join(str(m) for m in range(1, 17)))
-    parser.add_argument("--schedules", default="gpipe,1f1b")
-    parser.add_argument("--stages", type=int, default=4)
-    parser.add_argument("--data", type=int, default=1, help="data-parallel replicas")
-    parser.add_argument("--seq", type=int, default=64)
-    parser.add_argument("--microbatch", type=int, default=2, help="sequences per microbatch")
-    parser.add_argument("--steps", type=int, default=5)
-    args = parser.parse_args(argv)
-
-    from parex.mesh import emulate_devices  # before anything touches a JAX backend
-
-    emulate_devices(args.stages * args.data)
-    import jax
-    import pandas as pd
-
-    from parex.charts.pipeline import bubble_chart, gantt_chart
+def equal_work(model_name: str, repeats: int) -> dict:
+    """Median step times of 1F1B, ZB-H1 and ZB-V at p = 4, m = 8, alternated."""
     from parex.config import model_preset
-    from parex.parallel.schedules import make_schedule
+    from parex.mesh import emulate_devices
+
+    emulate_devices(8)
+    from parex.studies_pipeline import _timer
+    from parex.config import TrainConfig
+    from parex.layout import Layout
+
+    model = model_preset(model_name).replace(layers=8)
+    train = TrainConfig(global_batch=16)
+    layouts = {"1f1b": "data=2,stage=4,schedule=1f1b,microbatches=8",
+               "zbh1": "data=2,stage=4,schedule=zbh1,microbatches=8",
+               "zbv": "data=2,stage=4,schedule=zbv,virtual=2,microbatches=8"}
+    timers = {k: _timer(model, train, Layout.parse(v), None) for k, v in layouts.items()}
+    times = {k: [] for k in timers}
+    for _ in range(repeats):
+        for k, run in timers.items():
+            times[k].append(run())
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def physical_bubble(model_name: str, ms, repeats: int, out: Path) -> None:
+    from parex.mesh import emulate_devices
+
+    emulate_devices(2)
+    from parex.config import model_preset
     from parex.studies_pipeline import bubble_study
 
-    ms = [int(m) for m in args.ms.split(",")]
+    df = bubble_study(model_preset(model_name), p=2, ms=ms, schedules=("gpipe", "1f1b", "zbh1"),
+                      repeats=repeats, progress=True)
+    df.to_csv(out / "pipeline_bubble.csv", index=False)
+    print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    for m in ms:
+        rows = df[df.m == m].set_index("schedule")
+        print(f"m={m}: ZB-H1/1F1B step time {rows.step_time_s['zbh1'] / rows.step_time_s['1f1b']:.3f}"
+              f", bubble measured 1F1B {rows.bubble_measured['1f1b']:.3f} ZB-H1 "
+              f"{rows.bubble_measured['zbh1']:.3f} (table {rows.bubble_table['1f1b']:.3f} / "
+              f"{rows.bubble_table['zbh1']:.3f})")
+    try:
+        from parex.charts.pipeline import bubble_chart
+
+        bubble_chart(df).save(str(out / "pipeline_bubble.png"))
+    except ImportError:  # the notebook extra is not installed
+        pass
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--ms", default="2,4,8")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", default="artifacts")
+    parser.add_argument("--part", choices=["equal-work", "bubble"], default=None)
+    args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    frames = []
-    for name in args.schedules.split(","):
-        frames.append(bubble_study(model_preset(args.model), args.stages, ms, name,
-                                   args.microbatch, args.data, args.seq, args.steps,
-                                   progress=True))
-        gantt_chart(make_schedule(name, args.stages, 8)).save(str(out / f"gantt_{name}.png"))
-    df = pd.concat(frames, ignore_index=True)
-    df["jax_version"], df["platform"] = jax.__version__, jax.devices()[0].platform
-    df["cpu_cores"] = os.cpu_count()
-    columns = ["schedule", "m", "step_time_s", "bubble_predicted", "bubble_measured"]
-    print(df[columns].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    df.to_csv(out / "pipeline_bubble.csv", index=False)
-    chart = bubble_chart(df)
-    for suffix in (".png", ".svg"):
-        chart.save(str(out / f"pipeline_bubble{suffix}"))
-        print("wrote", out / f"pipeline_bubble{suffix}")
+    if args.part == "equal-work":
+        print(json.dumps(equal_work(args.model, args.repeats)))
+        return 0
+    if args.part == "bubble":
+        physical_bubble(args.model, [int(m) for m in args.ms.split(",")], args.repeats, out)
+        return 0
+    me = [sys.executable, __file__, "--model", args.model, "--repeats", str(args.repeats),
+          "--out", args.out, "--ms", args.ms]
+    result = subprocess.run(me + ["--part", "equal-work"], capture_output=True, text=True,
+                            env=os.environ | {"PYTHONWARNINGS": "ignore"}, check=True)
+    times = json.loads(result.stdout.strip().splitlines()[-1])
+    print(f"p=4, m=8, 8 emulated devices: median step 1F1B {times['1f1b'] * 1e3:.1f} ms, "
+          f"ZB-H1/1F1B {times['zbh1'] / times['1f1b']:.3f}, ZB-V/1F1B "
+          f"{times['zbv'] / times['1f1b']:.3f} (equal matmul FLOPs)")
+    subprocess.run(me + ["--part", "bubble"], check=True)
     return 0
 
 

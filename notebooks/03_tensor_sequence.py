@@ -22,7 +22,9 @@
 #
 # Sequence parallelism (SP, Korthikanti et al. 2022) also splits the LayerNorm and dropout regions
 # along the sequence. Each all-reduce becomes a reduce-scatter plus an all-gather — the same bytes,
-# since an all-reduce *is* those two — while the activations there shrink t-fold.
+# since an all-reduce *is* those two — while the activations there shrink t-fold. As in Megatron,
+# each column-parallel matmul saves its sequence-split input and all-gathers it again in the
+# backward: two more all-gathers per layer buy a t-fold smaller saved activation.
 
 # %%
 import parex
@@ -64,8 +66,8 @@ print(f"{model.layers} layers; measured and predicted " + ", ".join(map(str, lay
 # %% [markdown]
 # ## Collectives per layer
 # Grouped by kind, with the count divided by the layer count. Without SP: about four all-reduces
-# per layer (plus a few for the embedding, the loss and the gradient norm). With SP: that many
-# all-gathers and reduce-scatters instead, moving the same bytes.
+# per layer (plus a few for the embedding, the loss and the gradient norm). With SP: four
+# reduce-scatters and six all-gathers instead (two of them the backward's re-gathers).
 
 # %%
 table = pd.DataFrame([c.to_json() | {"layout": m.layout} for m in measured for c in m.collectives])

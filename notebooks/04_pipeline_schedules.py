@@ -26,6 +26,7 @@
 # | 1F1B | the same | at most p |
 # | interleaved 1F1B, v chunks | (p−1)/(v·m) of the ideal compute | about p, plus (p−1)/(p·m) more |
 # | ZB-H1 (split backward) | (p−1)(T_F+T_B−T_W) instead of (p−1)(T_F+T_B+T_W) | as 1F1B |
+# | ZB-V (two chunks placed V-wise) | about zero once m ≥ 2p | 2p half chunks: as 1F1B |
 
 # %%
 import parex
@@ -41,7 +42,8 @@ model_name = "tiny"
 p = 4
 m = 8
 steps = 3
-bubble_ms = [1, 2, 4, 8]
+bubble_ms = [2, 4, 8]
+bubble_repeats = 5
 
 # %%
 from parex import charts
@@ -70,7 +72,7 @@ pd.DataFrame(one_f_one_b.table()).head(8)
 
 # %%
 schedules = [make_schedule("gpipe", p, m), one_f_one_b, make_schedule("interleaved", p, m, 2),
-             make_schedule("zbh1", p, m)]
+             make_schedule("zbh1", p, m), make_schedule("zbv", p, m, 2)]
 charts.gantt_stack(schedules, width=560)
 
 # %% [markdown]
@@ -103,9 +105,11 @@ charts.gantt_chart(timed[0], timed[1], width=560, subtitle=timed[2])
 
 # %% [markdown]
 # ## Running them for real
-# The executor runs a table on the `stage` mesh axis with per-stage `jax.vjp`. GPipe and 1F1B
-# compute the same gradients, so their losses agree exactly; what differs is the order, and with
-# it the activation (temp) memory and the step time.
+# The executor runs a table on the `stage` mesh axis. Each forward keeps what its backward needs
+# (the residuals of a `jax.vjp`, one stash slot per microbatch in flight) and each backward only
+# runs the backward: nothing is recomputed, so every schedule does the unpipelined step's matmuls.
+# GPipe and 1F1B compute the same gradients, so their losses agree exactly; what differs is the
+# order, and with it the activation (temp) memory: GPipe holds all m microbatches, 1F1B at most p.
 
 # %%
 model = parex.model_preset(model_name)
@@ -117,14 +121,17 @@ for run in runs:
           f"temp {run.memory_bytes_per_device['temp'] / 1e6:.2f} MB")
 
 # %% [markdown]
-# ## The bubble against microbatches
-# With microbatches of one sequence, the step's useful work grows as m while fill and drain stay
-# p − 1 ticks: t(m) = t_mb·(m + p − 1). Fitting the measured times gives the measured bubble, drawn
-# beside (p−1)/(m+p−1). (Emulated devices share the real cores, so an idle stage lends its core
-# to a busy one and hides part of the bubble.)
+# ## The bubble, where it is physical
+# Emulated devices share the real cores: with more devices than cores an idle stage lends its core
+# to a busy one and wall time hides the bubble. So the bubble is measured with p = 2 stages on two
+# devices, one per core of a two-core machine: the pipelined step against the same work done by
+# one stage alone (L/2 layers on one device, the same m microbatches), timed alternately.
+# bubble = 1 − t(alone) / t(pipeline), beside the table's bubble with T_F = T_B = T_W (for 1F1B
+# (p−1)/(m+p−1)). ZB-H1's bubble sits below 1F1B's.
 
 # %%
-study = bubble_study(model, p=p, ms=bubble_ms, schedule="1f1b", steps=steps,
-                     devices=jax.devices()[:p], progress=True)
-print(study[["m", "step_time_s", "bubble_predicted", "bubble_measured"]].round(3).to_string())
+study = bubble_study(model, p=2, ms=bubble_ms, schedules=("1f1b", "zbh1"),
+                     repeats=bubble_repeats, progress=True)
+print(study[["schedule", "m", "step_time_s", "stage_alone_s", "bubble_measured",
+             "bubble_table"]].round(3).to_string())
 charts.bubble_chart(study)

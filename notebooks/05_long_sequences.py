@@ -23,7 +23,7 @@
 # |---|---|---|---|
 # | TP | `tensor=n` | split by heads / F; LayerNorm regions keep all T | all-reduces |
 # | TP + SP | `tensor=n,sp=on` | LayerNorm regions split to T/n too | all-gather + reduce-scatter |
-# | ring | `seq=n,cp=ring` | T/n everywhere | K and V passed around a ring (collective-permute) |
+# | ring | `seq=n,cp=ring` | T/n everywhere, no scores | K, V around a ring (collective-permute) |
 # | Ulysses | `seq=n,cp=ulysses` | T/n everywhere | all-to-all: sequence ↔ heads around attention |
 #
 # parex compiles each split for every length and reads memory and collectives from the compiled
@@ -61,15 +61,18 @@ print(study_table(study))
 # ## Memory and communication against T
 # On log–log axes a T² memory has twice the slope of a T one, and a split over n devices shifts a
 # line down by log n. Ring and Ulysses divide the activations by n everywhere; TP leaves the
-# LayerNorm regions whole, and SP fixes that.
+# LayerNorm regions whole, and SP fixes that. Ring attention's backward recomputes each block's
+# probabilities from the saved output and log-sum-exp, so it keeps no scores, only those of the
+# (T/2n)² block it works on; Ulysses keeps the (T, T) scores of its H/n heads.
 
 # %%
 charts.long_sequence_chart(study)
 
 # %% [markdown]
 # ## Who communicates how much
-# At the longest length: ring attention sends K and V around the ring (n − 1 hops), Ulysses
-# re-shards with all-to-alls, TP all-reduces the activations twice per layer and direction.
+# At the longest length: ring attention sends K and V around the ring (n − 1 hops), and again in
+# the backward with their gradients (n permutes of 4(n − 1) blocks), Ulysses re-shards with
+# all-to-alls, TP all-reduces the activations twice per layer and direction.
 
 # %%
 longest = study[study["seq_len"] == max(lengths)]

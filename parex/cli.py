@@ -1,5 +1,5 @@
 """The `parex` command: `parex run`, `parex demo`, and the commands of other modules
-(`predict`, `calibrate`, `compare`, `seqstudy`).
+(`predict`, `calibrate`, `compare`, `seqstudy`, `plan`, `sweep`, `lowcomm`, `launch`).
 
 Emulated CPU devices must be requested before JAX touches a backend, so every command parses its
 arguments, calls `emulate_devices`, and only then builds meshes.
@@ -82,6 +82,10 @@ def cmd_run(args) -> int:
     m = measure(model, train, layout, devices=jax.devices()[:n], data=args.data,
                 progress=not args.json)
     print(m.dumps() if args.json else measurement_report(m, model.n_params))
+    if m.diloco and not args.json:
+        from .cli_lowcomm import diloco_report
+
+        print(diloco_report(m.diloco))
     return 0
 
 
@@ -146,9 +150,10 @@ def add_demo(sub) -> None:
 def commands() -> list:
     """Each entry adds one subcommand. Modules with their own commands are imported here, when
     the parser is built, because they reuse this module's argument helpers."""
-    from . import cli_predict, studies_sequence
+    from . import cli_lowcomm, cli_plan, cli_predict, studies_sequence
 
-    return [add_run, add_demo, *cli_predict.COMMANDS, studies_sequence.add_seqstudy]
+    return [add_run, add_demo, *cli_predict.COMMANDS, studies_sequence.add_seqstudy,
+            *cli_plan.COMMANDS, *cli_lowcomm.commands()]
 
 
 def main(argv: list[str] | None = None) -> int:

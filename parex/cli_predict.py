@@ -109,9 +109,13 @@ def cmd_predict(args) -> int:
         nodes = max(1, -(-n // chip.devices_per_node))
     cluster = as_cluster(_cluster(chip, nodes))
     layout = Layout.parse(args.layout, cluster.n_devices)
+    from .cli_lowcomm import diloco_report, wan_from_args
+
     p = predict(model, train, layout, cluster, convention=args.convention, recipe=args.recipe,
-                dtype=args.dtype)
+                dtype=args.dtype, wan=wan_from_args(args))
     print(json.dumps(p.to_json(), indent=2) if args.json else prediction_report(p, model, cluster))
+    if p.diloco and not args.json:
+        print(diloco_report(p.diloco))
     return 0
 
 
@@ -140,6 +144,9 @@ def add_predict(sub) -> None:
     p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
                    help="bytes of model state: parex (fp32 weights, grads, Adam) or mixed "
                    "(ZeRO's 2 + 2 + 12; the default on accelerator profiles, parex on cpu-local)")
+    from .cli_lowcomm import add_wan_args
+
+    add_wan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_predict)
 

@@ -23,6 +23,7 @@ from .config import DTYPES, REMAT_POLICIES, ModelConfig, TrainConfig
 class Axis(str, enum.Enum):
     """Mesh axes. The mesh always has all of them (size 1 when unused), outermost first."""
 
+    REPLICA = "replica"  # DiLoCo replicas: no traffic between them but the outer sync
     STAGE = "stage"  # pipeline stages
     DATA = "data"  # replicas of the model state (partitioned only as far as ZeRO says)
     FSDP = "fsdp"  # data parallel with parameters, gradients and optimizer state sharded
@@ -32,6 +33,7 @@ class Axis(str, enum.Enum):
 
 MESH_AXES = tuple(Axis)
 CP_MODES = ("none", "ring", "ulysses")  # attention across seq shards (parex.parallel.context)
+OUTER_DTYPES = ("f32", "bf16", "int8", "int4")  # DiLoCo's exchange (int: per-block scales)
 # The ZeRO stage at which each kind of model state becomes sharded over the data axis.
 ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
 
@@ -57,6 +59,14 @@ class Layout:
     virtual_stages: int = 1  # v, model chunks per pipeline device (interleaved, bfs); key `virtual`
     microbatches: int = 1  # m, microbatches per step (gradient accumulation, pipeline fill)
     layers_per_stage: tuple[int, ...] | None = None  # uneven partition (3, 1); key `partition`
+    # --- low-communication training (DiLoCo, parex.parallel.diloco) ---------------------------
+    replica: int = 1  # R model replicas on the outermost axis, synchronised every H steps
+    inner_steps: int = 1  # H, inner AdamW steps of each replica between outer synchronisations
+    outer_lr: float = 0.7  # outer Nesterov-SGD learning rate on the mean pseudo-gradient
+    outer_momentum: float = 0.9  # outer Nesterov momentum
+    fragments: int = 1  # streaming: P fragments of the layer stack synced in turn, H/P steps apart
+    outer_dtype: str = "f32"  # the exchanged pseudo-gradients: f32, bf16, int8, int4
+    overlap: bool = False  # one-step delay: round k's outer update lands after round k+1
 
     # --- the mesh ------------------------------------------------------------------------
     def axis_sizes(self) -> dict[Axis, int]:
@@ -68,6 +78,11 @@ class Layout:
         for size in self.axis_sizes().values():
             n *= size
         return n
+
+    @property
+    def diloco(self) -> bool:
+        """Whether this is a DiLoCo layout: replicas that synchronise every `inner_steps`."""
+        return self.replica > 1 or self.inner_steps > 1
 
     @property
     def data_parallel(self) -> int:
@@ -105,6 +120,19 @@ class Layout:
         for dim in dims:
             axes = tuple(a.value for a in rules[dim] if self.axis_sizes()[a] > 1) if dim else ()
             entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+        return PartitionSpec(*entries)
+
+    def storage_spec(self, dims: tuple[str | None, ...], kind: str) -> PartitionSpec:
+        """How model state of `kind` is stored between steps: `spec`, except that state
+        without a layers dim (the embedding and head) is also split over the pipeline's stages
+        along its embed dim, so that it falls with p as the blocks' does (the pipeline gathers
+        it for the step)."""
+        if "layers" in dims or "embed" not in dims or self.stage == 1:
+            return self.spec(dims, kind)
+        entries, i = list(self.spec(dims, kind)), dims.index("embed")
+        axes = () if entries[i] is None else (entries[i],) if isinstance(entries[i], str) else \
+            tuple(entries[i])
+        entries[i] = (*axes, Axis.STAGE.value) if axes else Axis.STAGE.value
         return PartitionSpec(*entries)
 
     def shard_count(self, dim: str, kind: str = "act") -> int:
@@ -189,6 +217,11 @@ def _parse_value(key: str, raw: str, annotation: str):
         except ValueError:
             raise LayoutError(f"{key}={raw!r}: write whole numbers separated by ':', "
                               f"e.g. {key}=3:1") from None
+    if annotation == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise LayoutError(f"{key}={raw!r}: {key} takes a number, e.g. {key}=0.7") from None
     if annotation == "int":
         try:
             return int(raw)
@@ -217,5 +250,5 @@ LAYOUT_PRESETS = {
     "fsdp_tp": lambda n: Layout(fsdp=_two_way(n, "fsdp_tp")[0], tensor=_two_way(n, "fsdp_tp")[1]),
 }
 
-__all__ = ["Axis", "CP_MODES", "Layout", "LayoutError", "LAYOUT_PRESETS", "MESH_AXES", "DTYPES",
-           "REMAT_POLICIES"]
+__all__ = ["Axis", "CP_MODES", "OUTER_DTYPES", "Layout", "LayoutError", "LAYOUT_PRESETS",
+           "MESH_AXES", "DTYPES", "REMAT_POLICIES"]

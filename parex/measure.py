@@ -121,6 +121,11 @@ def time_steps(step: TrainStep, compiled, data: str, progress: bool) -> tuple[li
 def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=None,
             data: str = "corpus", warmup: int = 1, progress: bool = False) -> Measurement:
     """Compile and run `train.steps` steps of `layout`; the first `warmup` are not timed."""
+    if layout.diloco:  # replicas and their outer synchronisations
+        from .measure_diloco import measure_diloco
+
+        return measure_diloco(model, train, layout, devices=devices, data=data, warmup=warmup,
+                              progress=progress)
     step, compiled, compile_time = compile_layout(model, train, layout, devices)
     losses, times = time_steps(step, compiled, data, progress)
     timed = times[warmup:] if len(times) > warmup else times

@@ -33,8 +33,9 @@ def devices_for(n: int) -> list:
 
 
 def make_mesh(layout: Layout, devices=None) -> Mesh:
-    """A mesh with every parex axis (size 1 where unused), tensor innermost, in the automatic
-    partitioner's mode so that sharding constraints guide XLA's SPMD partitioner."""
+    """A mesh with every parex axis (size 1 where unused), DiLoCo's replica outermost and tensor
+    innermost, in the automatic partitioner's mode so that sharding constraints guide XLA's SPMD
+    partitioner."""
     devices = devices_for(layout.n_devices) if devices is None else list(devices)
     if len(devices) != layout.n_devices:
         raise LayoutError(f"layout {layout} needs {layout.n_devices} devices, got {len(devices)}")

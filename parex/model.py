@@ -16,6 +16,8 @@ Shapes: B batch, T sequence, D hidden, H heads, K kv heads, Dh head dim, F mlp w
 from __future__ import annotations
 
 import math
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 
@@ -47,6 +49,13 @@ class Ops:
     def seq_order(self, x, axis: int = 1):
         """x with its sequence dim in the order the layout stores positions."""
         return x
+
+    def weighted(self, fn, x, params):
+        """fn(x, params): one place where a block's parameters meet an activation (a norm, a
+        projection and its bias). `fn` is linear or affine in `params`, so its weight gradient
+        needs only x and the output's cotangent: the pipeline's split backward
+        (parex.parallel.split) taps these calls to run input and weight gradients apart."""
+        return fn(x, params)
 
 
 SINGLE_DEVICE = Ops()
@@ -155,17 +164,37 @@ def attention_core(q, k, v):
     K = k.shape[2]
     q = q.reshape(B, T, K, H // K, Dh)
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(Dh)
-    causal = jnp.tril(jnp.ones((T, T), bool))
-    scores = jnp.where(causal, scores, -1e30)
+    # an additive mask: its backward needs no (T, T) residual, unlike jnp.where's
+    scores = scores + jnp.where(jnp.tril(jnp.ones((T, T), bool)), 0.0, -1e30)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, Dh)
 
 
-def _attention(x, p, cfg, ops, remat):
+def _qkv_projection(x, w, ops):
     # (B, T, K, G + 2, Dh), column-parallel
-    qkv, = ops.column_parallel("btd,dkgh->btkgh", x, (p["wqkv"],), _QKV_W, _QKV)
-    if cfg.family == "gpt":
-        qkv = qkv + p["bqkv"]
+    qkv, = ops.column_parallel("btd,dkgh->btkgh", x, (w["wqkv"],), _QKV_W, _QKV)
+    return qkv + w["bqkv"] if "bqkv" in w else qkv
+
+
+def _out_projection(u, w, ops, eq, u_dims, w_dims):
+    y = ops.row_parallel(eq, u, w["w"], u_dims, w_dims)  # TP reduces here
+    return y + w["b"] if "b" in w else y
+
+
+def _mlp_in(x, w, ops):
+    names = [n for n in ("w_in", "w_gate", "w_up") if n in w]
+    us = ops.column_parallel("btd,df->btf", x, tuple(w[n] for n in names), _MLP_W, _MLP)
+    return (us[0] + w["b_in"],) if "b_in" in w else us
+
+
+def _params(p, **names):
+    """The parameters one weighted op reads, under the names its function uses."""
+    return {short: p[long] for short, long in names.items() if long in p}
+
+
+def _attention(x, p, cfg, ops, remat):
+    qkv = ops.weighted(partial(_qkv_projection, ops=ops), x,
+                       _params(p, wqkv="wqkv", bqkv="bqkv"))
     B, T, K, G2, Dh = qkv.shape
     q = qkv[:, :, :, :-2].reshape(B, T, K * (G2 - 2), Dh)  # (B, T, H, Dh), head = kv·G + g
     k, v = qkv[:, :, :, -2], qkv[:, :, :, -1]  # (B, T, K, Dh)
@@ -177,20 +206,20 @@ def _attention(x, p, cfg, ops, remat):
     v = ops.constrain(v, ("batch", "seq", "kv_heads", "head_dim"))
     core = jax.checkpoint(ops.attention) if remat == "selective" else ops.attention
     out = ops.constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
-    y = ops.row_parallel("bthk,hkd->btd", out, p["wo"], _HEADS, _HEADS_W)  # TP reduces here
-    return y + p["bo"] if cfg.family == "gpt" else y
+    return ops.weighted(partial(_out_projection, ops=ops, eq="bthk,hkd->btd", u_dims=_HEADS,
+                                w_dims=_HEADS_W), out, _params(p, w="wo", b="bo"))
 
 
 def _mlp(x, p, cfg, ops):
-    names = ("w_in",) if cfg.family == "gpt" else ("w_gate", "w_up")
-    us = ops.column_parallel("btd,df->btf", x, tuple(p[n] for n in names), _MLP_W, _MLP)
+    us = ops.weighted(partial(_mlp_in, ops=ops), x,
+                      _params(p, w_in="w_in", b_in="b_in", w_gate="w_gate", w_up="w_up"))
     if cfg.family == "gpt":
-        u = jax.nn.gelu(us[0] + p["b_in"])
-    else:
+        u = jax.nn.gelu(us[0])
+    else:  # SwiGLU
         u = jax.nn.silu(us[0]) * us[1]
     u = ops.constrain(u, _MLP)  # (B, T, F), column-parallel
-    y = ops.row_parallel("btf,fd->btd", u, p["w_out"], _MLP, _MLP_OUT_W)  # TP reduces here
-    return y + p["b_out"] if cfg.family == "gpt" else y
+    return ops.weighted(partial(_out_projection, ops=ops, eq="btf,fd->btd", u_dims=_MLP,
+                                w_dims=_MLP_OUT_W), u, _params(p, w="w_out", b="b_out"))
 
 
 # Dims of the tensor-parallel matmuls' operands: weights W_in[D, F_tensor], W_out[F_tensor, D].
@@ -206,9 +235,10 @@ _MLP_OUT_W = ("mlp", "embed")
 def block(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
     """One pre-norm transformer block on the residual stream x (B, T, D)."""
     res = ("batch", "seq_res", "hidden")  # sequence-parallel region under SP
-    h = _norm(ops.constrain(x, res), p["norm1"], cfg.family)
+    norm = partial(_norm, family=cfg.family)
+    h = ops.weighted(norm, ops.constrain(x, res), p["norm1"])
     x = ops.constrain(x + _attention(h, p["attn"], cfg, ops, remat), res)
-    h = _norm(x, p["norm2"], cfg.family)
+    h = ops.weighted(norm, x, p["norm2"])
     return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops), res)
 
 

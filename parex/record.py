@@ -35,6 +35,8 @@ class Measurement:
     matmul_flops_per_device: float = 0.0  # every dot in the compiled step, loop trips included
     collectives: list[Collective] = field(default_factory=list)
     tokens_per_step: int = 0
+    diloco: dict | None = None  # DiLoCo layouts: inner_steps, cross_replica_bytes_per_step,
+    # outer_bytes_per_sync, inner_bytes_per_device_per_step, ... (parex.measure_diloco)
 
     @property
     def tokens_per_s(self) -> float:
@@ -70,7 +72,13 @@ class Measurement:
         row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
         row |= {f"comm_{k.replace('-', '_')}_bytes": v
                 for k, v in self.comm_bytes_per_device.items()}
-        return row
+        return row | diloco_columns(self.diloco)
+
+
+def diloco_columns(block: dict | None) -> dict:
+    """The scalar entries of a `diloco` block as `diloco_<name>` columns."""
+    return {f"diloco_{k}": v for k, v in (block or {}).items()
+            if isinstance(v, (int, float, str, bool)) or v is None}
 
 
 PREDICTED_MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temp", "argument",
@@ -105,6 +113,8 @@ class Prediction:
     collectives: list[dict] = field(default_factory=list)  # {kind, axes, count, bytes, seconds}
     convention: str = "gpu"  # "xla-cpu" (what the emulated mesh compiles) or "gpu" (ideal)
     hardware_flops_per_device: float = 0.0  # true count with recompute, every loop iteration (HFU)
+    diloco: dict | None = None  # DiLoCo layouts: the outer sync over the WAN
+    # (parex.predict.lowcomm); the other fields describe one replica's inner step
 
     @property
     def tokens_per_s(self) -> float:
@@ -131,7 +141,7 @@ class Prediction:
         row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
         row |= {f"comm_{k.replace('-', '_')}_bytes": v
                 for k, v in self.comm_bytes_per_device.items()}
-        return row
+        return row | diloco_columns(self.diloco)
 
 
 def records_frame(items):

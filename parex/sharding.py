@@ -4,6 +4,7 @@ the attention core the Layout asks for, and the explicit collectives of sequence
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -13,6 +14,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from .layout import Axis, Layout
 from .model import Ops, attention_core
 from .parallel.context import ring_attention, ulysses_attention, zigzag
+from .parallel.nested import nested_shard_map
 
 RESIDUAL = ("batch", "seq_res", "hidden")  # the residual stream (B, T, D)
 QUERY = ("batch", "seq", "heads", "head_dim")
@@ -21,6 +23,18 @@ KEY_VALUE = ("batch", "seq", "kv_heads", "head_dim")
 
 def _is_dims(x) -> bool:
     return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
+
+
+def _names(entry) -> tuple:
+    """The mesh axes of one PartitionSpec entry."""
+    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A manual region's operand that is a parameter: it comes in with its parameter sharding."""
+
+    dims: tuple
 
 
 class MeshOps(Ops):
@@ -43,6 +57,12 @@ class MeshOps(Ops):
             inner.layout = self.layout.replace(data=1, zero=0)
         return inner
 
+    @property
+    def nests_shard_maps(self) -> bool:
+        """Whether these ops run shard_maps (sp, seq) inside another's manual region."""
+        manual = any(kind == AxisType.Manual for kind in self.mesh.axis_types)
+        return manual and (self.layout.sp or self.layout.seq > 1)
+
     def sharding(self, dims, kind: str = "act") -> NamedSharding:
         return NamedSharding(self.mesh, self.layout.spec(dims, kind))
 
@@ -50,30 +70,66 @@ class MeshOps(Ops):
         return jax.lax.with_sharding_constraint(x, self.sharding(dims))
 
     def manual(self, fn, in_dims, out_dims):
-        """fn on each device's blocks: operands and results named by logical dims. Axes that an
-        enclosing shard_map already made manual (a pipeline's stage axis) are left to it."""
-        specs = partial(jax.tree.map, self.layout.spec, is_leaf=_is_dims)
+        """fn on each device's blocks: operands and results named by logical dims (a `Weight`
+        operand comes in with its parameter sharding). Axes that an enclosing shard_map already
+        made manual (a pipeline's stage axis) are left to it."""
+        def spec(dims):
+            if isinstance(dims, Weight):
+                return self.layout.spec(dims.dims, "param")
+            return self.layout.spec(dims)
+
+        specs = partial(jax.tree.map, spec, is_leaf=lambda d: _is_dims(d) or isinstance(d, Weight))
         free = frozenset(name for name, kind in zip(self.mesh.axis_names, self.mesh.axis_types)
                          if kind != AxisType.Manual)
-        return jax.shard_map(fn, mesh=self.mesh, in_specs=specs(tuple(in_dims)),
-                             out_specs=specs(out_dims), axis_names=free)
+        nested = len(free) < len(self.mesh.axis_names)  # inside another shard_map
+        return (nested_shard_map if nested else jax.shard_map)(
+            fn, mesh=self.mesh, in_specs=specs(tuple(in_dims)), out_specs=specs(out_dims),
+            axis_names=free)
+
+    def gather_weight(self, w, dims):
+        """Inside a manual region: the weight whole over the axes that only its parameter
+        sharding splits (W[D_fsdp, F_tensor] -> W[D, F_tensor]: fsdp, and data under ZeRO-3).
+        The gradient then leaves reduce-scattered over those axes, and only its shard is summed
+        over the other replicas (data, seq): the shard is made varying over them first."""
+        param, act = self.layout.spec(dims, "param"), self.layout.spec(dims)
+        if param == act:
+            return w
+        split = {name for entry in param for name in _names(entry)}
+        replicas = tuple(a.value for a in (Axis.DATA, Axis.FSDP, Axis.SEQ)
+                         if self.layout.axis_sizes()[a] > 1 and a.value not in split)
+        w = jax.lax.pcast(w, replicas, to="varying") if replicas else w
+        for i, (entry, used) in enumerate(zip(param, act)):
+            if entry != used:  # only `embed` differs: split over the batch axes, used whole
+                w = jax.lax.all_gather(w, entry, axis=i, tiled=True)
+        return w
+
+    def gathers_weights(self, w_dims) -> bool:
+        return self.layout.spec(w_dims, "param") != self.layout.spec(w_dims)
 
     # --- Megatron sequence parallelism (Korthikanti et al. 2022) --------------------------------
     # Under sp=on the residual stream is x[B, T_tensor, D]. Entering a tensor-parallel region
     # all-gathers T (backward: reduce-scatter of the input gradient); leaving it reduce-scatters
     # the partial sums of the row-parallel matmul (backward: all-gather). Same bytes as TP's one
-    # all-reduce, but the LayerNorm/dropout regions hold 1/t of the activations.
+    # all-reduce, but the LayerNorm/dropout regions hold 1/t of the activations. What is saved
+    # for the backward is Megatron's: the sequence-split input of each column-parallel matmul,
+    # all-gathered again in the backward (jax.checkpoint around gather + matmul, whose inputs
+    # are then its only residuals; the recomputed matmul is dead code). XLA merges the head's
+    # re-gather with its forward gather, which its backward follows at once. Weights enter with
+    # their parameter sharding and are all-gathered over fsdp (ZeRO-3: data) inside, as FSDP
+    # does: again in the backward, their gradients reduce-scattered, never kept gathered. The
+    # lookup's backward needs only the token ids, so it saves nothing gathered.
 
     def column_parallel(self, eq, x, ws, w_dims, out_dims):
         if not self.layout.sp:
             return super().column_parallel(eq, x, ws, w_dims, out_dims)
         tensor = Axis.TENSOR.value
 
+        @jax.checkpoint  # residuals: x (B, T/(s·t), D) and the weights' shards
         def local(x, *ws):  # x (B, T/(s·t), D) -> (B, T/s, D), then W_in[D, F_tensor]
             x = jax.lax.all_gather(x, tensor, axis=1, tiled=True)
-            return tuple(jnp.einsum(eq, x, w) for w in ws)
+            return tuple(jnp.einsum(eq, x, self.gather_weight(w, w_dims)) for w in ws)
 
-        fn = self.manual(local, (RESIDUAL,) + (w_dims,) * len(ws), (out_dims,) * len(ws))
+        fn = self.manual(local, (RESIDUAL,) + (Weight(w_dims),) * len(ws), (out_dims,) * len(ws))
         return fn(x, *ws)
 
     def lookup(self, table, tokens):
@@ -83,16 +139,17 @@ class MeshOps(Ops):
         it would all-gather the whole table and all-reduce its gradient instead."""
         if not self.layout.sp:
             return super().lookup(table, tokens)
-        tensor = Axis.TENSOR.value
+        tensor, dims = Axis.TENSOR.value, ("vocab", "embed")
 
         def local(table, tokens):  # table (V/t, D), tokens (B, T/s) -> (B, T/(s·t), D)
+            table = self.gather_weight(table, dims)  # the backward needs only the ids
             rows = table.shape[0]
             ids = tokens - jax.lax.axis_index(tensor) * rows
             held = (ids >= 0) & (ids < rows)
             x = jnp.where(held[..., None], table[jnp.clip(ids, 0, rows - 1)], 0)
             return jax.lax.psum_scatter(x, tensor, scatter_dimension=1, tiled=True)
 
-        return self.manual(local, (("vocab", "embed"), ("batch", "seq")), RESIDUAL)(table, tokens)
+        return self.manual(local, (Weight(dims), ("batch", "seq")), RESIDUAL)(table, tokens)
 
     def row_parallel(self, eq, u, w, u_dims, w_dims):
         if not self.layout.sp:
@@ -100,10 +157,12 @@ class MeshOps(Ops):
         tensor = Axis.TENSOR.value
 
         def local(u, w):  # partial sums (B, T/s, D) -> summed and scattered (B, T/(s·t), D)
-            y = jnp.einsum(eq, u, w)
+            y = jnp.einsum(eq, u, self.gather_weight(w, w_dims))
             return jax.lax.psum_scatter(y, tensor, scatter_dimension=1, tiled=True)
 
-        return self.manual(local, (u_dims, w_dims), RESIDUAL)(u, w)
+        if self.gathers_weights(w_dims):  # keep the weight's shard, not the gathered weight
+            local = jax.checkpoint(local)
+        return self.manual(local, (u_dims, Weight(w_dims)), RESIDUAL)(u, w)
 
     # --- context parallelism on the seq axis ----------------------------------------------------
 

@@ -69,9 +69,11 @@ class TrainStep:
         return self.ops.sharding(dims, kind)
 
     def state_shardings(self, kind: str):
-        """Sharding of a params-shaped tree of model state of `kind` ("param", "grad", "opt")."""
-        return jax.tree.map(lambda dims: self.sharding(dims, kind), gpt.param_dims(self.model),
-                            is_leaf=_is_dims)
+        """Sharding of a params-shaped tree of model state of `kind` ("param", "grad", "opt"),
+        as it is stored between steps (Layout.storage_spec)."""
+        return jax.tree.map(
+            lambda dims: NamedSharding(self.mesh, self.layout.storage_spec(dims, kind)),
+            gpt.param_dims(self.model), is_leaf=_is_dims)
 
     def constrain(self, x, dims):
         return self.ops.constrain(x, dims)

@@ -1,24 +1,35 @@
-"""The pipeline bubble study: measured step time over m microbatches at fixed p, against the
-bubble (p−1)/(m+p−1) of GPipe and 1F1B.
+"""The pipeline bubble, measured where it is physical, beside what the schedule table says.
 
-Each microbatch has the same size, so the step's useful work grows as m while the fill and drain
-of the pipeline stay p−1 ticks: t(m) = t_mb·(m + p − 1). The measured bubble is the share of the
-step not proportional to m: fit t(m) = s·m + c over the study, then bubble(m) = 1 − s·m / t(m),
-which equals (p−1)/(m+p−1) when the schedule behaves as its table says.
+On an emulated CPU mesh with more devices than cores, a stage that idles lends its core to a busy
+one, so wall time hides the bubble. With one emulated device per core (p = 2 stages on a 2-core
+machine) each stage owns its core and the bubble is real wall time. The study then times, in one
+process and alternately, the pipelined step and the same work done by one stage alone: a model
+of L/p layers (with the embedding and the head) on one device, over the same m microbatches. The
+measured bubble is the share of the pipelined step that is not one stage's work:
 
-On an emulated CPU mesh the devices share the machine's cores: an idle stage hands its core to a
-busy one, which hides part of the bubble when there are fewer cores than devices.
+    bubble_measured = 1 − t(one stage alone) / t(pipeline)
+
+(executor overheads, the stage-to-stage sends and the embedding/head imbalance count in it too).
+Beside it: `bubble_table`, the schedule table timed with T_F = T_B = T_W (an unsplit backward
+2·T_F), 1 − m·3·T_F / makespan, which is (p−1)/(m+p−1) for GPipe and 1F1B; and `bubble_lockstep`,
+the same with every tick as long as its slowest op, as parex's tick-synchronous executor runs it.
+A `cpu-local` prediction includes neither (its devices share the cores); a GPU profile's
+prediction includes the table's.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import statistics
+import time
+
+import jax
 import pandas as pd
 
 from .config import ModelConfig, TrainConfig
+from .data import Batches
 from .layout import Layout
-from .measure import measure
-from .parallel.schedules import make_schedule
+from .measure import compile_layout
+from .parallel.schedules import LOOPING, VEE, make_schedule
 
 
 def predicted_bubble(p: int, m: int) -> float:
@@ -26,31 +37,60 @@ def predicted_bubble(p: int, m: int) -> float:
     return (p - 1) / (m + p - 1)
 
 
-def measured_bubble(m, step_time) -> np.ndarray:
-    """1 − s·m/t(m) with s the least-squares slope of step time over m."""
-    m, t = np.asarray(m, float), np.asarray(step_time, float)
-    if len(m) < 2 or np.ptp(m) == 0:
-        raise ValueError("the bubble fit needs step times for at least two different m")
-    slope, _ = np.polyfit(m, t, 1)
-    return 1.0 - slope * m / t
+def table_bubbles(schedule: str, p: int, m: int) -> tuple[float, float]:
+    """(asynchronous, lockstep) bubble of the table with T_F = T_B = T_W per full stage."""
+    v = 2 if schedule in LOOPING + VEE else 1
+    s = make_schedule(schedule, p, m, v)
+    costs = (1 / v, 1 / v, 1 / v)
+    work = 3 * m
+    return 1 - work / s.makespan(*costs), 1 - work / s.lockstep_makespan(*costs)
 
 
-def bubble_study(model: ModelConfig, p: int = 4, ms=range(1, 17), schedule: str = "1f1b",
-                 microbatch: int = 1, data: int = 1, seq_len: int | None = None, steps: int = 4,
-                 devices=None, progress: bool = False) -> pd.DataFrame:
-    """One row per m: median step time, the table's idle fraction, predicted and measured
-    bubble. Every microbatch holds `microbatch` sequences per data replica."""
+def _timer(model, train, layout, devices):
+    """A function that runs one step of `layout` and returns its seconds."""
+    step, compiled, _ = compile_layout(model, train, layout, devices)
+    batches = Batches("corpus", train.global_batch, step.seq_len, model.vocab, train.seed)
+    state = {"state": step.init_state(), "batch": batches.on_mesh(0, step.batch_sharding)}
+
+    def run() -> float:
+        start = time.perf_counter()
+        state["state"], loss = compiled(state["state"], state["batch"])
+        jax.block_until_ready(loss)
+        return time.perf_counter() - start
+
+    run()  # warm-up
+    return run
+
+
+def bubble_study(model: ModelConfig, p: int = 2, ms=(2, 4, 8), schedules=("1f1b", "zbh1"),
+                 microbatch: int = 1, seq_len: int | None = None, repeats: int = 7,
+                 progress: bool = False) -> pd.DataFrame:
+    """One row per (schedule, m): median step times of the pipeline and of one stage alone,
+    timed alternately `repeats` times, and the three bubbles (module docstring). Needs p
+    devices; run it with one emulated device per free core."""
     from tqdm.auto import tqdm
 
+    devices = jax.devices()[:p]
+    alone_model = model.replace(layers=model.layers // p)
     rows = []
-    for m in tqdm(list(ms), desc=f"{schedule} p={p}", disable=not progress):
-        layout = Layout(stage=p, data=data, schedule=schedule, microbatches=m)
-        train = TrainConfig(global_batch=m * microbatch * data, seq_len=seq_len, steps=steps)
-        result = measure(model, train, layout, devices=devices)
-        rows.append({"schedule": schedule, "p": p, "m": m, "layout": str(layout),
-                     "step_time_s": result.step_time_s["median"],
-                     "idle_fraction": make_schedule(schedule, p, m).idle_fraction(),
-                     "bubble_predicted": predicted_bubble(p, m)})
-    frame = pd.DataFrame(rows)
-    frame["bubble_measured"] = measured_bubble(frame["m"], frame["step_time_s"])
-    return frame
+    cases = [(name, m) for m in ms for name in schedules]
+    for name, m in tqdm(cases, desc=f"bubble p={p}", disable=not progress):
+        train = TrainConfig(global_batch=m * microbatch, seq_len=seq_len)
+        v = 2 if name in LOOPING + VEE else 1
+        piped = Layout(stage=p, schedule=name, virtual_stages=v, microbatches=m)
+        timers = {"pipeline": _timer(model, train, piped, devices),
+                  "alone": _timer(alone_model, train, Layout(microbatches=m), devices[:1])}
+        times = {key: [] for key in timers}
+        for _ in range(repeats):  # alternated, so that the machine's load hits both alike
+            for key, run in timers.items():
+                times[key].append(run())
+        t_pipe, t_alone = (statistics.median(times[k]) for k in ("pipeline", "alone"))
+        table, lockstep = table_bubbles(name, p, m)
+        rows.append({"schedule": name, "p": p, "m": m, "layout": str(piped),
+                     "step_time_s": t_pipe, "stage_alone_s": t_alone,
+                     "bubble_measured": 1 - t_alone / t_pipe, "bubble_table": table,
+                     "bubble_lockstep": lockstep, "bubble_predicted": predicted_bubble(p, m)})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["bubble_study", "predicted_bubble", "table_bubbles"]

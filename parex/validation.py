@@ -7,10 +7,11 @@ call them for thousands of layouts.
 from __future__ import annotations
 
 from .config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
-from .layout import CP_MODES, Layout, LayoutError
+from .layout import CP_MODES, OUTER_DTYPES, Layout, LayoutError
 
 
 def check_layout(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
+    _check_replica(layout, model, train, n_devices)  # first: its device-count message is sharper
     _check_axes(layout, n_devices)
     _check_model(model, train)
     _check_tensor(layout, model, train)
@@ -84,6 +85,11 @@ def _check_state_sharding(layout: Layout, model: ModelConfig) -> None:
         axes = "fsdp" if layout.zero == 0 else "data × fsdp"
         _fail(f"hidden={model.hidden} is not divisible by the {n} shards of {axes} that "
               f"FSDP/ZeRO cut each weight into; choose sizes whose product divides {model.hidden}")
+    # the embedding and head are split over the stages too (Layout.spec)
+    if model.hidden % (n * layout.stage):
+        _fail(f"hidden={model.hidden} is not divisible by the {n * layout.stage} shards that "
+              f"the embedding and head are cut into over the pipeline's stage={layout.stage} "
+              f"(and fsdp/ZeRO) axes; choose sizes whose product divides {model.hidden}")
 
 
 def _check_batch(layout: Layout, train: TrainConfig) -> None:
@@ -114,9 +120,11 @@ def _check_pipeline(layout: Layout, model: ModelConfig, train: TrainConfig) -> N
             _fail("schedule, virtual and partition apply to pipelines: set stage=2 or more, or "
                   "leave them at their defaults")
         return
-    if layout.sp or layout.seq > 1:
-        _fail("sequence parallelism (sp=on) and context parallelism (seq > 1) do not run inside "
-              "pipeline stages yet: set sp=off and seq=1, or stage=1")
+    if layout.cp == "ring":
+        _fail("ring attention (cp=ring) cannot run inside pipeline stages: each stage takes its "
+              "own branch of the tick switch, and XLA's CPU runtime pairs a collective-permute "
+              "run by some stages with another stage's (wrong results, or an abort); use "
+              "cp=ulysses inside stages, or stage=1 for ring attention")
     try:
         check_schedule(layout.schedule, p, num_microbatches(layout, train), v)
     except ValueError as error:
@@ -191,3 +199,66 @@ def num_microbatches(layout: Layout, train: TrainConfig) -> int:
     if layout.microbatches > 1 or train.microbatch is None:
         return layout.microbatches
     return train.global_batch // layout.data_parallel // train.microbatch
+
+
+# --- DiLoCo: the replica axis (parex.parallel.diloco) --------------------------------------------
+
+def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
+    """The replica axis and the DiLoCo keys; then each replica's inner layout on its share of
+    the devices and of the batch, with every other check."""
+    from .parallel.rounds import DILOCO_FIELDS, inner_layout
+
+    R, H, P = layout.replica, layout.inner_steps, layout.fragments
+    if not layout.diloco:
+        changed = [k for k in DILOCO_FIELDS if getattr(layout, k) != getattr(Layout(), k)]
+        if changed:
+            _fail(f"{', '.join(changed)} only mean something for DiLoCo: set replica=2 or more "
+                  f"(and inner_steps=H), or leave {', '.join(changed)} at the default")
+        return
+    if R < 1:
+        _fail(f"replica={R}: use at least 1 replica")
+    if n_devices % R:
+        divisors = [d for d in range(1, n_devices + 1) if n_devices % d == 0]
+        _fail(f"replica={R} does not divide the {n_devices} devices: every replica runs the same "
+              f"inner mesh on n/R devices; choose replica from {divisors}")
+    if H < 1:
+        _fail(f"inner_steps={H}: each replica takes at least one inner step between "
+              f"synchronisations; use inner_steps=1 or more (DiLoCo uses tens to hundreds)")
+    _check_outer(layout)
+    _check_fragments(layout, model)
+    B, inner = train.global_batch, inner_layout(layout)
+    unit = R * inner.data_parallel * inner.microbatches
+    if B % unit:
+        _fail(f"global batch {B} does not split evenly over replica × data × fsdp × microbatches "
+              f"= {unit}: each replica takes B/R sequences; use a global batch that is a "
+              f"multiple of {unit}")
+    check_layout(inner, model, train.replace(global_batch=B // R), n_devices // R)
+
+
+def _check_outer(layout: Layout) -> None:
+    if layout.outer_dtype not in OUTER_DTYPES:
+        _fail(f"outer_dtype={layout.outer_dtype!r}: the pseudo-gradients are exchanged as one of "
+              f"{', '.join(OUTER_DTYPES)}")
+    if not layout.outer_lr > 0:
+        _fail(f"outer_lr={layout.outer_lr}: the outer learning rate must be positive "
+              f"(DiLoCo uses 0.7)")
+    if not 0 <= layout.outer_momentum < 1:
+        _fail(f"outer_momentum={layout.outer_momentum}: Nesterov momentum lies in [0, 1) "
+              f"(DiLoCo uses 0.9)")
+
+
+def _check_fragments(layout: Layout, model: ModelConfig) -> None:
+    P, H, L, p = layout.fragments, layout.inner_steps, model.layers, layout.stage
+    if P < 1:
+        _fail(f"fragments={P}: use 1 (all parameters at once) or more (streaming)")
+    if L % P:
+        divisors = [d for d in range(1, L + 1) if L % d == 0]
+        _fail(f"fragments={P} does not divide the model's layers={L}: each fragment holds "
+              f"every P-th layer; choose fragments from {divisors}")
+    if p > 1 and (L // p) % P:
+        _fail(f"fragments={P} does not divide the {L // p} layers of each of the stage={p} "
+              f"pipeline stages: a strided fragment takes the same share of every stage; "
+              f"choose fragments from the divisors of {L // p}")
+    if H % P:
+        _fail(f"inner_steps={H} is not a multiple of fragments={P}: the fragments synchronise "
+              f"H/P steps apart; use inner_steps={P * max(1, -(-H // P))}")

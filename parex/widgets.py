@@ -26,6 +26,7 @@ import threading
 import ipywidgets as w
 import pandas as pd
 
+from .charts.style import format_seconds
 from .config import DTYPES, REMAT_POLICIES, model_preset, preset_names
 from .explorer.compare_panel import SWEEPS, ComparePanel
 from .explorer.explain import explain
@@ -37,7 +38,7 @@ from .explorer.state import (DIMS, SPLIT_AXES, cli_command, model_of, realistic_
 from .explorer.view import (GPU_FOR_BUBBLE, STYLE, chart_view, dropdown, hardware_names,
                             html_view, int_text, spec_rows)
 from .hardware import load_chip
-from .layout import CP_MODES, LayoutError
+from .layout import CP_MODES, Layout, LayoutError
 from .parallel.schedules import SCHEDULES
 from .predict import predict
 
@@ -188,17 +189,28 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
                 self.controls[name].value = value
         return self
 
-    def load_layout(self, text: str, **values) -> "Explorer":
-        """Set the mesh axes and techniques from a layout string (e.g. from the Planner):
-        "data=2,tensor=4,zero=1"; the device count follows the layout."""
-        from .layout import Layout
+    def load(self, model: str, layout: Layout, n_devices: int, **settings) -> "Explorer":
+        """Show `layout` of preset `model` on `n_devices` (a planner row, say): every control
+        set at once, choices widened where the layout needs a value they lack. `settings`
+        names other controls (remat, global_batch, hardware, seq_len, ...)."""
+        values = {"model": model, "devices": n_devices, "zero": layout.zero, "sp": layout.sp,
+                  "cp": layout.cp, "schedule": layout.schedule,
+                  "microbatches": layout.microbatches, "virtual": layout.virtual_stages,
+                  **{a.value: getattr(layout, a.value) for a in SPLIT_AXES}, **settings}
+        with self.hold():
+            self.controls["model"].value = model  # resets the dims to the preset's
+            for name, value in values.items():
+                control = self.controls[name]
+                if isinstance(control, w.Dropdown) and value not in control.options:
+                    control.options = sorted({*control.options, value})
+                control.value = value
+        return self
 
+    def load_layout(self, text: str, **settings) -> "Explorer":
+        """The same from a layout string, on the current model: "data=2,tensor=4,zero=1" (the
+        device count follows the layout)."""
         layout = Layout.parse(text)
-        return self.set(devices=layout.n_devices, **{a.value: getattr(layout, a.value)
-                                                    for a in SPLIT_AXES},
-                        zero=layout.zero, sp=layout.sp, cp=layout.cp,
-                        microbatches=layout.microbatches, virtual=layout.virtual_stages,
-                        schedule=layout.schedule, **values)
+        return self.load(self.controls["model"].value, layout, layout.n_devices, **settings)
 
     def _on_preset(self, change) -> None:
         preset = model_preset(change.new)
@@ -309,5 +321,10 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         self._drawn -= set(panels)
         self._draw_visible()
 
+
+# The helpers parex.widgets_planner builds its controls with (they live in parex.explorer.view
+# and parex.charts.style now; the Planner can import them from there).
+_dropdown, _int_text, _hardware_names, _spec_rows = dropdown, int_text, hardware_names, spec_rows
+_seconds = format_seconds
 
 __all__ = ["Explorer", "PANELS", "divisors"]

@@ -79,12 +79,18 @@ def _all_specs():
     for model in ("tiny", "tiny-llama"):
         dims = gpt.param_dims(model_preset(model))
         flat = _flatten(dims)
-        for name in LAYOUT_PRESETS:
-            layout = Layout.preset(name, 8)
+        layouts = {name: Layout.preset(name, 8) for name in LAYOUT_PRESETS}
+        layouts |= {text: Layout.parse(text) for text in PIPELINES}
+        for name, layout in layouts.items():
             specs[f"{model}/{name}"] = {
-                path: {kind: str(layout.spec(d, kind)) for kind in ("param", "grad", "opt")}
+                path: {kind: str(layout.storage_spec(d, kind)) for kind in ("param", "grad", "opt")}
                 for path, d in flat.items()}
     return specs
+
+
+# Pipelines store their blocks split over `stage` and the embedding and head split along embed
+PIPELINES = ("data=2,stage=4", "data=2,tensor=2,sp=on,stage=2", "data=2,seq=2,cp=ulysses,stage=2",
+             "fsdp=2,tensor=2,stage=2", "data=2,zero=1,stage=2,tensor=2")
 
 
 def _flatten(tree, prefix=""):

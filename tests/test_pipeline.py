@@ -1,6 +1,7 @@
 """The pipeline executor on 8 emulated devices: gradient parity with the unpipelined model for
-every schedule, 3D layouts and uneven partitions; measured memory and collective-permutes from the
-compiled step; validation; the CLI end to end."""
+every schedule, 3D layouts, uneven partitions, and sequence, context and tensor parallelism inside
+stages; the plan's buffers; validation; the CLI end to end. (What the compiled step keeps and
+computes is in test_pipeline_fidelity.py.)"""
 
 import json
 
@@ -17,7 +18,7 @@ from parex.mesh import make_mesh
 from parex.model import init_params
 from parex.parallel.pipeline import plan_for
 from parex.parallel.plan import make_plan, stage_partition
-from parex.parallel.schedules import LOOPING, SCHEDULES, make_schedule
+from parex.parallel.schedules import LOOPING, SCHEDULES, VEE, make_schedule
 from parex.step import TrainStep, reference_loss_and_grads
 
 # Eight layers so that p·v = 8 chunks fit; small widths keep each compile to a few seconds.
@@ -52,7 +53,7 @@ def check_parity(layout_text, reference):
 
 
 def schedule_args(name):
-    return f"schedule={name}" + (",virtual=2" if name in LOOPING else "")
+    return f"schedule={name}" + (",virtual=2" if name in LOOPING + VEE else "")
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -60,9 +61,29 @@ def test_every_schedule_matches_unpipelined_on_data2_stage4(schedule, reference)
     check_parity(f"data=2,stage=4,{schedule_args(schedule)},microbatches=4", reference)
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", [
+    s if s in ("1f1b", "zbv") else pytest.param(s, marks=pytest.mark.slow) for s in SCHEDULES])
 def test_every_schedule_matches_unpipelined_on_data2_tensor2_stage2(schedule, reference):
     check_parity(f"data=2,tensor=2,stage=2,{schedule_args(schedule)},microbatches=4", reference)
+
+
+# Inside stages: Megatron's sequence parallelism, Ulysses and fsdp, with data-parallel replicas.
+INSIDE = {"tp_sp": "tensor=2,sp=on", "ulysses": "seq=2,cp=ulysses", "fsdp": "fsdp=2,tensor=2"}
+
+
+@pytest.mark.parametrize("inside,schedule", [("tp_sp", "zbh1"), ("ulysses", "1f1b")])
+def test_sequence_and_context_parallelism_run_inside_stages(inside, schedule, reference):
+    check_parity(f"{INSIDE[inside]},data=2,stage=2,{schedule_args(schedule)},microbatches=2",
+                 reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("inside", INSIDE)
+def test_every_schedule_with_sp_ulysses_and_fsdp_inside_stages(inside, schedule, reference):
+    data = "" if inside == "fsdp" else "data=2,"
+    check_parity(f"{INSIDE[inside]},{data}stage=2,{schedule_args(schedule)},microbatches=4",
+                 reference)
 
 
 def test_uneven_partition_matches_unpipelined(reference):
@@ -79,76 +100,44 @@ def test_more_3d_layouts_match_unpipelined(layout, reference):
     check_parity(layout, reference)
 
 
-# --- measured behaviour --------------------------------------------------------------------------
-
-MEM_MODEL = ModelConfig("pipe-mem", layers=4, hidden=64, heads=2, vocab=64, seq_len=64)
-B_MICRO = 2  # sequences per microbatch per data replica
-
-
-@pytest.fixture(scope="module")
-def compiled():
-    """(schedule, m) -> (plan, stats) of the compiled train step on data=2,stage=4."""
-    out = {}
-    for name in ("gpipe", "1f1b", "zbh1"):
-        for m in ((4, 8) if name != "zbh1" else (8,)):
-            layout = Layout(data=2, stage=4, schedule=name, microbatches=m)
-            train = TrainConfig(global_batch=2 * B_MICRO * m)
-            step, executable, _ = compile_layout(MEM_MODEL, train, layout)
-            out[name, m] = plan_for(step), compiled_stats(executable, step)
-    return out
-
-
-def temp(compiled, name, m):
-    return compiled[name, m][1]["memory_bytes_per_device"]["temp"]
-
-
-def test_gpipe_memory_grows_with_m_while_1f1b_stays_bounded(compiled):
-    slot = B_MICRO * MEM_MODEL.seq_len * MEM_MODEL.hidden * 4  # one stashed (b, T, D) input
-    gpipe_growth = temp(compiled, "gpipe", 8) - temp(compiled, "gpipe", 4)
-    one_f_one_b_growth = temp(compiled, "1f1b", 8) - temp(compiled, "1f1b", 4)
-    # GPipe stashes all m inputs: 4 more microbatches are at least 4 more slots.
-    assert gpipe_growth >= 4 * slot
-    # 1F1B stashes at most p whatever m is: its temp memory does not grow by even one slot.
-    assert abs(one_f_one_b_growth) < slot
-    assert temp(compiled, "1f1b", 8) < temp(compiled, "gpipe", 8)
-    assert compiled["1f1b", 8][0].act_slots <= 4 < compiled["gpipe", 8][0].act_slots
-
-
-def test_collective_permutes_follow_the_table(compiled):
-    for (name, m), (plan, stats) in compiled.items():
-        permutes = [c for c in stats["collectives"] if c.kind == "collective-permute"]
-        assert permutes and all(c.axes == ("stage",) for c in permutes)
-        # One forward and one backward send per tick, each a (b, T, D) float32 activation.
-        assert sum(c.count for c in permutes) == 2 * plan.schedule.n_ticks
-        act_bytes = B_MICRO * MEM_MODEL.seq_len * MEM_MODEL.hidden * 4
-        assert {c.bytes for c in permutes} == {act_bytes}
-
-
-def test_zbh1_runs_fewer_idle_ticks_than_1f1b(compiled):
-    idle = {}
-    for name in ("zbh1", "1f1b"):
-        plan, stats = compiled[name, 8]
-        # The compiled loop runs one tick per pair of permutes; every op fills one stage-tick.
-        ticks = sum(c.count for c in stats["collectives"] if c.kind == "collective-permute") // 2
-        idle[name] = ticks * plan.schedule.p - len(plan.schedule.ops)
-    assert idle["zbh1"] < idle["1f1b"]
-
-
-def test_data_gradients_are_reduced_once_after_the_loop(compiled):
-    _, stats = compiled["1f1b", 8]
-    data_reduces = [c for c in stats["collectives"]
-                    if c.kind == "all-reduce" and "data" in c.axes]
-    assert data_reduces and all(c.count == 1 for c in data_reduces)
-
-
 # --- the plan ------------------------------------------------------------------------------------
 
-def test_plan_stashes_follow_peak_in_flight():
-    for name, v in (("gpipe", 1), ("1f1b", 1), ("zbh1", 1), ("interleaved", 2), ("bfs", 2)):
-        schedule = make_schedule(name, 4, 8, v)
-        plan = make_plan(schedule, stage_partition(8, 4, v, None))
-        assert plan.act_slots <= max(schedule.peak_in_flight())
-        assert plan.arrays["branch"].shape == (schedule.n_ticks, 4)
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_plan_buffers_hold_what_the_table_keeps_in_flight(name):
+    """A stage keeps a chunk's residuals from its F to its B, and under a split backward the
+    records to its W: the slots are the table's peaks; the embedding's and head's stashes only
+    hold the first and last virtual stage's microbatches."""
+    v = 2 if name in LOOPING + VEE else 1
+    schedule = make_schedule(name, 4, 8, v)
+    plan = make_plan(schedule, stage_partition(8, 4, v, None))
+    peaks = schedule.arrays.peak_in_flight(end="B")[0]
+    assert plan.slots["res"] == max(peaks)
+    if schedule.split_backward:
+        assert plan.slots["rec"] == max(schedule.peak_in_flight())
+    first, last = schedule.place(0)[0], schedule.place(4 * v - 1)[0]
+    assert plan.slots["emb"] <= peaks[first] and plan.slots["head"] <= peaks[last]
+    assert plan.arrays["branch"].shape == (schedule.n_ticks, 4)
+    sent = (plan.arrays["send"] > 0).sum()
+    assert sent == 2 * 8 * (4 * v - 1)  # every F but the last's, every B but the first's
+
+
+def test_gpipe_keeps_every_microbatch_and_1f1b_at_most_p():
+    for m in (4, 16):
+        gpipe = make_plan(make_schedule("gpipe", 4, m), (2,) * 4)
+        one_f_one_b = make_plan(make_schedule("1f1b", 4, m), (2,) * 4)
+        assert gpipe.slots["res"] == m and one_f_one_b.slots["res"] == min(4, m)
+        assert one_f_one_b.slots["head"] == 1  # the last stage runs each B right after its F
+
+
+def test_zbv_hands_the_middle_of_the_v_on_locally():
+    """ZB-V's virtual stages p−1 and p share the last stage: that activation (and the cotangent
+    coming back) never leaves the device."""
+    plan = make_plan(make_schedule("zbv", 4, 8, 2), (1,) * 8)
+    from parex.parallel.plan import SELF
+
+    local = plan.arrays["send"] == SELF
+    assert local.any() and set(np.nonzero(local)[1]) == {3}
+    assert (local.sum(0)[3]) == 2 * 8
 
 
 def test_uneven_partition_layer_index_and_mask():
@@ -175,6 +164,9 @@ def test_uneven_partition_layer_index_and_mask():
     ("data=4,stage=2,schedule=interleaved,virtual=3,microbatches=2", "partition=2:2:1:1:1:1"),
     ("data=4,stage=2,schedule=1f1b,microbatches=1", None),
     ("data=8,schedule=1f1b", "stage=2 or more"),
+    ("data=2,stage=4,schedule=zbv,microbatches=4", "set virtual=2"),
+    ("seq=2,cp=ring,stage=2,data=2", "use cp=ulysses inside stages"),
+    ("tensor=2,sp=on,seq=2,stage=2", "cp=ulysses"),
 ])
 def test_bad_pipelines_are_rejected_before_compile(layout, fix):
     layout, train = Layout.parse(layout), TrainConfig(global_batch=48)  # batch fits every m here

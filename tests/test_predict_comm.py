@@ -49,6 +49,21 @@ def test_fsdp_gathers_each_layer_forward_and_backward():
     assert kinds["reduce-scatter"] == 4 * N + 4
 
 
+def test_fsdp_under_sp_gathers_inside_the_manual_regions_and_reduce_scatters_there():
+    """The weights of SP's regions are gathered inside them, again in the backward (not kept),
+    and their gradients leave by explicit reduce-scatters even on the CPU."""
+    layout, x = Layout(fsdp=2, tensor=4, sp=True), 8 * T * D * 4  # (B/fsdp, T, D) float32
+    cpu, plain = by_kind(layout, "xla-cpu"), by_kind(layout.replace(sp=False), "xla-cpu")
+    layer_w = 4 * 786432 / 4  # the stacked matrices, float32, split by tensor
+    head = 4 * 65536 / 4 + 4 * T / 4 * D  # tokens and unembed, and the positions' T/t rows
+    positions = 4 * T * D / 2  # SP: each tensor shard's position gradient, gathered
+    fsdp_gathers = cpu["all-gather"] - (6 * L + 2) * x - positions  # SP's activations
+    assert fsdp_gathers == 2 * layer_w + head  # each layer forward and backward
+    matrices = 4 * (786432 + 65536) / 4  # every matrix but the position table
+    assert cpu["reduce-scatter"] == matrices + (4 * L + 2) * x  # + SP's activations
+    assert plain["reduce-scatter"] == 0  # left to XLA: all-reduce, then slice
+
+
 def test_tensor_parallel_all_reduces_by_hand():
     x = 16 * T * D * 4  # one (B, T, D) float32 activation per device
     for remat, per_block in (("none", 4), ("full", 5)):
@@ -57,8 +72,16 @@ def test_tensor_parallel_all_reduces_by_hand():
         assert kinds["all-reduce"] == (per_block * L + 2) * x + cross_entropy
     sp = by_kind(Layout(tensor=8, sp=True), "gpu")
     # + the embedding (reduce-scatter, backward all-gather) and the head (all-gather, backward
-    # reduce-scatter), as in Megatron
-    assert sp["reduce-scatter"] == (4 * L + 2) * x and sp["all-gather"] == (4 * L + 2) * x
+    # reduce-scatter), as in Megatron, which also all-gathers each column-parallel input again
+    # in the backward (2 per block and the head's): it saves them sequence-split
+    assert sp["reduce-scatter"] == (4 * L + 2) * x
+    assert sp["all-gather"] == (4 * L + 2 + 2 * L + 1) * x
+    # on the CPU XLA merges the head's re-gather with its forward gather, and under full remat
+    # the blocks' with the recomputed forward's
+    cpu = by_kind(Layout(tensor=8, sp=True), "xla-cpu")
+    assert cpu["all-gather"] - 4 * T * D == (6 * L + 2) * x  # - GPT's position gradient
+    full = by_kind(Layout(tensor=8, sp=True), "xla-cpu", TRAIN.replace(remat="full"))
+    assert full["all-gather"] - 4 * T * D == (6 * L + 2) * x
     llama = model_preset("tiny-llama")  # SwiGLU: the second MLP input adds one backward
     p = predict(llama, TRAIN, Layout(tensor=4, data=2), "a100-80gb", **FP32)
     tp = sum(c["bytes"] for c in p.collectives if c["name"] == "tp")
@@ -74,14 +97,36 @@ def test_microbatches_multiply_reductions_on_xla_only_where_xla_accumulates():
     # reduces inside the loop, once per microbatch
     sp = predict(TINY, train, Layout(data=2, tensor=4, sp=True), "cpu-local",
                  convention="xla-cpu")
+    # (the weights of SP's regions are reduced inside them, the rest by XLA after them)
     counts = [c["count"] for c in sp.collectives if c["name"] == "grad-reduce"]
-    assert counts == [8.0]  # 16 sequences / (2 replicas · 1 per microbatch)
+    assert counts == [8.0, 8.0]  # 16 sequences / (2 replicas · 1 per microbatch)
 
 
 def test_pipeline_sends_activations_both_ways():
     kinds = by_kind(Layout(stage=2, data=4, schedule="1f1b", microbatches=2), "gpu")
     x = 2 * T * D * 4  # b = 16 / (4 · 2) = 2 sequences per microbatch
     assert kinds["collective-permute"] == 2 * 2 * x  # forward and backward per microbatch
+
+
+@pytest.mark.parametrize("convention", ["gpu", "xla-cpu"])
+@pytest.mark.parametrize("remat, forwards", [("none", 1), ("selective", 2), ("full", 2)])
+def test_ring_attention_permutes_by_hand(convention, remat, forwards):
+    """seq=4: per layer, k and v 3 hops each forward (again when remat recomputes the
+    attention); the custom VJP's ring in float32: (k, v) on hop 1, (k, v, dk, dv) on hops 2-3,
+    (dk, dv) home. One device's k: b = 16/2 sequences, T/4 = 32 tokens, K = 8, Dh = 16."""
+    p = predict(TINY, TRAIN.replace(remat=remat), Layout(data=2, seq=4, cp="ring"),
+                "a100-80gb", convention=convention)
+    ring = [(c["count"], c["bytes_per_op"]) for c in p.collectives if c["name"] == "cp-ring"]
+    block = 8 * 32 * 8 * 16 * 4
+    assert ring == [(forwards * L * 2 * 3, block), (L * 2, 2 * block), (L * 2, 4 * block)]
+    assert p.comm_bytes_per_device["collective-permute"] == (6 * forwards + 4 * 3) * L * block
+
+
+def test_two_way_ring_sends_no_four_block_buffers():
+    p = predict(TINY, TRAIN, Layout(data=4, seq=2, cp="ring"), "a100-80gb")
+    ring = [(c["count"], c["bytes_per_op"]) for c in p.collectives if c["name"] == "cp-ring"]
+    block = 4 * 64 * 8 * 16 * 4  # b = 16/4, T/2 = 64 tokens
+    assert ring == [(L * 2, block), (L * 2, 2 * block)]  # forward hop; backward hop and home
 
 
 def test_group_shape_places_tensor_innermost():

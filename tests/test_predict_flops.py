@@ -51,19 +51,26 @@ def test_hardware_flops_match_megatrons_formula_with_full_recompute():
     model = model_preset("megatron-145.6b")
     B, s, l, h, V_ = 2304, 2048, 80, 12288, 51200
     train = TrainConfig(global_batch=B, microbatch=2, remat="full")
-    layout = Layout(data=24, tensor=8, stage=8, schedule="interleaved", virtual_stages=2)
-    g = dataclasses.replace(Grid.from_layouts([layout], train, model), stage_remat=False)
+    # (unpipelined: a pipeline's busiest device also runs the whole head, beside 1/p of the
+    # layers, so its FLOPs times the devices would count the head p times)
+    layout = Layout(data=192, tensor=8)
+    g = dataclasses.replace(Grid.from_layouts([layout], train, model), executor=False)
     ours = F.hardware_flops(model, g, "full")[0] * layout.n_devices
     paper = 96 * B * s * l * h ** 2 * (1 + s / (6 * h) + V_ / (16 * l * h))
     dead = l * 2 * (4 * h) * h * B * s
     assert (ours + dead) / paper == pytest.approx(1.0, abs=0.01)
 
 
-def test_pipeline_executor_recompute_counts_once_per_chunk():
+def test_pipelines_recompute_nothing_and_the_last_stage_runs_the_head():
+    """The busiest device of a pipeline (its last stage) runs its layers' forward and backward
+    once and the head's: above the average device by half the head's FLOPs at p = 2."""
     g = grid(Layout(stage=2, schedule="1f1b", microbatches=4))
-    layer, _ = F.forward_per_token(TINY, T)
-    extra = F.hardware_flops(TINY, g, "none")[0] - F.model_flops(TINY, g)[0]
-    assert extra == pytest.approx(L * (layer - 2 * FFN * D) * 16 * T / 2)
+    layer, head = F.forward_per_token(TINY, T)
+    tokens = 16 * T  # the whole batch passes through each stage
+    assert F.hardware_flops(TINY, g, "none")[0] == pytest.approx(3 * (L / 2 * layer + head)
+                                                                 * tokens)
+    assert F.hardware_flops(TINY, g, "none")[0] - F.model_flops(TINY, g)[0] == \
+        pytest.approx(3 * head * tokens / 2)
 
 
 def test_xla_counts_one_loop_iteration():
@@ -75,3 +82,21 @@ def test_xla_counts_one_loop_iteration():
     matmuls = 3 * (layer + head) * 2 * T  # 2 sequences per device, one layer
     assert one > matmuls and (one - matmuls) / one < 0.15  # elementwise work is a few percent
     assert two < one  # half the tokens per (once-counted) microbatch
+
+
+@pytest.mark.parametrize("seq, remat, blocks", [
+    (4, "none", 1 * 5 * 4 + 7 * 10),  # forward: 3 own + 2 per hop (loop); backward: 3 + 2 + 2
+    (4, "full", 2 * 5 * 4 + 7 * 10),  # the forward recomputed
+    (2, "none", 1 * 5 * 4 + 5 * 10),  # no backward loop: hop 1 is also the last
+])
+def test_xla_counts_ring_attention_blocks_once_per_hop_loop(seq, remat, blocks):
+    """c × c blocks, c = T/2s, counted as XLA does (each hop loop's body once), replacing the
+    full-T² convention's attention: 4·c²·D FLOPs a block forward, 10·c²·D backward."""
+    sizes, b = model_sizes(TINY), 16 // 2
+    ring = grid(Layout(data=2, seq=seq, cp="ring"))
+    c = T // (2 * seq)
+    assert F.ring_attention_counted(sizes, ring, remat)[0] == blocks * c * c * D * b
+    plain = grid(Layout(data=2, seq=seq, cp="ulysses"))  # the same tokens; attention in full
+    attention = (3 + (remat == "full")) * 4 * D * T * (b * T // seq)
+    difference = F.xla_counted(TINY, sizes, plain, remat) - F.xla_counted(TINY, sizes, ring, remat)
+    assert difference[0] == pytest.approx(attention - blocks * c * c * D * b)

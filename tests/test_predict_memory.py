@@ -70,6 +70,13 @@ def test_korthikanti_formulas_by_hand():
     assert M.korthikanti_layer_bytes(s, b, h, a, t, remat="selective") == sbh * (10 + 24 / t)
     assert M.korthikanti_layer_bytes(s, b, h, a, t, True, "selective") == 34 * sbh / t
     assert M.korthikanti_layer_bytes(s, b, h, a, t, remat="full") == 2 * sbh
+    # without dropout: no masks (s·b·h twice, a·s²·b) and no dropout output (2·a·s²·b)
+    assert M.korthikanti_layer_bytes(s, b, h, a, dropout=False) == sbh * (32 + 2 * a * s / h)
+    assert M.korthikanti_layer_bytes(s, b, h, a, t, dropout=False) == sbh * (
+        8 + 24 / t + 2 * a * s / (h * t))
+    assert M.korthikanti_layer_bytes(s, b, h, a, t, True, dropout=False) == sbh / t * (
+        32 + 2 * a * s / h)
+    assert M.korthikanti_layer_bytes(s, b, h, a, t, True, "selective", False) == 32 * sbh / t
     # 175B, t = 8, SP + selective: 34·2048·12288/8 bytes = 107 MB per layer
     assert math.isclose(34 * sbh / t / 1e6, 106.95, rel_tol=1e-3)
 
@@ -82,7 +89,9 @@ def test_xla_activation_elements_by_hand():
     tp = M.xla_layer_elements(sizes, grid(Layout(tensor=8)), "none")[0]
     assert tp == 8 * h + 4 * h / 8 + 6 * F / 8 + 2 * a / 8 * s
     sp = M.xla_layer_elements(sizes, grid(Layout(tensor=8, sp=True)), "selective")[0]
-    assert sp == 2 * h + 6 * h / 8 + 4 * h / 8 + 6 * F / 8  # no scores under selective remat
+    # SP splits every saved activation (the column-parallel inputs are saved sequence-split);
+    # no scores under selective remat
+    assert sp == 8 * h / 8 + 4 * h / 8 + 6 * F / 8
     full = M.xla_layer_elements(sizes, grid(Layout(tensor=8, sp=True)), "full")[0]
     assert full == h / 8  # only the block input, split by SP
 
@@ -151,3 +160,18 @@ def test_the_peak_is_the_backward_or_the_update_whichever_is_larger():
     parts = M.memory_parts(sizes, g, "none", M.RECIPES["parex"], 4, 4)
     assert parts["temp"][0] == pytest.approx(M.temp_bytes(sizes, g, "none", M.RECIPES["parex"],
                                                           4, 4)[0])
+
+
+def test_ring_attention_keeps_one_log_sum_exp_per_row_and_head_not_scores():
+    """xla: ring attention's custom VJP keeps q, k, v and the output (in the 2 + 2·K/H term)
+    and lse, H/t per token; plain attention keeps the scores and probabilities, 2·H·T/t."""
+    sizes = model_sizes(TINY)
+    layouts = [Layout(data=2, seq=4, cp="ring"), Layout(data=2, seq=4, cp="ulysses")]
+    ring, plain = M.xla_layer_elements(sizes, Grid.from_layouts(layouts, TrainConfig(), TINY),
+                                       "none")
+    D, H, F, T = TINY.hidden, TINY.heads, TINY.ffn, TINY.seq_len
+    assert ring == 8 * D + 4 * D + 6 * F + H
+    assert plain == 8 * D + 4 * D + 6 * F + 2 * H * T
+    selective = M.xla_layer_elements(sizes, Grid.from_layouts(layouts[:1], TrainConfig(), TINY),
+                                     "selective")
+    assert selective[0] == 8 * D + 4 * D + 6 * F  # lse recomputed with the attention

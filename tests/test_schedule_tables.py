@@ -11,14 +11,19 @@ from parex.parallel.schedules import (LOOPING, SCHEDULES, check_schedule, make_s
 from parex.parallel.tables import Tables
 
 
-def inputs(op, stage, mb, chunk, p, v):
-    """What an op waits for besides its stage's previous op, as (stage, op, mb, chunk)."""
-    k, last = chunk * p + stage, p * v - 1
+def inputs(op, stage, mb, chunk, p, v, vee=False):
+    """What an op waits for besides its stage's previous op, as (stage, op, mb, chunk). ZB-V
+    (`vee`) runs odd chunks over the stages backwards."""
+    def where(k):  # (stage, chunk) of virtual stage k
+        c, offset = divmod(k, p)
+        return (p - 1 - offset if vee and c % 2 else offset), c
+
+    k = chunk * p + (p - 1 - stage if vee and chunk % 2 else stage)
     if op == "F":
-        return [((k - 1) % p, "F", mb, (k - 1) // p)] if k else []
+        return [(where(k - 1)[0], "F", mb, where(k - 1)[1])] if k else []
     if op == "B":
-        return [(stage, "F", mb, chunk)] + ([((k + 1) % p, "B", mb, (k + 1) // p)] if k < last
-                                            else [])
+        after = [(where(k + 1)[0], "B", mb, where(k + 1)[1])] if k < p * v - 1 else []
+        return [(stage, "F", mb, chunk)] + after
     return [(stage, "B", mb, chunk)]
 
 
@@ -33,7 +38,7 @@ def scalar_ticks(s):
         for st in range(s.p):
             while pos[st] < len(orders[st]):
                 op, mb, c = orders[st][pos[st]]
-                before = [tick.get(d) for d in inputs(op, st, mb, c, s.p, s.v)]
+                before = [tick.get(d) for d in inputs(op, st, mb, c, s.p, s.v, s.vee)]
                 if None in before:
                     break
                 prev = tick[(st, *orders[st][pos[st] - 1])] if pos[st] else -1
@@ -47,7 +52,7 @@ def scalar_makespan(s, t_f, t_b, t_w, hop):
     end, free = {}, [0.0] * s.p
     for op in s.ops:  # tick order
         start = free[op.stage]
-        for st, *key in inputs(op.op, op.stage, op.microbatch, op.chunk, s.p, s.v):
+        for st, *key in inputs(op.op, op.stage, op.microbatch, op.chunk, s.p, s.v, s.vee):
             start = max(start, end[(st, *key)] + (hop if st != op.stage else 0.0))
         t = {"F": t_f, "B": t_b if s.split_backward else t_b + t_w, "W": t_w}[op.op]
         end[op.stage, op.op, op.microbatch, op.chunk] = free[op.stage] = start + t
@@ -56,7 +61,7 @@ def scalar_makespan(s, t_f, t_b, t_w, hop):
 
 def cases():
     for name, p, m in itertools.product(SCHEDULES, (2, 3, 4), (1, 3, 4, 8)):
-        for v in ((2, 3) if name in LOOPING else (1,)):
+        for v in ((2, 3) if name in LOOPING else (2,) if name == "zbv" else (1,)):
             try:
                 check_schedule(name, p, m, v)
             except ValueError:

@@ -18,14 +18,17 @@ def all_tables():
             yield make_schedule("bfs", p, m, v)
             if m % p == 0:
                 yield make_schedule("interleaved", p, m, v)
+        yield make_schedule("zbv", p, m, 2)
 
 
 def check_dependencies(s):
-    """Independent of the module's own dependency function: virtual stage k = chunk·p + stage;
-    F(k) after F(k−1), B(k) after B(k+1) and after its own F, W after B, one op per stage-tick."""
+    """Independent of the module's own dependency function: virtual stage k = chunk·p + stage
+    (ZB-V: odd chunks run the stages backwards); F(k) after F(k−1), B(k) after B(k+1) and after
+    its own F, W after B, one op per stage-tick."""
     tick = {}
     for op in s.ops:
-        key = (op.op, op.microbatch, op.chunk * s.p + op.stage)
+        offset = s.p - 1 - op.stage if s.name == "zbv" and op.chunk % 2 else op.stage
+        key = (op.op, op.microbatch, op.chunk * s.p + offset)
         assert key not in tick, f"{s.name}: {key} runs twice"
         tick[key] = op.tick
     last = s.p * s.v - 1
@@ -100,6 +103,24 @@ def test_activations_in_flight(p, m):
     assert make_schedule("bfs", p, m, 2).peak_in_flight() == [2 * m] * p
 
 
+@pytest.mark.parametrize("p,m", [(p, m) for p, m in GRID if m >= p])
+def test_zbv_is_v_shaped_and_nearly_bubble_free(p, m):
+    """ZB-V: stage 0 runs the first and the last virtual stage; with chunks of half a stage's
+    layers (costs 1/2) and T_F = T_B = T_W its bubble is below ZB-H1's, which is below 1F1B's,
+    and each stage holds at most 2p half chunks: 1F1B's activation memory."""
+    v = make_schedule("zbv", p, m, 2)
+    assert {(op.stage, op.chunk) for op in v.ops if op.microbatch == 0 and op.op == "F"} == \
+        {(s, c) for s in range(p) for c in (0, 1)}
+    assert v.place(0) == (0, 0) and v.place(2 * p - 1) == (0, 1) and v.place(p) == (p - 1, 1)
+    work = 3 * m  # F, B and W of two half chunks per microbatch
+    bubbles = [v.makespan(0.5, 0.5, 0.5) - work,
+               make_schedule("zbh1", p, m).makespan(1.0, 1.0, 1.0) - work,
+               make_schedule("1f1b", p, m).makespan(1.0, 1.0, 1.0) - work]
+    assert bubbles[0] < bubbles[1] < bubbles[2]
+    assert bubbles[0] <= 0.5 * (p - 1) * 1.0 + 1e-9  # at most half of ZB-H1's (p−1)(T_F+T_B−T_W)
+    assert max(v.peak_in_flight()) <= 2 * p
+
+
 def test_p2p_time_adds_one_hop_per_stage_each_way():
     p, m, hop = 4, 8, 0.25
     s = make_schedule("gpipe", p, m)
@@ -120,6 +141,7 @@ def test_timeline_rows_never_overlap_on_a_stage():
     (("interleaved", 4, 8, 1), "virtual=2"),
     (("interleaved", 4, 6, 2), "use microbatches=8 or 4"),
     (("interleaved", 4, 2, 2), "at least and a multiple of stages=4"),
+    (("zbv", 4, 8, 1), "set virtual=2"),
     (("gpipe", 4, 0), "whole number >= 1"),
 ])
 def test_bad_schedules_name_the_fix(args, fix):
@@ -128,12 +150,13 @@ def test_bad_schedules_name_the_fix(args, fix):
 
 
 def test_names():
-    assert SCHEDULES == ("gpipe", "1f1b", "interleaved", "zbh1", "bfs")
+    assert SCHEDULES == ("gpipe", "1f1b", "interleaved", "zbh1", "bfs", "zbv")
 
 
 # --- charts of schedule tables (altair; exported offline through vl-convert) ---------------------
 
-CHART_CASES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zbh1", 1), ("bfs", 2)]
+CHART_CASES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zbh1", 1), ("bfs", 2),
+               ("zbv", 2)]
 
 
 def chart_rows(chart) -> list[dict]:
@@ -167,21 +190,32 @@ def test_gantt_chart_in_predicted_seconds():
     assert {r["kind"] for r in rows} == {"F", "B (input grad)", "W"}
 
 
-def test_bubble_fit_recovers_the_formula_and_chart_exports(tmp_path):
+def test_table_and_lockstep_bubbles():
+    """GPipe and 1F1B's table bubble is (p−1)/(m+p−1); a tick-synchronous executor waits for
+    each tick's slowest op, so its bubble is never smaller; ZB-H1's table bubble is below
+    1F1B's."""
+    from parex.studies_pipeline import predicted_bubble, table_bubbles
+
+    for p, m in ((2, 4), (4, 8)):
+        table, lockstep = table_bubbles("1f1b", p, m)
+        assert table == pytest.approx(predicted_bubble(p, m))
+        assert lockstep >= table - 1e-12
+        assert table_bubbles("zbh1", p, m)[0] < table
+    s = make_schedule("1f1b", 2, 2)  # ticks: F | F F | B B | B with an unsplit B of 2
+    assert s.lockstep_makespan(1.0, 1.0, 1.0) == pytest.approx(sum(
+        max({"F": 1.0, "B": 2.0}[op.op] for op in s.ops if op.tick == t) for t in range(s.n_ticks)))
+
+
+def test_bubble_chart_exports(tmp_path):
     import pandas as pd
 
     from parex.charts.pipeline import bubble_chart
-    from parex.studies_pipeline import measured_bubble, predicted_bubble
+    from parex.studies_pipeline import predicted_bubble
 
-    p, per_microbatch = 4, 0.03
-    ms = [1, 2, 4, 8, 16]
-    times = [make_schedule("1f1b", p, m).makespan(per_microbatch / 3, 2 * per_microbatch / 3)
-             for m in ms]  # a step that runs exactly as its table: t = t_mb·(m + p − 1)
-    measured = measured_bubble(ms, times)
-    assert measured == pytest.approx([predicted_bubble(p, m) for m in ms])
-    frame = pd.DataFrame({"schedule": "1f1b", "p": p, "m": ms, "step_time_s": times,
-                          "bubble_measured": measured,
-                          "bubble_predicted": [predicted_bubble(p, m) for m in ms]})
+    ms = [2, 4, 8]
+    frame = pd.DataFrame({"schedule": "1f1b", "p": 2, "m": ms, "step_time_s": [0.3, 0.5, 0.9],
+                          "bubble_measured": [0.3, 0.2, 0.1],
+                          "bubble_predicted": [predicted_bubble(2, m) for m in ms]})
     chart = bubble_chart(frame)
     chart.save(str(tmp_path / "bubble.png"))
     assert (tmp_path / "bubble.png").read_bytes()[:4] == b"\x89PNG"

@@ -11,7 +11,7 @@ import pytest
 from parex import model as gpt
 from parex.charts.sequence import long_sequence_chart, sequence_long
 from parex.cli import main
-from parex.config import TrainConfig, model_preset
+from parex.config import ModelConfig, TrainConfig, model_preset
 from parex.data import Batches
 from parex.layout import Axis, Layout, LayoutError
 from parex.measure import compile_layout, compiled_stats, relative_error
@@ -52,14 +52,20 @@ def check_sp_collectives(t):
                 and c.bytes >= activation]
     # 4 per block, the embedding's output and the head's input (Megatron's count: 4L + 2)
     assert activation_ops(sp, "reduce-scatter", activation) == all_reduces == 4 * model.layers + 2
-    assert activation_ops(sp, "all-gather", activation) == all_reduces
-    # a ring all-reduce is a reduce-scatter then an all-gather: the same bytes on the wire
+    # + the backward's re-gathers of the two column-parallel inputs per block, which SP saves
+    # sequence-split (the head's input is used at once by its backward: XLA gathers it once)
+    regathers = 2 * model.layers
+    assert activation_ops(sp, "all-gather", activation) == all_reduces + regathers
+    # a ring all-reduce is a reduce-scatter then an all-gather: the same bytes on the wire,
+    # plus the re-gathers' (t − 1)/t · S each
     def moved(stats):
         return wire_bytes([c for c in stats["collectives"] if any(
             moves_activation(c, kind, activation) for kind in ("all-reduce", "reduce-scatter",
                                                                 "all-gather"))])
 
-    assert moved(sp) == pytest.approx(moved(tp), rel=1e-4) and moved(sp) > 0
+    extra = regathers * (t - 1) / t * activation
+    assert moved(sp) == pytest.approx(moved(tp) + extra, rel=1e-4) and moved(tp) > 0
+    assert sp["matmul_flops_per_device"] == tp["matmul_flops_per_device"]  # nothing recomputed
     temp = [s["memory_bytes_per_device"]["temp"] for s in (tp, sp)]
     assert temp[1] < temp[0], temp  # the LayerNorm regions hold T/t
 
@@ -74,15 +80,41 @@ def test_sp_collectives_at_other_tensor_sizes(t):
     check_sp_collectives(t)
 
 
+# --- what SP saves for the backward ------------------------------------------------------------
+
+def test_fsdp_under_sp_gathers_weights_inside_its_regions_and_keeps_none():
+    """A weight-heavy model (8 layers, D = 512, T = 16): under fsdp the weights of SP's manual
+    regions come in sharded and are all-gathered inside them, again in the backward, so no
+    gathered weight is kept from the forward for the backward (it used to double the temp
+    memory). Their gradients leave by explicit reduce-scatters, and no matmul is recomputed."""
+    heavy = ModelConfig("heavy", layers=8, hidden=512, heads=8, vocab=256, seq_len=16)
+    plain, sp = step_stats("fsdp=2,tensor=4", heavy), step_stats("fsdp=2,tensor=4,sp=on", heavy)
+    temp = [s["memory_bytes_per_device"]["temp"] for s in (plain, sp)]
+    assert temp[1] <= temp[0], temp
+    assert sp["matmul_flops_per_device"] == plain["matmul_flops_per_device"]
+
+    def per_layer(stats, kind):  # collectives over fsdp of one layer's weights, by size
+        return {c.bytes: c.count for c in stats["collectives"]
+                if c.kind == kind and c.axes == (Axis.FSDP.value,) and c.count % heavy.layers == 0
+                and c.bytes >= 4 * heavy.hidden ** 2 / 4}
+
+    gathers = per_layer(sp, "all-gather")
+    assert gathers and all(n == 2 * heavy.layers * (1 + (b == 4 * 512 * 2048 // 4))
+                           for b, n in gathers.items())  # W_in is one matrix, SwiGLU would be 2
+    assert gathers == per_layer(plain, "all-gather")  # forward and backward, as plain FSDP
+    assert sum(b * n for b, n in per_layer(sp, "reduce-scatter").items()) == (
+        sum(b * n for b, n in gathers.items()) / 2)  # each layer's weight gradients, once
+
+
 # --- parity --------------------------------------------------------------------------------------
 
-def check_parity(name, text, tolerance=1e-5):
-    model = model_preset(name)
+def check_parity(name, text, tolerance=1e-5, remat="none"):
+    model, train = model_preset(name), TRAIN.replace(remat=remat)
     params = gpt.init_params(model, jax.random.key(0))
-    batch = Batches("corpus", TRAIN.global_batch, model.seq_len, model.vocab)[0]
-    ref_loss, ref_grads = reference_loss_and_grads(model, TRAIN, params, batch)
+    batch = Batches("corpus", train.global_batch, model.seq_len, model.vocab)[0]
+    ref_loss, ref_grads = reference_loss_and_grads(model, train, params, batch)
     layout = Layout.parse(text)
-    loss, grads = TrainStep(model, TRAIN, layout, make_mesh(layout)).jitted_loss_and_grads()(
+    loss, grads = TrainStep(model, train, layout, make_mesh(layout)).jitted_loss_and_grads()(
         params, batch)
     assert abs(float(loss) - float(ref_loss)) <= tolerance * abs(float(ref_loss)), text
     assert relative_error(grads, ref_grads) <= tolerance, text
@@ -100,6 +132,22 @@ def test_sp_matches_single_device(name, text):
                                         ("tiny-llama", "data=2,tensor=2,sp=on,microbatches=2")])
 def test_more_sp_layouts_match_single_device(name, text):
     check_parity(name, text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, text, remat", [
+    ("tiny", "fsdp=2,tensor=4,sp=on", "none"), ("tiny", "fsdp=2,tensor=4,sp=on", "selective"),
+    ("tiny", "fsdp=2,tensor=4,sp=on", "full"), ("tiny-llama", "fsdp=2,tensor=4,sp=on", "full"),
+    ("tiny", "data=2,tensor=4,sp=on,zero=3", "none"),
+    ("tiny-llama", "data=2,tensor=4,sp=on,zero=3", "selective"),
+    ("tiny", "data=2,fsdp=2,tensor=2,sp=on,microbatches=2", "none"),
+    ("tiny", "seq=2,tensor=2,fsdp=2,cp=ring,sp=on", "full"),
+    ("tiny-llama", "seq=2,tensor=2,fsdp=2,cp=ring,sp=on", "none"),
+    ("tiny", "seq=2,tensor=4,cp=ulysses,sp=on", "selective")])
+def test_sp_with_gathered_weights_and_remat_matches_single_device(name, text, remat):
+    """fsdp and ZeRO-3 weights gathered inside SP's regions (again in the backward), with
+    data, microbatches, ring and Ulysses context parallelism, and every remat policy."""
+    check_parity(name, text, remat=remat)
 
 
 def test_sp_with_seq_needs_the_sequence_divisible_by_both_axes():

@@ -9,7 +9,10 @@ import pytest
 
 from parex.charts.style import format_bytes
 from parex.cli import main as parex_cli
+import parex
+from parex.explorer.explain import activation_bytes
 from parex.explorer.measuring import ratio_text
+from parex.hardware import load_chip
 from parex.explorer.state import resolve
 from parex.layout import Layout
 from parex.parallel.schedules import make_schedule
@@ -226,6 +229,24 @@ def test_every_drawn_number_carries_its_formula(explorer):
     assert "grad-reduce" in comm["formula"].item() and "tp" in comm["formula"].item()
     explorer.show("explain")
     assert "compute" in explorer.explain_table.value and "FLOP/s" in explorer.explain_table.value
+
+
+@pytest.mark.parametrize("layout,remat", [
+    ("data=8,tensor=8,zero=1", "selective"), ("data=8,tensor=8,sp=on", "none"),
+    ("fsdp=64", "full"), ("data=2,tensor=8,stage=4,schedule=1f1b,microbatches=8", "selective"),
+    ("data=2,tensor=8,stage=4,schedule=interleaved,virtual=2,microbatches=8", "none")])
+def test_the_activation_formula_shown_is_the_predictors(layout, remat):
+    """The explain panel rebuilds Korthikanti et al.'s formula with the values plugged in: it
+    must give the predictor's number, or the explanation would mislead."""
+    model, train = parex.model_preset("llama2-70b"), parex.TrainConfig(global_batch=64,
+                                                                        remat=remat)
+    layout = Layout.parse(layout)
+    p = predict(model, train, layout, "h100-sxm")
+    text, value = activation_bytes(model.replace(dtype="bfloat16"), train, layout,
+                                   load_chip("h100-sxm"), "bfloat16",
+                                   p.memory_bytes_per_device["activations"])
+    assert value == pytest.approx(p.memory_bytes_per_device["activations"], rel=1e-9)
+    assert "s=4096" in text
 
 
 def _compare_tops(explorer):

@@ -117,8 +117,8 @@ def gantt_stack(schedules, costs: dict | None = None, width: int = 560) -> alt.V
 
 
 def bubble_chart(df: pd.DataFrame, width: int = 360, height: int = 240) -> alt.HConcatChart:
-    """Left: measured step time over m. Right: the bubble inferred from those times beside
-    (p−1)/(m+p−1), measured solid and the formula dashed. `df` is a frame of
+    """Left: measured step time over m. Right: the measured bubble (solid) beside each
+    schedule's table (`bubble_table`, dashed) or, without it, (p−1)/(m+p−1). `df` is a frame of
     parex.studies_pipeline.bubble_study."""
     needed = {"m", "step_time_s", "bubble_measured", "bubble_predicted"}
     missing = needed - set(df.columns)
@@ -138,13 +138,17 @@ def bubble_chart(df: pd.DataFrame, width: int = 360, height: int = 240) -> alt.H
         x=x, y=alt.Y("step_time:Q", title=f"measured step time ({name})"),
         tooltip=["schedule", "m", "step time"],
     ).encode(series).properties(width=width, height=height)
-    long = frame.melt(id_vars=["schedule", "m"], value_vars=["bubble_measured", "bubble_predicted"],
+    # the reference: each schedule's own table where the study timed it, else (p−1)/(m+p−1)
+    reference = "bubble_table" if "bubble_table" in frame else "bubble_predicted"
+    names = {"bubble_measured": "measured", "bubble_table": "schedule table",
+             "bubble_predicted": "(p−1)/(m+p−1)"}
+    long = frame.melt(id_vars=["schedule", "m"], value_vars=["bubble_measured", reference],
                       var_name="source", value_name="bubble")
-    long["source"] = long["source"].map({"bubble_measured": "measured",
-                                         "bubble_predicted": "(p−1)/(m+p−1)"})
+    long["source"] = long["source"].map(names)
     bubble = alt.Chart(long).mark_line(point=True, color=NEUTRAL).encode(series).encode(
         x=x, y=alt.Y("bubble:Q", title="bubble, share of the step", axis=alt.Axis(format="%")),
-        strokeDash=alt.StrokeDash("source:N", title="bubble", sort=["measured", "(p−1)/(m+p−1)"],
+        strokeDash=alt.StrokeDash("source:N", title="bubble",
+                                  sort=["measured", names[reference]],
                                   legend=alt.Legend(symbolType="stroke")),
         tooltip=["schedule", "m", "source", alt.Tooltip("bubble:Q", format=".1%")],
     ).properties(width=width, height=height)

@@ -65,21 +65,12 @@ def korthikanti_layer(sym: dict, sp: bool, remat: str) -> tuple[str, float]:
     return f"s·b·h·(10 + 24/t + 5·a·s/(h·t)){drop}", s * b * h * (10 + 24 / t + attn / t)
 
 
-def xla_layer(model: ModelConfig, sym: dict, layout: Layout, remat: str) -> tuple[str, float]:
-    """(formula, elements per token) of one layer as XLA keeps parex.model's block."""
-    h, t, F, H, K = model.hidden, layout.tensor, model.ffn, model.heads, model.kv_heads
-    if remat == "full":
-        return "h (full remat keeps only the block input)", h / t if layout.sp else h
-    full_h = 2 * h + 6 * h / t if layout.sp else 8 * h
-    ring = 0.5 if layout.cp == "ring" else 1.0
-    scores = 0 if remat == "selective" else 2 * H / t * sym["T"] * ring
-    formula = "8·h + (2 + 2·K/H)·h/t + 6·F/t + 2·(a/t)·T"
-    return formula, full_h + (2 + 2 * K / H) * h / t + 6 * F / t + scores
-
-
-def activation_bytes(model, train, layout, chip, dtype) -> tuple[str, float]:
-    """(explanation, bytes) of the saved activations at the step's peak."""
-    sym, rec, act = shape_of(model, train, layout), recipe_for(chip), DTYPE_BYTES[dtype]
+def activation_bytes(model, train, layout, chip, dtype, predicted: float) -> tuple[str, float]:
+    """(explanation, bytes) of the saved activations at the step's peak. Korthikanti et al.'s
+    published formula is rebuilt here (and checked against the predictor by the tests); parex's
+    own recipe (what XLA keeps of parex's block, and a pipeline executor's buffers) is read off
+    the Prediction, per layer where the layers are all alike."""
+    sym, rec = shape_of(model, train, layout), recipe_for(chip)
     flight = in_flight(layout, sym["m"])
     chunk_layers = sym["stage_layers"] // sym["v"]
     if rec.activations == "korthikanti":
@@ -90,16 +81,14 @@ def activation_bytes(model, train, layout, chip, dtype) -> tuple[str, float]:
         values = f"s={sym['s']}, b={sym['b']}, h={sym['h']}, a={sym['a']}, t={sym['t']}"
         return (f"per layer {formula} with {values} = {format_bytes(per_layer)}; {where}",
                 per_layer * layers)
-    formula, elements = xla_layer(model, sym, layout, train.remat)
-    per_layer = elements * sym["tokens"] * act
-    text = (f"per layer ({formula}) elements per token × {sym['tokens']} tokens × {act} B "
-            f"= {format_bytes(per_layer)}")
     if layout.stage == 1:
-        return f"{text}; × L = {model.layers} layers", per_layer * model.layers
-    stash = flight * sym["tokens"] * model.hidden * act
-    layers = f"{chunk_layers} layer{'s' if chunk_layers > 1 else ''}"
-    return (f"{flight} chunk inputs in flight × tokens·h·{act} B = {format_bytes(stash)} + one "
-            f"chunk of {layers}: {text}", stash + per_layer * chunk_layers)
+        return (f"what XLA keeps of parex's block (parex.predict.memory), "
+                f"{format_bytes(predicted / model.layers)} per layer for {sym['tokens']} tokens "
+                f"of {DTYPE_BYTES[dtype]} B; × L = {model.layers} layers", predicted)
+    return (f"the pipeline executor's buffers (parex.predict.stash): the residuals of up to "
+            f"{flight} chunks of {chunk_layers} layer{'s' if chunk_layers > 1 else ''} in "
+            f"flight, the embedding's and head's, a split backward's records and cotangents, "
+            f"the inbox", predicted)
 
 
 def _state(name: str, value: float, per_param: float, n_params: int, note: str) -> str:
@@ -112,7 +101,7 @@ def _state(name: str, value: float, per_param: float, n_params: int, note: str) 
 def memory_notes(p: Prediction, model, train, layout, chip, dtype) -> dict[str, str]:
     rec, mem, n = recipe_for(chip), p.memory_bytes_per_device, model.n_params
     split = "; tensor and stage split the layers, ZeRO-3 and fsdp shard them"
-    text, _ = activation_bytes(model, train, layout, chip, dtype)
+    text, _ = activation_bytes(model, train, layout, chip, dtype, mem["activations"])
     sym = shape_of(model, train, layout)
     logits = LOGIT_COPIES * sym["tokens"] * model.vocab / layout.tensor * 4
     inputs = mem["argument"] - mem["params"] - mem["optimizer"]
@@ -211,19 +200,6 @@ def explain(p: Prediction, model: ModelConfig, train: TrainConfig, layout: Layou
     return notes | comm_bytes_notes(p, layout)
 
 
-MEASURED_NOTES = {
-    "params": "parameters: the float32 weights' shards on this device (from their shardings)",
-    "optimizer": "optimizer state: AdamW's moments and counters (from their shardings)",
-    "inputs": "token ids and targets on this device (from their sharding)",
-    "argument": "XLA's argument buffers: parameters, optimizer state and inputs (not split: "
-                "the run's shardings were not recorded)",
-    "outputs": "XLA's outputs not written in place (output − alias)",
-    "xla_temp": "XLA's temp buffers: gradients, activations and temporaries together — XLA's "
-                "memory analysis does not split them, so parex cannot either",
-    "measured": "median of every timed step over all runs of this layout; the bar spans the "
-                "fastest to the slowest step",
-}
 
 
-__all__ = ["MEASURED_NOTES", "activation_bytes", "explain", "in_flight", "recipe_for",
-           "shape_of"]
+__all__ = ["activation_bytes", "explain", "in_flight", "recipe_for", "shape_of"]

@@ -2,9 +2,9 @@
 with the prediction.
 
 The Prediction reports the step's compute and bubble, not the time of one forward. The backward
-takes (passes − 1) forwards, passes = 3 (forward, backward = 2) + 1 under full remat + 1 where
-the pipeline recomputes each chunk (parex's own executor, the cpu-local recipe) + ¼ under
-selective remat; a split backward (zbh1 and the other zero-bubble schedules) gives half to B
+takes (passes − 1) forwards, passes = 3 (forward, backward = 2) + 1 under full remat + ¼ under
+selective remat (+ ¼ for Ulysses' attention inside parex's own pipeline stages, which re-runs
+its forward); a split backward (zbh1 and the other zero-bubble schedules) gives half to B
 and half to W (time.unit_costs's rule). On an accelerator t_F is then the one value for which the table's makespan minus the
 busy time m·v·passes·t_F equals the predicted bubble (bisection: the excess grows with t_F),
 with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. For models so
@@ -21,14 +21,14 @@ from __future__ import annotations
 from ..layout import Layout
 from ..parallel.schedules import Schedule, make_schedule
 from ..record import Prediction
-from .explain import recipe_for, shape_of
+from .explain import shape_of
 
 
-def unit_costs(layout: Layout, remat: str, stage_remat: bool,
+def unit_costs(layout: Layout, remat: str, emulated: bool,
                split_backward: bool) -> tuple[float, float, float]:
     """(passes, t_B, t_W) in forwards; a split backward (zero-bubble schedules) halves it."""
-    passes = 3 + (remat == "full") + 0.25 * (remat == "selective")
-    passes += 1 if stage_remat and layout.stage > 1 else 0
+    nested = emulated and layout.stage > 1 and layout.cp == "ulysses"  # its attention re-run
+    passes = 3 + (remat == "full") + 0.25 * ((remat == "selective") + nested)
     backward = passes - 1
     if split_backward:
         return passes, backward / 2, backward / 2
@@ -74,7 +74,7 @@ def gantt_costs(p: Prediction, model, train, layout: Layout, chip
     sym = shape_of(model, train, layout)
     m, v = sym["m"], sym["v"]
     schedule = make_schedule(layout.schedule, layout.stage, m, v)
-    passes, t_b, t_w = unit_costs(layout, train.remat, recipe_for(chip).stage_remat,
+    passes, t_b, t_w = unit_costs(layout, train.remat, chip.calibration is not None,
                                   schedule.split_backward)
     busy = m * v * passes
     hop = hop_seconds(p, m, v, schedule.n_ticks)

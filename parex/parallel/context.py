@@ -13,6 +13,11 @@ ring (Liu et al. 2023, "Ring Attention"): every device keeps its queries and pas
     device) or with its second query chunk to both visiting chunks (a later device): 2c² scores
     either way, c = T/2s. With hop 0 (three c × c blocks of its own chunks) every device computes
     (2s + 1)·c² scores per head, against T²/2s = 2s·c² for a perfectly even causal split.
+    The backward is a custom VJP in the manner of flash attention (Dao 2023): the forward keeps
+    only q, k, v, the output and each row's log-sum-exp, and the backward sends k and v around
+    the ring again, recomputing each block's probabilities, with each block's dk, dv riding
+    along back to its owner. So what a device holds falls as 1/s; differentiated by autodiff,
+    the ring kept every hop's keys, values and probabilities, T·(s − 1)/s rows of each.
 ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): one all-to-all turns a sequence shard of all heads
     into the whole sequence of H/s heads; attention is local; a second all-to-all turns it back.
 """
@@ -45,20 +50,25 @@ def zigzag(x, s: int, axis: int = 1):
     return jnp.take(chunks, zigzag_chunks(s), axis=axis).reshape(x.shape)
 
 
-# --- ring attention ----------------------------------------------------------------------------
+# --- ring attention: the forward --------------------------------------------------------------
 
-def _scores(q, k):
-    """q (B, Tq, K, G, Dh), k (B, Tk, K, Dh) -> scaled scores (B, K, G, Tq, Tk) in float32."""
-    return jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
+def _scores(q, k, diagonal: bool = False):
+    """q (B, Tq, K, G, Dh), k (B, Tk, K, Dh) -> scaled scores (B, K, G, Tq, Tk) in float32; a
+    diagonal block (a chunk against itself) is causal."""
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
+    if diagonal:
+        c = scores.shape[-1]
+        scores = jnp.where(jnp.tril(jnp.ones((c, c), bool)), scores, NEG_INF)
+    return scores
 
 
-def _partial(scores, v):
-    """One block's share of the softmax: (row max m, row sum l, unnormalised output o).
-    m is a constant to autodiff: the final o/l does not depend on it, so gradients stay exact."""
-    m = jax.lax.stop_gradient(scores.max(-1))  # (B, K, G, Tq)
+def _attend(q, k, v, diagonal: bool = False):
+    """One (c × c) block's share of the softmax: (row max m, row sum l, unnormalised output o)."""
+    scores = _scores(q, k, diagonal)  # (B, K, G, c, c)
+    m = scores.max(-1)  # (B, K, G, c)
     p = jnp.exp(scores - m[..., None])
     o = jnp.einsum("bkgts,bskd->bkgtd", p.astype(v.dtype), v).astype(jnp.float32)
-    return m, p.sum(-1), o  # o (B, K, G, Tq, Dh)
+    return m, p.sum(-1), o  # o (B, K, G, c, Dh)
 
 
 def _merge(acc, new):
@@ -67,15 +77,6 @@ def _merge(acc, new):
     m = jnp.maximum(m1, m2)
     a1, a2 = jnp.exp(m1 - m), jnp.exp(m2 - m)
     return m, l1 * a1 + l2 * a2, o1 * a1[..., None] + o2 * a2[..., None]
-
-
-def _attend(q, k, v, diagonal: bool = False):
-    """Partial softmax of one (c × c) block; a diagonal block (a chunk against itself) is causal."""
-    scores = _scores(q, k)  # (B, K, G, c, c)
-    if diagonal:
-        c = scores.shape[-1]
-        scores = jnp.where(jnp.tril(jnp.ones((c, c), bool)), scores, NEG_INF)
-    return _partial(scores, v)
 
 
 def _own_chunks(q, k, v):
@@ -99,27 +100,127 @@ def _visiting(acc1, acc2, q, k, v, before):
     return (jax.tree.map(pick, acc1_new, acc1), jax.tree.map(pick, acc2, acc2_new))
 
 
-def _halves(x):
-    c = x.shape[1] // 2
-    return x[:, :c], x[:, c:]
+def _halves(x, axis: int = 1):
+    c = x.shape[axis] // 2
+    return jax.lax.slice_in_dim(x, 0, c, axis=axis), jax.lax.slice_in_dim(x, c, None, axis=axis)
+
+
+def _ring_forward(q, k, v, axis_name, s):
+    """q (B, Tl, K, G, Dh), k, v (B, Tl, K, Dh) -> output (B, Tl, K, G, Dh) in v's dtype and the
+    rows' log-sum-exp lse = m + log l (B, K, G, Tl), float32. s − 1 hops of k and of v, as a
+    loop, so a device holds one visiting block at a time (unrolled, XLA's CPU scheduler issued
+    every hop's sends first and held all their blocks)."""
+    i, send = jax.lax.axis_index(axis_name), _sender(axis_name, s)
+
+    def hop(carry, h):
+        acc, k, v = carry
+        k, v = send((k, v))  # now the chunks of device (i − h) mod s
+        return (_visiting(*acc, q, k, v, (i - h) % s < i), k, v), None
+
+    (acc, _, _), _ = jax.lax.scan(hop, (_own_chunks(q, k, v), k, v), jnp.arange(1, s))
+    m, l, o = (jnp.concatenate(parts, axis=3) for parts in zip(*acc))  # rows: a, then b
+    out = (o / l[..., None]).transpose(0, 3, 1, 2, 4).astype(v.dtype)
+    return out, m + jnp.log(l)
+
+
+def _sender(axis_name, s):
+    """ppermute to the next device of the ring: device d sends to d + 1."""
+    ring = [(d, (d + 1) % s) for d in range(s)]
+    return partial(jax.lax.ppermute, axis_name=axis_name, perm=ring)
+
+
+# --- ring attention: the backward -------------------------------------------------------------
+# Flash attention's backward (Dao 2023) on the ring: nothing of the forward's hops is kept. Each
+# hop's probabilities are recomputed from q, the visiting k and the saved lse, so a device holds
+# q, k, v, the output and lse, and one visiting block at a time.
+
+def _block_grads(rows, k, v, diagonal: bool = False):
+    """(dq, dk, dv) of one (c × c) block. rows = (q, dO, lse, δ) of its query chunk, float32:
+    P = exp(S − lse), dV = Pᵀ dO, dS = P ∘ (dO Vᵀ − δ), dQ = dS K / √Dh, dK = dSᵀ Q / √Dh, with
+    δ = rowsum(dO ∘ O). q, dO (B, c, K, G, Dh); lse, δ (B, K, G, c); k, v (B, c, K, Dh)."""
+    q, do, lse, delta = rows
+    p = jnp.exp(_scores(q, k, diagonal) - lse[..., None])  # (B, K, G, c, c)
+    dv = jnp.einsum("bkgts,btkgd->bskd", p, do)
+    ds = p * (jnp.einsum("btkgd,bskd->bkgts", do, v) - delta[..., None]) / math.sqrt(q.shape[-1])
+    return (jnp.einsum("bkgts,bskd->btkgd", ds, k), jnp.einsum("bkgts,btkgd->bskd", ds, q), dv)
+
+
+def _own_grads(rows1, rows2, k, v):
+    """Hop 0's three blocks (as `_own_chunks`): dq of both query chunks, (dk, dv) of ours."""
+    (k1, k2), (v1, v2) = _halves(k), _halves(v)
+    dq1, dk11, dv11 = _block_grads(rows1, k1, v1, True)
+    dq21, dk21, dv21 = _block_grads(rows2, k1, v1)
+    dq22, dk2, dv2 = _block_grads(rows2, k2, v2, True)
+    dk, dv = (jnp.concatenate(parts, 1) for parts in ((dk11 + dk21, dk2), (dv11 + dv21, dv2)))
+    return (dq1, dq21 + dq22), dk, dv
+
+
+def _visiting_grads(rows1, rows2, k, v, before):
+    """The blocks `_visiting` computed, differentiated: (dq1, dq2) for our query chunks and
+    (dk, dv) for the visiting chunks, the second block again chosen by selecting operands."""
+    (k1, k2), (v1, v2) = _halves(k), _halves(v)
+    dq2, dk1, dv1 = _block_grads(rows2, k1, v1)
+    pick = partial(jnp.where, before)
+    dqx, dkx, dvx = _block_grads(jax.tree.map(pick, rows1, rows2), pick(k1, k2), pick(v1, v2))
+    dq = (pick(dqx, 0.0), dq2 + pick(0.0, dqx))
+    dk = jnp.concatenate([dk1 + pick(dkx, 0.0), pick(0.0, dkx)], 1)
+    dv = jnp.concatenate([dv1 + pick(dvx, 0.0), pick(0.0, dvx)], 1)
+    return dq, dk, dv
+
+
+def _ring_backward(axis_name, s, residuals, d_out):
+    """Re-run the ring in float32. Hop 1 brings the (k, v) of device i − 1; from hop 2 on each
+    visiting block travels with the (dk, dv) its earlier visits gave it, as one (4, ...) buffer
+    (a loop, like the forward's); a last hop sends the (dk, dv) home: after s − 1 hops, device
+    i holds the chunks of i + 1. Collective-permutes: s, of 2 + 4(s − 2) + 2 = 4(s − 1) blocks.
+    The cotangent d_out (B, Tl, K, G, Dh) -> (dq, dk, dv) in the dtypes of q, k, v."""
+    q, k, v, out, lse = residuals
+    f32 = partial(jnp.asarray, dtype=jnp.float32)
+    delta = jnp.einsum("btkgd,btkgd->bkgt", f32(d_out), f32(out))  # (B, K, G, Tl)
+    rows1, rows2 = zip(_halves(f32(q)), _halves(f32(d_out)), _halves(lse, 3),
+                       _halves(delta, 3))
+    dq, dk_own, dv_own = _own_grads(rows1, rows2, f32(k), f32(v))
+    i, send = jax.lax.axis_index(axis_name), _sender(axis_name, s)
+
+    def visit(dq, block, h):  # block (k, v, ...) of device (i − h) mod s: + its (dk, dv)
+        hop_dq, dk, dv = _visiting_grads(rows1, rows2, block[0], block[1], (i - h) % s < i)
+        return jax.tree.map(jnp.add, dq, hop_dq), jnp.stack([dk, dv])
+
+    def hop(carry, h):
+        dq, block = carry
+        block = send(block)  # (4, B, Tl, K, Dh): k, v, dk, dv
+        dq, grads = visit(dq, block, h)
+        return (dq, block.at[2:].add(grads)), None
+
+    block = send(jnp.stack([f32(k), f32(v)]))  # hop 1
+    dq, grads = visit(dq, block, 1)
+    (dq, block), _ = jax.lax.scan(hop, (dq, jnp.concatenate([block, grads])), jnp.arange(2, s))
+    dk_home, dv_home = send(block[2:])
+    return (jnp.concatenate(dq, 1).astype(q.dtype), (dk_own + dk_home).astype(k.dtype),
+            (dv_own + dv_home).astype(v.dtype))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _ring(q, k, v, axis_name, s):
+    return _ring_forward(q, k, v, axis_name, s)[0]
+
+
+def _ring_fwd(q, k, v, axis_name, s):
+    out, lse = _ring_forward(q, k, v, axis_name, s)
+    return out, (q, k, v, out, lse)  # the backward's residuals: O(Tl) per row, no scores
+
+
+_ring.defvjp(_ring_fwd, _ring_backward)
 
 
 def ring_attention(q, k, v, axis_name: str, s: int):
     """Causal attention on zig-zag shards. q (B, Tl, H, Dh); k, v (B, Tl, K, Dh) -> (B, Tl, H, Dh).
-    Each hop sends (k, v) to the next device: s − 1 collective-permutes forward, as many back."""
+    Forward: s − 1 hops of (k, v) to the next device. Backward (custom VJP): the ring again, with
+    the visiting chunks' (dk, dv); it keeps only q, k, v, the output and lse per row."""
     B, Tl, H, Dh = q.shape
     K = k.shape[2]
-    q = q.reshape(B, Tl, K, H // K, Dh)  # query head h uses kv head h // G
-    i = jax.lax.axis_index(axis_name)
-    acc1, acc2 = _own_chunks(q, k, v)
-    ring = [(d, (d + 1) % s) for d in range(s)]
-    for hop in range(1, s):  # unrolled: s is small
-        k, v = jax.lax.ppermute((k, v), axis_name, ring)
-        source = (i - hop) % s  # whose chunks we now hold
-        acc1, acc2 = _visiting(acc1, acc2, q, k, v, source < i)
-    m, l, o = (jnp.concatenate(parts, axis=3) for parts in zip(acc1, acc2))  # rows: a, then b
-    out = (o / l[..., None]).transpose(0, 3, 1, 2, 4)  # (B, Tl, K, G, Dh)
-    return out.reshape(B, Tl, H, Dh).astype(v.dtype)
+    out = _ring(q.reshape(B, Tl, K, H // K, Dh), k, v, axis_name, s)  # head h uses kv h // G
+    return out.reshape(B, Tl, H, Dh)
 
 
 # --- Ulysses -----------------------------------------------------------------------------------

@@ -4,27 +4,33 @@
 
 Shape of the computation (JAX_NOTES "Pipelines"):
 - The stacked blocks (L, ...) are regrouped per device as (p, v, Lmax, ...) — v chunks of at most
-  Lmax layers, padded for uneven partitions and skipped by a per-layer mask — and the embedding and
-  head go to every stage. The `stage` axis is manual (shard_map); fsdp and tensor (and data under
-  ZeRO-3) stay with XLA's SPMD partitioner inside each stage, so 3D layouts compose.
+  Lmax layers, padded for uneven partitions and skipped by a per-layer mask. The `stage` axis is
+  manual (shard_map); fsdp, seq and tensor (and data under ZeRO-3) stay with XLA's partitioner
+  inside each stage, so sequence, context and tensor parallelism run inside stages.
 - One `lax.scan` over the table's ticks. Each tick every device looks up its op and runs one branch
-  of a `lax.switch` (idle, or F/B/W for the first, a middle or the last virtual stage). The branch
-  returns the activation and the cotangent it sends; two cyclic `ppermute`s outside the switch move
-  them one stage on (forward) and one stage back (backward), and the receiver files them in a slot.
-- Each backward op takes its own `jax.vjp` of its chunk, recomputing the chunk's forward from the
-  stashed input (stage-level rematerialisation). So a device holds one (b, T, D) input per
-  microbatch-chunk in flight, and the buffers are sized from the table: GPipe's stash grows with m,
-  1F1B's stays at about p.
-- Everything differentiated or carried is varying over the manual axes (pcast before the loop);
-  gradients of the stage-shared embedding and head are reduced with one psum after it. With
+  of a `lax.switch`: idle, or F, B or W of its first, a middle or its last virtual stage. What a
+  branch produces travels up, down or stays on the device (plan.py), by two cyclic `ppermute`s
+  outside the switch, so no collective depends on the device.
+- Activations are kept, not recomputed: F runs its virtual stage under `jax.vjp` and stashes the
+  backward's residuals (stash.py) in a slot per microbatch in flight; B runs only the backward. A
+  virtual stage is up to three pieces, each with its own vjp and stash: the embedding (first
+  virtual stage), the chunk's layers, the head and loss (last). The remat policy decides what is
+  recomputed, exactly as in the unpipelined step; GPipe holds m microbatches' residuals and 1F1B at
+  most p.
+- Zero-bubble schedules split the backward (split.py): F runs the layers with every weighted op
+  tapped and keeps each op's input; B returns dx and the taps' cotangents dY; W forms the weight
+  gradients from those. Each matmul runs once in F, once in B and once in W, as in 1F1B.
+- The embedding and head are stored sharded over `stage` too (their parameters, gradients and
+  optimizer state fall with p): XLA gathers them before the loop, and their gradients, produced on
+  the first and last virtual stages, are summed over stages after it.
+- Everything differentiated or carried varies over the manual axes (pcast before the loop). With
   replicated parameters (ZeRO < 3) `data` is manual too, so the data-parallel gradient all-reduce
-  also happens once, after the loop, instead of once per backward op.
-- Traffic: every tick each device sends one (b, T, D) activation forward and one cotangent back
-  (zeros when it has nothing to send), so a step runs 2·n_ticks collective-permutes.
+  happens once, after the loop, instead of once per backward op.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 
@@ -35,13 +41,17 @@ from jax.sharding import PartitionSpec
 
 from .. import model as gpt
 from ..layout import Axis
-from .plan import Plan, make_plan, stage_partition
+from .nested import layer_loop
+from .plan import DOWN, UP, Plan, make_plan, stage_partition
 from .schedules import make_schedule
+from .split import BlockTaps, tapped_layers, weight_grads
+from .stash import Residuals, Stash
 
 STAGE, DATA = Axis.STAGE.value, Axis.DATA.value
+EMBEDDING = ("tokens", "positions")  # read by the first virtual stage
+HEAD = ("final_norm", "unembed")  # read by the last
+WINDOWED = ("res", "emb", "head", "rec", "dtap", "inbox")  # buffers read and written by slot
 
-
-# --- one chunk of the model, as the branches see it ----------------------------------------------
 
 def _run_layers(x, blocks, mask, cfg, ops, remat):
     """Scan the chunk's layers over x (b, T, D); padded layers (mask False) are skipped.
@@ -54,40 +64,12 @@ def _run_layers(x, blocks, mask, cfg, ops, remat):
 
     if remat == "full":
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
-    return lax.scan(body, x, (blocks, mask))[0]
+    return layer_loop(body, x, (blocks, mask), unroll=nests(ops))[0]
 
 
-def _chunk_forward(role, blocks, head, x, tokens, targets, mask, cfg, ops, remat):
-    """Virtual stage forward: (b, T, D) -> (b, T, D), or the microbatch loss for the last one."""
-    dtype = jnp.dtype(cfg.dtype)
-    blocks, head = gpt.cast(blocks, dtype), gpt.cast(head, dtype)
-    if role == "first":
-        # Gather the table's FSDP/ZeRO-3 shards first (vocab stays split over `tensor`): XLA's
-        # partitioner aborts on the gather from a table split over both inside the shard_map.
-        table = ops.constrain(head["tokens"], ("vocab", "embed"))
-        x = gpt.embed(head | {"tokens": table}, tokens, cfg, ops)
-    y = _run_layers(x, blocks, mask, cfg, ops, remat)
-    if role == "last":
-        return gpt.cross_entropy(gpt.unembed(head, y, cfg, ops), targets)
-    return y
-
-
-# --- the per-device program ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Context:
-    """What every branch reads: this device's chunks, the shared embedding and head, the data."""
-
-    blocks: dict  # (v, Lmax, ...) this device's chunks, float32
-    mask: jax.Array | None  # (v, Lmax) real (True) or padded layers; None: nothing padded
-    head: dict  # embedding, final norm and unembedding, varying copies
-    tokens: jax.Array  # (m, b, T)
-    targets: jax.Array  # (m, b, T)
-    cfg: object
-    ops: object
-    remat: str
-    seed: float  # d(mean loss)/d(one microbatch's loss) = 1/(m · replicas)
-    manual: tuple  # the shard_map's manual axes: stage, and data when it is manual too
+def nests(ops) -> bool:
+    """Whether the ops run shard_maps nested in the pipeline's (sp, seq): parallel.nested."""
+    return getattr(ops, "nests_shard_maps", False)
 
 
 def vary(tree, axes):
@@ -102,54 +84,167 @@ def _at(tree, i):
 
 def _add_at(tree, i, update):
     return jax.tree.map(lambda a, u: lax.dynamic_update_index_in_dim(
-        a, lax.dynamic_index_in_dim(a, i, keepdims=False) + u, i, 0), tree, update)
+        a, lax.dynamic_index_in_dim(a, i, keepdims=False) + u.astype(a.dtype), i, 0),
+        tree, update)
 
 
-def _branch(name: str, ctx: _Context):
-    """The function one switch branch runs: (state, row) -> (state, act out, cotangent out)."""
+# --- the pieces of a virtual stage ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Context:
+    """What every branch reads: this device's chunks (compute copies), the embedding and head,
+    the data, and the residual structure of each piece."""
+
+    blocks: dict  # (v, Lmax, ...) this device's chunks
+    mask: jax.Array | None  # (v, Lmax) real (True) or padded layers; None: nothing padded
+    embedding: dict  # token (and GPT's position) table, varying copies
+    head: dict  # final norm and unembedding, varying copies
+    tokens: jax.Array  # (m, b, T)
+    targets: jax.Array  # (m, b, T)
+    cfg: object
+    ops: object
+    remat: str
+    seed: float  # d(mean loss)/d(one microbatch's loss) = 1/(m · replicas)
+    manual: tuple  # the shard_map's manual axes: stage, and data when it is manual too
+    taps: BlockTaps | None  # the split backward's taps (zero-bubble schedules), else None
+    specs: dict | None = None  # piece -> Residuals ("embedding", "layers", "head")
+
+    def embed(self, tokens):
+        def piece(params):  # the table's FSDP/ZeRO-3 shards are gathered first (vocab stays
+            table = self.ops.constrain(params["tokens"], ("vocab", "embed"))  # split over tensor)
+            return gpt.embed(params | {"tokens": table}, tokens, self.cfg, self.ops)
+        return piece
+
+    def layers(self, mask):
+        if self.taps is None:
+            return lambda blocks, x: _run_layers(x, blocks, mask, self.cfg, self.ops, self.remat)
+        return lambda blocks, x, taps: tapped_layers(blocks, x, taps, mask, self.cfg, self.ops,
+                                                     self.remat, self.taps)
+
+    def head_loss(self, targets):
+        return lambda params, y: gpt.cross_entropy(gpt.unembed(params, y, self.cfg, self.ops),
+                                                   targets)
+
+    def layer_args(self, x):
+        """The layers piece's differentiated inputs: x, and the taps when split."""
+        if self.taps is None:
+            return (x,)
+        return (x, self.taps.zero_taps(self.blocks_layers))
+
+    @property
+    def blocks_layers(self) -> int:
+        return jax.tree.leaves(self.blocks)[0].shape[1]
+
+    def probe(self, x, i) -> dict:
+        """The residual structure of each piece, traced abstractly for microbatch and chunk i
+        (a traced index, as the branches use, so that both trace the same program)."""
+        mask = None if self.mask is None else _at(self.mask, i)
+        tokens, targets = _at(self.tokens, i), _at(self.targets, i)
+        return {"embedding": Residuals.probe(self.embed(tokens), self.embedding, ()),
+                "layers": Residuals.probe(self.layers(mask), _at(self.blocks, i),
+                                          self.layer_args(x), wrt_params=self.taps is None,
+                                          has_aux=self.taps is not None),
+                "head": Residuals.probe(self.head_loss(targets), self.head, (x,))}
+
+
+# --- the branches ----------------------------------------------------------------------------------
+
+def _store(state, name, values, slot):
+    return state | {name: Stash.write(state[name], values, slot)}
+
+
+def _add_head(state, grads: dict):
+    g = state["g_head"]
+    added = jax.tree.map(lambda a, u: a + u.astype(a.dtype), {k: g[k] for k in grads}, grads)
+    return state | {"g_head": g | added}
+
+
+def _forward(role, ctx: _Context, state, row, blocks, mask):
+    """F: run the virtual stage, stash its residuals; send the activation on (or add the loss)."""
+    specs, j = ctx.specs, row["mb"]
+    if role == "first":
+        x, _, kept = specs["embedding"].forward(ctx.embed(_at(ctx.tokens, j)), ctx.embedding, ())
+        state = _store(state, "emb", kept, row["emb"])
+    else:
+        x = _at(state["inbox"], row["inbox"])
+    y, records, kept = specs["layers"].forward(ctx.layers(mask), blocks, ctx.layer_args(x))
+    state = _store(state, "res", kept, row["res"])
+    if ctx.taps is not None:
+        state = _store(state, "rec", records, row["rec"])
+    if role != "last":
+        return state, y
+    loss, _, kept = specs["head"].forward(ctx.head_loss(_at(ctx.targets, j)), ctx.head, (y,))
+    state = _store(state, "head", kept, row["head"])
+    return state | {"loss": state["loss"] + loss}, jnp.zeros_like(y)
+
+
+def _backward(role, ctx: _Context, state, row, blocks):
+    """B: the backward from the stashed residuals; send the input's cotangent back."""
+    specs = ctx.specs
+    if role == "last":  # the loss seeds its own backward: d(mean over m)/d(loss_j)
+        kept = Stash.read(state["head"], row["head"])
+        d_head, g = specs["head"].backward(kept, ctx.head, vary(jnp.float32(ctx.seed),
+                                                                ctx.manual))
+        state = _add_head(state, d_head)
+    else:
+        g = _at(state["inbox"], row["inbox"])
+    kept = Stash.read(state["res"], row["res"])
+    if ctx.taps is None:
+        d_blocks, dx = specs["layers"].backward(kept, blocks, g)
+        state = state | {"g_blocks": _add_at(state["g_blocks"], row["chunk"], d_blocks)}
+    else:
+        dx, d_taps = specs["layers"].backward(kept, blocks, g)
+        state = _store(state, "dtap", d_taps, row["dtap"])
+    if role != "first":
+        return state, dx
+    kept = Stash.read(state["emb"], row["emb"])
+    d_embedding, = specs["embedding"].backward(kept, ctx.embedding, dx)
+    return _add_head(state, d_embedding), jnp.zeros_like(dx)
+
+
+def _weights(ctx: _Context, state, row, blocks, like):
+    """W: weight gradients of a split backward from its records and tap cotangents."""
+    records = Stash.read(state["rec"], row["rec"])
+    d_taps = Stash.read(state["dtap"], row["dtap"])
+    d_blocks = weight_grads(blocks, records, d_taps, ctx.taps)
+    return state | {"g_blocks": _add_at(state["g_blocks"], row["chunk"], d_blocks)}, like
+
+
+def _branch(name: str, ctx: _Context, like):
+    """The function one switch branch runs: (state, row) -> (state, value it sends)."""
     kind, _, role = name.partition(".")
 
     def run(state, row):
-        zeros = jnp.zeros_like(state["acts"][0])  # (b, T, D): what an idle sender sends
-        if kind == "idle" or (kind == "Bx" and role == "first"):  # nobody needs dx of the embedding
-            return state, zeros, zeros
-        c, j = row["chunk"], row["mb"]
-        blocks, x = _at(ctx.blocks, c), _at(state["acts"], row["act"])
-        mask = None if ctx.mask is None else _at(ctx.mask, c)
-        fwd = partial(_chunk_forward, role, tokens=_at(ctx.tokens, j), targets=_at(ctx.targets, j),
-                      mask=mask, cfg=ctx.cfg, ops=ctx.ops, remat=ctx.remat)
+        if kind == "idle":
+            return state, like
+        blocks = _at(ctx.blocks, row["chunk"])
         if kind == "F":
-            out = fwd(blocks, ctx.head, x)
-            if role == "last":
-                return state | {"loss": state["loss"] + out}, zeros, zeros
-            return state, out.astype(zeros.dtype), zeros
-        if role == "last":  # the loss seeds its own backward: d(mean over m)/d(loss_j) = 1/m
-            g = vary(jnp.float32(ctx.seed), ctx.manual)
-        else:
-            g = _at(state["grads"], row["grad"])
-        if kind == "Bx":
-            _, pull = jax.vjp(lambda x: fwd(blocks, ctx.head, x), x)
-            return state, zeros, pull(g)[0].astype(zeros.dtype)
-        return _weight_grads(kind, role, fwd, blocks, ctx.head, x, g, c, state, zeros)
+            mask = None if ctx.mask is None else _at(ctx.mask, row["chunk"])
+            return _forward(role, ctx, state, row, blocks, mask)
+        if kind == "B":
+            return _backward(role, ctx, state, row, blocks)
+        return _weights(ctx, state, row, blocks, like)
 
     return run
 
 
-def _weight_grads(kind, role, fwd, blocks, head, x, g, c, state, zeros):
-    """B (whole backward) or W (weight gradient): accumulate the chunk's (and for the first and
-    last virtual stage, the head's) gradients; B also returns dx for the previous stage."""
-    send_dx = kind == "B" and role != "first"
-    with_head = role != "mid"
-    args = (blocks,) + ((head,) if with_head else ()) + ((x,) if send_dx else ())
+# --- the per-device program ----------------------------------------------------------------------
 
-    def f(*a):
-        return fwd(a[0], a[1] if with_head else head, a[-1] if send_dx else x)
-
-    grads = jax.vjp(f, *args)[1](g)
-    state = state | {"g_blocks": _add_at(state["g_blocks"], c, grads[0])}
-    if with_head:
-        state = state | {"g_head": jax.tree.map(jnp.add, state["g_head"], grads[1])}
-    return state, zeros, grads[-1].astype(zeros.dtype) if send_dx else zeros
+def _initial_state(plan: Plan, ctx: _Context, act, manual, blocks32, head32):
+    """Buffers sized from the table (plan.slots), each varying as the values stored in it."""
+    specs, slots = ctx.specs, plan.slots
+    state = {"inbox": vary(jnp.zeros((slots["inbox"] + 1, *act.shape), act.dtype), manual),
+             "res": Stash.create(specs["layers"].stashed, slots["res"]),
+             "emb": Stash.create(specs["embedding"].stashed, slots["emb"]),
+             "head": Stash.create(specs["head"].stashed, slots["head"]),
+             "loss": vary(jnp.zeros((), jnp.float32), manual),
+             "g_blocks": jax.tree.map(jnp.zeros_like, blocks32),  # varying like their inputs
+             "g_head": jax.tree.map(jnp.zeros_like, head32)}
+    if ctx.taps is not None:
+        layers = (ctx.blocks_layers,)
+        state["rec"] = Stash.create(ctx.taps.records, slots["rec"], layers)
+        state["dtap"] = Stash.create(ctx.taps.taps, slots["dtap"], layers)
+    return state
 
 
 def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, tokens, targets,
@@ -162,33 +257,49 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
     blocks, mask = jax.tree.map(lambda a: a[0], (blocks, mask))  # drop the stage dim
     mask = None if plan.layer_mask.all() else mask  # no padding: no per-layer cond
     blocks = vary(blocks, data) if data else blocks  # already varying over stage
-    table = {k: a[:, 0] for k, a in table.items()}  # (n_ticks,) each
-    ctx = _Context(blocks, mask, vary(head, manual), tokens, targets, cfg,
-                   ops.inside(bool(data)), remat, 1.0 / (m * replicas), manual)
+    head = vary(head, manual)
+    compute = jnp.dtype(cfg.dtype)
+    inner = ops.inside(bool(data))
     b, T = tokens.shape[1:]
-    act = (b, T, cfg.hidden)  # one stashed stage input or cotangent
-    state = vary({"acts": jnp.zeros((plan.act_slots + 1, *act), jnp.dtype(cfg.dtype)),
-                  "grads": jnp.zeros((plan.grad_slots + 1, *act), jnp.dtype(cfg.dtype)),
-                  "loss": jnp.zeros((), jnp.float32)}, manual)
-    state |= {"g_blocks": jax.tree.map(jnp.zeros_like, blocks),  # varying like their inputs
-              "g_head": jax.tree.map(jnp.zeros_like, ctx.head)}
-    branches = [_branch(name, ctx) for name in plan.branches]
-    forward_perm = [(i, (i + 1) % p) for i in range(p)]
-    backward_perm = [(i, (i - 1) % p) for i in range(p)]
+    act = vary(jnp.zeros((b, T, cfg.hidden), compute), manual)  # one activation or cotangent
+    cast = gpt.cast(blocks, compute)
+    taps = None
+    if plan.schedule.split_backward:
+        taps = BlockTaps.probe(cfg, inner, remat, _at(_at(cast, 0), 0), act)
+    cast_head = gpt.cast(head, compute)
+    ctx = _Context(cast, mask, {k: cast_head[k] for k in EMBEDDING if k in cast_head},
+                   {k: cast_head[k] for k in HEAD}, tokens, targets, cfg, inner, remat,
+                   1.0 / (m * replicas), manual, taps)
+    ctx = dataclasses.replace(ctx, specs=ctx.probe(act, table["mb"][0, 0]))
+    state = _initial_state(plan, ctx, act, manual, blocks, head)
+    branches = [_branch(name, ctx, act) for name in plan.branches]
+    up = [(i, (i + 1) % p) for i in range(p)]
+    down = [(i, (i - 1) % p) for i in range(p)]
 
     def tick(state, row):
-        state, act_out, grad_out = lax.switch(row["branch"], branches, state, row)
+        # The branches see one slot of each buffer, read before the switch and written back
+        # after it: the buffers themselves never enter the switch, so XLA never copies them.
+        held = [name for name in WINDOWED if name in state]
+        window = {name: jax.tree.map(lambda a: a[None], Stash.read(state[name], row[name]))
+                  for name in held}
+        local, out = lax.switch(row["branch"], branches, state | window,
+                                row | {name: 0 for name in held})
+        state = state | {name: Stash.write(state[name], Stash.read(local[name], 0), row[name])
+                         for name in held if name != "inbox"}
+        state = state | {k: local[k] for k in ("loss", "g_blocks", "g_head")}
+        out = out.astype(act.dtype)
         # Outside the switch: every device sends every tick, so no collective is device-dependent.
-        act_in = lax.ppermute(act_out, STAGE, forward_perm)
-        grad_in = lax.ppermute(grad_out, STAGE, backward_perm)
-        state = state | {
-            "acts": lax.dynamic_update_index_in_dim(state["acts"], act_in, row["act_in"], 0),
-            "grads": lax.dynamic_update_index_in_dim(state["grads"], grad_in, row["grad_in"], 0)}
-        return state, None
+        from_below = lax.ppermute(jnp.where(row["send"] == UP, out, 0), STAGE, up)
+        from_above = lax.ppermute(jnp.where(row["send"] == DOWN, out, 0), STAGE, down)
+        inbox = state["inbox"]
+        for value, slot in ((from_below, row["in_up"]), (from_above, row["in_down"]),
+                            (out, row["in_self"])):
+            inbox = lax.dynamic_update_index_in_dim(inbox, value, slot, 0)
+        return state | {"inbox": inbox}, None
 
-    state = lax.scan(tick, state, table)[0]
-    # One reduction each after the loop: the head's gradients come from the first and last
-    # stages only; the data replicas' partial gradients are summed once, not per microbatch.
+    state = lax.scan(tick, state, {k: a[:, 0] for k, a in table.items()})[0]
+    # One reduction each after the loop: the embedding's and head's gradients come from the first
+    # and last virtual stages only; the data replicas' partial gradients are summed once.
     loss = lax.psum(state["loss"], manual) / (m * replicas)
     g_head = lax.psum(state["g_head"], manual)
     g_blocks = lax.psum(state["g_blocks"], data) if data else state["g_blocks"]
@@ -210,15 +321,22 @@ def plan_for(step) -> Plan:
 def _regroup_blocks(blocks, plan: Plan, step):
     """(L, ...) stacked blocks -> (p, v, Lmax, ...) chunks per device, sharded over `stage`."""
     s, index = plan.schedule, plan.layer_index
-    contiguous = s.v == 1 and len(set(plan.partition)) == 1  # a reshape, no communication
     dims = gpt.param_dims(step.model)["blocks"]
 
     def regroup(w, dims):
-        y = w.reshape(s.p, 1, -1, *w.shape[1:]) if contiguous else w[index]
+        y = w.reshape(s.p, 1, -1, *w.shape[1:]) if plan.contiguous else w[index]
         return lax.with_sharding_constraint(
             y, step.sharding(("layers", None, None) + dims[1:], "param"))
 
     return jax.tree.map(regroup, blocks, dims, is_leaf=lambda x: isinstance(x, jax.Array))
+
+
+def _gather_over_stages(head, step):
+    """The embedding and head, stored split over `stage` (Layout.storage_spec), whole on every
+    stage for the step."""
+    dims = {k: v for k, v in gpt.param_dims(step.model).items() if k != "blocks"}
+    return jax.tree.map(lambda a, d: lax.with_sharding_constraint(a, step.sharding(d, "param")),
+                        head, dims, is_leaf=lambda x: isinstance(x, jax.Array))
 
 
 def pipeline_loss_and_grads(step, params, batch):
@@ -226,14 +344,15 @@ def pipeline_loss_and_grads(step, params, batch):
     `step` is a parex.step.TrainStep; the result matches its unpipelined loss_and_grads."""
     plan = plan_for(step)
     m = plan.schedule.m
-    head = {k: v for k, v in params.items() if k != "blocks"}
+    head = _gather_over_stages({k: v for k, v in params.items() if k != "blocks"}, step)
     staged, unstage = jax.vjp(lambda b: _regroup_blocks(b, plan, step), params["blocks"])
 
     def split(x):  # (B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... as in step.py
         x = x.reshape(x.shape[0] // m, m, *x.shape[1:]).swapaxes(0, 1)
         return step.constrain(x, (None, "batch", None))
 
-    tokens, targets = split(batch["inputs"]), split(batch["targets"])
+    # positions in the layout's order (zig-zag under ring attention), as parex.model.loss_fn does
+    tokens, targets = (split(step.ops.seq_order(batch[k])) for k in ("inputs", "targets"))
     table = {k: jnp.asarray(a) for k, a in plan.arrays.items()}
     # With replicated parameters (ZeRO < 3) the data axis is manual too, so each replica keeps
     # its partial gradients until one psum after the loop; otherwise XLA reduces them per op.

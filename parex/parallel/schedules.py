@@ -9,12 +9,14 @@ on the mesh.
 Ops: "F" forward of one chunk for one microbatch; "B" its backward (input and weight gradients, or
 only the input gradient when the schedule splits the backward); "W" the weight gradient of a split
 backward. With v chunks per device, chunk c on stage s is virtual stage c·p + s (looping placement),
-so microbatch j visits stages 0..p−1 v times.
+so microbatch j visits stages 0..p−1 v times; ZB-V places its two chunks V-wise instead (chunk 1 of
+stage s is virtual stage 2p−1−s, `tables.placement`).
 
 Published facts the tests check (reference/published_numbers.md):
     GPipe, 1F1B          bubble (p−1)/(m+p−1) of the step; in flight m (GPipe) vs ≤ p (1F1B)
     interleaved 1F1B     bubble (p−1)/(v·m) of the ideal compute time
     ZB-H1                bubble (p−1)(T_F+T_B−T_W) instead of 1F1B's (p−1)(T_F+T_B+T_W)
+    ZB-V                 about zero bubble for m ≥ 2p at 1F1B's activation memory (2p half chunks)
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .tables import KINDS, Tables
+from .tables import KINDS, Tables, placement, virtual_stage
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "bfs")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "bfs", "zbv")
 LOOPING = ("interleaved", "bfs")  # the schedules that take v > 1 chunks per device
+SPLIT = ("zbh1", "zbv")  # backward split into B (input gradient) and W (weight gradient)
+VEE = ("zbv",)  # two chunks per device placed V-wise
 
 Key = tuple[str, int, int]  # (op, microbatch, chunk) on one stage
 
@@ -52,8 +56,22 @@ class Schedule:
     m: int
     v: int
     ops: tuple[Op, ...]  # sorted by (tick, stage)
-    split_backward: bool  # True when B and W are separate ops (zbh1)
+    split_backward: bool  # True when B and W are separate ops (SPLIT)
     arrays: Tables = dataclasses.field(repr=False, compare=False)  # the same ops as arrays
+
+    @property
+    def vee(self) -> bool:
+        """Chunks placed V-wise (ZB-V) rather than looping."""
+        return self.name in VEE
+
+    def place(self, k: int) -> tuple[int, int]:
+        """(stage, chunk) that runs virtual stage k."""
+        stage, chunk = placement(np.asarray(k), self.p, self.vee)
+        return int(stage), int(chunk)
+
+    def virtual_stage(self, stage: int, chunk: int) -> int:
+        """The virtual stage that chunk `chunk` of `stage` runs."""
+        return int(virtual_stage(np.asarray(stage), np.asarray(chunk), self.p, self.vee))
 
     @property
     def n_ticks(self) -> int:
@@ -91,6 +109,15 @@ class Schedule:
     def makespan(self, t_f, t_b, t_w=0.0, t_p2p=0.0) -> float:
         """Seconds from the first op to the last: the critical path for these costs."""
         return float(self._spans(t_f, t_b, t_w, t_p2p)[1].max())
+
+    def lockstep_makespan(self, t_f, t_b, t_w=0.0) -> float:
+        """Seconds when every tick lasts as long as its slowest op, as a tick-synchronous
+        executor (parex's) runs the table; an unsplit backward takes t_b + t_w."""
+        cost = {"F": t_f, "B": t_b if self.split_backward else t_b + t_w, "W": t_w}
+        longest = np.zeros(self.n_ticks)
+        for op in self.ops:
+            longest[op.tick] = max(longest[op.tick], cost[op.op])
+        return float(longest.sum())
 
 
 # --- orders per stage --------------------------------------------------------------------------
@@ -166,8 +193,55 @@ def _zbh1(p: int, m: int, v: int) -> list[list[Key]]:
     return orders
 
 
+def _zbv(p: int, m: int, v: int) -> list[list[Key]]:
+    """ZB-V (Qi et al. 2024, "Pipeline Parallelism with Controllable Memory"): two chunks per
+    stage placed V-wise, so the last virtual stage sits on stage 0 and the loss's backward starts
+    where the forward began. Built tick by tick at unit op costs: every stage runs, of its ready
+    ops, a B first (input gradients are on the critical path), else a forward while fewer than 2p
+    chunk-microbatches wait for their W (2p half-size chunks: 1F1B's activation memory, chunk 1
+    before chunk 0), else its oldest pending W. The bubble is about zero once m ≥ 2p."""
+    K = 2 * p
+    chunks = [(s, K - 1 - s) for s in range(p)]  # virtual stages of chunk 0 and chunk 1
+    f_done, b_done = {}, {}  # (microbatch, virtual stage) -> tick
+    next_f, next_b = [[0, 0] for _ in range(p)], [[0, 0] for _ in range(p)]
+    waiting_w = [[] for _ in range(p)]  # (microbatch, chunk) whose B ran, oldest first
+    live, orders, tick = [0] * p, [[] for _ in range(p)], 0
+
+    def before(table, key):
+        return table.get(key, tick) < tick
+
+    while any(next_b[s][c] < m or waiting_w[s] for s in range(p) for c in (0, 1)):
+        picks = []
+        for s in range(p):
+            ready_b = [(j, -k, c) for c, k in enumerate(chunks[s]) if (j := next_b[s][c]) < m
+                       and before(f_done, (j, k)) and (k == K - 1 or before(b_done, (j, k + 1)))]
+            ready_f = [c for c in (1, 0) if (j := next_f[s][c]) < m
+                       and (chunks[s][c] == 0 or before(f_done, (j, chunks[s][c] - 1)))]
+            if ready_b:
+                picks.append((s, "B", min(ready_b)[2]))
+            elif ready_f and live[s] < 2 * p:
+                picks.append((s, "F", ready_f[0]))
+            elif waiting_w[s] and waiting_w[s][0][2] < tick:
+                picks.append((s, "W", None))
+        for s, op, c in picks:
+            if op == "W":
+                j, c, _ = waiting_w[s].pop(0)
+                live[s] -= 1
+            else:
+                counter = next_f if op == "F" else next_b
+                j = counter[s][c]
+                counter[s][c] += 1
+                (f_done if op == "F" else b_done)[j, chunks[s][c]] = tick
+                live[s] += op == "F"
+                if op == "B":
+                    waiting_w[s].append((j, c, tick))
+            orders[s].append((op, j, c))
+        tick += 1
+    return orders
+
+
 _ORDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved": _interleaved, "zbh1": _zbh1,
-           "bfs": _breadth_first}
+           "bfs": _breadth_first, "zbv": _zbv}
 
 
 # --- the public constructor --------------------------------------------------------------------
@@ -179,9 +253,11 @@ def check_schedule(name: str, p: int, m: int, v: int = 1) -> None:
     for key, value in (("stages", p), ("microbatches", m), ("virtual", v)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{key}={value!r}: the pipeline needs a whole number >= 1")
-    if v > 1 and name not in LOOPING:
+    if name in VEE and v != 2:
+        raise ValueError(f"schedule={name} places two chunks per device V-wise: set virtual=2")
+    if v > 1 and name not in LOOPING + VEE:
         raise ValueError(f"schedule {name} runs one chunk per device but virtual={v}: set "
-                         f"virtual=1, or use schedule=interleaved or schedule=bfs for v > 1")
+                         f"virtual=1, or use schedule=interleaved, bfs or zbv for v > 1")
     if name == "interleaved":
         if v < 2:
             raise ValueError("schedule=interleaved needs virtual >= 2 chunks per device: set "
@@ -202,11 +278,12 @@ def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
     fields = ("tick", "stage", "kind", "microbatch", "chunk")
     columns = [getattr(arrays, f)[arrays.tick_order()].tolist() for f in fields]
     ops = tuple(Op(t, s, KINDS[k], j, c) for t, s, k, j, c in zip(*columns))
-    return Schedule(name, p, m, v, ops, split_backward=name == "zbh1", arrays=arrays)
+    return Schedule(name, p, m, v, ops, split_backward=name in SPLIT, arrays=arrays)
 
 
 def schedule_arrays(keys) -> Tables:
     """Many tables at once, each key (name, p, m, v) already checked (`check_schedule`)."""
     names, p, m, v = zip(*keys)
     orders = [_ORDERS[name](*args) for name, *args in keys]
-    return Tables.from_orders(orders, p, m, v, [name == "zbh1" for name in names])
+    return Tables.from_orders(orders, p, m, v, [name in SPLIT for name in names],
+                              [name in VEE for name in names])

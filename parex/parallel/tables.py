@@ -5,6 +5,11 @@ few hundred distinct tables of a hundred thousand layouts in one pass: every loo
 ticks (levels of the dependency graph), never over ops, so the cost is a few numpy calls per tick
 of the longest table.
 
+Placement: virtual stage k (the k-th of the p·v model chunks a microbatch passes through) runs on
+chunk c = k // p of a stage. Looping tables put it on stage k mod p (microbatches loop 0..p−1 v
+times); V-shaped tables (`vee`, ZB-V) reverse every odd chunk, so virtual stages p−1 and p share a
+stage and the last virtual stage sits on stage 0 beside the first.
+
 Ops are rows, grouped by table, then by stage in that stage's order. Each op waits for at most
 three others (`preds`): the previous op on its stage and up to two inputs (`_predecessors`).
 Its tick is the longest chain of predecessors before it (every op one tick), so ops on one tick
@@ -24,14 +29,15 @@ F, B, W = range(3)
 
 @dataclass(frozen=True)
 class Tables:
-    """Per table: p, m, v and whether the backward is split into B and W. Per op: its table,
-    stage, kind, microbatch, chunk, predecessors (index n = none), whether each predecessor is on
-    another stage (a hop), and its tick."""
+    """Per table: p, m, v, whether the backward is split into B and W and whether chunks are
+    placed V-wise. Per op: its table, stage, kind, microbatch, chunk, predecessors (index n =
+    none), whether each predecessor is on another stage (a hop), and its tick."""
 
     p: np.ndarray
     m: np.ndarray
     v: np.ndarray
     split: np.ndarray
+    vee: np.ndarray
     table: np.ndarray
     stage: np.ndarray
     kind: np.ndarray
@@ -42,17 +48,18 @@ class Tables:
     tick: np.ndarray
 
     @classmethod
-    def from_orders(cls, orders: list[list[list[tuple]]], p, m, v, split) -> Tables:
+    def from_orders(cls, orders: list[list[list[tuple]]], p, m, v, split, vee=None) -> Tables:
         """orders[t][s]: stage s's (op, microbatch, chunk) keys in table t, in the order it runs
         them. Raises RuntimeError naming the table when an order deadlocks."""
         p, m, v = (np.asarray(x, np.int64) for x in (p, m, v))
+        vee = np.zeros(len(p), bool) if vee is None else np.asarray(vee, bool)
         kind_of = {k: i for i, k in enumerate(KINDS)}
         rows = [(t, s, kind_of[op], mb, c) for t, table in enumerate(orders)
                 for s, order in enumerate(table) for op, mb, c in order]
         table, stage, kind, microbatch, chunk = np.array(rows, np.int64).reshape(-1, 5).T
-        preds, cross = _predecessors(table, stage, kind, microbatch, chunk, p, m, v)
+        preds, cross = _predecessors(table, stage, kind, microbatch, chunk, p, m, v, vee)
         tick = _levels(preds, table, p, v)
-        return cls(p, m, v, np.asarray(split, bool), table, stage, kind, microbatch, chunk,
+        return cls(p, m, v, np.asarray(split, bool), vee, table, stage, kind, microbatch, chunk,
                    preds, cross, tick)
 
     def __len__(self) -> int:
@@ -69,11 +76,14 @@ class Tables:
     def n_ticks(self) -> np.ndarray:
         return np.maximum.reduceat(self.tick, self._starts()) + 1
 
-    def peak_in_flight(self) -> np.ndarray:
-        """(tables, max p): per stage the most microbatch-chunks whose F has run and whose
-        backward has not finished (B, or W when split); 0 past a table's last stage."""
-        last = np.where(self.split[self.table], W, B)
-        held = np.cumsum((self.kind == F).astype(np.int64) - (self.kind == last))
+    def peak_in_flight(self, end: str | None = None, start: str = "F") -> np.ndarray:
+        """(tables, max p): per stage the most microbatch-chunks whose `start` op has run and
+        whose `end` op has not (default: F to the end of the backward, B, or W when split), 0
+        past a table's last stage. F to B is what a stage stashes for its backward; B to W what a
+        split backward keeps for its weight gradients."""
+        first_kind = KINDS.index(start)
+        last = np.where(self.split[self.table], W, B) if end is None else KINDS.index(end)
+        held = np.cumsum((self.kind == first_kind).astype(np.int64) - (self.kind == last))
         group = self.table * (self.p.max() + 1) + self.stage
         first = np.r_[0, np.nonzero(np.diff(group))[0] + 1]  # ops are grouped by stage
         before = np.repeat(np.r_[0, held[first[1:] - 1]], np.diff(np.r_[first, len(held)]))
@@ -81,6 +91,35 @@ class Tables:
         out = np.zeros((len(self), int(self.p.max())), np.int64)
         out[self.table[first], self.stage[first]] = peaks
         return out
+
+    def buffer_slots(self) -> dict[str, np.ndarray]:
+        """Per table and buffer of the executor (parallel.plan), the most values one stage holds
+        at once: each value lives on its stage from the tick it is stored (t0) to the tick it is
+        last read (t1), i.e. for ticks (t0, t1]."""
+        n, kind, dep = len(self.tick), self.kind, self.preds
+        vs = virtual_stage(self.stage, self.chunk, self.p[self.table], self.vee[self.table])
+        last = (self.p * self.v - 1)[self.table]
+        tick = np.r_[self.tick, -1]  # row n: no such op
+        b, w, f = (np.nonzero(kind == k)[0] for k in (B, W, F))
+        spans = {  # buffer -> (rows whose op ends the value's life, its start tick)
+            "res": (b, tick[dep[b, 1]]),  # a B's own F
+            "emb": (b[vs[b] == 0], tick[dep[b[vs[b] == 0], 1]]),
+            "head": (b[vs[b] == last[b]], tick[dep[b[vs[b] == last[b]], 1]]),
+            "rec": (w, tick[dep[dep[w, 1], 1]]),  # a W's own B's own F
+            "dtap": (w, tick[dep[w, 1]]),
+        }
+        arriving = np.r_[f[vs[f] > 0], b[vs[b] < last[b]]]  # each F's input, each B's cotangent
+        spans["inbox"] = (arriving, tick[np.where(kind[arriving] == F, dep[arriving, 1],
+                                                  dep[arriving, 2])])
+        return {name: self._most_held(rows, t0) for name, (rows, t0) in spans.items()}
+
+    def _most_held(self, rows: np.ndarray, t0: np.ndarray) -> np.ndarray:
+        """(tables,): the most intervals (t0, tick[row]] alive at once on one stage."""
+        width = int(self.tick.max()) + 3
+        held = np.zeros((len(self), int(self.p.max()), width), np.int64)
+        np.add.at(held, (self.table[rows], self.stage[rows], t0 + 1), 1)
+        np.add.at(held, (self.table[rows], self.stage[rows], self.tick[rows] + 1), -1)
+        return np.cumsum(held, axis=2).max(axis=(1, 2))
 
     def spans(self, costs: np.ndarray, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of every op, each (n, k), for k cost sets per table: costs (tables, k, 3)
@@ -109,11 +148,24 @@ class Tables:
         return np.maximum.reduceat(end, self._starts(), axis=0)
 
 
-def _predecessors(table, stage, kind, mb, chunk, p, m, v):
-    """(preds, cross): the previous op on the stage, then the op's inputs (a forward needs the forward of the virtual stage before; a backward its own forward
-    and the backward of the virtual stage after; a weight gradient its own backward)."""
+def virtual_stage(stage, chunk, p, vee):
+    """The virtual stage that chunk `chunk` of `stage` runs (module docstring)."""
+    flip = np.asarray(vee) & (np.asarray(chunk) % 2 == 1)
+    return chunk * p + np.where(flip, p - 1 - stage, stage)
+
+
+def placement(k, p, vee):
+    """(stage, chunk) of virtual stage k: the inverse of `virtual_stage`."""
+    chunk, offset = k // p, k % p
+    return np.where(np.asarray(vee) & (chunk % 2 == 1), p - 1 - offset, offset), chunk
+
+
+def _predecessors(table, stage, kind, mb, chunk, p, m, v, vee):
+    """(preds, cross): the previous op on the stage, then the op's inputs (a forward needs the
+    forward of the virtual stage before; a backward its own forward and the backward of the
+    virtual stage after; a weight gradient its own backward)."""
     n = len(table)
-    tp, tm, tv = p[table], m[table], v[table]
+    tp, tm, tv, tvee = p[table], m[table], v[table], vee[table]
     base = np.r_[0, np.cumsum(p * 3 * m * v)][table]
 
     lookup = np.full(int((p * 3 * m * v).sum()), n)  # (table, stage, kind, mb, chunk) -> row
@@ -121,14 +173,15 @@ def _predecessors(table, stage, kind, mb, chunk, p, m, v):
 
     def find(s, k, j, c):  # row of the op (s, k, j, c) of each op's table
         return lookup[base + ((s * 3 + k) * tm + j) * tv + c]
-    vs = chunk * tp + stage  # virtual stage
+    vs = virtual_stage(stage, chunk, tp, tvee)
     first, last = vs == 0, vs == tp * tv - 1
-    before, after = np.maximum(vs - 1, 0), np.minimum(vs + 1, tp * tv - 1)
+    before = placement(np.maximum(vs - 1, 0), tp, tvee)
+    after = placement(np.minimum(vs + 1, tp * tv - 1), tp, tvee)
     same_group = np.r_[False, (table[1:] == table[:-1]) & (stage[1:] == stage[:-1])]
     previous = np.where(same_group, np.arange(n) - 1, n)
     own_f, own_b = find(stage, F, mb, chunk), find(stage, B, mb, chunk)
-    input_f = np.where(first, n, find(before % tp, F, mb, before // tp))
-    input_b = np.where(last, n, find(after % tp, B, mb, after // tp))
+    input_f = np.where(first, n, find(before[0], F, mb, before[1]))
+    input_b = np.where(last, n, find(after[0], B, mb, after[1]))
     needs_f, needs_b = kind == F, kind == B
     dep0 = np.select([needs_f, needs_b], [input_f, own_f], own_b)
     dep1 = np.where(needs_b, input_b, n)
@@ -166,4 +219,4 @@ def _levels(preds: np.ndarray, table: np.ndarray, p, v) -> np.ndarray:
     return tick
 
 
-__all__ = ["KINDS", "Tables"]
+__all__ = ["KINDS", "Tables", "placement", "virtual_stage"]

@@ -26,7 +26,7 @@ import numpy as np
 from ..config import ModelConfig, TrainConfig
 from ..hardware import Chip, Cluster, load_cluster
 from ..hlo import KINDS
-from ..layout import Layout, LayoutError
+from ..layout import CP_MODES, Layout, LayoutError
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..validation import check_layout
 from . import comm, flops, memory, time
@@ -61,7 +61,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
             conv: Convention, rec: Recipe) -> tuple[dict, list]:
     """Every predicted quantity as columns over the grid, and the collective terms."""
     chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
-    grid = dataclasses.replace(grid, stage_remat=rec.stage_remat)
+    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu")
     act = DTYPE_BYTES[model.dtype]
     mem = memory.memory_parts(sizes, grid, remat, rec, act, act)
     terms = comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes)
@@ -115,16 +115,24 @@ def _defaults(hardware, convention, recipe, n_devices, model: ModelConfig, dtype
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
             convention: str | Convention | None = None, recipe: str | Recipe | None = None,
-            dtype: str | None = None) -> Prediction:
+            dtype: str | None = None, wan=None) -> Prediction:
     """Predicted step time, memory, FLOPs and communication of one layout. An impossible layout
     raises LayoutError (the same checks as before compiling); one that does not fit in memory is
     predicted and flagged (`fits`, `over_capacity_bytes`). `convention`, `recipe` and `dtype`
     (the compute dtype) default by profile: on an accelerator "gpu", "mixed" and bfloat16; on
-    the calibrated `cpu-local` "xla-cpu", "parex" and the model's own dtype."""
+    the calibrated `cpu-local` "xla-cpu", "parex" and the model's own dtype. A DiLoCo layout
+    (replica, inner_steps) is one replica's inner step plus the outer exchange over `wan` (a
+    hardware.Link, default 1 Gb/s): parex.predict.lowcomm."""
+    raw_model = model
     cluster, conv, rec, model = _defaults(hardware, convention, recipe, layout.n_devices, model,
                                           dtype)
     _check_fits_cluster(layout, cluster)
     check_layout(layout, model, train, layout.n_devices)
+    if layout.diloco:
+        from .lowcomm import predict_diloco
+
+        return predict_diloco(raw_model, train, layout, cluster, wan=wan,
+                              convention=convention, recipe=recipe, dtype=dtype)
     grid = Grid.from_layouts([layout], train, model)
     cols, terms = columns(model, train, grid, cluster, conv, rec)
     value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
@@ -158,6 +166,9 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     `valid` is a vectorised subset of parex.validation's checks (the divisibility ones) and the
     numbers of invalid rows are NaN; `fits` flags the rows that do not fit in memory. Defaults
     as predict()'s."""
+    if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
+        raise ValueError("predict_batch has no replica columns: predict DiLoCo layouts "
+                         "(replica, inner_steps) one at a time with parex.predict.predict")
     grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
     valid = divisible(model, grid)
     safe = grid if valid.all() else _masked(grid, valid)
@@ -187,7 +198,7 @@ def divisible(model: ModelConfig, g: Grid) -> np.ndarray:
     interleaved = g.schedule == SCHEDULES.index("interleaved")
     ok &= np.where(interleaved, (g.virtual_stages >= 2) & (m % p == 0), g.virtual_stages == 1)
     ok &= np.where(p == 1, g.schedule == 0, model.layers % (p * g.virtual_stages) == 0)
-    ok &= (p == 1) | ((g.sp == 0) & (s == 1))  # the executor runs neither inside stages
+    ok &= (p == 1) | (g.cp != CP_MODES.index("ring"))  # the executor cannot run ring in stages
     return ok
 
 

@@ -11,10 +11,18 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     tp            Megatron: 2 per block forward (after W_o, W_out), 2 backward, 1 more per block
                   under full remat (the recomputed W_out is dead code), + embedding and head;
                   under SP each becomes an all-gather and a reduce-scatter of the same bytes
+    sp-regather   SP: the backward's all-gathers of the column-parallel inputs (2 per block and
+                  the head's), which SP saves sequence-split; Megatron overlaps them with the
+                  input-gradient matmuls
     sp-grads      SP: gradients of the D-sized (norm, bias) weights summed over the tensor axis
+                  (xla-cpu, with seq: over seq and tensor at once)
     sp-positions  SP (xla-cpu): GPT's position-table gradient, T/t rows per tensor shard, gathered
+                  (with seq: ring all-reduces it over seq and tensor at once; Ulysses gathers
+                  the table over both instead of cp-positions)
     cross-entropy vocab-parallel loss: 3 all-reduces of (tokens,) float32 (max, sum, target)
-    cp            ring: s − 1 hops of K and V per block forward, s − 1 of their gradients back;
+    cp            ring: s − 1 hops of K and of V per block forward; the backward re-runs the ring
+                  with (K, V, dK, dV), s permutes of 4(s − 1) float32 blocks in all; a forward
+                  more under either remat (the attention is recomputed);
                   ulysses: 4 all-to-alls per block forward (q, k, v in, output back), 4 backward;
                   a forward's worth more under full remat (the recomputed forward)
     pipeline      activations forward and cotangents backward between stages; the shared
@@ -24,8 +32,10 @@ Conventions (`Convention`): "gpu" is the ideal program (reduce-scatter where the
 sharded, gradients reduced once per step). "xla-cpu" is what parex's step compiles to on the CPU:
 all-reduce + slice instead of reduce-scatter, gradients reduced inside the microbatch loop, the
 pipeline's two ppermutes on every tick, XLA's handling of the D-sharded embedding table (token
-ids all-gathered and the lookup's output moved by all-to-all), and fsdp weights gathered once per
-microbatch under SP (kept from the forward for the backward).
+ids all-gathered and the lookup's output moved by all-to-all), and SP's backward re-gathers merged
+with a gather of the same input in the same region (the head's, used at once by its backward; the
+recomputed forward's under full remat). Under SP with fsdp or ZeRO-3 the weights of SP's manual
+regions are gathered inside them and their gradients leave by explicit reduce-scatters on both.
 
 Costs, per op (bytes S, group g, link bandwidth β·efficiency, latency α): ring all-reduce
 2(g−1)/g·S/β + 2(g−1)α, tree latency 2⌈log2 g⌉α when smaller; all-gather, reduce-scatter and
@@ -41,7 +51,7 @@ import numpy as np
 
 from ..hlo import KINDS
 from ..layout import MESH_AXES, Axis
-from ..parallel.schedules import SCHEDULES
+from ..parallel.schedules import SCHEDULES, SPLIT
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
@@ -56,8 +66,8 @@ class Convention:
     loops_counted_once: bool  # FLOPs as XLA's cost analysis counts them (loop bodies once)
     xla_embedding: bool  # XLA's collectives around the embedding tables (the D-sharded token
     #                       table; GPT's position rows split by SP or CP)
-    gather_once_under_sp: bool  # fsdp: weights gathered for SP's manual regions kept for the
-    #                              backward (a residual), not gathered again
+    merges_sp_regathers: bool  # SP's backward re-gather of an input merged with a gather of
+    #                             the same input in the same region (the head's; full remat's)
 
 
 CONVENTIONS = {
@@ -131,12 +141,21 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         # device reduces only the position rows it holds (T/s under CP, T/(s·t) under SP);
         # over seq, ring attention's step reduces all of them and Ulysses' none (it gathers
         # the table instead: cp-positions)
-        over_seq = grad_bytes * (others + positions * (grid.cp == 1)) + 4
-        out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), per_step * (grid.seq > 1),
+        # (the weights of SP's manual regions are reduced inside them: _sp_weight_reduces)
+        manual = _sp_weight_grads(sizes, grid, grad_bytes)
+        over_seq = grad_bytes * (others + positions * (grid.cp == 1)) + 4 - manual
+        # under SP XLA merges the D-sized weights and ring's positions with their tensor-axis
+        # reductions (sp-grads, sp-positions)
+        over_seq = over_seq - grid.sp * grad_bytes * (sizes.hidden_params
+                                                      + positions * (grid.cp == 1))
+        # in a pipeline `seq` stays with XLA, which reduces each backward op's gradients
+        seq_steps = np.where(grid.stage > 1, m * grid.virtual_stages, per_step)
+        out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), seq_steps * (grid.seq > 1),
                         over_seq))
         held = positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
-        reduce = grad_bytes * (others + held) + 4
+        reduce = grad_bytes * (others + held) + 4 - manual
         reductions, batch_axes = per_step * (grid.dp > 1), (Axis.DATA, Axis.FSDP)
+        out += _sp_weight_reduces(grid, per_step, manual)
     else:
         reductions = per_step * (batch_group > 1)
     out.append(Term("grad-reduce", "all-reduce", batch_axes, reductions * ~rs, reduce))
@@ -153,14 +172,14 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
     layer_w = param_bytes * _elements(sizes, grid, embed=True, layers=True) / L
     sp = grid.sp.astype(bool)
-    # forward and backward; under SP (xla-cpu) the backward reuses the forward's gathers
-    # unless full remat gathers again for the recomputed forward
-    passes = np.where(conv.gather_once_under_sp & sp & (remat != "full"), 1, 2)
-    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), passes * m * L * fsdp,
+    # forward and backward (under SP too: gathered inside its manual regions, again in the
+    # backward; full remat's recomputed forward shares the backward's gathers)
+    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 2 * m * L * fsdp,
                     layer_w))
     head_w = param_bytes * _elements(sizes, grid, embed=True, layers=False)
-    if conv.xla_embedding and sizes.family == "gpt":  # under SP: only its T/t position rows
-        head_w = head_w - param_bytes * sp * sizes.D * (sizes.T_max - grid.T / grid.tensor)
+    if conv.xla_embedding and sizes.family == "gpt":  # under SP: only its T/(s·t) position rows
+        held = grid.T / (grid.tensor * grid.seq)
+        head_w = head_w - param_bytes * sp * sizes.D * (sizes.T_max - held)
     head_w = head_w - np.where(xla_embed, param_bytes * table, 0)  # the lookup moved instead
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp, head_w))
     table_tp = conv.xla_embedding & fsdp & (grid.tensor > 1) & (grid.sp == 0)
@@ -171,7 +190,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
 
     out += _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes)
     out += _context_terms(sizes, grid, remat, conv, act_bytes)
-    out += _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes)
+    out += _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes)
     return out
 
 
@@ -181,56 +200,138 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     full = 1 if remat == "full" else 0
     axes = (Axis.TENSOR,)
     # per microbatch: 4 per block (SwiGLU's second input matrix adds one backward), 1 more per
-    # block recomputed under full remat, + the embedding and the head. Under a pipeline, the
-    # busiest device (the first stage: it holds the embedding) recomputes each chunk's forward
-    # whole in each backward op (stage remat: 2 more per block, and the embedding again), and
-    # runs neither the head nor the loss. A split backward (ZB-H1's B and W) recomputes the
-    # chunk and runs the backward's all-reduces twice.
-    piped = (grid.stage > 1) & grid.stage_remat
+    # block recomputed under full remat, + the embedding and the head. A pipeline's busiest
+    # device is its last stage: its layers, the head and the loss, but not the embedding.
+    piped = grid.stage > 1
     backward = 2 + sizes.n_mlp_in - 1
-    split = np.where(grid.schedule == SCHEDULES.index("zbh1"), 2, 1)
-    per_block = np.where(piped, 2 + split * (2 + backward), 2 + backward + full)
-    n_ar = per_block * L + 2
+    per_block = 2 + backward + full
+    n_ar = per_block * L + np.where(piped, 1, 2)
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes)]
     # + the embedding's output (reduce-scatter; backward all-gather) and the head's input
     # (all-gather; backward reduce-scatter)
+    # SP's re-gathers in the backward of the inputs it saves sequence-split: 2 per block and
+    # the head's (XLA merges the head's with its forward gather, and under full remat the
+    # blocks' with the recomputed forward's)
+    regathers = np.where(conv.merges_sp_regathers, 2 * L * (1 - full), 2 * L + 1)
     n_ag = (4 + 2 * full) * L + 2
     n_rs = (4 + full) * L + 2
-    out.append(Term("sp", "all-gather", axes, m * n_ag * sp, x_bytes))
-    out.append(Term("sp", "reduce-scatter", axes, m * n_rs * sp, x_bytes))
-    hidden = grad_bytes * sizes.hidden_params / np.where(grid.stage > 1, grid.stage, 1)
-    out.append(Term("sp-grads", "all-reduce", axes, m * sp, hidden * np.ones(n)))
+    nested_ag, nested_rs = _nested_sp_counts(grid, full)
+    nested = piped & grid.executor  # SP's ops nested in the pipeline's shard_map
+    out.append(Term("sp", "all-gather", axes, m * np.where(nested, nested_ag, n_ag) * sp,
+                    x_bytes))
+    out.append(Term("sp", "reduce-scatter", axes, m * np.where(nested, nested_rs, n_rs) * sp,
+                    x_bytes))
+    out.append(Term("sp-regather", "all-gather", axes, m * regathers * (sp & ~nested), x_bytes))
+    # the D-sized weights (norms, biases): a pipeline's last stage has its layers' and the
+    # final norm's
+    final = sizes.head[1]
+    hidden = grad_bytes * np.where(piped, (sizes.hidden_params - final) * L / sizes.L + final,
+                                   sizes.hidden_params)
+    # xla-cpu with seq: summed over seq and tensor at once (the seq reduction leaves them out)
+    merged = conv.xla_embedding & sp & (grid.seq > 1)
+    out.append(Term("sp-grads", "all-reduce", axes, m * sp * ~merged, hidden * np.ones(n)))
+    out.append(Term("sp-grads", "all-reduce", (Axis.SEQ, Axis.TENSOR), m * merged,
+                    hidden * np.ones(n)))
     if conv.xla_embedding and sizes.family == "gpt":  # each shard's position gradient: T/t rows
         table = grad_bytes * sizes.T_max * sizes.D / grid.embed_shards("grad")
-        out.append(Term("sp-positions", "all-gather", axes, 1.0 * sp, table))
-    ce = 3 * m * tp * (grid.stage == 1)
+        out.append(Term("sp-positions", "all-gather", axes,
+                        1.0 * (sp & ~piped) * (grid.seq == 1), table))
+        # in a pipeline each tensor shard's T/t rows of the gradient are exchanged by an
+        # all-to-all and a permute into the table's stored layout
+        rows = grad_bytes * grid.T / grid.tensor * sizes.D / grid.embed_shards("grad")
+        nested_sp = 1.0 * (sp & piped & grid.executor)
+        out.append(Term("sp-positions", "all-to-all", axes, nested_sp, rows))
+        out.append(Term("sp-positions", "collective-permute", (Axis.STAGE, Axis.DATA, Axis.TENSOR),
+                        nested_sp, rows))
+        ring, ulysses = merged & (grid.cp == 1), merged & (grid.cp == 2)
+        out.append(Term("sp-positions", "all-reduce", (Axis.SEQ, Axis.TENSOR), 1.0 * ring,
+                        grad_bytes * grid.T * sizes.D / grid.embed_shards("grad")))
+        out.append(Term("sp-positions", "all-gather", (Axis.SEQ, Axis.TENSOR), 1.0 * ulysses,
+                        4.0 * sizes.T_max * sizes.D / grid.embed_shards("param")))
+    ce = 3 * m * tp
     out.append(Term("cross-entropy", "all-reduce", axes, ce, 4.0 * grid.tokens))
     return out
+
+
+def _nested_sp_counts(grid, full: int) -> tuple[np.ndarray, np.ndarray]:
+    """(all-gathers, reduce-scatters) per microbatch of SP inside parex's pipeline stages, on
+    its last stage: each op is a nested shard_map whose backward is its own (parallel.nested).
+    Per layer: the forward gathers before QKV and the MLP and reduce-scatters after W_o and
+    W_out (2, 2). An unsplit backward gathers each column-parallel input again for its weight
+    gradient and each row-parallel output gradient (4, 0), and reduce-scatters the
+    column-parallel input gradients (0, 2). A split backward's B needs no re-gather for dx
+    (2, 2); its W gathers both again (4, 0). Full remat runs the forward once more (2, 2). The
+    head: its input gathered in F and again in B, its gradient reduce-scattered (2, 1)."""
+    L = grid.stage_layers
+    split = np.isin(grid.schedule, [SCHEDULES.index(s) for s in SPLIT])
+    ag = (2 + np.where(split, 2 + 4, 4) + 2 * full) * L + 2
+    rs = (2 + 2 + 2 * full) * L + 1
+    return ag, rs
+
+
+def _sp_weight_grads(sizes, grid, grad_bytes) -> np.ndarray:
+    """Gradient bytes of the weights in SP's manual regions: every matrix with an embed dim
+    but GPT's position table."""
+    positions = sizes.T_max * sizes.D if sizes.family == "gpt" else 0.0
+    return grid.sp * grad_bytes * (_elements(sizes, grid, embed=True) - positions)
+
+
+def _sp_weight_reduces(grid, per_step, manual) -> list[Term]:
+    """xla-cpu: those gradients are reduced inside SP's regions, reduce-scattered over the axes
+    that shard the weights (fsdp; data too under ZeRO-3: they are gathered there), then the
+    shard all-reduced over the other replica axes (data, seq) at once."""
+    zero3, on = grid.zero >= 3, per_step * (manual > 0)
+    split = np.where(zero3, grid.data * grid.fsdp, grid.fsdp)
+    shard = manual / split
+    return [Term("grad-reduce", "reduce-scatter", (Axis.DATA, Axis.FSDP),
+                 on * zero3 * (split > 1), manual),
+            Term("grad-reduce", "reduce-scatter", (Axis.FSDP,), on * ~zero3 * (split > 1), manual),
+            Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.SEQ),
+                 on * ~zero3 * (grid.data * grid.seq > 1), shard),
+            Term("grad-reduce", "all-reduce", (Axis.SEQ,), on * zero3 * (grid.seq > 1), shard)]
 
 
 def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
     s, m, L = grid.seq, grid.microbatches, grid.stage_layers
     passes = 3 if remat == "full" else 2  # forward, backward, and the recomputed forward
-    kv = 2 * grid.tokens * sizes.K * sizes.Dh / grid.tensor * act_bytes
-    ring = (grid.cp == 1) & (s > 1)
-    hops = passes * (s - 1) * L * m * ring
-    out = [Term("cp-ring", "collective-permute", (Axis.SEQ,), hops, kv)]
+    out = _ring_terms(sizes, grid, remat, act_bytes)
     ulysses = (grid.cp == 2) & (s > 1)
     qkvo = grid.tokens * (2 * sizes.H + 2 * sizes.K) * sizes.Dh / grid.tensor * act_bytes / 4
-    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), 4 * passes * L * m * ulysses,
-                    qkvo))
+    # inside parex's pipeline stages the attention is a nested shard_map whose backward runs
+    # its forward again without the output's all-to-all (parallel.nested): 4 + 3 + 4 per layer
+    nested = (grid.stage > 1) & grid.executor
+    a2a = np.where(nested, 11 + 4 * (passes - 2), 4 * passes)
+    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), a2a * L * m * ulysses, qkvo))
     if conv.xla_embedding and sizes.family == "gpt":  # XLA gathers GPT's position table
         table = 4.0 * sizes.T_max * sizes.D * np.ones(len(grid))
-        out.append(Term("cp-positions", "all-gather", (Axis.SEQ,), 1.0 * ulysses, table))
+        # (under SP the table is gathered over seq and tensor at once: sp-positions)
+        out.append(Term("cp-positions", "all-gather", (Axis.SEQ,), 1.0 * ulysses * (grid.sp == 0),
+                        table))
     return out
 
 
-def _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes) -> list[Term]:
+def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
+    """parex.parallel.context.ring_attention, per block and microbatch. Forward: k and v each
+    s − 1 hops (again in the backward under either remat: the attention is recomputed). Its
+    custom VJP re-runs the ring in float32: hop 1 sends (k, v), hops 2 … s − 1 send
+    (k, v, dk, dv) as one buffer, and a last hop sends (dk, dv) home."""
+    s, ring = grid.seq, (grid.cp == 1) & (grid.seq > 1)
+    rings = grid.microbatches * grid.stage_layers * ring  # one per block and microbatch
+    forwards = 1 if remat == "none" else 2
+    block = grid.tokens * sizes.K * sizes.Dh / grid.tensor  # one device's k: (b, T/s, K/t, Dh)
+    axes = (Axis.SEQ,)
+    return [Term("cp-ring", "collective-permute", axes, forwards * 2 * (s - 1) * rings,
+                 block * act_bytes),
+            Term("cp-ring", "collective-permute", axes, 2.0 * rings, 2 * 4 * block),
+            Term("cp-ring", "collective-permute", axes, (s - 2) * rings, 4 * 4 * block)]
+
+
+def _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes) -> list[Term]:
     piped = grid.stage > 1
     sends = 2 * grid.microbatches * grid.virtual_stages
     if conv.name == "xla-cpu":
         sends = 2 * table_columns(grid)[0]  # one send each way per tick
-    send = x_bytes
+    send = x_bytes / np.where(grid.sp, grid.tensor, 1)  # under SP: the sequence-split stream
     out = []
     if conv.name != "xla-cpu":
         # Megatron's scatter/gather (Narayanan et al. 2021, 4.1): each tensor rank sends its
@@ -245,6 +346,10 @@ def _pipeline_terms(sizes, grid, conv, grad_bytes, x_bytes) -> list[Term]:
     shared = grad_bytes * _elements(sizes, grid, layers=False)
     alone = piped & (grid.dp * grid.seq == 1)
     out.append(Term("pipeline-shared", "all-reduce", (Axis.STAGE,), 1.0 * alone, shared))
+    if conv.name == "xla-cpu":  # parex stores them split over stages and gathers them first
+        tables = param_bytes * (_elements(sizes, grid, embed=True, layers=False)
+                                / grid.embed_shards("param"))
+        out.append(Term("stage-gather", "all-gather", (Axis.STAGE,), 1.0 * piped, tables))
     return out
 
 
@@ -259,12 +364,13 @@ def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
 
 def group_shape(grid: Grid, axes: tuple[Axis, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(group size, device stride of its innermost non-trivial axis). The mesh orders axes
-    stage, data, fsdp, seq, tensor, tensor innermost, so tensor groups sit inside a node."""
+    (replica,) stage, data, fsdp, seq, tensor, tensor innermost, so tensor groups sit inside a
+    node."""
     g = np.ones(len(grid), dtype=np.int64)
     stride = np.ones(len(grid), dtype=np.int64)
     found = np.zeros(len(grid), dtype=bool)
     for axis in reversed(MESH_AXES):  # innermost first
-        size = getattr(grid, axis.value)
+        size = getattr(grid, axis.value, 1)  # no replica column: a Grid is one replica's
         if axis in axes:
             g = g * size
             found = found | (size > 1)

@@ -8,8 +8,9 @@ is derived from it, so measurement and prediction share it:
     head = 2·(final norm + unembedding),    model FLOPs = 3 · forward  (backward = 2 · forward).
 Hardware FLOPs add recomputation: selective remat repeats the attention core's forward (4·D·T per
 token per layer), full remat repeats the block forward except its last matmul (W_out: the
-backward needs only each op's inputs, so XLA drops it), and parex's pipeline executor recomputes
-each chunk's forward in its backward (stage-level remat).
+backward needs only each op's inputs, so XLA drops it); pipelines recompute nothing beyond that
+(parex.parallel.stash). They are the busiest device's: a pipeline's last stage runs the head
+beside its layers, so its FLOPs exceed the average by the head's share.
 
 XLA's cost analysis (the measured `flops_per_device`) counts a while loop's body once, whatever its
 trip count: the scan over layers and the scan over microbatches each count one iteration. Under
@@ -22,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import ModelConfig
+from ..layout import CP_MODES
 from ..model import flops_per_token
 from .memory import state_elements
 from .shapes import Grid, ModelSizes
@@ -56,9 +58,11 @@ def recompute_layers(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
     """(block forwards, attention-core forwards) recomputed per layer per microbatch. A recomputed
     block skips its last matmul (W_out): the backward needs only each op's inputs, so XLA drops
     it as dead code (`recomputed_block`)."""
-    piped = (grid.stage > 1) * float(grid.stage_remat)  # parex's executor: stage-level remat
-    full = piped + (1.0 if remat == "full" else 0.0)
-    core = np.full(len(grid), 1.0 if remat == "selective" else 0.0)
+    full = np.full(len(grid), 1.0 if remat == "full" else 0.0)
+    # inside parex's pipeline stages Ulysses' attention is a nested shard_map whose explicit
+    # backward re-runs its forward (parallel.nested): the attention core once more
+    nested = (grid.stage > 1) & (grid.cp == CP_MODES.index("ulysses")) & grid.executor
+    core = np.where(nested, 1.0, 0.0) + (1.0 if remat == "selective" else 0.0)
     return full, core
 
 
@@ -81,11 +85,10 @@ def model_flops(model: ModelConfig, grid: Grid) -> np.ndarray:
 
 
 def hardware_flops(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
-    """Model FLOPs plus recomputation, per device per step."""
-    full, core = recompute_layers(grid, remat)
-    extra = model.layers * (full * recomputed_block(model, grid.T)
-                            + core * attention_forward_per_token(model, grid.T))
-    return model_flops(model, grid) + extra * grid.B * grid.T / grid.n_devices
+    """Model FLOPs plus recomputation on the busiest device per step: its layers (all of them,
+    or a pipeline stage's) and the head, every microbatch."""
+    mm = matmul_split(model, grid, remat)
+    return grid.microbatches * (grid.stage_layers * mm["layer"] + mm["head"])
 
 
 def matmul_split(model: ModelConfig, grid: Grid, remat: str) -> dict:
@@ -112,12 +115,32 @@ def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
             "optimizer": opt}
 
 
+def ring_attention_counted(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """XLA's count of ring attention's matmuls in one layer and microbatch. Blocks are c × c,
+    c = T/2s, at 4·c²·D/t FLOPs forward (QKᵀ, PV) and 10·c²·D/t backward (QKᵀ again, dV, dP,
+    dQ, dK). The forward does 3 own blocks, then 2 per hop in a loop of s − 1 hops; the
+    backward 3 own, 2 on hop 1, then 2 per hop in a loop of s − 2; each loop counted once."""
+    c, d = grid.T / (2 * grid.seq), sizes.D / grid.tensor
+    full, core = recompute_layers(grid, remat)
+    forwards = 1 + full + core
+    backward_blocks = 5 + 2 * np.minimum(grid.seq - 2, 1)
+    return (forwards * 5 * 4 + backward_blocks * 10) * c * c * d * grid.b
+
+
 def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     """What XLA's cost analysis reports per device: loop bodies once (one layer, and one
-    microbatch when microbatches > 1), plus elementwise work."""
+    microbatch when microbatches > 1), plus elementwise work. Under ring attention the attention
+    core is counted as XLA counts the ring's blocks (`ring_attention_counted`)."""
     mm, ew = matmul_split(model, grid, remat), elementwise_flops(sizes, grid, remat)
-    return mm["layer"] + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
+    full, core = recompute_layers(grid, remat)
+    convention = ((3 + full + core) * attention_forward_per_token(model, grid.T) * grid.tokens
+                  / grid.tensor)
+    ring = (grid.cp == 1) & (grid.seq > 1)
+    layer = mm["layer"] + np.where(ring, ring_attention_counted(sizes, grid, remat) - convention,
+                                   0.0)
+    return layer + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
 
 
 __all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "forward_per_token",
-           "hardware_flops", "matmul_split", "model_flops", "recomputed_block", "xla_counted"]
+           "hardware_flops", "matmul_split", "model_flops", "recomputed_block",
+           "ring_attention_counted", "xla_counted"]

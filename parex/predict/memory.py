@@ -14,10 +14,11 @@ Activations, two formulas:
       full       2·s·b·h (the block input only)
 - "xla": what XLA keeps for parex.model's block, read from the compiled step's buffer assignment
   (elements per token per layer; h full = replicated over the tensor axis, /t = split by it):
-      8·h full (residual stream, norms, MLP input; under SP 2 stay full and 6 become h/t)
+      8·h full (residual stream, norms, MLP input; h/t under SP, which saves the inputs of the
+      column-parallel matmuls sequence-split and all-gathers them again in the backward)
       + (2 + 2·K/H)·h/t (q, attention output, k, v) + 6·F/t (MLP pre- and post-activation terms)
-      + 2·(a/t)·s (scores and probabilities; dropped by selective remat; half under ring
-      attention, which computes only the causal blocks)
+      + 2·(a/t)·s (scores and probabilities; dropped by selective remat; ring attention
+      keeps a/t instead, each row's log-sum-exp, and recomputes its blocks in the backward)
       full remat keeps only the block input, h (h/t under SP).
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
 table (Schedule.peak_in_flight); parex's executor stashes only each chunk's input and recomputes
@@ -44,7 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..parallel.plan import BUFFERS
 from .schedule_stats import table_columns
+from .stash import stash_bytes
 from .shapes import GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
@@ -61,14 +64,13 @@ class Recipe:
     optimizer_bytes: float  # all optimizer state (ZeRO's K, plus the fp32 master copy if 2-byte)
     activations: str  # "xla" or "korthikanti"
     counters: int = 0  # scalar optimizer state (bytes, replicated)
-    stage_remat: bool = False  # the pipeline recomputes each chunk in its backward (parex's)
     update_buffers: float = 0.0  # float32 optimizer-state-sized temporaries of the update
 
 
 RECIPES = {
     # parex's own step (what the emulated mesh compiles): float32 state, XLA's buffers, optax's
     # AdamW keeping one update-sized buffer (memory.update_bytes)
-    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, stage_remat=True, update_buffers=1),
+    "parex": Recipe("parex", 4, 4, 8, "xla", COUNTERS, update_buffers=1),
     # Megatron-LM's mixed precision: ZeRO's 2 + 2 + K with K = 12, Korthikanti's activations,
     # a fused in-place Adam
     "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),
@@ -83,14 +85,29 @@ def recipe(name_or_recipe) -> Recipe:
 
 def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     """Parameters' worth of `kind` state ("param", "grad", "opt") one device holds. Stacked
-    layers are stored split evenly over the stage axis."""
+    layers are stored split evenly over the stage axis; the embedding and head as
+    `head_state_elements` says."""
     embed = grid.embed_shards(kind)
     total = np.zeros(len(grid))
     for (e, t, l), n in zip(GROUPS, sizes.groups):
-        if n:
-            div = (embed if e else 1) * (grid.tensor if t else 1) * (grid.stage if l else 1)
-            total = total + n / div
-    return total
+        if n and l:
+            total = total + n / ((embed if e else 1) * (grid.tensor if t else 1) * grid.stage)
+    return total + head_state_elements(sizes, grid, embed)
+
+
+def head_state_elements(sizes: ModelSizes, grid: Grid, embed) -> np.ndarray:
+    """The embedding's and head's state on the busiest device. Tables split their vocab over
+    tensor and their embed dim like every weight (`embed` shards). Pipelines: parex's executor
+    also splits them over the stages (Layout.spec); the ideal program keeps the embedding on the
+    first stage and the head on the last (Megatron-LM), so the larger of the two counts."""
+    tokens, positions = sizes.embedding
+    unembed, final_norm = sizes.head
+    first = (tokens / grid.tensor + positions) / embed
+    last = unembed / grid.tensor / embed + final_norm
+    whole = first + last
+    staged = np.where(grid.executor, (first + last - final_norm) / grid.stage + final_norm,
+                      np.maximum(first, last))
+    return np.where(grid.stage > 1, staged, whole)
 
 
 def batch_bytes(grid: Grid) -> np.ndarray:
@@ -100,12 +117,17 @@ def batch_bytes(grid: Grid) -> np.ndarray:
 
 # --- activations ---------------------------------------------------------------------------------
 
-def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none"):
-    """Bytes of one layer's activations, Korthikanti et al. 2022 (16-bit, with dropout masks)."""
+def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none", dropout=True):
+    """Bytes of one layer's activations, Korthikanti et al. 2022 (16-bit, with dropout masks).
+    `dropout=False`: the same accounting for a model without dropout, which has neither the
+    masks (1 byte per element: 2·s·b·h, a·s²·b) nor the dropout's output (2·a·s²·b):
+    none s·b·h·(32 + 2·a·s/h), TP s·b·h·(8 + 24/t + 2·a·s/(h·t)), TP + SP s·b·h/t·(32 + 2·a·s/h)."""
     if remat == "full":
         return 2 * s * b * h
-    attn = 0 if remat == "selective" else 5 * a * s / h
-    return np.where(sp, s * b * h / t * (34 + attn), s * b * h * (10 + 24 / t + attn / t))
+    fixed, scores = (34, 5) if dropout else (32, 2)
+    attn = 0 if remat == "selective" else scores * a * s / h
+    return np.where(sp, s * b * h / t * (fixed + attn),
+                    s * b * h * (fixed - 24 + 24 / t + attn / t))
 
 
 def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
@@ -113,11 +135,11 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     t, sp, h = grid.tensor, grid.sp, sizes.D
     if remat == "full":
         return np.where(sp, h / t, h) * np.ones(len(grid))
-    full_h = np.where(sp, 2 * h + 6 * h / t, 8 * h)
+    full_h = np.where(sp, 8 * h / t, 8 * h)
     split_h = (2 + 2 * sizes.K / sizes.H) * h / t
-    # ring attention computes only the causal half of the blocks (zig-zag split)
-    scores = 0 if remat == "selective" else 2 * sizes.H / t * grid.T * np.where(grid.cp == 1,
-                                                                               0.5, 1.0)
+    # ring attention's custom VJP keeps no scores, only the rows' log-sum-exp (one per head)
+    scores = 0 if remat == "selective" else np.where(grid.cp == 1, sizes.H / t,
+                                                     2 * sizes.H / t * grid.T)
     return full_h + split_h + 6 * sizes.F / t + scores
 
 
@@ -139,16 +161,17 @@ def in_flight(grid: Grid) -> np.ndarray:
 
 def activation_bytes(sizes, grid, remat, rec, act_bytes):
     """Saved activations at the peak. Without a pipeline: all layers of one microbatch. With
-    one: (Korthikanti) the layers of every chunk in flight; (parex) each in-flight chunk's input
-    plus one chunk's activations under the remat policy while its backward runs."""
+    one: (Korthikanti) the layers of every chunk in flight; (parex) what the executor's buffers
+    hold (predict.stash: every chunk in flight, the embedding's and head's residuals, a split
+    backward's records and cotangents, the inbox)."""
     per_layer = layer_bytes(sizes, grid, remat, rec, act_bytes)
     chunk_layers = grid.stage_layers / grid.virtual_stages
-    flight = in_flight(grid)
     piped = grid.stage > 1
     if rec.activations == "korthikanti":
-        return per_layer * np.where(piped, chunk_layers * flight, sizes.L)
-    stash = flight * grid.tokens * sizes.D * act_bytes
-    return np.where(piped, stash + per_layer * chunk_layers, per_layer * sizes.L)
+        return per_layer * np.where(piped, chunk_layers * in_flight(grid), sizes.L)
+    buffers = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)
+    held = sum(buffers[name] for name in BUFFERS)
+    return np.where(piped, held, per_layer * sizes.L)
 
 
 def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
@@ -156,9 +179,6 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     if nothing were rematerialised), the float32 logits, and the compute-dtype copies of the
     weights (bfloat16 runs only) of the parameters a device gathers."""
     working = layer_bytes(sizes, grid, "none", rec, act_bytes)
-    if rec.stage_remat:  # a one-layer pipeline chunk is not scanned: its activations are all
-        chunk = grid.stage_layers / grid.virtual_stages
-        working = np.where((grid.stage > 1) & (chunk <= 1), 0.0, working)
     logits = LOGIT_COPIES * grid.tokens * sizes.V / grid.tensor * 4
     copies = 0.0
     if compute_bytes < rec.param_bytes:
@@ -166,8 +186,17 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     # accumulating microbatches keeps a running sum beside each microbatch's gradients, laid out
     # like the parameters (the pipeline executor accumulates in its own buffers, counted above)
     accumulate = np.where((grid.microbatches > 1) & (grid.stage == 1), 1.0, 0.0)
-    return working + logits + copies + accumulate * rec.grad_bytes * state_elements(sizes, grid,
-                                                                                   "param")
+    return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes)
+            + accumulate * rec.grad_bytes * state_elements(sizes, grid, "param"))
+
+
+def windows(sizes, grid, remat, rec, act_bytes) -> np.ndarray:
+    """parex's pipeline reads one slot of each buffer before a tick's switch and writes it back
+    after (parallel.pipeline): one value of every buffer going in and one coming out."""
+    if rec.activations != "xla":
+        return np.zeros(len(grid))
+    one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)["value"]
+    return np.where(grid.executor, 2 * sum(one[name] for name in BUFFERS), 0.0)
 
 
 # --- the two peaks: the end of the backward, and the optimizer update ----------------------------

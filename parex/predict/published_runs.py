@@ -57,6 +57,16 @@ def run_setup(run) -> tuple[ModelConfig, TrainConfig, dict]:
     return model, train, layout
 
 
+def megatron_row_setup(row):
+    """(model, train config, Layout) of one row of Megatron-LM's Table 1: the paper's own
+    layout."""
+    from ..layout import Layout
+
+    run = next(r for r in fit_runs().itertuples() if r.params_b == row.params_b)
+    model, train, columns = run_setup(run)
+    return model, train, Layout(**columns | {"sp": bool(columns["sp"])})
+
+
 def predict_run(run, chip) -> dict:
     """Predicted step-time parts (seconds) of one run on `chip` (a Chip)."""
     from . import columns

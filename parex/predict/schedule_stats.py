@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..parallel.plan import BUFFERS
 from ..parallel.schedules import SCHEDULES, schedule_arrays
 from .shapes import Grid
 
 HOP = 1e-3  # the probe hop (in units of t_F) that measures the makespan's growth per hop
-_TABLES: dict[tuple, tuple[int, int]] = {}  # (code, p, m, v) -> (ticks, peak chunks in flight)
+_TABLES: dict[tuple, tuple] = {}  # (code, p, m, v) -> (ticks, peak in flight, buffer slots...)
 _MAKESPANS: dict[tuple, tuple[float, float]] = {}  # key + (t_B, t_W) -> (makespan, per hop)
 _LAST: dict = {"rows": {}}  # the tables built last (for makespans) and each key's row in them
 _LIMIT = 1 << 16  # entries kept before a cache starts over
@@ -41,21 +42,34 @@ def _build(keys: list[tuple]) -> None:
         _TABLES.clear()
     tables = schedule_arrays([(SCHEDULES[c], p, m, v) for c, p, m, v in keys])
     ticks, peaks = tables.n_ticks(), tables.peak_in_flight().max(1)
+    slots = tables.buffer_slots()
     for i, key in enumerate(keys):
-        _TABLES[key] = int(ticks[i]), int(peaks[i])
+        _TABLES[key] = (int(ticks[i]), int(peaks[i])) + tuple(int(slots[b][i]) for b in BUFFERS)
     _LAST.update(tables=tables, rows={key: i for i, key in enumerate(keys)})
+
+
+def _table_values(grid: Grid) -> np.ndarray:
+    """(layouts, 2 + len(BUFFERS)) of _TABLES' values; zeros without a pipeline."""
+    out = np.zeros((len(grid), 2 + len(BUFFERS)))
+    rows, keys, inverse, _ = _distinct(grid)
+    if len(rows):
+        _build([k for k in keys if k not in _TABLES])
+        out[rows] = np.array([_TABLES[k] for k in keys], float)[inverse]
+    return out
 
 
 def table_columns(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     """(ticks, peak microbatch-chunks in flight) per layout; (0, 1) without a pipeline, where
     microbatches of gradient accumulation run one after another."""
-    ticks, peaks = np.zeros(len(grid)), np.ones(len(grid))
-    rows, keys, inverse, _ = _distinct(grid)
-    if len(rows):
-        _build([k for k in keys if k not in _TABLES])
-        values = np.array([_TABLES[k] for k in keys], float)[inverse]
-        ticks[rows], peaks[rows] = values[:, 0], values[:, 1]
-    return ticks, peaks
+    values = _table_values(grid)
+    return values[:, 0], np.where(grid.stage > 1, values[:, 1], 1.0)
+
+
+def buffer_columns(grid: Grid) -> dict[str, np.ndarray]:
+    """Per layout, the slots of each buffer of the pipeline executor (parallel.plan): the most
+    values one stage holds at once; zeros without a pipeline."""
+    values = _table_values(grid)
+    return {name: values[:, 2 + i] for i, name in enumerate(BUFFERS)}
 
 
 def _time(keys: list[tuple]) -> None:
@@ -90,4 +104,4 @@ def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
     return base, per_hop
 
 
-__all__ = ["makespan_columns", "table_columns"]
+__all__ = ["buffer_columns", "makespan_columns", "table_columns"]

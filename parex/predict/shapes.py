@@ -46,6 +46,8 @@ class ModelSizes:
     layer_params: int  # parameters of one block
     hidden_params: int  # parameters with neither an embed nor a tensor dim (norms, biases on D)
     T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
+    embedding: tuple[int, int] = (0, 0)  # (token table, GPT's position table) parameters
+    head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters
 
     @property
     def n_mlp_in(self) -> int:
@@ -69,10 +71,13 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
         groups[key] += n
         layer += n // model.layers if "layers" in dims else 0
         hidden += n if key[:2] == (0, 0) else 0
+    V, D = model.vocab, model.hidden
+    positions = model.seq_len * D if model.family == "gpt" else 0
+    final_norm = (2 if model.family == "gpt" else 1) * D
     return ModelSizes(model.family, model.layers, model.hidden, model.heads, model.kv_heads,
                       model.head_dim, model.ffn, model.vocab, sum(groups.values()),
                       tuple(groups[g] for g in GROUPS), len(entries), layer, hidden,
-                      model.seq_len)
+                      model.seq_len, (V * D, positions), (D * V, final_norm))
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.
@@ -99,7 +104,7 @@ class Grid:
     stage_layers: np.ndarray  # layers held by the busiest pipeline stage
     B: int  # global batch (sequences per step)
     T: int  # tokens per sequence
-    stage_remat: bool = True  # the pipeline recomputes each chunk in its backward (parex's)
+    executor: bool = True  # the program parex's executor compiles (xla-cpu), not the ideal one
 
     def __len__(self) -> int:
         return len(self.data)

@@ -33,10 +33,10 @@ from .schedule_stats import makespan_columns
 from .shapes import Grid, ModelSizes
 
 EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses", "zero-gather",
-           "pipeline-shared", "embedding-ids", "embedding-lookup", "embedding-table",
-           "cp-positions")
+           "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
+           "embedding-table", "cp-positions")
 HIDE_BEHIND_BACKWARD = ("grad-reduce",)
-HIDE_BEHIND_COMPUTE = ("fsdp-gather",)
+HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather")  # prefetched, or beside the backward's dx
 
 
 # --- compute -------------------------------------------------------------------------------------

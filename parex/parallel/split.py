@@ -1,0 +1,149 @@
+"""The split backward of zero-bubble schedules: B computes input gradients only, W the weight
+gradients, and neither recomputes the other's matmuls.
+
+Every place where a block's parameters meet an activation goes through `Ops.weighted(fn, x, w)`,
+with `fn` linear or affine in w (a norm's scale and bias, a projection and its bias). Here those
+calls are *tapped*: y = fn(x, w) + tap with tap = 0, and x is recorded.
+- F differentiates the tapped layers with respect to (x, taps) only, the weights held fixed: its
+  residuals are what dx needs, and the records (each op's input) are kept for W.
+- B's backward returns dx and, for every tap, dY: the cotangent of that op's output.
+- W needs only those: dW = ∂/∂w Σ_i ⟨fn_i(x_i, w), dY_i⟩, which for a matmul is x_iᵀ·dY_i, one
+  matmul; the forward fn_i(x_i, w) feeds nothing that is kept, so XLA drops it. Under sequence
+  parallelism fn_i all-gathers x_i again first, as Megatron does for its weight gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .. import model as gpt
+from .nested import layer_loop
+from .stash import zeros_like_aval
+
+
+@dataclass(frozen=True)
+class WeightedOp:
+    """One `Ops.weighted` call of a block: its function, and where its parameters live in the
+    block's parameter dict (the op's own name for each -> the path of keys)."""
+
+    fn: Callable
+    paths: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def params(self, block_params) -> dict:
+        out = {}
+        for name, path in self.paths:
+            value = block_params
+            for key in path:
+                value = value[key]
+            out[name] = value
+        return out
+
+
+class TapOps:
+    """An Ops that taps `weighted` (module docstring); every other operation is the wrapped
+    Ops'. mode "probe" records the calls; mode "tap" adds taps[i] to call i's output. Both record
+    each call's input."""
+
+    def __init__(self, base, mode: str, taps=None):
+        self.base, self.mode, self.taps = base, mode, taps
+        self.calls: list[tuple[Callable, dict]] = []  # probe: (fn, params) per call
+        self.outputs: list = []  # probe: each call's output (the taps' structure)
+        self.records: list = []  # each call's input x
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def weighted(self, fn, x, params):
+        y = fn(x, params)
+        if self.mode == "probe":
+            self.calls.append((fn, params))
+            self.outputs.append(y)
+        else:
+            y = jax.tree.map(jnp.add, y, self.taps[len(self.records)])
+        self.records.append(x)
+        return y
+
+
+@dataclass(frozen=True)
+class BlockTaps:
+    """One block's weighted ops in call order, and the avals of their outputs (the taps) and
+    inputs (the records) for one layer."""
+
+    ops: tuple[WeightedOp, ...]
+    taps: tuple
+    records: tuple
+    unroll: bool  # the layers are looped in Python: their ops nest shard_maps (parallel.nested)
+
+    @classmethod
+    def probe(cls, cfg, ops, remat: str, layer_params, x) -> BlockTaps:
+        found = {}
+
+        def run(p, x):
+            tops = TapOps(ops, "probe")
+            gpt.block(x, p, cfg, tops, remat)
+            found["ops"] = tuple(WeightedOp(fn, _paths(p, params)) for fn, params in tops.calls)
+            return tuple(tops.outputs), tuple(tops.records)
+
+        taps, records = jax.eval_shape(run, layer_params, x)
+        return cls(found["ops"], taps, records, getattr(ops, "nests_shard_maps", False))
+
+    def zero_taps(self, layers: int):
+        """Zero taps for a chunk of `layers` scanned layers (leading dim), varying as needed."""
+        return jax.tree.map(lambda a: zeros_like_aval(a, (layers,)), self.taps)
+
+
+def _paths(block_params, params: dict) -> tuple:
+    """For each of an op's parameters, the path of the block parameter it is (by identity)."""
+    where = {id(leaf): tuple(k.key for k in path)
+             for path, leaf in jax.tree_util.tree_flatten_with_path(block_params)[0]}
+    return tuple((name, where[id(leaf)]) for name, leaf in params.items())
+
+
+# --- the two halves of the backward -----------------------------------------------------------------
+
+def tapped_layers(blocks, x, taps, mask, cfg, ops, remat: str, spec: BlockTaps):
+    """The chunk's layers (scanned) with every weighted op tapped: (y, records), records stacked
+    over layers. Padded layers (mask False) record zeros."""
+    def layer(h, p, tap):
+        tops = TapOps(ops, "tap", tap)
+        return gpt.block(h, p, cfg, tops, remat), tuple(tops.records)
+
+    def body(h, xs):
+        p, tap, keep = xs
+        if keep is None:
+            return layer(h, p, tap)
+        def skip(h):
+            return h, jax.tree.map(zeros_like_aval, spec.records)
+
+        return lax.cond(keep, lambda h: layer(h, p, tap), skip, h)
+
+    if remat == "full":
+        body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
+    return layer_loop(body, x, (blocks, taps, mask), unroll=spec.unroll)
+
+
+def weight_grads(blocks, records, cotangents, spec: BlockTaps):
+    """dW of every layer of the chunk from its records and tap cotangents (module docstring):
+    a scan over layers, each the gradient of Σ_i ⟨fn_i(x_i, w), dY_i⟩."""
+    def layer(_, xs):
+        p, recs, dys = xs
+
+        def pairing(p):
+            total = jnp.zeros((), jnp.float32)
+            for op, x, dy in zip(spec.ops, recs, dys):
+                y = op.fn(x, op.params(p))
+                total = total + sum(jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32))
+                                    for a, b in zip(jax.tree.leaves(y), jax.tree.leaves(dy)))
+            return total
+
+        return None, jax.grad(pairing)(p)
+
+    return layer_loop(layer, None, (blocks, records, cotangents), unroll=spec.unroll)[1]
+
+
+__all__ = ["BlockTaps", "TapOps", "WeightedOp", "tapped_layers", "weight_grads"]

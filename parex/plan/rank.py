@@ -1,0 +1,88 @@
+"""Ranking predicted layouts: what fits, in which order, what limits each one, the Pareto front.
+
+Everything here reads plain columns (one entry per (layout, remat) row: the predictor's
+`step_*_s`, `memory_*_bytes` and `mfu` columns plus a few layout columns), never how the rows
+were produced, so an enumerated grid and a hand-written candidate list rank the same way.
+
+    objective "time"    shortest predicted step first
+    objective "mfu"     highest model FLOPs utilisation first
+    objective "memory"  least memory per device first
+Ties go to the faster, then the leaner, then the simpler layout (fewer techniques switched on).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..layout import Axis
+
+OBJECTIVES = ("time", "mfu", "memory")
+TIME_PARTS = ("compute", "exposed_comm", "bubble")
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temp", "argument", "total")
+TIGHT_MEMORY = 0.1  # headroom under this fraction of the cap makes memory the bottleneck
+
+
+def check_objective(objective: str) -> None:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+
+
+def simplicity(cols: dict) -> np.ndarray:
+    """How many techniques a row switches on beyond plain data parallelism (lower is simpler)."""
+    count = np.zeros(len(cols["step_time_s"]), np.int64)
+    axes = [(a.value, 1) for a in (Axis.FSDP, Axis.TENSOR, Axis.SEQ, Axis.STAGE)]
+    for name, plain in axes + [("zero", 0), ("sp", 0), ("virtual_stages", 1),
+                               ("microbatches", 1), ("remat", 0)]:
+        if name in cols:
+            count += cols[name] != plain
+    return count
+
+
+def ranked(cols: dict, fits: np.ndarray, objective: str = "time") -> np.ndarray:
+    """Indices of the fitting rows, best first."""
+    check_objective(objective)
+    rows = np.nonzero(fits)[0]
+    step, memory = cols["step_time_s"][rows], cols["memory_total_bytes"][rows]
+    primary = {"time": step, "mfu": -cols["mfu"][rows], "memory": memory}[objective]
+    order = np.lexsort((simplicity(cols)[rows], memory, step, primary))
+    return rows[order]
+
+
+def pareto_front(cols: dict, fits: np.ndarray) -> np.ndarray:
+    """Fitting rows that no other fitting row beats on both step time and memory per device,
+    by increasing memory."""
+    rows = np.nonzero(fits)[0]
+    if not len(rows):
+        return rows
+    step, memory = cols["step_time_s"][rows], cols["memory_total_bytes"][rows]
+    by_memory = np.lexsort((step, memory))
+    best_before = np.minimum.accumulate(np.r_[np.inf, step[by_memory][:-1]])
+    return rows[by_memory[step[by_memory] < best_before]]
+
+
+def bottleneck(cols: dict, i: int, cap: float) -> str:
+    """What limits row i: memory when its headroom under the cap is tight, else the largest
+    part of its step time."""
+    if cap - cols["memory_total_bytes"][i] < TIGHT_MEMORY * cap:
+        return "memory"
+    parts = {p: cols[f"step_{p}_s"][i] for p in TIME_PARTS}
+    return max(parts, key=parts.get)
+
+
+def entry(cols: dict, i: int, cap: float) -> dict:
+    """One ranked row as JSON: step time and memory broken down, MFU, fit and bottleneck."""
+    total = float(cols["step_time_s"][i])
+    memory = {p: float(cols[f"memory_{p}_bytes"][i]) for p in MEMORY_PARTS}
+    return {
+        "step_time_s": {"total": total} | {p: float(cols[f"step_{p}_s"][i]) for p in TIME_PARTS},
+        "memory_bytes_per_device": memory,
+        "memory_headroom_bytes": cap - memory["total"],
+        "mfu": float(cols["mfu"][i]),
+        "tokens_per_s": float(cols["tokens_per_s"][i]),
+        "fits": bool(memory["total"] <= cap),
+        "bottleneck": bottleneck(cols, i, cap),
+    }
+
+
+__all__ = ["MEMORY_PARTS", "OBJECTIVES", "TIME_PARTS", "bottleneck", "entry", "pareto_front",
+           "ranked", "simplicity"]

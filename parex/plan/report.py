@@ -1,0 +1,105 @@
+"""A Plan as text (the `parex plan` table) and as JSON (`parex plan --json`).
+
+Both read only what every Plan offers — its ranked rows through `entry(i)`, the counts and the
+timing — not how its candidates were produced.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..report import human_bytes, table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def plan_json(plan) -> dict:
+    """The JSON of `parex plan --json`: the search, then the top layouts best first."""
+    cluster = plan.cluster
+    rate = plan.layouts_considered / plan.seconds if plan.seconds else 0.0
+    return {
+        "model": plan.model.name, "hardware": cluster.chip.name, "nodes": cluster.nodes,
+        "n_devices": cluster.n_devices, "global_batch": plan.train.global_batch,
+        "seq_len": plan.train.seq_len or plan.model.seq_len,
+        "memory_cap_bytes": plan.memory_cap, "objective": plan.objective,
+        "candidates": plan.n_candidates, "layouts_considered": plan.layouts_considered,
+        "layouts_fitting": int(plan.fits.sum()), "layouts_per_s": rate, "seconds": plan.seconds,
+        "rejected_by_validation": plan.rejected,
+        "top": [{"rank": r + 1} | plan.entry(i) for r, i in enumerate(plan.top)],
+    }
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.2f} s"
+
+
+def plan_rows(plan) -> list[list]:
+    rows = []
+    for r, i in enumerate(plan.top):
+        e = plan.entry(i)
+        st, mem = e["step_time_s"], e["memory_bytes_per_device"]
+        alike = f" (+{e['equivalent_layouts']} alike)" if e["equivalent_layouts"] else ""
+        rows.append([f"{r + 1:>2}  {e['layout']}{alike}", e["remat"], e["microbatch"],
+                     _ms(st["total"]), _ms(st["compute"]), _ms(st["exposed_comm"]),
+                     _ms(st["bubble"]),
+                     human_bytes(mem["total"]), human_bytes(e["memory_headroom_bytes"]),
+                     f"{e['mfu']:.1%}", e["bottleneck"]])
+    return rows
+
+
+HEADER = [" #  layout", "remat", "b", "step", "compute", "exposed comm", "bubble", "memory/dev",
+          "headroom", "MFU", "bottleneck"]
+
+
+def plan_report(plan) -> str:
+    """The header line, the ranked table and how long the search took."""
+    c, model = plan.cluster, plan.model
+    size = f"{model.n_params / 1e9:.3g}B" if model.n_params >= 1e9 else \
+        f"{model.n_params / 1e6:.3g}M"
+    head = (f"parex plan · {model.name} ({size} parameters) · {c.n_devices} × {c.chip.name} "
+            f"({c.nodes} node{'s' if c.nodes > 1 else ''}) · global batch "
+            f"{plan.train.global_batch} × {plan.train.seq_len or model.seq_len} tokens · cap "
+            f"{human_bytes(plan.memory_cap)} per device · objective {plan.objective}")
+    rate = plan.layouts_considered / plan.seconds if plan.seconds else 0.0
+    tail = (f"{plan.layouts_considered:,} layouts considered ({plan.n_candidates:,} enumerated), "
+            f"{int(plan.fits.sum()):,} fit; enumerate + predict + rank in {plan.seconds:.2f} s "
+            f"= {rate:,.0f} layouts/s. b = sequences per microbatch per replica; alike = layouts "
+            f"predicted the same (e.g. data=N,zero=3 and fsdp=N); bottleneck = memory when "
+            f"under 10% headroom, else the largest part of the step.")
+    return "\n".join([head, "", table(plan_rows(plan), HEADER), "", tail])
+
+
+def plan_frame(plan, rows) -> pd.DataFrame:
+    """One tidy row per plan row: layout, remat, b, step time and its parts, memory, MFU."""
+    import pandas as pd
+
+    records = []
+    for i in rows:
+        e = plan.entry(int(i))
+        records.append({"row": int(i), "layout": e["layout"], "remat": e["remat"],
+                        "microbatch": e["microbatch"], "mfu": e["mfu"], "fits": e["fits"],
+                        "bottleneck": e["bottleneck"]}
+                       | {f"step_{k}_s": v for k, v in e["step_time_s"].items()}
+                       | {f"memory_{k}_bytes": v for k, v in e["memory_bytes_per_device"].items()})
+    return pd.DataFrame(records)
+
+
+def chart_frame(plan, sample: int = 1500, seed: int = 0) -> pd.DataFrame:
+    """What the Pareto chart draws: a random sample of the fitting rows, the Pareto front and
+    the top rows, each row once, with `kind` (layout, pareto, top) and `rank` (top only)."""
+    import numpy as np
+
+    fitting = np.nonzero(plan.fits)[0]
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(fitting, min(sample, len(fitting)), replace=False)
+    front, top = set(plan.pareto().tolist()), list(plan.top)
+    rows = list(dict.fromkeys([*top, *sorted(front), *picked.tolist()]))
+    df = plan_frame(plan, rows)
+    df["kind"] = ["top" if r in top else "pareto" if r in front else "layout" for r in rows]
+    df["on_front"] = [r in front for r in rows]
+    df["rank"] = [top.index(r) + 1 if r in top else None for r in rows]
+    return df
+
+
+__all__ = ["chart_frame", "plan_frame", "plan_json", "plan_report", "plan_rows"]

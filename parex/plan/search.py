@@ -1,0 +1,214 @@
+"""`plan`: every layout of a model on a cluster, predicted, filtered by memory and ranked.
+
+    enumerate (candidates.py) -> predict_batch once per remat policy -> drop what does not fit
+    under the cap -> rank (rank.py) -> the top K distinct predictions that parex.validation
+    accepts -> Plan
+
+A Plan keeps every valid (layout, remat) row as columns, so the Pareto front, a chart or another
+objective are a re-rank away. When nothing fits, `plan` raises NoFit with the nearest thing that
+works: the cap the leanest layout needs, or the smallest cluster on which one fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import REMAT_POLICIES, ModelConfig, TrainConfig
+from ..hardware import Cluster
+from ..layout import Layout, LayoutError
+from ..predict import Grid, divisible, predict_batch
+from ..validation import check_layout
+from . import rank
+from .candidates import COLUMNS, DATA, FSDP, Candidates, layout_at
+from .names import cluster_of
+
+PREDICTED = (("step_time_s",) + tuple(f"step_{p}_s" for p in rank.TIME_PARTS)
+             + tuple(f"memory_{p}_bytes" for p in rank.MEMORY_PARTS) + ("mfu", "tokens_per_s"))
+RECIPES = {"parex": "parex", "mixed": "mixed"}  # parex's step; ZeRO's 2 + 2 + 12 (Megatron-LM)
+MAX_WALK = 10_000  # ranked rows the top-K check walks past at most
+
+
+class NoFit(ValueError):
+    """No layout runs or fits; the message names the nearest setting that works."""
+
+
+@dataclass
+class Plan:
+    """Every valid (layout, remat) row of a model on a cluster, predicted and ranked."""
+
+    model: ModelConfig
+    train: TrainConfig  # global batch and sequence length; remat and microbatches are per row
+    cluster: Cluster
+    memory_cap: float  # bytes per device a layout may use
+    objective: str
+    columns: dict  # layout COLUMNS, "remat" (index into REMAT_POLICIES) and PREDICTED
+    order: np.ndarray  # the fitting rows, best first
+    top: list[int]  # the first K rows of `order` that parex.validation accepts
+    n_candidates: int  # rows enumerated before the predictor's validity check
+    seconds: float  # enumerate + predict + rank
+    rejected: int = 0  # ranked rows the predictor accepted and parex.validation did not
+    equivalents: dict = dataclasses.field(default_factory=dict)  # row -> equally predicted rows
+
+    @property
+    def layouts_considered(self) -> int:
+        return len(self.columns["step_time_s"])
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.columns["memory_total_bytes"] <= self.memory_cap
+
+    def layout(self, i: int) -> Layout:
+        return layout_at(self.columns, i, self.model.layers)
+
+    def train_of(self, i: int) -> TrainConfig:
+        return self.train.replace(remat=REMAT_POLICIES[int(self.columns["remat"][i])])
+
+    def entry(self, i: int) -> dict:
+        """Row i as the JSON of one ranked layout."""
+        dp = int(self.columns[DATA][i] * self.columns[FSDP][i])
+        b = self.train.global_batch // (dp * int(self.columns["microbatches"][i]))
+        return {"layout": str(self.layout(i)), "remat": self.train_of(i).remat,
+                "microbatch": b, "equivalent_layouts": self.equivalents.get(i, 0)
+                } | rank.entry(self.columns, i, self.memory_cap)
+
+    def pareto(self) -> np.ndarray:
+        return rank.pareto_front(self.columns, self.fits)
+
+
+def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = None, *,
+         memory_cap: float | None = None, objective: str = "time", top: int = 5,
+         recipe: str = "parex", convention: str | None = None,
+         remats: tuple[str, ...] = REMAT_POLICIES) -> Plan:
+    """Rank every layout of `model` on `nodes` nodes of `hardware` (a profile name, a Chip or
+    a Cluster) for train's global batch and sequence length (each row has its own remat and
+    microbatch count)."""
+    rank.check_objective(objective)
+    train = train.replace(microbatch=None)
+    cluster = cluster_of(hardware, nodes)
+    cap = cluster.chip.hbm_bytes if memory_cap is None else float(memory_cap)
+    start = time.perf_counter()
+    cols, n_candidates = predicted_columns(model, train, cluster, recipe, convention, remats)
+    result = Plan(model, train, cluster, cap, objective, cols, np.zeros(0, np.int64), [],
+                  n_candidates, 0.0)
+    if not result.fits.any():
+        raise NoFit(explain_no_fit(result, memory_cap is not None, recipe, convention))
+    result.order = rank.ranked(cols, result.fits, objective)
+    firsts, runs = distinct(cols, result.order)
+    result.top, result.rejected = validated(result, firsts, top)
+    shown = np.isin(firsts, result.top)
+    result.equivalents = dict(zip(firsts[shown].tolist(), (runs[shown] - 1).tolist()))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, recipe: str,
+                      convention, remats) -> tuple[dict, int]:
+    """(columns of every valid (layout, remat) row, how many layouts were enumerated)."""
+    T, train = train.seq_len or model.seq_len, train.replace(microbatch=None)
+    cands = Candidates.enumerate(model, train.global_batch, T, cluster.n_devices)
+    valid = divisible(model, Grid.from_columns(train, model, **cands.grid_columns()))
+    cands = cands.take(valid)  # the predictor's own validity rules: no time spent on the rest
+    parts = []
+    for remat in remats if len(cands) else ():
+        train_r = train.replace(remat=remat)
+        grid = Grid.from_columns(train_r, model, **cands.grid_columns())
+        out = predict_batch(model, train_r, grid, cluster, convention=convention,
+                            recipe=RECIPES.get(recipe, recipe))
+        keep = out["valid"]
+        part = {k: v[keep] for k, v in cands.columns.items()}
+        part |= {k: out[k][keep] for k in PREDICTED}
+        part["remat"] = np.full(int(keep.sum()), REMAT_POLICIES.index(remat))
+        parts.append(part)
+    names = COLUMNS + PREDICTED + ("remat",)
+    if not parts:
+        return {k: np.zeros(0) for k in names}, len(valid)
+    return {k: np.concatenate([p[k] for p in parts]) for k in names}, len(valid)
+
+
+def validated(result: Plan, order: np.ndarray, k: int) -> tuple[list[int], int]:
+    """The first k rows of `order` that parex.validation accepts, and how many it rejected."""
+    chosen, rejected = [], 0
+    n = result.cluster.n_devices
+    for i in order[:MAX_WALK]:
+        try:
+            check_layout(result.layout(i), result.model, result.train_of(i), n)
+        except LayoutError:
+            rejected += 1
+            continue
+        chosen.append(int(i))
+        if len(chosen) == k:
+            break
+    return chosen, rejected
+
+
+def distinct(cols: dict, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each run of equally predicted rows in `order`, the run lengths): layouts
+    the predictor cannot tell apart (data=N,zero=3 and fsdp=N, say) count once."""
+    if not len(order):
+        return order, order
+    key = np.stack([cols["step_time_s"][order], cols["memory_total_bytes"][order]], 1)
+    new = np.r_[True, ~np.isclose(key[1:], key[:-1], rtol=1e-9, atol=0).all(1)]
+    starts = np.nonzero(new)[0]
+    return order[starts], np.diff(np.r_[starts, len(order)])
+
+
+def explain_no_fit(result: Plan, capped: bool, recipe: str, convention) -> str:
+    """Why nothing fits, and the nearest setting that does."""
+    model, cluster, cols = result.model, result.cluster, result.columns
+    where = (f"{cluster.n_devices} × {cluster.chip.name} ({cluster.nodes} node"
+             f"{'s' if cluster.nodes > 1 else ''})")
+    if not len(cols["step_time_s"]):
+        return (f"no layout of {model.name} can run on {where} with global batch "
+                f"{result.train.global_batch}: every split of the devices leaves a size that "
+                f"does not divide the batch or the model's dims; use a global batch that is a "
+                f"multiple of {cluster.n_devices}, or another node count")
+    lean = int(np.argmin(cols["memory_total_bytes"]))
+    need = cols["memory_total_bytes"][lean]
+    leanest = f"{result.layout(lean)}, remat={result.train_of(lean).remat}"
+    if capped and need <= cluster.chip.hbm_bytes:
+        return (f"no layout of {model.name} fits under the cap of {result.memory_cap / 1e9:.3g} "
+                f"GB per device on {where}; the leanest ({leanest}) needs {need / 1e9:.3g} GB: "
+                f"use --memory-cap {round_up(need / 1e9)} or more")
+    # parameters, gradients and optimizer state alone, on as many devices as fit them
+    state = (cols["memory_params_bytes"] + cols["memory_grads_bytes"]
+             + cols["memory_optimizer_bytes"]) * cluster.n_devices
+    at_least = int(np.ceil(state.min() / result.memory_cap / cluster.chip.devices_per_node))
+    nodes = smallest_cluster(model, result.train, cluster, result.memory_cap, recipe, convention,
+                             at_least)
+    fix = (f"the smallest cluster on which one fits is {nodes} nodes of "
+           f"{cluster.chip.devices_per_node} (--nodes {nodes})" if nodes else
+           f"no cluster of {max(cluster.nodes + 1, at_least)} nodes or a few more fits it "
+           f"either; shorten the sequence or the batch, or use a chip with more memory")
+    return (f"{model.name} does not fit in {result.memory_cap / 1e9:.3g} GB per device on {where}"
+            f" at any layout: the leanest ({leanest}) needs {need / 1e9:.3g} GB; {fix}")
+
+
+def round_up(x: float, digits: int = 3) -> str:
+    """x rounded up to `digits` significant digits, as text."""
+    step = 10.0 ** (np.floor(np.log10(x)) - digits + 1)
+    return f"{np.ceil(x / step - 1e-9) * step:.{digits}g}"
+
+
+def smallest_cluster(model, train, cluster: Cluster, cap: float, recipe, convention,
+                     at_least: int = 1, max_probes: int = 48) -> int | None:
+    """The fewest nodes (more than cluster's, and at least `at_least`, where the model state
+    alone fits) on which some layout fits under cap, by trying node counts in order. Counts
+    with no valid layout at all (a prime factor no axis can take) cost only the enumeration;
+    at most `max_probes` others are predicted, with full remat only (the leanest)."""
+    nodes, probes = max(cluster.nodes + 1, at_least), 0
+    while probes < max_probes:
+        bigger = dataclasses.replace(cluster, nodes=nodes)
+        cols, _ = predicted_columns(model, train, bigger, recipe, convention, ("full",))
+        if len(cols["memory_total_bytes"]):
+            probes += 1
+            if (cols["memory_total_bytes"] <= cap).any():
+                return nodes
+        nodes += 1
+    return None
+
+
+__all__ = ["NoFit", "Plan", "RECIPES", "plan"]
