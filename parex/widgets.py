@@ -82,6 +82,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
             "hardware": dropdown("hardware", names, hardware or names[0]),
             "steps": int_text("steps", steps),
         }
+        if load_chip(c["hardware"].value).calibration is None:  # an accelerator: what runs use
+            c["dtype"].value = "bfloat16"
         self._build_views()
         c["model"].observe(self._on_preset, "value")
         c["devices"].observe(self._on_devices, "value")
@@ -115,6 +117,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
             self.compare_buttons[key] = w.Button(description=text, layout=w.Layout(width="auto"))
             self.compare_buttons[key].on_click(action)
         self.sweep_control = dropdown("sweep", SWEEPS, SWEEPS[0])
+        self.sweep_control.observe(lambda _: self._redraw("sweep"), "value")
         self.sweep_button = w.Button(description="Sweep", icon="line-chart")
         self.sweep_button.on_click(self.sweep)
         self.sweep_measure_button = w.Button(description="Measure the sweep", icon="play")
@@ -314,7 +317,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
             if name not in self._drawn:
                 self._drawn.add(name)
                 {"overview": self._show_live, "pipeline and mesh": self._show_pictures,
-                 "compare": self._show_compare, "sweep": lambda: None,
+                 "compare": self._show_compare, "sweep": self.sweep,
                  "measured": self._show_history, "explain": self._show_explain}[name]()
 
     def _redraw(self, *panels: str) -> None:

@@ -258,6 +258,8 @@ def test_the_explorer_in_a_browser(jupyterlab):
                                    timeout=60_000)
             start = time.monotonic()
             _run_all(page)
+            page.wait_for_function(f"() => ({CHART_COUNT_JS})() > 0", timeout=300_000)
+            timings["first_chart_s"] = time.monotonic() - start  # imports, kernel, the widget
             _wait_until_done(page)
             timings["run_all_s"] = time.monotonic() - start
             errors = page.locator(".jp-OutputArea-output[data-mime-type*='error']").count()
