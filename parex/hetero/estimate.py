@@ -1,0 +1,285 @@
+"""The search's fast estimate of many candidate plans at once, in numpy.
+
+A candidate is a list of pipelines, each a tuple of Units (structure.py). For a remat policy and
+every microbatch size at once this
+    1. gives every pipeline's stages their blocks (split.layer_split: the smallest bottleneck
+       within each device's memory, with the 1F1B in-flight count of its position), or checks
+       the blocks it is given,
+    2. times each pipeline in closed form (one microbatch through every stage, the critical
+       path's hops counted from the 1F1B table, then m − 1 more at the slowest stage's or
+       link's pace) and spreads the microbatches over the pipelines (split.batch_split: all
+       finish together), or takes the shares it is given,
+    3. gives a lower bound on the step (slowest pipeline + optimizer update), to which
+       `finish` adds the exposed gradient reduction across pipelines block by block (each
+       block's participants placed on their nodes and groups, dp.levels), less the slack a
+       stage has while the last backward travels on to the first stage.
+The search finishes candidates in order of their bound and stops once the bound passes the best
+steps found (branch and bound); the exact predictor (predict.predict_plan) re-times the best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cluster import HeteroCluster
+from .costs import Setting, unit_costs
+from .dp import levels
+from .links import allreduce_seconds, hop_seconds
+from .plan import Stage
+from .split import batch_split, layer_split
+from .timing import hops_on_path
+
+FIELDS = ("block_s", "tp_block_s", "head_s", "tp_first_s", "tp_last_s", "passes",
+          "block_state_bytes", "first_state_bytes", "last_state_bytes", "block_act_bytes",
+          "working_bytes", "logits_bytes", "block_elements", "first_elements", "last_elements",
+          "opt_s_per_element")
+F = {name: i for i, name in enumerate(FIELDS)}
+
+
+@dataclass
+class Estimate:
+    """One candidate at one microbatch size: a bound on its step, then (after `finish`) the
+    estimated step, with what rebuilds its plan."""
+
+    bound_s: float
+    label: object  # what the candidate came from (a Structure, or an even split's key)
+    pipes: list  # per pipeline, its Units
+    remat: str
+    microbatch: int
+    layers: list[list[int]]  # per pipeline, blocks per stage
+    microbatches: list[int]  # per pipeline
+    t_b: np.ndarray  # (P, S) backward seconds per microbatch, per stage
+    elements: dict  # (P, S) per-device parameters of blocks / first / last extras
+    step_s: float = float("nan")
+
+
+def on_path_line(p: int) -> tuple[float, float]:
+    """(hops on the 1F1B critical path for m = 1, growth per extra microbatch)."""
+    if p <= 1:
+        return 0.0, 0.0
+    far = max(4 * p, 16)
+    one = hops_on_path(p, 1)
+    return one, (hops_on_path(p, far) - one) / (far - 1)
+
+
+class Estimator:
+    """Estimates candidates of one cluster, model and remat (costs cached across them)."""
+
+    def __init__(self, cluster: HeteroCluster, setting: Setting, global_batch: int,
+                 microbatch_sizes, memory_fraction: float = 1.0):
+        self.cluster, self.setting, self.B = cluster, setting, global_batch
+        self.sizes = list(microbatch_sizes)
+        self.caps = [g.chip.hbm_bytes * memory_fraction for g in cluster.groups]
+        self.chips = [g.chip_profile() for g in cluster.groups]
+        self.grad = setting.recipe.grad_bytes
+        self.send = [b * setting.seq_len * setting.model.hidden * setting.act_bytes
+                     for b in self.sizes]
+        self._costs, self._hops, self._reduce, self._path = {}, {}, {}, {}
+        self._unit_keys, self._unit_rows, self._unit_caps = {}, [], []
+        self._hop_keys, self._hop_rows = {}, []
+        self._blank = np.zeros((len(FIELDS), len(self.sizes)))
+        self._blank[F["passes"]] = 1.0
+
+    # --- cached pieces ------------------------------------------------------------------
+    def costs(self, g: int, t: int) -> np.ndarray:
+        """unit_costs of group g at tensor degree t: (FIELDS, microbatch sizes)."""
+        if (g, t) not in self._costs:
+            per = [unit_costs(self.setting, self.chips[g], [t], b) for b in self.sizes]
+            self._costs[(g, t)] = np.array([[c[f][0] for c in per] for f in FIELDS])
+        return self._costs[(g, t)]
+
+    def hop(self, a, b) -> np.ndarray:
+        """Seconds per send from unit a to unit b, per microbatch size."""
+        ga, gb = self.cluster.groups[a.group], self.cluster.groups[b.group]
+        same = a.group == b.group and ga.node_of(a.first) == gb.node_of(b.first)
+        key = (a.group, b.group, same, a.tensor, b.tensor)
+        if key not in self._hops:
+            sa, sb = (Stage(g.name, u.first, u.tensor, 1) for g, u in ((ga, a), (gb, b)))
+            self._hops[key] = np.array([hop_seconds(self.cluster, sa, sb, s)
+                                        for s in self.send])
+        return self._hops[key]
+
+    def path(self, p: int) -> tuple[float, float]:
+        if p not in self._path:
+            self._path[p] = on_path_line(p)
+        return self._path[p]
+
+    # --- many candidates at once --------------------------------------------------------
+    def arrays(self, candidates):
+        """Stacked costs (C, P, S, FIELDS, K), valid (C, P, S), caps and hops (C, P, S − 1, K),
+        gathered from per-(group, tensor) and per-boundary tables by index arrays."""
+        C, K = len(candidates), len(self.sizes)
+        P = max(len(pipes) for pipes in candidates)
+        S = max(len(p) for pipes in candidates for p in pipes)
+        unit = np.full((C, P, S), -1, np.int64)  # index into self._table_keys
+        hop = np.full((C, P, max(S - 1, 1)), -1, np.int64)
+        for c, pipes in enumerate(candidates):
+            for i, pipe in enumerate(pipes):
+                unit[c, i, :len(pipe)] = [self.unit_index(u) for u in pipe]
+                hop[c, i, :len(pipe) - 1] = [self.hop_index(a, b) for a, b in zip(pipe, pipe[1:])]
+        valid = unit >= 0
+        costs = np.concatenate([np.stack(self._unit_rows), self._blank[None]])
+        grid = costs[unit]  # index −1 takes the blank row (zeros, passes 1)
+        cap = np.r_[self._unit_caps, 1.0][unit]
+        hops = np.concatenate([np.stack(self._hop_rows), np.zeros((1, K))])[hop] \
+            if self._hop_rows else np.zeros(hop.shape + (K,))
+        return grid, valid, cap, hops
+
+    def unit_index(self, u) -> int:
+        key = (u.group, u.tensor)
+        if key not in self._unit_keys:
+            self._unit_keys[key] = len(self._unit_rows)
+            self._unit_rows.append(self.costs(u.group, u.tensor))
+            self._unit_caps.append(self.caps[u.group])
+        return self._unit_keys[key]
+
+    def hop_index(self, a, b) -> int:
+        ga, gb = self.cluster.groups[a.group], self.cluster.groups[b.group]
+        same = a.group == b.group and ga.node_of(a.first) == gb.node_of(b.first)
+        key = (a.group, b.group, same, a.tensor, b.tensor)
+        if key not in self._hop_keys:
+            self._hop_keys[key] = len(self._hop_rows)
+            self._hop_rows.append(self.hop(a, b))
+        return self._hop_keys[key]
+
+    def estimate(self, candidates, labels, layers=None, microbatches=None) -> list[Estimate]:
+        """Bounded Estimates of every candidate at every microbatch size that fits and
+        divides the batch. `layers` (per candidate, per pipeline, per stage) and
+        `microbatches` (per candidate, per pipeline, for each size: a dict) fix the splits."""
+        grid, valid, cap, hops = self.arrays(candidates)
+        C, P, S, _, K = grid.shape
+        L = self.setting.model.layers
+        g = {name: grid[:, :, :, i] for name, i in F.items()}  # each (C, P, S, K)
+        length = valid.sum(axis=2)  # (C, P)
+        pos = np.arange(S)[None, None, :, None]
+        first = (pos == 0) * 1.0
+        last = (pos == (length - 1)[:, :, None, None]) * 1.0
+        flight = np.maximum(length[:, :, None, None] - pos, 1)
+        cost = g["block_s"] + g["tp_block_s"]
+        extra = first * g["tp_first_s"] + last * (g["head_s"] + g["tp_last_s"])
+        per_block = g["block_state_bytes"] + g["block_act_bytes"] * flight
+        fixed = (first * g["first_state_bytes"] + g["working_bytes"]
+                 + last * (g["last_state_bytes"] + g["logits_bytes"]))
+        counts, ok = self._split(cost, extra, per_block, fixed, cap, valid, L, layers)
+        busy = np.where(valid[..., None], counts * cost + extra, 0.0)  # (C, P, S, K)
+        starts, pace = self._lines(busy, hops, length)
+        real = length > 0
+        t_b = busy * (1 - 1 / g["passes"])
+        elements = {"block": g["block_elements"], "first": g["first_elements"],
+                    "last": g["last_elements"]}
+        opt = ((counts * g["block_elements"] + first * g["first_elements"]
+                + last * g["last_elements"]) * g["opt_s_per_element"]).max(axis=(1, 2))
+        out = []
+        for k, b in enumerate(self.sizes):
+            total = self.B // b
+            keep = ok[:, k] & (self.B % b == 0) & (real.sum(1) <= total)
+            if microbatches is not None:
+                keep &= np.array([b in given for given in microbatches])
+            rows = np.nonzero(keep)[0]
+            if not len(rows):
+                continue
+            f = np.where(real[rows], starts[rows, :, k], -np.inf)
+            if microbatches is None:
+                m, finish = batch_split(f, pace[rows, :, k], np.full(len(rows), total))
+            else:
+                m = np.ones((len(rows), P), np.int64)
+                for n, r in enumerate(rows):
+                    m[n, :len(microbatches[r][b])] = microbatches[r][b]
+                finish = np.where(real[rows], f + (m - 1) * pace[rows, :, k], -np.inf)
+            for n, r in enumerate(rows):
+                np_ = int(real[r].sum())
+                lay = [counts[r, i, :length[r, i], k].tolist() for i in range(np_)]
+                out.append(Estimate(float(finish[n].max() + opt[r, k]), labels[r],
+                                    candidates[r], self.setting.remat, b, lay,
+                                    m[n, :np_].tolist(), t_b[r, :np_, :, k],
+                                    {key: v[r, :np_, :, k] for key, v in elements.items()}))
+        return out
+
+    def _split(self, cost, extra, per_block, fixed, cap, valid, L, layers):
+        """Blocks per stage (C, P, S, K) and whether every pipeline fits (C, K)."""
+        C, P, S, K = cost.shape
+        real = valid.any(axis=2)  # (C, P)
+        if layers is None:
+            def rows(a):  # (C, P, S, K) -> (C·P·K, S)
+                return np.moveaxis(np.broadcast_to(a, (C, P, S, K)), 3, 2).reshape(-1, S)
+
+            v = np.repeat(valid.reshape(C * P, S), K, axis=0)
+            capr = np.repeat(cap.reshape(C * P, S), K, axis=0)
+            with np.errstate(invalid="ignore"):
+                counts, ok, _ = layer_split(rows(cost), rows(extra), rows(per_block),
+                                            rows(fixed), capr, v, L)
+            counts = np.moveaxis(counts.reshape(C, P, K, S), 2, 3)
+            ok = (ok.reshape(C, P, K) | ~real[:, :, None]).all(axis=1)
+            return counts, ok
+        counts = np.zeros((C, P, S, K), np.int64)
+        for c, per_pipe in enumerate(layers):
+            for i, n in enumerate(per_pipe):
+                counts[c, i, :len(n)] = np.asarray(n)[:, None]
+        need = fixed + counts * per_block
+        ok = (np.where(valid[..., None], need <= cap[..., None], True)).all(axis=(1, 2))
+        return counts, ok
+
+    def _lines(self, busy, hops, length):
+        """Each pipeline's time as first + (m − 1)·pace: (C, P, K) each."""
+        C, P, S, K = busy.shape
+        one = np.zeros((C, P))
+        slope = np.zeros((C, P))
+        for p in np.unique(length):
+            a, s = self.path(int(p))
+            one[length == p], slope[length == p] = a, s
+        pos = np.arange(hops.shape[2])[None, None, :, None]
+        h = np.where(pos < (length - 1)[:, :, None, None], hops, 0.0)
+        mean = h.sum(axis=2) / np.maximum(length - 1, 1)[:, :, None]
+        worst = h.max(axis=2)
+        starts = busy.sum(axis=2) + one[..., None] * mean
+        pace = np.maximum(busy.max(axis=2), worst) + slope[..., None] * mean
+        return starts, pace
+
+    # --- the gradient reduction ---------------------------------------------------------
+    def allreduce(self, members: tuple, nbytes: float) -> float:
+        key = (members, nbytes)
+        if key not in self._reduce:
+            self._reduce[key] = allreduce_seconds(levels(self.cluster, members), nbytes,
+                                                  self.chips[0])
+        return self._reduce[key]
+
+    def finish(self, e: Estimate) -> float:
+        """e.step_s: its bound plus the exposed gradient reduction across pipelines."""
+        e.step_s = e.bound_s + self.reduction(e)
+        return e.step_s
+
+    def reduction(self, e: Estimate) -> float:
+        P = len(e.pipes)
+        if P == 1:
+            return 0.0
+        groups = self.cluster.groups
+        place = [[(groups[u.group].name, groups[u.group].node_of(u.first)) for u in pipe]
+                 for pipe in e.pipes]
+        owner = np.array([np.repeat(np.arange(len(n)), n) for n in e.layers])  # (P, L)
+        sig, inverse = np.unique(owner, axis=1, return_inverse=True)
+        per_sig = np.array([self._task(place, e.elements["block"], tuple(sig[:, s]))
+                            for s in range(sig.shape[1])])
+        block = per_sig[inverse.ravel()]
+        ends = [self._task(place, e.elements[kind], js)
+                for kind, js in (("first", tuple([0] * P)),
+                                 ("last", tuple(len(p) - 1 for p in e.pipes)))]
+        csum = np.r_[0.0, np.cumsum(block)]
+        worst = 0.0
+        for i, counts in enumerate(e.layers):
+            edges = np.r_[0, np.cumsum(counts)]
+            work = csum[edges[1:]] - csum[edges[:-1]]
+            work[0] += ends[0]
+            work[-1] += ends[1]
+            slack = np.r_[0.0, np.cumsum(e.t_b[i, :len(counts)])[:-1]]
+            worst = max(worst, float((work - slack).max()))
+        return worst
+
+    def _task(self, place, elements, js) -> float:
+        members = tuple(sorted(place[i][j] for i, j in enumerate(js)))
+        nbytes = float(self.grad * max(elements[i, j] for i, j in enumerate(js)))
+        return self.allreduce(members, nbytes)
+
+
+__all__ = ["Estimate", "Estimator", "FIELDS", "on_path_line"]
