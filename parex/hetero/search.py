@@ -84,14 +84,21 @@ def structures(cluster: HeteroCluster, model: ModelConfig, orders: str = "all"):
                     yield Structure(tensors, P, order, placement)
 
 
+def plan_of(cluster: HeteroCluster, pipes, layers, microbatches, microbatch: int
+            ) -> HeteroPlan:
+    """The HeteroPlan of pipelines of Units, blocks per stage and microbatches per pipeline."""
+    out = []
+    for units, counts, m in zip(pipes, layers, microbatches):
+        stages = tuple(Stage(cluster.groups[u.group].name, u.first, u.tensor, n)
+                       for u, n in zip(units, counts))
+        out.append(Pipeline(m * microbatch, m, stages))
+    return HeteroPlan(tuple(out))
+
+
 def build_plan(cluster: HeteroCluster, estimate: Estimate) -> HeteroPlan:
     """The HeteroPlan an Estimate describes."""
-    out = []
-    for units, layers, m in zip(estimate.pipes, estimate.layers, estimate.microbatches):
-        stages = tuple(Stage(cluster.groups[u.group].name, u.first, u.tensor, n)
-                       for u, n in zip(units, layers))
-        out.append(Pipeline(m * estimate.microbatch, m, stages))
-    return HeteroPlan(tuple(out))
+    return plan_of(cluster, estimate.pipes, estimate.layers, estimate.microbatches,
+                   estimate.microbatch)
 
 
 def best_finished(estimator: Estimator, bounded: list[Estimate], n: int) -> list[Estimate]:
@@ -161,5 +168,5 @@ def no_plan_message(model, cluster, B, T, shapes) -> str:
             f"full remat, a smaller model, or add devices with more memory")
 
 
-__all__ = ["HeteroSearch", "MICROBATCH_SIZES", "NoPlan", "best_finished", "build_plan", "rerank",
-           "search", "structures"]
+__all__ = ["HeteroSearch", "MICROBATCH_SIZES", "NoPlan", "best_finished", "build_plan", "plan_of",
+           "rerank", "search", "structures"]

@@ -59,7 +59,10 @@ def _check_placement(plan: HeteroPlan, cluster: HeteroCluster) -> None:
     owner: dict[tuple[str, int], str] = {}
     for i, j, stage in plan.stages():
         where = f"pipeline {i + 1} stage {j + 1}"
-        group = cluster.group(stage.group)  # an unknown group lists the known ones
+        try:
+            group = cluster.group(stage.group)
+        except ValueError as err:  # an unknown group lists the known ones
+            raise PlanError(f"{where}: {err}") from None
         if stage.first < 0 or stage.first + stage.tensor > group.n_devices:
             raise PlanError(
                 f"{where} is placed on {stage.group}[{stage.first}:"
