@@ -36,6 +36,30 @@ FIELDS = ("block_s", "tp_block_s", "head_s", "tp_first_s", "tp_last_s", "passes"
           "working_bytes", "logits_bytes", "block_elements", "first_elements", "last_elements",
           "opt_s_per_element")
 F = {name: i for i, name in enumerate(FIELDS)}
+MAX_T = 64  # tensor degrees below this (codes: group · MAX_T + t)
+
+
+def index_codes(cluster: HeteroCluster, candidates) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of every stage (group · MAX_T + t) and boundary ((group a, group b, same
+    node), t_a, t_b) of candidates of pipelines of Units, padded with −1: (C, P, S) and
+    (C, P, S − 1). They depend on the candidates only, not on the remat or the costs."""
+    C, G = len(candidates), len(cluster.groups)
+    P = max(len(pipes) for pipes in candidates)
+    S = max(len(p) for pipes in candidates for p in pipes)
+    units = np.full((C, P, S), -1, np.int64)
+    hops = np.full((C, P, max(S - 1, 1)), -1, np.int64)
+    per_node = [g.devices_per_node for g in cluster.groups]
+    for c, pipes in enumerate(candidates):
+        for i, pipe in enumerate(pipes):
+            g = [u.group for u in pipe]
+            t = [u.tensor for u in pipe]
+            node = [u.first // per_node[u.group] for u in pipe]
+            units[c, i, :len(pipe)] = [a * MAX_T + b for a, b in zip(g, t)]
+            for j in range(len(pipe) - 1):
+                same = int(g[j] == g[j + 1] and node[j] == node[j + 1])
+                pair = (g[j] * G + g[j + 1]) * 2 + same
+                hops[c, i, j] = (pair * MAX_T + t[j]) * MAX_T + t[j + 1]
+    return units, hops
 
 
 @dataclass
@@ -48,11 +72,20 @@ class Estimate:
     pipes: list  # per pipeline, its Units
     remat: str
     microbatch: int
-    layers: list[list[int]]  # per pipeline, blocks per stage
-    microbatches: list[int]  # per pipeline
+    counts: np.ndarray  # (P, S) blocks per stage (padded with 0)
+    m: np.ndarray  # (P,) microbatches per pipeline
     t_b: np.ndarray  # (P, S) backward seconds per microbatch, per stage
     elements: dict  # (P, S) per-device parameters of blocks / first / last extras
     step_s: float = float("nan")
+
+    @property
+    def layers(self) -> list[list[int]]:
+        """Per pipeline, blocks per stage."""
+        return [self.counts[i, :len(p)].tolist() for i, p in enumerate(self.pipes)]
+
+    @property
+    def microbatches(self) -> list[int]:
+        return self.m.tolist()
 
 
 def on_path_line(p: int) -> tuple[float, float]:
@@ -77,29 +110,12 @@ class Estimator:
         self.send = [b * setting.seq_len * setting.model.hidden * setting.act_bytes
                      for b in self.sizes]
         self._costs, self._hops, self._reduce, self._path = {}, {}, {}, {}
-        self._unit_keys, self._unit_rows, self._unit_caps = {}, [], []
-        self._hop_keys, self._hop_rows = {}, []
-        self._blank = np.zeros((len(FIELDS), len(self.sizes)))
-        self._blank[F["passes"]] = 1.0
 
     # --- cached pieces ------------------------------------------------------------------
     def costs(self, g: int, t: int) -> np.ndarray:
         """unit_costs of group g at tensor degree t: (FIELDS, microbatch sizes)."""
-        if (g, t) not in self._costs:
-            per = [unit_costs(self.setting, self.chips[g], [t], b) for b in self.sizes]
-            self._costs[(g, t)] = np.array([[c[f][0] for c in per] for f in FIELDS])
-        return self._costs[(g, t)]
-
-    def hop(self, a, b) -> np.ndarray:
-        """Seconds per send from unit a to unit b, per microbatch size."""
-        ga, gb = self.cluster.groups[a.group], self.cluster.groups[b.group]
-        same = a.group == b.group and ga.node_of(a.first) == gb.node_of(b.first)
-        key = (a.group, b.group, same, a.tensor, b.tensor)
-        if key not in self._hops:
-            sa, sb = (Stage(g.name, u.first, u.tensor, 1) for g, u in ((ga, a), (gb, b)))
-            self._hops[key] = np.array([hop_seconds(self.cluster, sa, sb, s)
-                                        for s in self.send])
-        return self._hops[key]
+        per = [unit_costs(self.setting, self.chips[g], [t], b) for b in self.sizes]
+        return np.array([[c[f][0] for c in per] for f in FIELDS])
 
     def path(self, p: int) -> tuple[float, float]:
         if p not in self._path:
@@ -107,48 +123,51 @@ class Estimator:
         return self._path[p]
 
     # --- many candidates at once --------------------------------------------------------
-    def arrays(self, candidates):
+    def _rows(self, codes: np.ndarray, cache: dict, make, width: tuple) -> np.ndarray:
+        """Rows of a table for integer codes (−1: padding, zeros), built once per code."""
+        unique, inverse = np.unique(codes, return_inverse=True)
+        table = np.zeros((len(unique),) + width)
+        for n, code in enumerate(unique.tolist()):
+            if code >= 0:
+                if code not in cache:
+                    cache[code] = make(code)
+                table[n] = cache[code]
+        return table[inverse.reshape(codes.shape)]
+
+    def arrays(self, candidates, codes=None):
         """Stacked costs (C, P, S, FIELDS, K), valid (C, P, S), caps and hops (C, P, S − 1, K),
-        gathered from per-(group, tensor) and per-boundary tables by index arrays."""
-        C, K = len(candidates), len(self.sizes)
-        P = max(len(pipes) for pipes in candidates)
-        S = max(len(p) for pipes in candidates for p in pipes)
-        unit = np.full((C, P, S), -1, np.int64)  # index into self._table_keys
-        hop = np.full((C, P, max(S - 1, 1)), -1, np.int64)
-        for c, pipes in enumerate(candidates):
-            for i, pipe in enumerate(pipes):
-                unit[c, i, :len(pipe)] = [self.unit_index(u) for u in pipe]
-                hop[c, i, :len(pipe) - 1] = [self.hop_index(a, b) for a, b in zip(pipe, pipe[1:])]
-        valid = unit >= 0
-        costs = np.concatenate([np.stack(self._unit_rows), self._blank[None]])
-        grid = costs[unit]  # index −1 takes the blank row (zeros, passes 1)
-        cap = np.r_[self._unit_caps, 1.0][unit]
-        hops = np.concatenate([np.stack(self._hop_rows), np.zeros((1, K))])[hop] \
-            if self._hop_rows else np.zeros(hop.shape + (K,))
-        return grid, valid, cap, hops
+        gathered from per-(group, tensor) and per-boundary tables (`index_codes`)."""
+        units, hop_codes = index_codes(self.cluster, candidates) if codes is None else codes
+        K, G = len(self.sizes), len(self.cluster.groups)
+        grid = self._rows(units, self._costs,
+                          lambda c: self.costs(c // MAX_T, c % MAX_T), (len(FIELDS), K))
+        grid[units < 0, F["passes"]] = 1.0
+        caps = np.array(self.caps + [1.0])
+        cap = caps[np.where(units < 0, G, units // MAX_T)]
+        hops = self._rows(hop_codes, self._hops, self._hop_of_code, (K,))
+        return grid, units >= 0, cap, hops
 
-    def unit_index(self, u) -> int:
-        key = (u.group, u.tensor)
-        if key not in self._unit_keys:
-            self._unit_keys[key] = len(self._unit_rows)
-            self._unit_rows.append(self.costs(u.group, u.tensor))
-            self._unit_caps.append(self.caps[u.group])
-        return self._unit_keys[key]
+    def _hop_of_code(self, code: int) -> np.ndarray:
+        G = len(self.cluster.groups)
+        pair, ta, tb = code // (MAX_T * MAX_T), code // MAX_T % MAX_T, code % MAX_T
+        ga, gb, same = pair // 2 // G, pair // 2 % G, pair % 2
+        groups = self.cluster.groups
+        a = Stage(groups[ga].name, 0, ta, 1)
+        first_b = 0 if same else groups[gb].devices_per_node  # on another node when not same
+        if ga != gb or groups[gb].n_devices <= first_b:
+            first_b = 0
+        b = Stage(groups[gb].name, first_b, tb, 1)
+        return np.array([hop_seconds(self.cluster, a, b, s) for s in self.send])
 
-    def hop_index(self, a, b) -> int:
-        ga, gb = self.cluster.groups[a.group], self.cluster.groups[b.group]
-        same = a.group == b.group and ga.node_of(a.first) == gb.node_of(b.first)
-        key = (a.group, b.group, same, a.tensor, b.tensor)
-        if key not in self._hop_keys:
-            self._hop_keys[key] = len(self._hop_rows)
-            self._hop_rows.append(self.hop(a, b))
-        return self._hop_keys[key]
-
-    def estimate(self, candidates, labels, layers=None, microbatches=None) -> list[Estimate]:
+    def estimate(self, candidates, labels, layers=None, microbatches=None, codes=None
+                 ) -> list[Estimate]:
         """Bounded Estimates of every candidate at every microbatch size that fits and
         divides the batch. `layers` (per candidate, per pipeline, per stage) and
-        `microbatches` (per candidate, per pipeline, for each size: a dict) fix the splits."""
-        grid, valid, cap, hops = self.arrays(candidates)
+        `microbatches` (per candidate, per pipeline, for each size: a dict) fix the splits;
+        `codes` are index_codes(candidates), when already at hand."""
+        codes = index_codes(self.cluster, candidates) if codes is None else codes
+        units = codes[0]
+        grid, valid, cap, hops = self.arrays(candidates, codes)
         C, P, S, _, K = grid.shape
         L = self.setting.model.layers
         g = {name: grid[:, :, :, i] for name, i in F.items()}  # each (C, P, S, K)
@@ -162,7 +181,7 @@ class Estimator:
         per_block = g["block_state_bytes"] + g["block_act_bytes"] * flight
         fixed = (first * g["first_state_bytes"] + g["working_bytes"]
                  + last * (g["last_state_bytes"] + g["logits_bytes"]))
-        counts, ok = self._split(cost, extra, per_block, fixed, cap, valid, L, layers)
+        counts, ok = self._split(cost, extra, per_block, fixed, cap, valid, L, layers, units)
         busy = np.where(valid[..., None], counts * cost + extra, 0.0)  # (C, P, S, K)
         starts, pace = self._lines(busy, hops, length)
         real = length > 0
@@ -188,31 +207,47 @@ class Estimator:
                 for n, r in enumerate(rows):
                     m[n, :len(microbatches[r][b])] = microbatches[r][b]
                 finish = np.where(real[rows], f + (m - 1) * pace[rows, :, k], -np.inf)
+            bounds = finish.max(axis=1) + opt[rows, k]
             for n, r in enumerate(rows):
-                np_ = int(real[r].sum())
-                lay = [counts[r, i, :length[r, i], k].tolist() for i in range(np_)]
-                out.append(Estimate(float(finish[n].max() + opt[r, k]), labels[r],
-                                    candidates[r], self.setting.remat, b, lay,
-                                    m[n, :np_].tolist(), t_b[r, :np_, :, k],
-                                    {key: v[r, :np_, :, k] for key, v in elements.items()}))
+                np_ = len(candidates[r])
+                # copies, so that an Estimate does not keep the chunk's arrays alive
+                out.append(Estimate(float(bounds[n]), labels[r], candidates[r],
+                                    self.setting.remat, b, counts[r, :np_, :, k].copy(),
+                                    m[n, :np_].copy(), t_b[r, :np_, :, k].copy(),
+                                    {key: v[r, :np_, :, k].copy()
+                                     for key, v in elements.items()}))
         return out
 
-    def _split(self, cost, extra, per_block, fixed, cap, valid, L, layers):
+    def _split(self, cost, extra, per_block, fixed, cap, valid, L, layers, units):
         """Blocks per stage (C, P, S, K) and whether every pipeline fits (C, K)."""
         C, P, S, K = cost.shape
         real = valid.any(axis=2)  # (C, P)
         if layers is None:
-            def rows(a):  # (C, P, S, K) -> (C·P·K, S)
-                return np.moveaxis(np.broadcast_to(a, (C, P, S, K)), 3, 2).reshape(-1, S)
+            # a pipeline's split depends only on its stages' (group, tensor) in order: solve
+            # each distinct real pipeline once, for every microbatch size
+            keys = units.reshape(C * P, S)
+            _, pick, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+            pick = pick[valid.reshape(C * P, S)[pick].any(axis=1)]
+            n = len(pick)
 
-            v = np.repeat(valid.reshape(C * P, S), K, axis=0)
-            capr = np.repeat(cap.reshape(C * P, S), K, axis=0)
-            with np.errstate(invalid="ignore"):
-                counts, ok, _ = layer_split(rows(cost), rows(extra), rows(per_block),
-                                            rows(fixed), capr, v, L)
+            def rows(a):  # (C, P, S, K) -> (distinct pipelines · K, S)
+                flat = np.broadcast_to(a, (C, P, S, K)).reshape(C * P, S, K)[pick]
+                return np.moveaxis(flat, 2, 1).reshape(n * K, S)
+
+            v = np.repeat(valid.reshape(C * P, S)[pick], K, axis=0)
+            capr = np.repeat(cap.reshape(C * P, S)[pick], K, axis=0)
+            solved, fits, _ = layer_split(rows(cost), rows(extra), rows(per_block),
+                                          rows(fixed), capr, v, L)
+            lookup = np.full(inverse.max() + 1, -1)
+            lookup[inverse.ravel()[pick]] = np.arange(n)
+            index = lookup[inverse.ravel()]  # (C·P,): distinct row, −1 for padding
+            counts = np.zeros((C * P, K, S), np.int64)
+            ok = np.ones((C * P, K), bool)
+            have = index >= 0
+            counts[have] = solved.reshape(n, K, S)[index[have]]
+            ok[have] = fits.reshape(n, K)[index[have]]
             counts = np.moveaxis(counts.reshape(C, P, K, S), 2, 3)
-            ok = (ok.reshape(C, P, K) | ~real[:, :, None]).all(axis=1)
-            return counts, ok
+            return counts, ok.reshape(C, P, K).all(axis=1)
         counts = np.zeros((C, P, S, K), np.int64)
         for c, per_pipe in enumerate(layers):
             for i, n in enumerate(per_pipe):
@@ -282,4 +317,4 @@ class Estimator:
         return self.allreduce(members, nbytes)
 
 
-__all__ = ["Estimate", "Estimator", "FIELDS", "on_path_line"]
+__all__ = ["Estimate", "Estimator", "FIELDS", "index_codes", "on_path_line"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..cluster import HeteroCluster
 from ..config import REMAT_POLICIES, ModelConfig
 from .costs import Setting
-from .estimate import Estimate, Estimator
+from .estimate import Estimate, Estimator, index_codes
 from .plan import HeteroPlan, Pipeline, Stage
 from .predict import HeteroPrediction, predict_plan
 from .structure import PLACEMENTS, Structure, feasible
@@ -145,14 +145,17 @@ def search(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
     sizes = [b for b in microbatch_sizes if global_batch % b == 0]
     shapes = list(structures(cluster, model, orders))
     candidates = [shape.pipelines_of(cluster) for shape in shapes]
-    estimates, fitting = [], 0
-    for remat in remats:
-        est = Estimator(cluster, settings[remat], global_batch, sizes, memory_fraction)
-        bounded = []
-        for lo in range(0, len(shapes), CHUNK):
-            bounded += est.estimate(candidates[lo:lo + CHUNK], shapes[lo:lo + CHUNK])
-        fitting += len(bounded)
-        estimates += best_finished(est, bounded, max(RERANK, 2 * top))
+    estimators = {r: Estimator(cluster, settings[r], global_batch, sizes, memory_fraction)
+                  for r in remats}
+    bounded = {r: [] for r in remats}
+    for lo in range(0, len(shapes), CHUNK):
+        chunk = candidates[lo:lo + CHUNK]
+        codes = index_codes(cluster, chunk)  # shared by every remat policy
+        for remat, est in estimators.items():
+            bounded[remat] += est.estimate(chunk, shapes[lo:lo + CHUNK], codes=codes)
+    fitting = sum(len(b) for b in bounded.values())
+    estimates = [e for r in remats
+                 for e in best_finished(estimators[r], bounded[r], max(RERANK, 2 * top))]
     considered = len(shapes) * len(remats) * len(sizes)
     ranked = rerank(cluster, settings, estimates, global_batch, top, memory_fraction)
     if not ranked:
