@@ -55,9 +55,10 @@ if offline:
 cluster = load_hetero_cluster(cluster_name)
 model = model_preset(model_name)
 print(cluster.describe(), f"· {cluster.inter_group_gbps} Gb/s between groups")
-pd.DataFrame([{"group": g.name, "devices": g.n_devices, "bf16 TFLOP/s": g.chip.peak("bfloat16") / 1e12,
-               "memory GB": g.chip.hbm_bytes / 1e9, "between nodes Gb/s": g.inter_node_gbps,
-               "intra-node link": g.chip.intra_node.name} for g in cluster.groups])
+pd.DataFrame([{"group": g.name, "devices": g.n_devices,
+               "bf16 TFLOP/s": g.chip.peak("bfloat16") / 1e12, "memory GB": g.chip.hbm_bytes / 1e9,
+               "between nodes Gb/s": g.inter_node_gbps, "intra-node link": g.chip.intra_node.name}
+              for g in cluster.groups])
 
 # %% [markdown]
 # ## The plan, and the two yardsticks

@@ -84,7 +84,8 @@ def _elements(sizes: ModelSizes, tensors: np.ndarray) -> dict:
     the token table (and GPT's positions) first; the final norm and the head last."""
     g = dict(zip(GROUPS, sizes.groups))  # (embed, tensor, layers) -> parameters
     t = tensors.astype(float)
-    per_block = (g[(1, 1, 1)] + g[(0, 1, 1)]) / t / sizes.L + (g[(1, 0, 1)] + g[(0, 0, 1)]) / sizes.L
+    split, whole = g[(1, 1, 1)] + g[(0, 1, 1)], g[(1, 0, 1)] + g[(0, 0, 1)]  # by tensor or not
+    per_block = (split / t + whole) / sizes.L
     table = g[(1, 1, 0)] / 2 / t  # the token table and the head: (V, D) each, vocab-split
     return {"block": per_block, "first": table + g[(1, 0, 0)],
             "last": table + g[(0, 0, 0)] + g[(0, 1, 0)] / t}

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
 from ..cluster import HeteroCluster
 from ..hardware import Link
 from .links import allreduce_seconds
@@ -86,4 +88,40 @@ def reduce_finish(plan: HeteroPlan, cluster: HeteroCluster, rows) -> None:
             s.reduce_end = t
 
 
-__all__ = ["levels", "reduce_finish"]
+def exposed_reduction(cluster: HeteroCluster, pipes, layers, elements, t_b, grad_bytes: float,
+                      allreduce) -> float:
+    """The search's estimate of the same reduction: pipelines of Units with blocks per stage,
+    per-device parameters of each stage's blocks / first / last extras (elements: (P, S)
+    each), backward seconds per microbatch t_b (P, S); allreduce(members, bytes) -> seconds.
+    Each stage reduces its blocks, last first, starting when the last backward leaves it;
+    what is left after the backward has travelled on to the first stage is exposed."""
+    P = len(pipes)
+    if P == 1:
+        return 0.0
+    groups = cluster.groups
+    place = [[(groups[u.group].name, groups[u.group].node_of(u.first)) for u in pipe]
+             for pipe in pipes]
+
+    def task(kind, js) -> float:
+        members = tuple(sorted(place[i][j] for i, j in enumerate(js)))
+        return allreduce(members, float(grad_bytes * max(elements[kind][i, j]
+                                                         for i, j in enumerate(js))))
+
+    owner = np.array([np.repeat(np.arange(len(n)), n) for n in layers])  # (P, L): stage of ℓ
+    signatures, inverse = np.unique(owner, axis=1, return_inverse=True)
+    block = np.array([task("block", tuple(signatures[:, s]))
+                      for s in range(signatures.shape[1])])[inverse.ravel()]
+    first, last = task("first", (0,) * P), task("last", tuple(len(p) - 1 for p in pipes))
+    csum = np.r_[0.0, np.cumsum(block)]
+    worst = 0.0
+    for i, counts in enumerate(layers):
+        edges = np.r_[0, np.cumsum(counts)]
+        work = csum[edges[1:]] - csum[edges[:-1]]
+        work[0] += first
+        work[-1] += last
+        slack = np.r_[0.0, np.cumsum(t_b[i, :len(counts)])[:-1]]
+        worst = max(worst, float((work - slack).max()))
+    return worst
+
+
+__all__ = ["exposed_reduction", "levels", "reduce_finish"]

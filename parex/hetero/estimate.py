@@ -25,7 +25,7 @@ import numpy as np
 
 from ..cluster import HeteroCluster
 from .costs import Setting, unit_costs
-from .dp import levels
+from .dp import exposed_reduction, levels
 from .links import allreduce_seconds, hop_seconds
 from .plan import Stage
 from .split import batch_split, layer_split
@@ -221,7 +221,6 @@ class Estimator:
     def _split(self, cost, extra, per_block, fixed, cap, valid, L, layers, units):
         """Blocks per stage (C, P, S, K) and whether every pipeline fits (C, K)."""
         C, P, S, K = cost.shape
-        real = valid.any(axis=2)  # (C, P)
         if layers is None:
             # a pipeline's split depends only on its stages' (group, tensor) in order: solve
             # each distinct real pipeline once, for every microbatch size
@@ -286,35 +285,8 @@ class Estimator:
         return e.step_s
 
     def reduction(self, e: Estimate) -> float:
-        P = len(e.pipes)
-        if P == 1:
-            return 0.0
-        groups = self.cluster.groups
-        place = [[(groups[u.group].name, groups[u.group].node_of(u.first)) for u in pipe]
-                 for pipe in e.pipes]
-        owner = np.array([np.repeat(np.arange(len(n)), n) for n in e.layers])  # (P, L)
-        sig, inverse = np.unique(owner, axis=1, return_inverse=True)
-        per_sig = np.array([self._task(place, e.elements["block"], tuple(sig[:, s]))
-                            for s in range(sig.shape[1])])
-        block = per_sig[inverse.ravel()]
-        ends = [self._task(place, e.elements[kind], js)
-                for kind, js in (("first", tuple([0] * P)),
-                                 ("last", tuple(len(p) - 1 for p in e.pipes)))]
-        csum = np.r_[0.0, np.cumsum(block)]
-        worst = 0.0
-        for i, counts in enumerate(e.layers):
-            edges = np.r_[0, np.cumsum(counts)]
-            work = csum[edges[1:]] - csum[edges[:-1]]
-            work[0] += ends[0]
-            work[-1] += ends[1]
-            slack = np.r_[0.0, np.cumsum(e.t_b[i, :len(counts)])[:-1]]
-            worst = max(worst, float((work - slack).max()))
-        return worst
-
-    def _task(self, place, elements, js) -> float:
-        members = tuple(sorted(place[i][j] for i, j in enumerate(js)))
-        nbytes = float(self.grad * max(elements[i, j] for i, j in enumerate(js)))
-        return self.allreduce(members, nbytes)
-
+        """Exposed seconds of e's gradient reduction across pipelines (dp.exposed_reduction)."""
+        return exposed_reduction(self.cluster, e.pipes, e.layers, e.elements, e.t_b,
+                                 self.grad, self.allreduce)
 
 __all__ = ["Estimate", "Estimator", "FIELDS", "index_codes", "on_path_line"]

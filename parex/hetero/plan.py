@@ -46,7 +46,8 @@ class Stage:
         return range(self.first, self.first + self.tensor)
 
     def __str__(self) -> str:
-        return f"{self.group}[{self.first}:{self.first + self.tensor}] t{self.tensor} L{self.layers}"
+        end = self.first + self.tensor
+        return f"{self.group}[{self.first}:{end}] t{self.tensor} L{self.layers}"
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ and the blocks beyond L at that τ come off the slowest stages. Exact up to the 
 tolerance (the bottleneck is monotone in τ); rows are independent, padded stages masked.
 
 Microbatches over pipelines (`batch_split`): pipeline i with m microbatches takes about
-a_i + (m − 1)·r_i seconds; give each at least one, M in all, so that the slowest pipeline finishes
-first: the same bisection on the finishing time, then the surplus off the slowest pipelines.
+a_i + (m − 1)·r_i seconds; give each at least one, M in all, so that the slowest pipeline
+finishes first: the same bisection on the finishing time, then the surplus off the slowest.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding
 
 from .. import model as gpt
 from ..config import ModelConfig, TrainConfig
