@@ -109,3 +109,16 @@ def test_cli_plans_a_cluster_file_in_the_homogeneous_json_shape(tmp_path, capsys
                  "--seq", "2048", "--top", "2"]) == 0
     text = capsys.readouterr().out
     assert "best plan:" in text and "vs the best even split" in text and "pipeline  1" in text
+
+
+def test_a_memory_cap_holds_on_every_device_and_bad_flags_are_named():
+    capped = search(MODEL, cluster_from_dict(TWO), 64, 2048, remats=("none", "full"),
+                    memory_cap=18e9, top=3)
+    for pred in capped.top:
+        assert all(s.memory["total"] <= 18e9 and s.cap == 18e9 for s in pred.stages)
+
+def test_cli_names_flags_a_cluster_plan_does_not_take(capsys):
+    assert main(["plan", "--cluster", "het-48", "--model", "llama2-7b", "--verify"]) == 2
+    assert "drop --verify" in capsys.readouterr().err
+    assert main(["plan", "--cluster", "no-such", "--model", "llama2-7b"]) == 2
+    assert "no cluster file 'no-such'" in capsys.readouterr().err

@@ -65,7 +65,8 @@ def even_splits(cluster: HeteroCluster, model: ModelConfig, global_batch: int, s
 def best_even_split(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
                     seq_len: int | None = None, *, remats=REMAT_POLICIES,
                     microbatch_sizes=MICROBATCH_SIZES, memory_fraction: float = 1.0,
-                    recipe: str = "mixed") -> HeteroPrediction | None:
+                    memory_cap: float | None = None, recipe: str = "mixed"
+                    ) -> HeteroPrediction | None:
     """The fastest fitting even split (module docstring), or None when none fits."""
     T = seq_len or model.seq_len
     sizes = [b for b in microbatch_sizes if global_batch % b == 0]
@@ -74,16 +75,17 @@ def best_even_split(model: ModelConfig, cluster: HeteroCluster, global_batch: in
         return None
     labels, pipes, layers, micro = zip(*splits)
     settings = {r: Setting.make(model, T, r, recipe) for r in remats}
+    memory = {"memory_fraction": memory_fraction, "memory_cap": memory_cap}
     finished = []
     for remat in remats:
-        est = Estimator(cluster, settings[remat], global_batch, sizes, memory_fraction)
+        est = Estimator(cluster, settings[remat], global_batch, sizes, **memory)
         bounded = []
         for lo in range(0, len(pipes), 96):
             hi = lo + 96
             bounded += est.estimate(list(pipes[lo:hi]), list(labels[lo:hi]),
                                     layers=list(layers[lo:hi]), microbatches=list(micro[lo:hi]))
         finished += best_finished(est, bounded, 8)
-    ranked = rerank(cluster, settings, finished, global_batch, 1, memory_fraction)
+    ranked = rerank(cluster, settings, finished, global_batch, 1, memory)
     return ranked[0] if ranked else None
 
 
@@ -122,7 +124,8 @@ def compare(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
     """Search `cluster`, then its best even split and the same-peak homogeneous cluster."""
     result = search(model, cluster, global_batch, seq_len, **options)
     keep = {k: v for k, v in options.items() if k in ("remats", "microbatch_sizes",
-                                                      "memory_fraction", "recipe")}
+                                                      "memory_fraction", "memory_cap",
+                                                      "recipe")}
     even = best_even_split(model, cluster, global_batch, seq_len, **keep)
     reference = reference_cluster(cluster, reference_chip)
     try:

@@ -18,13 +18,18 @@ def cmd_plan_cluster(args) -> int:
 
     model = model_named(args.model)
     cluster = load_hetero_cluster(args.cluster)
-    options = {"top": args.top, "recipe": "mixed" if args.recipe == "parex" else args.recipe}
+    # a mixed cluster is accelerators only: bf16 compute and ZeRO's mixed recipe, as
+    # `parex predict` defaults to on an accelerator profile
+    options = {"top": args.top, "recipe": "mixed"}
     if args.memory_cap is not None:
-        smallest = min(g.chip.hbm_bytes for g in cluster.groups)
-        options["memory_fraction"] = min(1.0, args.memory_cap * 1e9 / smallest)
+        options["memory_cap"] = args.memory_cap * 1e9  # and never more than a chip's own
     if args.dtype == "float32":
         raise ValueError("--cluster plans predict bf16 training (the mixed recipe); drop "
                          "--dtype float32")
+    if args.verify or args.objective != "time":
+        raise ValueError("--cluster ranks by step time and predicts only: drop --verify and "
+                         "--objective (an asymmetric plan runs with "
+                         "parex.parallel.mpmd.MpmdRunner)")
     result = compare(model, cluster, args.global_batch, args.seq, **options)
     if args.json:
         print(json.dumps(comparison_json(result), indent=2, default=float))

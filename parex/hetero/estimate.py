@@ -28,6 +28,7 @@ from .costs import Setting, unit_costs
 from .dp import exposed_reduction, levels
 from .links import allreduce_seconds, hop_seconds
 from .plan import Stage
+from .predict import device_cap
 from .split import batch_split, layer_split
 from .timing import hops_on_path
 
@@ -101,10 +102,12 @@ class Estimator:
     """Estimates candidates of one cluster, model and remat (costs cached across them)."""
 
     def __init__(self, cluster: HeteroCluster, setting: Setting, global_batch: int,
-                 microbatch_sizes, memory_fraction: float = 1.0):
+                 microbatch_sizes, memory_fraction: float = 1.0,
+                 memory_cap: float | None = None):
         self.cluster, self.setting, self.B = cluster, setting, global_batch
         self.sizes = list(microbatch_sizes)
-        self.caps = [g.chip.hbm_bytes * memory_fraction for g in cluster.groups]
+        self.caps = [device_cap(g.chip.hbm_bytes, memory_fraction, memory_cap)
+                     for g in cluster.groups]
         self.chips = [g.chip_profile() for g in cluster.groups]
         self.grad = setting.recipe.grad_bytes
         self.send = [b * setting.seq_len * setting.model.hidden * setting.act_bytes

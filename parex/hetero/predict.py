@@ -36,6 +36,13 @@ from .validate import check_plan
 MEMORY_PARTS = ("state", "activations", "temp", "total")
 
 
+def device_cap(hbm_bytes: float, memory_fraction: float = 1.0,
+               memory_cap: float | None = None) -> float:
+    """Bytes a device may use: a fraction of its own memory, and at most `memory_cap`."""
+    cap = hbm_bytes * memory_fraction
+    return cap if memory_cap is None else min(cap, memory_cap)
+
+
 @dataclass
 class StageCost:
     """One stage's predicted numbers (seconds per microbatch, bytes per device)."""
@@ -110,7 +117,8 @@ class HeteroPrediction:
 
 
 def stage_costs(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
-                memory_fraction: float = 1.0) -> list[list[StageCost]]:
+                memory_fraction: float = 1.0, memory_cap: float | None = None
+                ) -> list[list[StageCost]]:
     """Every stage's per-microbatch costs, memory and hop, pipeline by pipeline."""
     out = []
     for i, pipe in enumerate(plan.pipelines):
@@ -139,7 +147,7 @@ def stage_costs(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
                 c["opt_s_per_element"] * elements,
                 {"state": state, "activations": acts, "temp": temp,
                  "total": state + acts + temp},
-                chip.hbm_bytes * memory_fraction,
+                device_cap(chip.hbm_bytes, memory_fraction, memory_cap),
                 {"block": grad * c["block_elements"], "first": grad * c["first_elements"],
                  "last": grad * c["last_elements"]}))
         out.append(row)
@@ -161,11 +169,12 @@ def _time_pipeline(row: list[StageCost], m: int) -> float:
 
 def predict_plan(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
                  global_batch: int | None = None, memory_fraction: float = 1.0,
-                 check: bool = True) -> HeteroPrediction:
-    """The predicted step of `plan` on `cluster` (checked first unless check=False)."""
+                 memory_cap: float | None = None, check: bool = True) -> HeteroPrediction:
+    """The predicted step of `plan` on `cluster` (checked first unless check=False); each
+    device may use memory_fraction of its memory, and at most memory_cap bytes."""
     if check:
         check_plan(plan, cluster, setting.model, global_batch)
-    rows = stage_costs(plan, cluster, setting, memory_fraction)
+    rows = stage_costs(plan, cluster, setting, memory_fraction, memory_cap)
     makespans = [_time_pipeline(row, pipe.microbatches) for row, pipe in zip(rows, plan.pipelines)]
     stages = [s for row in rows for s in row]
     reduce_finish(plan, cluster, rows)
@@ -186,4 +195,5 @@ def predict_plan(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
                             model_flops / (total * peak), plan.global_batch * T / total, peak)
 
 
-__all__ = ["HeteroPrediction", "MEMORY_PARTS", "StageCost", "predict_plan", "stage_costs"]
+__all__ = ["HeteroPrediction", "MEMORY_PARTS", "StageCost", "device_cap", "predict_plan",
+           "stage_costs"]

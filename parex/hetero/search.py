@@ -115,7 +115,7 @@ def best_finished(estimator: Estimator, bounded: list[Estimate], n: int) -> list
 
 
 def rerank(cluster, settings: dict, estimates: list[Estimate], global_batch: int, top: int,
-           memory_fraction: float) -> list[HeteroPrediction]:
+           memory: dict) -> list[HeteroPrediction]:
     """The best `RERANK` estimates predicted exactly; the fitting ones, fastest first, each
     plan once."""
     estimates = sorted(estimates, key=lambda e: e.step_s)
@@ -126,8 +126,8 @@ def rerank(cluster, settings: dict, estimates: list[Estimate], global_batch: int
         if key in seen:
             continue
         seen.add(key)
-        pred = predict_plan(plan, cluster, settings[e.remat], global_batch, memory_fraction,
-                            check=False)
+        pred = predict_plan(plan, cluster, settings[e.remat], global_batch, check=False,
+                            **memory)
         if pred.fits:
             exact.append(pred)
     exact.sort(key=lambda p: p.step_time_s["total"])
@@ -137,15 +137,18 @@ def rerank(cluster, settings: dict, estimates: list[Estimate], global_batch: int
 def search(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
            seq_len: int | None = None, *, top: int = 5, remats=REMAT_POLICIES,
            microbatch_sizes=MICROBATCH_SIZES, memory_fraction: float = 1.0,
-           orders: str = "all", recipe: str = "mixed") -> HeteroSearch:
-    """Rank asymmetric plans of `model` on `cluster` (module docstring)."""
+           memory_cap: float | None = None, orders: str = "all", recipe: str = "mixed"
+           ) -> HeteroSearch:
+    """Rank asymmetric plans of `model` on `cluster` (module docstring); each device may use
+    memory_fraction of its memory, and at most memory_cap bytes."""
+    memory = {"memory_fraction": memory_fraction, "memory_cap": memory_cap}
     start = time.perf_counter()
     T = seq_len or model.seq_len
     settings = {r: Setting.make(model, T, r, recipe) for r in remats}
     sizes = [b for b in microbatch_sizes if global_batch % b == 0]
     shapes = list(structures(cluster, model, orders))
     candidates = [shape.pipelines_of(cluster) for shape in shapes]
-    estimators = {r: Estimator(cluster, settings[r], global_batch, sizes, memory_fraction)
+    estimators = {r: Estimator(cluster, settings[r], global_batch, sizes, **memory)
                   for r in remats}
     bounded = {r: [] for r in remats}
     for lo in range(0, len(shapes), CHUNK):
@@ -157,7 +160,7 @@ def search(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
     estimates = [e for r in remats
                  for e in best_finished(estimators[r], bounded[r], max(RERANK, 2 * top))]
     considered = len(shapes) * len(remats) * len(sizes)
-    ranked = rerank(cluster, settings, estimates, global_batch, top, memory_fraction)
+    ranked = rerank(cluster, settings, estimates, global_batch, top, memory)
     if not ranked:
         raise NoPlan(no_plan_message(model, cluster, global_batch, T, len(shapes)))
     return HeteroSearch(model, cluster, global_batch, T, ranked, len(shapes), considered,
