@@ -33,7 +33,7 @@ from .plan import HeteroPlan, Stage
 from .timing import peak_in_flight, pipeline_times
 from .validate import check_plan
 
-MEMORY_PARTS = ("state", "activations", "temp", "total")
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temp", "total")
 
 
 def device_cap(hbm_bytes: float, memory_fraction: float = 1.0,
@@ -57,7 +57,7 @@ class StageCost:
     t_b: float
     hop_s: float  # per send to the next stage (0 on the last)
     opt_s: float  # optimizer update
-    memory: dict  # MEMORY_PARTS, bytes per device
+    memory: dict  # MEMORY_PARTS, bytes per device (the homogeneous predictor's names)
     cap: float  # bytes per device it may use
     grad_bytes: dict = field(default_factory=dict)  # per device: "block", "first", "last"
     compute_end: float = 0.0  # its last backward ends (s after the step starts)
@@ -122,36 +122,35 @@ def stage_costs(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
     """Every stage's per-microbatch costs, memory and hop, pipeline by pipeline."""
     out = []
     for i, pipe in enumerate(plan.pipelines):
-        p, b = len(pipe.stages), pipe.microbatch
-        flight = peak_in_flight(p, pipe.microbatches)
-        row = []
-        for j, stage in enumerate(pipe.stages):
-            chip = tensor_chip(cluster, stage)
-            c = {k: float(v[0]) for k, v in unit_costs(setting, chip, [stage.tensor], b).items()}
-            first, last = j == 0, j == p - 1
-            compute = stage.layers * c["block_s"] + last * c["head_s"]
-            tp = stage.layers * c["tp_block_s"] + first * c["tp_first_s"] + last * c["tp_last_s"]
-            busy = compute + tp
-            t_f = busy / c["passes"]
-            elements = (stage.layers * c["block_elements"] + first * c["first_elements"]
-                        + last * c["last_elements"])
-            state = (stage.layers * c["block_state_bytes"] + first * c["first_state_bytes"]
-                     + last * c["last_state_bytes"])
-            acts = stage.layers * c["block_act_bytes"] * flight[j]
-            temp = c["working_bytes"] + last * c["logits_bytes"]
-            hop = 0.0 if last else hop_seconds(cluster, stage, pipe.stages[j + 1],
-                                               c["send_bytes"])
-            grad = setting.recipe.grad_bytes
-            row.append(StageCost(
-                i, j, stage, chip.name, compute, tp, t_f, busy - t_f, hop,
-                c["opt_s_per_element"] * elements,
-                {"state": state, "activations": acts, "temp": temp,
-                 "total": state + acts + temp},
-                device_cap(chip.hbm_bytes, memory_fraction, memory_cap),
-                {"block": grad * c["block_elements"], "first": grad * c["first_elements"],
-                 "last": grad * c["last_elements"]}))
-        out.append(row)
+        flight = peak_in_flight(len(pipe.stages), pipe.microbatches)
+        out.append([_stage_cost(cluster, setting, pipe, i, j, flight[j], memory_fraction,
+                                memory_cap) for j in range(len(pipe.stages))])
     return out
+
+
+def _stage_cost(cluster, setting: Setting, pipe, i: int, j: int, flight: float,
+                memory_fraction: float, memory_cap) -> StageCost:
+    stage = pipe.stages[j]
+    chip = tensor_chip(cluster, stage)
+    c = {k: float(v[0]) for k, v in unit_costs(setting, chip, [stage.tensor],
+                                                pipe.microbatch).items()}
+    first, last = j == 0, j == len(pipe.stages) - 1
+    compute = stage.layers * c["block_s"] + last * c["head_s"]
+    tp = stage.layers * c["tp_block_s"] + first * c["tp_first_s"] + last * c["tp_last_s"]
+    t_f = (compute + tp) / c["passes"]
+    elements = (stage.layers * c["block_elements"] + first * c["first_elements"]
+                + last * c["last_elements"])
+    rec = setting.recipe
+    memory = {"params": rec.param_bytes * elements, "grads": rec.grad_bytes * elements,
+              "optimizer": rec.optimizer_bytes * elements,
+              "activations": stage.layers * c["block_act_bytes"] * float(flight),
+              "temp": c["working_bytes"] + last * c["logits_bytes"]}
+    memory["total"] = sum(memory.values())
+    hop = 0.0 if last else hop_seconds(cluster, stage, pipe.stages[j + 1], c["send_bytes"])
+    grads = {kind: rec.grad_bytes * c[f"{kind}_elements"] for kind in ("block", "first", "last")}
+    return StageCost(i, j, stage, chip.name, compute, tp, t_f, compute + tp - t_f, hop,
+                     c["opt_s_per_element"] * elements, memory,
+                     device_cap(chip.hbm_bytes, memory_fraction, memory_cap), grads)
 
 
 def _time_pipeline(row: list[StageCost], m: int) -> float:
