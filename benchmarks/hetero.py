@@ -37,6 +37,7 @@ SCENARIOS = [  # (label, cluster file, inter-group Gb/s override, model, global 
     ("het-48, 100 Gb/s between groups", "het-48", 100, "llama2-7b", 256, 4096),
     ("hexiscale-mix, 10 Gb/s everywhere", "hexiscale-mix", None, "llama2-7b", 128, 4096),
     ("het-48, 13B, 100 Gb/s between groups", "het-48", 100, "llama2-13b", 256, 4096),
+    ("het-odd, 100 Gb/s everywhere", "het-odd", None, "llama2-7b", 96, 4096),
 ]
 
 

@@ -31,6 +31,7 @@ parex.emulate_devices(8)
 offline = True
 cluster_name = "het-48"  # data/clusters/het-48.toml
 model_name, global_batch, seq_len = "llama2-7b", 256, 4096
+odd_batch = 96  # for het-odd
 speeds = [100, 25, 10, 2.5]  # Gb/s between groups, for the network study
 
 # %%
@@ -86,6 +87,18 @@ bars = pd.DataFrame([
     {"plan": f"same peak: {result.reference.name}", "MFU": result.homogeneous.best.mfu}])
 alt.Chart(bars).mark_bar().encode(x=alt.X("MFU:Q", axis=alt.Axis(format="%")),
                                   y=alt.Y("plan:N", sort=None), color="plan:N")
+
+# %% [markdown]
+# When the groups do not divide into equal pipelines — here a half-filled A100 server and six
+# 3090s — the pipelines differ: one takes more stages of one chip, and the batch shares even
+# out their speeds (each pipeline its own share and microbatch count).
+
+# %%
+odd = load_hetero_cluster("het-odd")
+odd_result = compare(model, odd, odd_batch, seq_len)
+print(plan_text(odd_result.search.best.plan, odd))
+print(f"MFU {odd_result.search.best.mfu:.1%}; even split {odd_result.even.mfu:.1%}; "
+      f"same peak {odd_result.homogeneous.best.mfu:.1%}")
 
 # %% [markdown]
 # ## What moves when a network gets slower

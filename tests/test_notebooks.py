@@ -25,7 +25,8 @@ PARAMETERS = {
     "07_explorer": {"offline": False, "steps": 2},
     "08_planner": {"offline": False, "verify_k": 0, "scale_model": "gpt2-small",
                    "scale_nodes": 1},
-    "09_heterogeneous": {"offline": False, "global_batch": 64, "seq_len": 2048, "speeds": [10]},
+    "09_heterogeneous": {"offline": False, "global_batch": 64, "odd_batch": 48,
+                         "seq_len": 2048, "speeds": [10]},
 }
 # Text each notebook must print: evidence that it computed what its prose promises.
 EXPECTED = {
