@@ -105,6 +105,8 @@ class Prediction:
     collectives: list[dict] = field(default_factory=list)  # {kind, axes, count, bytes, seconds}
     convention: str = "gpu"  # "xla-cpu" (what the emulated mesh compiles) or "gpu" (ideal)
     hardware_flops_per_device: float = 0.0  # true count with recompute, every loop iteration (HFU)
+    executable: bool = True  # parex's executor runs this layout on a mesh today
+    executable_reason: str = ""  # why not, and the nearest layout that runs (validation.py)
 
     @property
     def tokens_per_s(self) -> float:
@@ -126,7 +128,8 @@ class Prediction:
                "n_devices": self.n_devices, "hardware": self.hardware,
                "step_time_s": self.step_time_s.get("total"),
                "flops_per_device": self.flops_per_device, "tokens_per_s": self.tokens_per_s,
-               "mfu": self.mfu, "hfu": self.hfu, "fits": self.fits}
+               "mfu": self.mfu, "hfu": self.hfu, "fits": self.fits,
+               "executable": self.executable}
         row |= {f"step_{k}_s": v for k, v in self.step_time_s.items() if k != "total"}
         row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
         row |= {f"comm_{k.replace('-', '_')}_bytes": v

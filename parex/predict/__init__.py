@@ -24,7 +24,7 @@ from ..hardware import Chip, Cluster, load_cluster
 from ..hlo import KINDS
 from ..layout import Layout, LayoutError
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
-from ..validation import check_layout
+from ..validation import check_valid, executable_columns, executable_reason, valid_columns
 from . import comm, flops, memory, time
 from .comm import CONVENTIONS, Convention
 from .memory import RECIPES, Recipe
@@ -100,12 +100,14 @@ def _defaults(hardware, convention, recipe, n_devices):
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
             convention: str | Convention | None = None, recipe: str | Recipe = "parex"
             ) -> Prediction:
-    """Predicted step time, memory, FLOPs and communication of one layout. An impossible layout
-    raises LayoutError (the same checks as before compiling); one that does not fit in memory is
-    predicted and flagged (`fits`, `over_capacity_bytes`)."""
+    """Predicted step time, memory, FLOPs and communication of one layout. A layout that is not
+    a real program raises LayoutError (parex.validation's rules); a valid one that parex's
+    executor cannot run yet is predicted with `executable=False` and the reason; one that does
+    not fit in memory is predicted and flagged (`fits`, `over_capacity_bytes`)."""
     cluster, conv, rec = _defaults(hardware, convention, recipe, layout.n_devices)
     _check_fits_cluster(layout, cluster)
-    check_layout(layout, model, train, layout.n_devices)
+    check_valid(layout, model, train, layout.n_devices)
+    reason = executable_reason(layout, model, train)
     grid = Grid.from_layouts([layout], train, model)
     cols, terms = columns(model, train, grid, cluster, conv, rec)
     value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
@@ -128,45 +130,37 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
         tokens_per_step=grid.B * grid.T, mfu=value["mfu"], hfu=value["hfu"],
         fits=bool(value["fits"]), over_capacity_bytes=value["over_capacity_bytes"],
         collectives=collectives, convention=conv.name,
-        hardware_flops_per_device=value["hardware_flops_per_device"])
+        hardware_flops_per_device=value["hardware_flops_per_device"],
+        executable=reason is None, executable_reason=reason or "")
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
                   convention: str | Convention | None = None, recipe: str | Recipe = "parex"
                   ) -> dict[str, np.ndarray]:
     """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid.
-    `valid` is a vectorised subset of parex.validation's checks (the divisibility ones) and the
-    numbers of invalid rows are NaN; `fits` flags the rows that do not fit in memory."""
+    `valid` is parex.validation's verdict (the same rules as predict(), as columns) and the
+    numbers of invalid rows are NaN; `executable` marks the valid rows parex's executor runs
+    today; `fits` flags the rows that fit in memory. A model or train config that no layout
+    can run raises LayoutError, as predict() does."""
     grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
-    valid = divisible(model, grid)
-    safe = grid if valid.all() else _masked(grid, valid)
+    valid = valid_columns(model, train, grid)
+    executable = valid & executable_columns(model, train, grid)
     cluster, conv, rec = _defaults(hardware, convention, recipe, int(grid.n_devices.max()))
+    if valid.all():
+        safe = grid
+    elif valid.any():
+        safe = _masked(grid, valid)
+    else:  # nothing to predict: the shapes of the columns from one valid layout
+        check_valid(Layout(), model, train.replace(microbatch=None))
+        safe = Grid.from_layouts([Layout()] * len(grid), train.replace(microbatch=None), model)
     cols, _ = columns(model, train, safe, cluster, conv, rec)
     cols["step_time_s"] = cols.pop("step_total_s")
     for key, value in cols.items():
         if value.dtype.kind == "f":
             cols[key] = np.where(valid, value, np.nan)
     cols["fits"] = cols["fits"] & valid
-    cols["valid"] = valid
+    cols["valid"], cols["executable"] = valid, executable
     return cols
-
-
-def divisible(model: ModelConfig, g: Grid) -> np.ndarray:
-    """parex.validation's checks of sizes and combinations, as columns (True = may run)."""
-    from ..parallel.schedules import SCHEDULES
-
-    t, s, p, m = g.tensor, g.seq, g.stage, g.microbatches
-    ok = (g.B % (g.dp * m) == 0) & (model.layers % p == 0) & ((g.sp == 0) | (t > 1))
-    for size in (model.heads, model.kv_heads, model.ffn, model.vocab):
-        ok &= size % t == 0
-    ok &= model.hidden % g.embed_shards("opt") == 0
-    ok &= np.where(g.cp == 1, g.T % (2 * s) == 0, g.T % s == 0) & ((s == 1) | (g.cp > 0))
-    ok &= np.where(g.cp == 2, (model.heads % (s * t) == 0) & (model.kv_heads % (s * t) == 0), True)
-    interleaved = g.schedule == SCHEDULES.index("interleaved")
-    ok &= np.where(interleaved, (g.virtual_stages >= 2) & (m % p == 0), g.virtual_stages == 1)
-    ok &= np.where(p == 1, g.schedule == 0, model.layers % (p * g.virtual_stages) == 0)
-    ok &= (p == 1) | ((g.sp == 0) & (s == 1))  # the executor runs neither inside stages
-    return ok
 
 
 def _masked(grid: Grid, valid: np.ndarray) -> Grid:
