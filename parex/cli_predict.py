@@ -83,7 +83,10 @@ def prediction_report(p, model: ModelConfig, cluster) -> str:
         "memory/dev   " + " · ".join(f"{k} {human_bytes(mem[k])}" for k in
                                      ("params", "grads", "optimizer", "activations", "temp")),
         f"             argument {human_bytes(mem['argument'])} · total {human_bytes(mem['total'])}"
-        f" of {human_bytes(capacity)}: {fits}", ""]
+        f" of {human_bytes(capacity)}: {fits}"]
+    if not p.executable:
+        lines.append(f"executable   no, predicted only: {p.executable_reason}")
+    lines.append("")
     if p.collectives:
         rows = [[c["name"], c["kind"], ",".join(c["axes"]), f"{c['count']:g}",
                  human_bytes(c["bytes"]), f"{c['seconds'] * 1e3:.3g} ms"] for c in p.collectives]

@@ -18,12 +18,43 @@ from __future__ import annotations
 import numpy as np
 
 from .config import ModelConfig, TrainConfig
-from .layout import Layout, LayoutError
-from .validation_rules import EXECUTOR_LIMITS, VALID_RULES, Context, LayoutValues, Rule
+from .layout import CP_MODES, Layout, LayoutError
+from .parallel.schedules import SCHEDULES
+from .validation_rules import EXECUTOR_LIMITS, VALID_RULES, Context, Rule
 
 
-def _values(layout: Layout, model: ModelConfig, train: TrainConfig) -> LayoutValues:
-    return LayoutValues(layout, model, train)
+class LayoutValues:
+    """One layout's values under Grid's column names, as Python ints: the rules run on it for
+    a single check, the same values Grid holds as columns (it resolves microbatches and reads
+    partitions with the helpers below)."""
+
+    def __init__(self, layout: Layout, model: ModelConfig, train: TrainConfig):
+        for name in ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages"):
+            setattr(self, name, getattr(layout, name))
+        self.sp = int(layout.sp)
+        self.cp = CP_MODES.index(layout.cp) if layout.cp in CP_MODES else -1
+        self.schedule = SCHEDULES.index(layout.schedule) if layout.schedule in SCHEDULES else -1
+        self.microbatches = num_microbatches(layout, train)
+        stats = partition_stats(layout.layers_per_stage, layout.stage)
+        self.partition_n, self.partition_min, self.partition_sum = stats[1:]
+        self.dp, self.n_devices = layout.data_parallel, layout.n_devices
+        self._layout = layout
+
+    def __len__(self) -> int:
+        return 1
+
+    def embed_shards(self, kind: str) -> int:
+        return self._layout.shard_count("embed", kind)
+
+
+def partition_stats(parts, p: int) -> tuple[int, int, int, int]:
+    """(layers of the busiest stage, entries, smallest entry, sum) of a partition, whose entry
+    k = c·p + s is chunk c of stage s; all 0 without one."""
+    if not parts:
+        return 0, 0, 0, 0
+    p = max(p, 1)
+    busiest = max(sum(parts[k] for k in range(s, len(parts), p)) for s in range(p))
+    return busiest, len(parts), min(parts), sum(parts)
 
 
 def _fails(result) -> bool:
@@ -57,7 +88,7 @@ def check_valid(layout: Layout, model: ModelConfig, train: TrainConfig,
     """Raise LayoutError naming the problem and the fix unless the layout is a real program for
     (model, train) on n_devices devices (None: the layout's own count)."""
     ctx = Context(model, train, layout.n_devices if n_devices is None else n_devices)
-    failed = _first_failure(VALID_RULES, _values(layout, model, train), ctx)
+    failed = _first_failure(VALID_RULES, LayoutValues(layout, model, train), ctx)
     if failed is not None:
         raise LayoutError(failed.message(layout, ctx))
 
@@ -65,7 +96,7 @@ def check_valid(layout: Layout, model: ModelConfig, train: TrainConfig,
 def executable_reason(layout: Layout, model: ModelConfig, train: TrainConfig) -> str | None:
     """Why parex's executor cannot run this valid layout today (every limit it hits), with the
     nearest layout that runs; None when it can."""
-    ctx, values = Context(model, train, layout.n_devices), _values(layout, model, train)
+    ctx, values = Context(model, train, layout.n_devices), LayoutValues(layout, model, train)
     with np.errstate(divide="ignore", invalid="ignore"):
         failed = [rule for rule in EXECUTOR_LIMITS if _fails(rule.holds(values, ctx))]
     if not failed:
@@ -130,7 +161,7 @@ def _with_stages(layout: Layout, stage: int, layers: int) -> Layout:
 
 
 def _runs(layout: Layout, model: ModelConfig, train: TrainConfig) -> bool:
-    values, ctx = _values(layout, model, train), Context(model, train, layout.n_devices)
+    values, ctx = LayoutValues(layout, model, train), Context(model, train, layout.n_devices)
     return (_first_failure(VALID_RULES, values, ctx) is None
             and _first_failure(EXECUTOR_LIMITS, values, ctx) is None)
 

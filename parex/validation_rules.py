@@ -45,41 +45,6 @@ class Rule:
     message: Callable  # (Layout, Context) -> str
 
 
-class LayoutValues:
-    """One layout's values under Grid's column names, as Python ints: the rules run on it for
-    a single check (Grid builds its columns with the same helpers, so both see one thing)."""
-
-    def __init__(self, layout: Layout, model: ModelConfig, train: TrainConfig):
-        from .validation import num_microbatches
-
-        for name in ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages"):
-            setattr(self, name, getattr(layout, name))
-        self.sp = int(layout.sp)
-        self.cp = CP_MODES.index(layout.cp) if layout.cp in CP_MODES else -1
-        self.schedule = SCHEDULES.index(layout.schedule) if layout.schedule in SCHEDULES else -1
-        self.microbatches = num_microbatches(layout, train)
-        stats = partition_stats(layout.layers_per_stage, layout.stage)
-        self.partition_n, self.partition_min, self.partition_sum = stats[1:]
-        self.dp, self.n_devices = layout.data_parallel, layout.n_devices
-        self._layout = layout
-
-    def __len__(self) -> int:
-        return 1
-
-    def embed_shards(self, kind: str) -> int:
-        return self._layout.shard_count("embed", kind)
-
-
-def partition_stats(parts, p: int) -> tuple[int, int, int, int]:
-    """(layers of the busiest stage, entries, smallest entry, sum) of a partition, whose entry
-    k = c·p + s is chunk c of stage s; all 0 without one."""
-    if not parts:
-        return 0, 0, 0, 0
-    p = max(p, 1)
-    busiest = max(sum(parts[k] for k in range(s, len(parts), p)) for s in range(p))
-    return busiest, len(parts), min(parts), sum(parts)
-
-
 def _rule(rules: list, name: str, holds, message) -> None:
     rules.append(Rule(name, holds, message))
 
@@ -115,7 +80,8 @@ RULES: list[Rule] = []
 
 # --- the mesh -----------------------------------------------------------------------------------
 _rule(RULES, "axes-positive",
-      lambda g, c: functools.reduce(operator.and_, [getattr(g, a.value) >= 1 for a in MESH_AXES]),
+      lambda g, c: functools.reduce(operator.and_, [getattr(g, a.value) >= 1
+                                                    for a in MESH_AXES]),
       lambda l, c: next(f"mesh axis {a.value}={s}: every axis size must be at least 1"
                         for a, s in l.axis_sizes().items() if s < 1))
 _rule(RULES, "device-count",

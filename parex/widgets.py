@@ -44,7 +44,7 @@ def divisors(n: int) -> list[int]:
 
 
 def _hardware_names() -> list[str]:
-    """Known profiles, the local CPU's first (it exists once `parex calibrate` has run)."""
+    """Known profiles, the local CPU's first (calibrated on first use: local_profile.py)."""
     names = known_hardware()
     return sorted(names, key=lambda name: name != LOCAL_HARDWARE) or [LOCAL_HARDWARE]
 

@@ -23,7 +23,7 @@ from ..config import ModelConfig, TrainConfig
 from ..layout import CP_MODES, Layout
 from ..model import param_table
 from ..parallel.schedules import SCHEDULES
-from ..validation_rules import partition_stats
+from ..validation import partition_stats
 
 TENSOR_DIMS = ("heads", "kv_heads", "mlp", "vocab")
 GROUPS = tuple((e, t, l) for e in (0, 1) for t in (0, 1) for l in (0, 1))  # (embed, tensor, layers)
