@@ -130,7 +130,9 @@ def emulated(models, steps: int, hardware: str) -> dict:
 PIPELINE_LAYOUTS = ("data=2,stage=4,schedule=gpipe,microbatches=4",
                     "data=2,stage=4,schedule=1f1b,microbatches=4",
                     "data=2,stage=4,schedule=zbh1,microbatches=4",
+                    "data=4,stage=2,schedule=gpipe,microbatches=4",
                     "data=4,stage=2,schedule=1f1b,microbatches=4",
+                    "data=4,stage=2,schedule=zbh1,microbatches=4",
                     "data=2,tensor=2,stage=2,schedule=interleaved,virtual=2,microbatches=4",
                     "data=2,tensor=2,stage=2,schedule=interleaved,virtual=3,microbatches=4")
 CP_LAYOUTS = ("data=2,seq=4,cp=ring", "data=2,seq=4,cp=ulysses", "data=2,tensor=2,seq=2,cp=ring",
