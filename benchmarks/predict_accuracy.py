@@ -171,16 +171,22 @@ def fresh_clone(models, steps: int) -> dict:
                     chosen.append((group, layout))
                 except ValueError as err:
                     print(f"skip {name} {spec}: {str(err)[:90]}")
-        measured, _ = measure_round_robin(model, train, [l for _, l in chosen])
+        measured, (t_blocks,) = measure_round_robin(model, train, [l for _, l in chosen],
+                                                    (calibrate.block_step(8),))
+        drift = t_blocks / _calibrated_block_seconds(chip)
+        print(f"{name}: the calibration's block step now takes {drift:.2f}× what it took while "
+              f"calibrating (the machine's load changed by that much)")
         for (group, layout), m in zip(chosen, measured):
             p = predict(model, train, layout, chip, convention="xla-cpu")
             ratio = p.step_time_s["total"] / m.step_time_s["median"]
             errors[group].append(abs(ratio - 1))
             rows.append([name, group, str(layout), f"{m.step_time_s['median'] * 1e3:.1f}",
-                         f"{p.step_time_s['total'] * 1e3:.1f}", f"{ratio:.2f}"])
+                         f"{p.step_time_s['total'] * 1e3:.1f}", f"{ratio:.2f}",
+                         f"{ratio * drift:.2f}"])
             print(" ".join(rows[-1]), flush=True)
     print()
-    print(table(rows, ["model", "group", "layout", "measured ms", "predicted ms", "ratio"]))
+    print(table(rows, ["model", "group", "layout", "measured ms", "predicted ms", "ratio",
+                       "ratio × drift"]))
     every = [e for group in errors.values() for e in group]
     for group, errs in list(errors.items()) + [("all", every)]:
         if errs:
@@ -188,6 +194,18 @@ def fresh_clone(models, steps: int) -> dict:
                   f"{statistics.median(errs):.3f}, max {max(errs):.3f}  [median <= 0.15, "
                   f"max <= 0.35]")
     return errors
+
+
+def _calibrated_block_seconds(chip) -> float:
+    """What calibrate.block_step(8) took during the calibration (recalibrated's inverse)."""
+    from parex.predict.shapes import Grid, model_sizes
+    from parex.predict.time import cpu_layer_seconds
+
+    cal, cfg = chip.calibration, calibrate._block_config()
+    grid = Grid.from_columns(TrainConfig(global_batch=calibrate.BLOCK_SEQUENCES), cfg)
+    kernels = cfg.layers * cpu_layer_seconds(model_sizes(cfg), grid, "none", cal,
+                                             chip.hbm_bandwidth)[0]
+    return kernels / cal.step_efficiency + cal.step_overhead_s
 
 
 def published_tables() -> None:
