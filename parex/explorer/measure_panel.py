@@ -19,7 +19,7 @@ from ..predict import predict
 from ..record import records_frame
 from .measuring import Run, measure_run, pooled_row, ratio_text
 
-LOCAL_HARDWARE = "cpu-local"  # the profile `parex calibrate` writes for the emulated CPU mesh
+LOCAL_HARDWARE = "cpu-local"  # this machine's profile (local_profile.py: calibrated on first use)
 # Measuring runs the model for real on this host: 16 bytes of fp32 model state per parameter
 # (weights, gradients, two Adam moments) across the emulated devices, plus activations.
 MAX_MEASURE_PARAMS = 50_000_000

@@ -17,8 +17,9 @@ The space, built by cross joins of small option tables (never a Python loop over
                   schedule tables only cost the predictor time to place and time
 Remat is not a layout column: the planner predicts the same columns once per policy.
 
-Which combinations can run beyond that is the predictor's call (`predict.divisible`, the rules
-behind `predict_batch`'s `valid` column); this module only spans the space. `Candidates.layout(i)` builds the Layout of one row.
+Which combinations are real programs is parex.validation's call (`valid_columns`, the rules
+behind `predict_batch`'s `valid` column); this module only spans the space.
+`Candidates.layout(i)` builds the Layout of one row.
 """
 
 from __future__ import annotations
