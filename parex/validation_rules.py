@@ -25,6 +25,7 @@ from .parallel.schedules import LOOPING, SCHEDULES, VEE, check_schedule
 INTERLEAVED, LOOPING_CODES = SCHEDULES.index("interleaved"), [SCHEDULES.index(s) for s in LOOPING]
 VEE_CODES = [SCHEDULES.index(s) for s in VEE]  # two chunks per device, placed V-wise
 RING, ULYSSES = CP_MODES.index("ring"), CP_MODES.index("ulysses")
+GRID_AXES = tuple(a for a in MESH_AXES if a.value != "replica")  # DiLoCo's: validation._check_replica
 MODEL_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
 
 
@@ -82,7 +83,7 @@ RULES: list[Rule] = []
 # --- the mesh -----------------------------------------------------------------------------------
 _rule(RULES, "axes-positive",
       lambda g, c: functools.reduce(operator.and_, [getattr(g, a.value) >= 1
-                                                    for a in MESH_AXES]),
+                                                    for a in GRID_AXES]),
       lambda l, c: next(f"mesh axis {a.value}={s}: every axis size must be at least 1"
                         for a, s in l.axis_sizes().items() if s < 1))
 _rule(RULES, "device-count",

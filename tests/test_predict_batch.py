@@ -61,8 +61,9 @@ def test_batch_flags_rows_validation_would_reject():
     layouts = [Layout(data=8), Layout(tensor=3), Layout(data=8, microbatches=4),
                Layout(stage=2, schedule="interleaved", microbatches=2, virtual_stages=2),
                Layout(stage=2, schedule="interleaved", microbatches=3, virtual_stages=2),
-               Layout(data=2, seq=4, cp="ring"), Layout(seq=4), Layout(tensor=2, sp=True,
-                                                                         stage=2)]
+               Layout(data=2, seq=4, cp="ring"), Layout(seq=4),
+               Layout(tensor=2, sp=True, stage=2),  # SP inside stages: runs
+               Layout(data=2, seq=2, cp="ring", stage=2)]  # ring inside stages: predicted only
     out = predict_batch(model, train, layouts, "a100-80gb")
     for i, layout in enumerate(layouts):
         verdicts = []
@@ -74,4 +75,5 @@ def test_batch_flags_rows_validation_would_reject():
                 verdicts.append(False)
         assert (out["valid"][i], out["executable"][i]) == tuple(verdicts), layout
         assert np.isnan(out["step_time_s"][i]) != verdicts[0]
-    assert out["valid"][-1] and not out["executable"][-1]  # SP inside a pipeline: predicted
+    assert out["valid"][-2] and out["executable"][-2]
+    assert out["valid"][-1] and not out["executable"][-1]
