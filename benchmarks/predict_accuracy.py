@@ -4,6 +4,8 @@ the papers' published tables. Prints every figure, asserts nothing (targets prin
     python benchmarks/predict_accuracy.py                  # everything (a few minutes on 2 cores)
     python benchmarks/predict_accuracy.py --published      # only the papers' tables (seconds)
     python benchmarks/predict_accuracy.py --calibrate      # re-calibrate cpu-local first
+    python benchmarks/predict_accuracy.py --fresh-clone    # calibrate as on first use, then
+                                                           # step time: presets, pipelines, CP
 
 Emulated mesh (8 CPU devices), every layout preset for the tiny and small models, convention
 "xla-cpu", hardware "cpu-local". Targets: argument memory within 2 %, total memory within 10 %,
@@ -126,6 +128,89 @@ def emulated(models, steps: int, hardware: str) -> dict:
     return errors
 
 
+# --- a fresh clone: this machine calibrated on first use, its profile taken as it is -------------
+
+PIPELINE_LAYOUTS = ("data=2,stage=4,schedule=gpipe,microbatches=4",
+                    "data=2,stage=4,schedule=1f1b,microbatches=4",
+                    "data=2,stage=4,schedule=zbh1,microbatches=4",
+                    "data=4,stage=2,schedule=gpipe,microbatches=4",
+                    "data=4,stage=2,schedule=1f1b,microbatches=4",
+                    "data=4,stage=2,schedule=zbh1,microbatches=4",
+                    "data=2,tensor=2,stage=2,schedule=interleaved,virtual=2,microbatches=4",
+                    "data=2,tensor=2,stage=2,schedule=interleaved,virtual=3,microbatches=4")
+CP_LAYOUTS = ("data=2,seq=4,cp=ring", "data=2,seq=4,cp=ulysses", "data=2,tensor=2,seq=2,cp=ring",
+              "seq=8,cp=ring")
+
+
+def fresh_clone(models, steps: int) -> dict:
+    """Step-time error as a fresh clone sees it: calibrate this machine in a new process, as
+    `parex demo` does on first use (timed), then measure every preset, pipeline and CP layout
+    that runs and predict it with that profile as it is (no block timings between the measured
+    steps, unlike `emulated`). Returns {group: [|ratio - 1|, ...]}."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from parex.hardware import chip_from_json
+    from parex.local_profile import calibrate_in_subprocess
+
+    with tempfile.TemporaryDirectory() as cache:
+        path = Path(cache) / "cpu-local-fresh.json"
+        seconds = calibrate_in_subprocess(path, progress=False)
+        chip = chip_from_json(json.loads(path.read_text()))
+    print(f"fresh calibration in {seconds:.1f} s [target <= 40 s]; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    groups = {"presets": list(LAYOUT_PRESETS) + list(EXTRA_LAYOUTS),
+              "pipeline": list(PIPELINE_LAYOUTS), "cp": list(CP_LAYOUTS)}
+    errors, rows = {g: [] for g in groups}, []
+    for name in models:
+        model, train = model_preset(name), TrainConfig(global_batch=16, steps=steps)
+        chosen = []
+        for group, specs in groups.items():
+            for spec in specs:
+                layout = Layout.parse(spec, 8)
+                try:
+                    layout.validate(model, train, layout.n_devices)
+                    chosen.append((group, layout))
+                except ValueError as err:
+                    print(f"skip {name} {spec}: {str(err)[:90]}")
+        measured, (t_blocks,) = measure_round_robin(model, train, [l for _, l in chosen],
+                                                    (calibrate.block_step(8),))
+        drift = t_blocks / _calibrated_block_seconds(chip)
+        print(f"{name}: the calibration's block step now takes {drift:.2f}× what it took while "
+              f"calibrating (the machine's load changed by that much)")
+        for (group, layout), m in zip(chosen, measured):
+            p = predict(model, train, layout, chip, convention="xla-cpu")
+            ratio = p.step_time_s["total"] / m.step_time_s["median"]
+            errors[group].append(abs(ratio - 1))
+            rows.append([name, group, str(layout), f"{m.step_time_s['median'] * 1e3:.1f}",
+                         f"{p.step_time_s['total'] * 1e3:.1f}", f"{ratio:.2f}",
+                         f"{ratio * drift:.2f}"])
+            print(" ".join(rows[-1]), flush=True)
+    print()
+    print(table(rows, ["model", "group", "layout", "measured ms", "predicted ms", "ratio",
+                       "ratio × drift"]))
+    every = [e for group in errors.values() for e in group]
+    for group, errs in list(errors.items()) + [("all", every)]:
+        if errs:
+            print(f"  {group:8s} {len(errs):2d} layouts: step time median |error| "
+                  f"{statistics.median(errs):.3f}, max {max(errs):.3f}  [median <= 0.15, "
+                  f"max <= 0.35]")
+    return errors
+
+
+def _calibrated_block_seconds(chip) -> float:
+    """What calibrate.block_step(8) took during the calibration (recalibrated's inverse)."""
+    from parex.predict.shapes import Grid, model_sizes
+    from parex.predict.time import cpu_layer_seconds
+
+    cal, cfg = chip.calibration, calibrate._block_config()
+    grid = Grid.from_columns(TrainConfig(global_batch=calibrate.BLOCK_SEQUENCES), cfg)
+    kernels = cfg.layers * cpu_layer_seconds(model_sizes(cfg), grid, "none", cal,
+                                             chip.hbm_bandwidth)[0]
+    return kernels / cal.step_efficiency + cal.step_overhead_s
+
+
 def published_tables() -> None:
     """The papers' tables through predict(): ZeRO's state memory, Korthikanti's activations."""
     zero = published.zero_table1()
@@ -179,7 +264,12 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--hardware", default="cpu-local")
     parser.add_argument("--calibrate", action="store_true", help="run parex calibrate first")
+    parser.add_argument("--fresh-clone", action="store_true",
+                        help="only the fresh-clone step-time check (calibrate, then measure)")
     args = parser.parse_args(argv)
+    if args.fresh_clone:
+        fresh_clone(args.models.split(","), args.steps)
+        return 0
     published_tables()
     published_runs_accuracy()
     if args.published:

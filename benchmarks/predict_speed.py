@@ -26,8 +26,9 @@ from parex.config import TrainConfig, model_preset
 from parex.layout import Layout
 from parex.layout import CP_MODES
 from parex.parallel.schedules import SCHEDULES
-from parex.predict import divisible, predict_batch
+from parex.predict import predict_batch
 from parex.predict.shapes import Grid
+from parex.validation import valid_columns
 
 
 def splits(n_devices: int, max_stage: int):
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
     counts = [args.devices // 4, args.devices // 2, args.devices, 2 * args.devices]
     columns = layout_columns(counts)
     everything = Grid.from_columns(train, model, **columns)
-    keep = divisible(model, everything)  # the layouts parex.validation would accept
+    keep = valid_columns(model, train, everything)  # the layouts validation accepts
     columns = {k: v[keep] for k, v in columns.items()}
     grid, build = timed(lambda: Grid.from_columns(train, model, **columns))
     n = len(grid)

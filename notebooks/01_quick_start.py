@@ -2,6 +2,7 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -93,10 +94,11 @@ print([round(loss, 3) for loss in measured.losses])
 # %% [markdown]
 # ## Predict
 # The analytic model reads the same model, training setup and layout and computes memory, FLOPs,
-# communication and step time from formulas. On `cpu-local` — a profile that `parex calibrate`
-# measured on this kind of machine — it predicts what the emulated mesh does; on `a100-80gb` it
-# says what the same layout would cost on a real GPU, in bfloat16 with mixed-precision state (an
-# accelerator profile's defaults; pass dtype="float32", recipe="parex" for float32).
+# communication and step time from formulas. On `cpu-local` — this machine's own profile, which
+# parex measures the first time it is needed (about half a minute, once) — it predicts what the
+# emulated mesh does; on `a100-80gb` it says what the same layout would cost on a real GPU, in
+# bfloat16 with mixed-precision state (an accelerator profile's defaults; pass dtype="float32",
+# recipe="parex" for float32).
 
 # %%
 predicted = predict(model, train, layout, "cpu-local")

@@ -2,6 +2,7 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -45,7 +46,6 @@ bubble_ms = [2, 4, 8]
 bubble_repeats = 5
 
 # %%
-import altair as alt
 from parex import charts
 from parex.parallel import make_schedule
 from parex.studies_pipeline import bubble_study
@@ -64,13 +64,16 @@ pd.DataFrame(one_f_one_b.table()).head(8)
 
 # %% [markdown]
 # ## Four schedules, drawn from their tables
-# Each bar is one op on one stage for one microbatch (microbatch.chunk for the interleaved
-# schedule, whose v = 2 chunks loop through the stages twice). Every op takes one tick here.
+# Each bar is one op on one stage for one microbatch, labelled with the microbatch; each op keeps
+# its colour in every chart (forward light, backward or input gradient darker, weight gradient
+# darkest) and the grey under the bars is idle time, the bubble. The interleaved schedule's v = 2
+# chunks loop through the stages twice: its second chunk is drawn lighter. Every op takes one
+# tick here.
 
 # %%
 schedules = [make_schedule("gpipe", p, m), one_f_one_b, make_schedule("interleaved", p, m, 2),
              make_schedule("zbh1", p, m), make_schedule("zbv", p, m, 2)]
-alt.vconcat(*[charts.gantt_chart(s, width=560) for s in schedules])
+charts.gantt_stack(schedules, width=560)
 
 # %% [markdown]
 # The same tables give the bubble and the activations each stage holds: GPipe keeps all m
@@ -81,6 +84,24 @@ pd.DataFrame([{"schedule": s.name, "v": s.v, "ticks": s.n_ticks,
                "idle fraction": round(s.idle_fraction(), 3),
                "(p−1)/(m+p−1)": round((p - 1) / (m + p - 1), 3),
                "peak in flight, stage 0": s.peak_in_flight()[0]} for s in schedules])
+
+# %% [markdown]
+# ## In predicted time
+# The predictor times the same tables with per-op costs. On a GPU profile (GPT-2 medium on H100s,
+# bfloat16) t_F is the forward time for which the table idles exactly as long as the predicted
+# bubble, with t_B = 2·t_F: the grey is the predicted bubble. (`parex.widgets.Explorer` draws
+# this for any layout in its *pipeline and mesh* panel.)
+
+# %%
+from parex.explorer.gantt import gantt_costs  # noqa: E402
+from parex.hardware import load_chip  # noqa: E402
+from parex.predict import predict  # noqa: E402
+
+medium, medium_train = parex.model_preset("gpt2-medium"), parex.TrainConfig(global_batch=m)
+piped = parex.Layout(stage=p, schedule="1f1b", microbatches=m)
+timed = gantt_costs(predict(medium, medium_train, piped, "h100-sxm"), medium, medium_train,
+                    piped, load_chip("h100-sxm"))
+charts.gantt_chart(timed[0], timed[1], width=560, subtitle=timed[2])
 
 # %% [markdown]
 # ## Running them for real

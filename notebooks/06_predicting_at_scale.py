@@ -2,6 +2,7 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version,-jupytext.text_representation.format_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -77,10 +78,14 @@ predictions = [predict(model, train, parex.Layout.parse(text), hw)
 # %% [markdown]
 # ## The regime of each layout
 # Pure data parallelism with TP inside the node keeps a whole replica of the model state per 8
-# GPUs: memory-bound. Sharding the state (FSDP) fixes that. A GPipe pipeline holds the
-# activations of all m microbatches and does not fit either; 1F1B holds at most p and fits, but
-# pays the bubble (p−1)/(m+p−1), which more microbatches or an interleaved schedule shrink. TP
-# across nodes (tensor=32) pays for its all-reduces on InfiniBand.
+# GPUs: memory-bound (395 GB per device). Sharding the state (FSDP) fixes that (47 GB). A GPipe
+# pipeline holds the activations of all m microbatches and does not fit either (196 GB); 1F1B
+# holds at most p and fits (69 GB), but pays the bubble (p−1)/(m+p−1), which more microbatches
+# (52 GB, bubble 2.1 s of 20.5 s on A100s) or an interleaved schedule shrink. TP across nodes
+# (tensor=32) does not fit: with only 4 replicas each microbatch holds 16 sequences, and its
+# in-flight activations make 95 GB per device in the mixed-precision recipe (bf16 weights and
+# gradients, fp32 Adam state). Were it to fit, it would pay 13.4 s of its 48 s step on A100s for
+# all-reduces over InfiniBand.
 
 # %%
 frame = records_frame(predictions)

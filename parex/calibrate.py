@@ -1,4 +1,5 @@
-"""`parex calibrate`: measure this machine's emulated mesh and write the `cpu-local` profile.
+"""`parex calibrate`: measure this machine's emulated mesh and write its `cpu-local` profile
+(into the user's cache, one file per machine: local_profile.py).
 
 What is measured (each a median over repeats, all devices busy at once, as in a sharded step):
 - matmul rate per device against size (FLOPs of one matmul -> FLOP/s), float32; bfloat16 once;
@@ -18,6 +19,7 @@ Takes well under two minutes on two cores.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import statistics
 import time
@@ -58,7 +60,7 @@ def _sharded(mesh, shape, spec, dtype="float32"):
     import jax.numpy as jnp
     from jax.sharding import NamedSharding, PartitionSpec
 
-    x = jnp.asarray(np.random.default_rng(0).standard_normal(shape), dtype)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal(shape, np.float32), dtype)
     return jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
@@ -138,8 +140,21 @@ def collective_seconds(kind: str, group: int, n_bytes: int, devices: int) -> flo
     spec = P(("rest", "g"))
     manual = partial(jax.shard_map, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
     run = jax.jit(manual(chain))
-    empty = jax.jit(manual(lambda x: jax.lax.fori_loop(0, CHAIN, lambda _, y: y * 0.5, x)))
-    return max(_timed(run, x) - _timed(empty, x), 1e-7) / CHAIN
+    return max(_timed(run, x) - _empty_loop_seconds(group, elems, devices), 1e-7) / CHAIN
+
+
+@functools.lru_cache(maxsize=None)
+def _empty_loop_seconds(group: int, elems: int, devices: int) -> float:
+    """The chain's loop without its collectives (the same for every kind of one size)."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh((devices // group, group), ("rest", "g"))
+    x = _sharded(mesh, (devices * elems,), (("rest", "g"),))
+    spec = P(("rest", "g"))
+    empty = jax.shard_map(lambda x: jax.lax.fori_loop(0, CHAIN, lambda _, y: y * 0.5, x),
+                          mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    return _timed(jax.jit(empty), x)
 
 
 def fit_alpha_beta(sizes, seconds) -> dict:
@@ -170,7 +185,7 @@ def block_step(n: int):
     from . import model as gpt
 
     cfg = _block_config()
-    blocks = gpt.init_params(cfg, jax.random.key(0))["blocks"]
+    blocks = jax.jit(lambda key: gpt.init_params(cfg, key)["blocks"])(jax.random.key(0))
     x = _sharded(_mesh((n,), ("d",)), (n * BLOCK_SEQUENCES, cfg.seq_len, cfg.hidden), ("d",))
 
     def loss(blocks, x):
@@ -226,8 +241,9 @@ def step_overhead(devices: int) -> float:
     return _timed(jax.jit(lambda x: x + 1.0), x, repeats=20)
 
 
-def calibrate(devices: int = 8, progress: bool = True) -> Chip:
-    """Measure everything and return the cpu-local Chip (not yet saved)."""
+def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
+    """Measure everything and return the cpu-local Chip (not yet saved); `on_task(done,
+    total)` is called after each measurement."""
     import jax
     from tqdm.auto import tqdm
 
@@ -240,7 +256,10 @@ def calibrate(devices: int = 8, progress: bool = True) -> Chip:
              + [("coll", (k, g, s)) for k in KINDS for g in (2, devices)
                 for s in COLLECTIVE_BYTES])
     results: dict = {"matmul": [], "coll": {}}
-    for name, arg in tqdm(tasks, desc="calibrating", disable=not progress):
+    _empty_loop_seconds.cache_clear()  # baselines are timed afresh in every calibration
+    for done, (name, arg) in enumerate(tqdm(tasks, desc="calibrating", disable=not progress)):
+        if on_task is not None:
+            on_task(done, len(tasks))
         if name == "matmul":
             results["matmul"].append((2.0 * arg ** 3, matmul_rate(arg, devices)))
         elif name == "blocks":
@@ -258,6 +277,8 @@ def calibrate(devices: int = 8, progress: bool = True) -> Chip:
             kind, group, size = arg
             results["coll"].setdefault((kind, group), []).append(
                 (size, collective_seconds(kind, group, size, devices)))
+    if on_task is not None:
+        on_task(len(tasks), len(tasks))
     return _profile(results, devices)
 
 
@@ -267,10 +288,12 @@ def _profile(results: dict, devices: int) -> Chip:
     for (kind, group), points in results["coll"].items():
         collectives.setdefault(kind, {})[str(group)] = fit_alpha_beta(*zip(*points))
     ew_rate, bandwidth = results["elementwise"]
+    from .local_profile import fingerprint, machine_description
+
     cal = Calibration(matmul_curve=curve, collectives=collectives,
                       step_overhead_s=results["overhead"], elementwise_rate=ew_rate,
                       optimizer_s_per_param=results["optimizer"], n_devices=devices,
-                      cores=os.cpu_count() or 1)
+                      cores=os.cpu_count() or 1, machine=fingerprint())
     peak = max(rate for _, rate in curve)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     shared = Link(bandwidth=bandwidth, latency=collectives["all-reduce"][str(devices)]["alpha"],
@@ -281,18 +304,32 @@ def _profile(results: dict, devices: int) -> Chip:
                 hbm_bytes=float(memory) / devices, hbm_bandwidth=bandwidth, intra_node=shared,
                 inter_node=shared, devices_per_node=devices, scaleup_domain=devices,
                 matmul_efficiency=1.0, network_efficiency=1.0,
-                sources=(f"measured by `parex calibrate` on {time.strftime('%Y-%m-%d')}",
+                sources=(f"measured by `parex calibrate` on {time.strftime('%Y-%m-%d')} on "
+                         f"{machine_description()} (JAX {_jax_version()})",
                          "peak = the best measured matmul rate per device with all devices busy; "
                          "HBM = physical memory / devices"),
                 calibration=cal)
     return recalibrated(chip, results[f"blocks{devices}"], results["blocks1"])
 
 
-def run(devices: int = 8, directory=None, progress: bool = True) -> tuple[Chip, str, float]:
-    """Calibrate, save, and return (profile, path, seconds taken)."""
+def _jax_version() -> str:
+    import jax
+
+    return jax.__version__
+
+
+def run(devices: int = 8, directory=None, progress: bool = True, on_task=None,
+        path=None) -> tuple[Chip, str, float]:
+    """Calibrate, save, and return (profile, path, seconds taken). The profile goes to `path`,
+    else `directory`/cpu-local.json, else this machine's file in the user's cache
+    (local_profile.profile_path); never to the tracked data/hardware/."""
+    from .local_profile import profile_path
+
     start = time.perf_counter()
-    chip = calibrate(devices, progress)
-    path = save_chip(chip) if directory is None else save_chip(chip, directory)
+    chip = calibrate(devices, progress, on_task)
+    if path is None and directory is None:
+        path = profile_path()
+    path = save_chip(chip, directory, path)
     return chip, str(path), time.perf_counter() - start
 
 

@@ -12,23 +12,75 @@ import argparse
 import sys
 
 from .config import TrainConfig, model_preset
+from .errors import InputError
 from .layout import LAYOUT_PRESETS, Layout, LayoutError
 
 DEFAULT_DEVICES = 8
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are InputErrors: `main` prints them in one line, exit 2."""
+
+    def error(self, message: str):
+        raise InputError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def at_least(low: int):
+    """An argparse type: a whole number >= low."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}")
+        return value
+
+    parse.__name__ = f"whole number >= {low}"
+    return parse
+
+
+def positive_list(text: str) -> str:
+    """An argparse type: comma-separated whole numbers >= 1 (kept as the text)."""
+    for item in text.split(","):
+        at_least(1)(item.strip())
+    return text
+
+
+def choice_list(choices):
+    """An argparse type: a comma-separated subset of `choices` (kept as the text)."""
+    def parse(text: str) -> str:
+        unknown = [m.strip() for m in text.split(",") if m.strip() not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; use some of "
+                                             f"{', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def preset(name: str):
+    """model_preset, with an unknown name as bad input."""
+    try:
+        return model_preset(name)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny", help="model preset (default tiny)")
-    p.add_argument("--global-batch", type=int, default=16, help="sequences per step (default 16)")
-    p.add_argument("--microbatch", type=int, default=None,
+    p.add_argument("--global-batch", type=at_least(1), default=16,
+                   help="sequences per step (default 16)")
+    p.add_argument("--microbatch", type=at_least(1), default=None,
                    help="sequences per data-parallel replica per microbatch")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
+    p.add_argument("--seq", type=at_least(1), default=None,
+                   help="sequence length (default: the model's)")
     p.add_argument("--remat", default="none", choices=["none", "selective", "full"])
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--devices", type=int, default=None,
+    p.add_argument("--devices", type=at_least(1), default=None,
                    help="device count (default: what the layout uses, or 8); emulated on a CPU")
     p.add_argument("--platform", default=None, choices=["cpu", "gpu", "tpu"],
                    help="force a JAX platform (default: the best available)")
@@ -52,7 +104,7 @@ def setup_devices(args, layout_text: str | None) -> int:
 
 
 def configs_from_args(args):
-    model = model_preset(args.model)
+    model = preset(args.model)
     if args.dtype:
         model = model.replace(dtype=args.dtype)
     train = TrainConfig(global_batch=args.global_batch, microbatch=args.microbatch,
@@ -96,12 +148,13 @@ def add_run(sub) -> None:
     add_device_args(p)
     p.add_argument("--layout", default="dp",
                    help="e.g. data=2,tensor=4,zero=1,sp=on or a preset name (default dp)")
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=at_least(1), default=20)
     p.add_argument("--data", default="corpus", choices=["corpus", "synthetic"])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--study", choices=["long-sequence"], default=None,
                    help="instead of one layout, print the long-sequence study (see seqstudy)")
-    p.add_argument("--lengths", default=None, help="sequence lengths for --study long-sequence")
+    p.add_argument("--lengths", type=positive_list, default=None,
+                   help="sequence lengths for --study long-sequence")
     p.set_defaults(func=cmd_run)
 
 
@@ -121,6 +174,9 @@ def cmd_demo(args) -> int:
     model, train = configs_from_args(args)
     import jax
 
+    from .local_profile import ensure_local
+
+    ensure_local()  # the predictions need this machine's calibration: measured on first use
     print(f"parex demo · {model.name} ({model.n_params / 1e6:.2f}M parameters) · global batch "
           f"{train.global_batch} × {train.seq_len or model.seq_len} tokens · {args.steps} steps · "
           f"{n} {jax.devices()[0].platform} devices\n")
@@ -144,7 +200,7 @@ def add_demo(sub) -> None:
     p = sub.add_parser("demo", help="train the layout presets on an emulated mesh and compare")
     add_model_args(p)
     add_device_args(p)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=at_least(1), default=10)
     p.set_defaults(func=cmd_demo)
 
 
@@ -158,14 +214,16 @@ def commands() -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="parex", description=__doc__.splitlines()[0])
+    """Run one command. Bad input (InputError, LayoutError) prints one line and returns 2; any
+    other exception is a bug and propagates with its traceback (exit status 1)."""
+    parser = Parser(prog="parex", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for add in commands():
         add(sub)
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return args.func(args)
-    except (LayoutError, ValueError) as err:  # bad input: the message names the fix
+    except (LayoutError, InputError) as err:  # the message names the fix
         print(f"parex: {err}", file=sys.stderr)
         return 2
 

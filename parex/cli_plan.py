@@ -23,6 +23,10 @@ def cmd_plan(args) -> int:
     from .plan.names import model_named
     from .plan.report import plan_json, plan_report
 
+    if args.cluster is not None:  # a heterogeneous cluster file: parex.hetero's search
+        from .hetero.cli import cmd_plan_cluster
+
+        return cmd_plan_cluster(args)
     if args.model not in FAMILIES:
         model_named(args.model)  # an unknown name gets the nearest known one
     model, train = model_from_args(args)
@@ -52,6 +56,9 @@ def add_plan(sub) -> None:
                    help="model preset, or a bare family (gpt, llama) with dims from the flags")
     p.add_argument("--hardware", default="cpu-local", help="hardware profile (data/hardware/)")
     p.add_argument("--nodes", type=int, default=1, help="nodes in the cluster (default 1)")
+    p.add_argument("--cluster", default=None,
+                   help="a cluster file (TOML, data/clusters/): plan across its groups of "
+                        "mixed chips instead of --hardware/--nodes")
     p.add_argument("--global-batch", type=int, default=16, help="sequences per step")
     p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])

@@ -4,7 +4,7 @@
         --hardware a100-80gb --nodes 64 --global-batch 1024 --remat full
     parex predict --model llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
         --vocab 128256 --seq 8192 --layout fsdp=8 --hardware h100-sxm --json
-    parex calibrate                      # writes data/hardware/cpu-local.json
+    parex calibrate                      # this machine's cpu-local profile, in ~/.cache/parex
     parex compare --model tiny --layout dp_tp     # measured and predicted on the emulated mesh
 """
 
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 
-from .cli import DEFAULT_DEVICES, add_device_args, configs_from_args, setup_devices
-from .config import FAMILIES, ModelConfig, TrainConfig, model_preset
+from .cli import (DEFAULT_DEVICES, add_device_args, at_least, configs_from_args, preset,
+                  setup_devices)
+from .config import FAMILIES, ModelConfig, TrainConfig
+from .errors import InputError
 from .layout import Layout
 from .report import human_bytes, table
 
@@ -24,16 +26,18 @@ DIMS = (("layers", "L"), ("hidden", "D"), ("heads", "H"), ("kv_heads", "K"), ("f
 def add_predict_model_args(p) -> None:
     p.add_argument("--model", default="tiny",
                    help="model preset, or a bare family (gpt, llama) with dims from the flags")
-    p.add_argument("--global-batch", type=int, default=16, help="sequences per step (default 16)")
-    p.add_argument("--microbatch", type=int, default=None,
+    p.add_argument("--global-batch", type=at_least(1), default=16,
+                   help="sequences per step (default 16)")
+    p.add_argument("--microbatch", type=at_least(1), default=None,
                    help="sequences per data-parallel replica per microbatch")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
+    p.add_argument("--seq", type=at_least(1), default=None,
+                   help="sequence length (default: the model's)")
     p.add_argument("--remat", default="none", choices=["none", "selective", "full"])
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                    help="compute dtype (default for predict: bfloat16 on an accelerator profile, "
                    "the preset's on cpu-local; bfloat16 for a bare family)")
     for name, letter in DIMS:
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
+        p.add_argument(f"--{name.replace('_', '-')}", type=at_least(1), default=None,
                        help=f"{letter}: overrides the preset's, required for a bare family"
                        if name in ("layers", "hidden", "heads") else f"{letter}")
 
@@ -44,13 +48,13 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
     if args.model in FAMILIES:
         missing = [n for n in ("layers", "hidden", "heads") if n not in dims]
         if missing:
-            raise ValueError(f"--model {args.model} is a bare family: give its size with "
+            raise InputError(f"--model {args.model} is a bare family: give its size with "
                              f"{' '.join('--' + n for n in missing)} (and optionally --kv-heads, "
                              f"--ffn, --vocab, --seq)")
         model = ModelConfig(name=args.model, family=args.model, dtype=args.dtype or "bfloat16",
                             seq_len=args.seq or 2048, **dims)
     else:
-        model = model_preset(args.model)
+        model = preset(args.model)
         if dims or args.seq and args.seq > model.seq_len:
             model = model.replace(name=f"{model.name}*", seq_len=max(model.seq_len, args.seq or 0),
                                   **dims)
@@ -80,7 +84,10 @@ def prediction_report(p, model: ModelConfig, cluster) -> str:
         "memory/dev   " + " · ".join(f"{k} {human_bytes(mem[k])}" for k in
                                      ("params", "grads", "optimizer", "activations", "temp")),
         f"             argument {human_bytes(mem['argument'])} · total {human_bytes(mem['total'])}"
-        f" of {human_bytes(capacity)}: {fits}", ""]
+        f" of {human_bytes(capacity)}: {fits}"]
+    if not p.executable:
+        lines.append(f"executable   no, predicted only: {p.executable_reason}")
+    lines.append("")
     if p.collectives:
         rows = [[c["name"], c["kind"], ",".join(c["axes"]), f"{c['count']:g}",
                  human_bytes(c["bytes"]), f"{c['seconds'] * 1e3:.3g} ms"] for c in p.collectives]
@@ -136,7 +143,7 @@ def add_predict(sub) -> None:
     add_predict_model_args(p)
     p.add_argument("--layout", default="dp", help="e.g. data=8,tensor=8,stage=4 or a preset name")
     p.add_argument("--hardware", default="a100-80gb", help="hardware profile (data/hardware/)")
-    p.add_argument("--nodes", type=int, default=None,
+    p.add_argument("--nodes", type=at_least(1), default=None,
                    help="nodes in the cluster (default: enough for the layout)")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"],
                    help="gpu: the ideal program; xla-cpu: what the emulated mesh compiles "
@@ -169,8 +176,9 @@ def cmd_calibrate(args) -> int:
 
 
 def add_calibrate(sub) -> None:
-    p = sub.add_parser("calibrate", help="measure this machine and write the cpu-local profile")
-    p.add_argument("--devices", type=int, default=DEFAULT_DEVICES,
+    p = sub.add_parser("calibrate", help="measure this machine and write its cpu-local profile "
+                       "(to $PAREX_CACHE or ~/.cache/parex)")
+    p.add_argument("--devices", type=at_least(2), default=DEFAULT_DEVICES,
                    help=f"emulated devices (default {DEFAULT_DEVICES})")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(func=cmd_calibrate)
@@ -188,6 +196,10 @@ def cmd_compare(args) -> int:
     from .measure import measure
     from .predict import predict, shared_fields
 
+    if args.hardware.lower() == "cpu-local":
+        from .local_profile import ensure_local
+
+        ensure_local(progress=not args.json)  # calibrate this machine on first use
     p = predict(model, train, layout, args.hardware, convention=args.convention)
     m = measure(model, train, layout, devices=jax.devices()[:n], progress=not args.json)
     fields = shared_fields(m, p)
@@ -218,7 +230,7 @@ def add_compare(sub) -> None:
     add_model_args(p)
     add_device_args(p)
     p.add_argument("--layout", default="dp", help="e.g. data=2,tensor=4 or a preset name")
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=at_least(1), default=6)
     p.add_argument("--hardware", default="cpu-local", help="profile to predict with")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -11,19 +11,27 @@ bandwidth; assumed where no benchmark of the chip was found) and `step_efficienc
 of those kernel rates a training step sustains, fitted once on named published runs:
 parex.predict.published_runs).
 
-The local CPU gets a profile too (`cpu-local`), written by `parex calibrate`; its `calibration`
-block holds what was measured on the emulated mesh: matmul rate against size, per-kind collective
-α-β costs, per-step overhead and how many emulated devices really run at once.
+The local CPU gets a profile too (`cpu-local`), written by `parex calibrate` into the user's cache
+(one per machine: local_profile.py); its `calibration` block holds what was measured on the
+emulated mesh: matmul rate against size, per-kind collective α-β costs (every kind: a profile
+that lacks one is refused, never costed at 0 s), per-step overhead and how many emulated devices
+really run at once.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import InputError
+
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
+LOCAL = "cpu-local"  # this machine's profile, kept in the user's cache (local_profile.py)
+COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                    "collective-permute")  # what a calibration must time (hlo.KINDS)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ class Calibration:
     optimizer_s_per_param: float = 0.0  # clipping + AdamW update, per parameter, all devices busy
     n_devices: int = 8  # emulated devices the calibration ran on
     cores: int = 1  # CPU cores seen
+    machine: str = ""  # local_profile.fingerprint() of the machine measured
 
     def matmul_rate(self, flops_per_matmul: float) -> float:
         """FLOP/s per device for one matmul of that size: log-linear interpolation of the curve,
@@ -133,6 +142,11 @@ def chip_from_json(data: dict) -> Chip:
     cal = data.get("calibration")
     if cal is not None:
         cal = Calibration(**(cal | {"matmul_curve": tuple(tuple(p) for p in cal["matmul_curve"])}))
+        missing = [k for k in COLLECTIVE_KINDS if not cal.collectives.get(k)]
+        if missing or not cal.matmul_curve:
+            what = ", ".join(missing) or "matmul rates"
+            raise InputError(f"the calibration of profile {data.get('name')!r} lacks {what}: "
+                             f"run `parex calibrate` to measure this machine again")
     return Chip(name=data["name"], description=data.get("description", ""),
                 peak_flops=dict(data["peak_flops"]), hbm_bytes=float(data["hbm_bytes"]),
                 hbm_bandwidth=float(data["hbm_bandwidth"]),
@@ -147,30 +161,41 @@ def chip_from_json(data: dict) -> Chip:
 
 
 def known_hardware(directory: Path = HARDWARE_DIR) -> list[str]:
-    return sorted(p.stem for p in directory.glob("*.json"))
+    names = {p.stem for p in Path(directory).glob("*.json")}
+    return sorted(names | ({LOCAL} if Path(directory) == HARDWARE_DIR else set()))
 
 
 def load_chip(name: str, directory: Path = HARDWARE_DIR) -> Chip:
-    """The profile called `name` (case-insensitive); an unknown name lists the known ones."""
+    """The profile called `name` (case-insensitive); an unknown name lists the known ones.
+    `cpu-local` is this machine's calibration from the user's cache (local_profile.py),
+    measured first if this machine has none."""
+    if name.lower() == LOCAL and Path(directory) == HARDWARE_DIR:
+        from .local_profile import load_local
+
+        return load_local()
     path = Path(directory) / f"{name.lower()}.json"
     if not path.exists():
-        raise ValueError(f"unknown hardware {name!r}; known hardware: "
-                         f"{', '.join(known_hardware(directory))} (or run `parex calibrate` "
-                         f"to write cpu-local)")
+        raise InputError(f"unknown hardware {name!r}; known hardware: "
+                         f"{', '.join(known_hardware(directory))}")
     return chip_from_json(json.loads(path.read_text()))
 
 
 def load_cluster(name: str, nodes: int = 1, directory: Path = HARDWARE_DIR) -> Cluster:
     if nodes < 1:
-        raise ValueError(f"nodes={nodes}: a cluster has at least one node")
+        raise InputError(f"nodes={nodes}: a cluster has at least one node")
     return Cluster(load_chip(name, directory), nodes)
 
 
-def save_chip(chip: Chip, directory: Path = HARDWARE_DIR) -> Path:
-    path = Path(directory) / f"{chip.name}.json"
-    path.write_text(json.dumps(chip.to_json(), indent=2) + "\n")
+def save_chip(chip: Chip, directory: Path | None = HARDWARE_DIR, path: Path | None = None) -> Path:
+    """Write the profile as `directory/<name>.json`, or to `path`; atomically (a reader never
+    sees half a file)."""
+    path = Path(path) if path is not None else Path(directory) / f"{chip.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(chip.to_json(), indent=2) + "\n")
+    partial.replace(path)
     return path
 
 
-__all__ = ["Calibration", "Chip", "Cluster", "HARDWARE_DIR", "Link", "chip_from_json",
+__all__ = ["Calibration", "Chip", "Cluster", "HARDWARE_DIR", "LOCAL", "Link", "chip_from_json",
            "known_hardware", "load_chip", "load_cluster", "save_chip"]

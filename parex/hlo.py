@@ -4,6 +4,12 @@ group size and the mesh axes each one spans.
 Bytes convention (shared with the predictor): the size of the full logical buffer one device
 contributes or receives, i.e. the all-reduced array, the gathered result of an all-gather, the
 unscattered input of a reduce-scatter, the array sent by a collective-permute or all-to-all.
+
+Nothing is guessed: a while loop without a known trip count, or a collective whose device groups
+cannot be read, raises HloError naming the instruction, instead of counting one trip or zero
+bytes. (parex's own steps have neither; a module that does needs the parser extended.) A
+conditional's branches count as taken every time, an upper bound, unless the caller says how
+often each is taken (`branch_shares`, read from a pipeline's schedule table).
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 
 
+class HloError(RuntimeError):
+    """The compiled module holds something the parser cannot count (an internal limit of parex,
+    not bad input)."""
+
+
 @dataclass(frozen=True)
 class Collective:
     """One kind of collective as run by one device in one step."""
@@ -36,7 +47,7 @@ class Collective:
     count: int  # executions per step (loop trip counts included)
     bytes: int  # bytes per execution, by the convention above
     group_size: int  # devices per group
-    axes: tuple[str, ...]  # mesh axes spanned by a group ("?" when the groups were unreadable)
+    axes: tuple[str, ...]  # mesh axes spanned by a group
 
     @property
     def total_bytes(self) -> int:
@@ -79,7 +90,7 @@ def _iota(text: str) -> np.ndarray:
 
 def device_groups(line: str, n_devices: int) -> list[list[int]] | None:
     """The groups of device ids in an instruction, from any of XLA's syntaxes; None if
-    unreadable."""
+    unreadable (parse_collectives then raises HloError)."""
     pairs = re.search(r"source_target_pairs=\{(.*?)\}\}", line)
     if pairs:
         return [[int(a), int(b)] for a, b in re.findall(r"\{(\d+),(\d+)", pairs.group(1) + "}")]
@@ -117,6 +128,15 @@ def spanned_axes(groups, mesh_shape: tuple[int, ...], axis_names: tuple[str, ...
     return tuple(a for a in axis_names if a in varying)
 
 
+def _trip_count(line: str, computation: str) -> int:
+    found = _TRIP.search(line)
+    if found is None:
+        raise HloError(f"a while loop in computation {computation!r} has no known_trip_count, so "
+                       f"the collectives and matmuls inside it cannot be counted per step: "
+                       f"{line.strip()[:160]}")
+    return int(found.group(1))
+
+
 def _multiplicities(hlo_text: str, branch_shares=None) -> tuple[dict, dict]:
     """Per computation: its instruction lines, and how often it runs per step. A conditional's
     branches each count as run every time, unless `branch_shares` gives, for conditionals with
@@ -132,7 +152,7 @@ def _multiplicities(hlo_text: str, branch_shares=None) -> tuple[dict, dict]:
         if current is None:
             continue
         bodies[current].append(line)
-        trips = int(_TRIP.search(line).group(1)) if " while(" in line and _TRIP.search(line) else 1
+        trips = _trip_count(line, current) if " while(" in line else 1
         for callee in _CALLEE.findall(line):
             calls[current].append((callee, trips))
         for group in _BRANCHES.findall(line):
@@ -164,8 +184,11 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             if not m or not runs.get(name):
                 continue
             groups = device_groups(line, n_devices)
-            size = len(groups[0]) if groups else 0
-            axes = spanned_axes(groups, mesh_shape, axis_names) if groups else ("?",)
+            if not groups:
+                raise HloError(f"cannot read the device groups of a {m.group('op')} in "
+                               f"computation {name!r}, so neither its bytes nor its mesh axes "
+                               f"are known: {line.strip()[:160]}")
+            size, axes = len(groups[0]), spanned_axes(groups, mesh_shape, axis_names)
             nbytes = _result_bytes(m.group("shape"), m.group("op"), bool(m.group("start")))
             if m.group("op") == "reduce-scatter":
                 nbytes *= size

@@ -58,7 +58,8 @@ class Layout:
     schedule: str = "gpipe"  # pipeline schedule: gpipe, 1f1b, interleaved, zbh1, bfs
     virtual_stages: int = 1  # v, model chunks per pipeline device (interleaved, bfs); key `virtual`
     microbatches: int = 1  # m, microbatches per step (gradient accumulation, pipeline fill)
-    layers_per_stage: tuple[int, ...] | None = None  # uneven partition (3, 1); key `partition`
+    layers_per_stage: tuple[int, ...] | None = None  # layers per chunk (3, 1); key `partition`,
+    # written 3:1, or with repeats: 7:8*14:7 is 7, fourteen 8s, 7 (Llama 3 405B's 16 stages)
     # --- low-communication training (DiLoCo, parex.parallel.diloco) ---------------------------
     replica: int = 1  # R model replicas on the outermost axis, synchronised every H steps
     inner_steps: int = 1  # H, inner AdamW steps of each replica between outer synchronisations
@@ -184,13 +185,14 @@ class Layout:
         return dataclasses.replace(self, **changes)
 
     # --- validation ----------------------------------------------------------------------------
-    def validate(self, model: ModelConfig, train: TrainConfig, n_devices: int) -> "Layout":
-        """Raise LayoutError naming the problem and the fix; return self when the layout is
-        possible.
-        Runs in microseconds and before anything is traced or compiled."""
-        from .validation import check_layout  # one module per concern; it imports us
+    def validate(self, model: ModelConfig, train: TrainConfig, n_devices: int,
+                 executable: bool = True) -> "Layout":
+        """Raise LayoutError naming the problem and the fix; return self when the layout is a
+        real program for (model, train) on n_devices and, with `executable`, parex's executor
+        runs it today (validation.py has both levels). Runs before anything is traced."""
+        from .validation import check_layout, check_valid  # one module per concern
 
-        check_layout(self, model, train, n_devices)
+        (check_layout if executable else check_valid)(self, model, train, n_devices)
         return self
 
 
@@ -200,8 +202,37 @@ _KEY_OF_FIELD = {"virtual_stages": "virtual", "layers_per_stage": "partition"}
 
 def _format(value) -> str:
     if isinstance(value, tuple):
-        return ":".join(str(v) for v in value)
+        return _format_parts(value)
     return "on" if value is True else "off" if value is False else str(value)
+
+
+def _format_parts(parts: tuple[int, ...]) -> str:
+    """3:1 as is; a run of three or more equal entries as `value*count` (7:8*14:7)."""
+    items, i = [], 0
+    while i < len(parts):
+        j = i
+        while j < len(parts) and parts[j] == parts[i]:
+            j += 1
+        items += [f"{parts[i]}*{j - i}"] if j - i >= 3 else [str(parts[i])] * (j - i)
+        i = j
+    return ":".join(items)
+
+
+def _parse_parts(key: str, raw: str) -> tuple[int, ...]:
+    """`3:1`, `7:8*14:7` (value*count repeats the value count times)."""
+    parts = []
+    for item in raw.split(":"):
+        value, star, count = item.partition("*")
+        try:
+            value, count = int(value), int(count) if star else 1
+        except ValueError:
+            raise LayoutError(f"{key}={raw!r}: write whole numbers separated by ':', each "
+                              f"optionally repeated with '*count', e.g. {key}=3:1 or "
+                              f"{key}=7:8*14:7") from None
+        if count < 1:
+            raise LayoutError(f"{key}={raw!r}: a repeat count must be at least 1, not {count}")
+        parts += [value] * count
+    return tuple(parts)
 
 
 def _parse_value(key: str, raw: str, annotation: str):
@@ -212,11 +243,7 @@ def _parse_value(key: str, raw: str, annotation: str):
             return False
         raise LayoutError(f"{key}={raw!r}: write {key}=on or {key}=off")
     if annotation.startswith("tuple"):
-        try:
-            return tuple(int(v) for v in raw.split(":"))
-        except ValueError:
-            raise LayoutError(f"{key}={raw!r}: write whole numbers separated by ':', "
-                              f"e.g. {key}=3:1") from None
+        return _parse_parts(key, raw)
     if annotation == "float":
         try:
             return float(raw)

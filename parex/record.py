@@ -115,6 +115,8 @@ class Prediction:
     hardware_flops_per_device: float = 0.0  # true count with recompute, every loop iteration (HFU)
     diloco: dict | None = None  # DiLoCo layouts: the outer sync over the WAN
     # (parex.predict.lowcomm); the other fields describe one replica's inner step
+    executable: bool = True  # parex's executor runs this layout on a mesh today
+    executable_reason: str = ""  # why not, and the nearest layout that runs (validation.py)
 
     @property
     def tokens_per_s(self) -> float:
@@ -136,7 +138,8 @@ class Prediction:
                "n_devices": self.n_devices, "hardware": self.hardware,
                "step_time_s": self.step_time_s.get("total"),
                "flops_per_device": self.flops_per_device, "tokens_per_s": self.tokens_per_s,
-               "mfu": self.mfu, "hfu": self.hfu, "fits": self.fits}
+               "mfu": self.mfu, "hfu": self.hfu, "fits": self.fits,
+               "executable": self.executable}
         row |= {f"step_{k}_s": v for k, v in self.step_time_s.items() if k != "total"}
         row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
         row |= {f"comm_{k.replace('-', '_')}_bytes": v

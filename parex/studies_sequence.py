@@ -110,11 +110,10 @@ def study_table(df) -> str:
 # --- parex seqstudy -----------------------------------------------------------------------------
 
 def cmd_seqstudy(args) -> int:
-    from .cli import setup_devices
-    from .config import model_preset
+    from .cli import preset, setup_devices
 
     n = setup_devices(args, None)
-    model = model_preset(args.model)
+    model = preset(args.model)
     lengths = [int(t) for t in args.lengths.split(",")]
     modes = [m.strip() for m in args.modes.split(",")]
     df = long_sequence_study(model, lengths, modes, n, args.global_batch, progress=True)
@@ -136,15 +135,20 @@ def cmd_seqstudy(args) -> int:
 
 
 def add_seqstudy(sub) -> None:
+    from .cli import at_least, choice_list, positive_list
+
     p = sub.add_parser("seqstudy", help="per-device memory and communication against sequence "
                        "length for tp, tp+sp, ring and Ulysses (compiled, not run)")
     p.add_argument("--model", default="tiny", help="model preset (default tiny)")
-    p.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)),
+    p.add_argument("--lengths", type=positive_list, default=",".join(map(str, DEFAULT_LENGTHS)),
                    help="comma-separated sequence lengths (default 256,...,4096)")
-    p.add_argument("--modes", default=",".join(STUDY_MODES),
+    p.add_argument("--modes", type=choice_list(tuple(STUDY_MODES)),
+                   default=",".join(STUDY_MODES),
                    help=f"comma-separated subset of {', '.join(STUDY_MODES)}")
-    p.add_argument("--global-batch", type=int, default=1, help="sequences per step (default 1)")
-    p.add_argument("--devices", type=int, default=None, help="n, devices per layout (default 8)")
+    p.add_argument("--global-batch", type=at_least(1), default=1,
+                   help="sequences per step (default 1)")
+    p.add_argument("--devices", type=at_least(1), default=None,
+                   help="n, devices per layout (default 8)")
     p.add_argument("--platform", default=None, choices=["cpu", "gpu", "tpu"])
     p.add_argument("--csv", default=None, help="also write the rows to this CSV file")
     p.add_argument("--chart", default=None, help="also save the chart (.png or .svg)")

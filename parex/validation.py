@@ -1,211 +1,209 @@
-"""Checks that a (model, train config, layout, device count) can run, before anything compiles.
+"""What a layout must satisfy, at two levels, checked before anything compiles.
 
-Each check raises LayoutError with the problem and a fix. They are cheap integer tests, so a planner can
-call them for thousands of layouts.
+- *valid*: the layout describes a real training program for this model and batch: axis sizes
+  divide the dims they split, the schedule exists, the partition covers the layers. The
+  predictor predicts every valid layout, at any scale.
+- *executable*: parex's executor runs it on a mesh today. `EXECUTOR_LIMITS` lists what it cannot
+  run yet; `TrainStep` and `measure` refuse those layouts with the reason and the nearest layout
+  that runs, and a Prediction says `executable: false`.
+
+Every check is written once, on columns (`Rule`: a numpy test over a predict.shapes.Grid, one
+entry per layout, and the message for one failing layout): `check_valid` runs the rules on one
+layout and raises the first failure's message with its fix; `valid_columns` runs them on a grid
+of a hundred thousand layouts (predict_batch). The rules themselves are in validation_rules.py.
 """
 
 from __future__ import annotations
 
-from .config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
+import numpy as np
+
+from .config import ModelConfig, TrainConfig
 from .layout import CP_MODES, OUTER_DTYPES, Layout, LayoutError
+from .parallel.schedules import SCHEDULES
+from .validation_rules import EXECUTOR_LIMITS, VALID_RULES, Context, Rule
 
 
-def check_layout(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
-    _check_replica(layout, model, train, n_devices)  # first: its device-count message is sharper
-    _check_axes(layout, n_devices)
-    _check_model(model, train)
-    _check_tensor(layout, model, train)
-    _check_state_sharding(layout, model)
-    _check_batch(layout, train)
-    _check_pipeline(layout, model, train)
-    _check_context(layout, model, train)
+class LayoutValues:
+    """One layout's values under Grid's column names, as Python ints: the rules run on it for
+    a single check, the same values Grid holds as columns (it resolves microbatches and reads
+    partitions with the helpers below)."""
+
+    def __init__(self, layout: Layout, model: ModelConfig, train: TrainConfig):
+        for name in ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages"):
+            setattr(self, name, getattr(layout, name))
+        self.sp = int(layout.sp)
+        self.cp = CP_MODES.index(layout.cp) if layout.cp in CP_MODES else -1
+        self.schedule = SCHEDULES.index(layout.schedule) if layout.schedule in SCHEDULES else -1
+        self.microbatches = num_microbatches(layout, train)
+        stats = partition_stats(layout.layers_per_stage, layout.stage)
+        self.partition_n, self.partition_min, self.partition_sum = stats[1:]
+        self.dp, self.n_devices = layout.data_parallel, layout.n_devices
+        self._layout = layout
+
+    def __len__(self) -> int:
+        return 1
+
+    def embed_shards(self, kind: str) -> int:
+        return self._layout.shard_count("embed", kind)
+
+
+def partition_stats(parts, p: int) -> tuple[int, int, int, int]:
+    """(layers of the busiest stage, entries, smallest entry, sum) of a partition, whose entry
+    k = c·p + s is chunk c of stage s; all 0 without one."""
+    if not parts:
+        return 0, 0, 0, 0
+    p = max(p, 1)
+    busiest = max(sum(parts[k] for k in range(s, len(parts), p)) for s in range(p))
+    return busiest, len(parts), min(parts), sum(parts)
 
 
 def _fail(message: str):
     raise LayoutError(message)
 
 
-def _check_axes(layout: Layout, n_devices: int) -> None:
-    for axis, size in layout.axis_sizes().items():
-        if size < 1:
-            _fail(f"mesh axis {axis.value}={size}: every axis size must be at least 1")
-    if layout.n_devices != n_devices:
-        sizes = " × ".join(f"{a.value}={s}" for a, s in layout.axis_sizes().items() if s > 1)
-        _fail(f"the mesh {sizes or 'single'} uses {layout.n_devices} devices but {n_devices} are "
-              f"available: change the axis sizes so that their product is {n_devices}, or run on "
-              f"{layout.n_devices} devices (--devices {layout.n_devices})")
-    if layout.zero not in (0, 1, 2, 3):
-        _fail(f"zero={layout.zero}: the ZeRO stage is 0, 1 (optimizer state), 2 (+ gradients) "
-              f"or 3 (+ parameters)")
-    if layout.microbatches < 1:
-        _fail(f"microbatches={layout.microbatches}: use at least 1")
+def _fails(result) -> bool:
+    return result is False or (result is not True and not np.all(result))
 
 
-def _check_model(model: ModelConfig, train: TrainConfig) -> None:
-    if model.family not in FAMILIES:
-        _fail(f"unknown model family {model.family!r}; use one of {', '.join(FAMILIES)}")
-    if model.dtype not in DTYPES:
-        _fail(f"unknown dtype {model.dtype!r}; use one of {', '.join(DTYPES)}")
-    if train.remat not in REMAT_POLICIES:
-        _fail(f"unknown remat policy {train.remat!r}; use one of {', '.join(REMAT_POLICIES)}")
-    if model.hidden % model.heads:
-        _fail(f"hidden={model.hidden} is not divisible by heads={model.heads}: pick a hidden size "
-              f"that is a multiple of the head count")
-    if model.heads % model.kv_heads:
-        _fail(f"heads={model.heads} is not a multiple of kv_heads={model.kv_heads}: grouped-query "
-              f"attention shares each KV head among heads/kv_heads query heads")
-    if model.family == "llama" and model.head_dim % 2:
-        _fail(f"head_dim={model.head_dim} is odd; rotary embeddings rotate pairs of features")
-    seq = train.seq_len or model.seq_len
-    if not 1 <= seq <= model.seq_len:
-        _fail(f"sequence length {seq} must be between 1 and the model's seq_len={model.seq_len}")
+def _first_failure(rules: tuple[Rule, ...], values, ctx: Context) -> Rule | None:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for rule in rules:
+            if _fails(rule.holds(values, ctx)):
+                return rule
+    return None
 
 
-def _check_tensor(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
-    t = layout.tensor
-    for name, size in (("heads", model.heads), ("kv_heads", model.kv_heads),
-                       ("ffn", model.ffn), ("vocab", model.vocab)):
-        if size % t:
-            _fail(f"{name}={size} is not divisible by tensor={t}: Megatron tensor parallelism "
-                  f"splits {name} across the tensor axis; choose tensor from the divisors of "
-                  f"{size}")
-    if layout.sp and t == 1:
-        _fail("sp=on needs tensor > 1: sequence parallelism splits the LayerNorm regions over the "
-              "tensor axis; set tensor=2 or more, or sp=off")
-    seq = train.seq_len or model.seq_len
-    if layout.sp and seq % t:
-        _fail(f"sequence length {seq} is not divisible by tensor={t}, which sp=on requires; "
-              f"pick a sequence length that is a multiple of {t}")
+def _all_hold(rules: tuple[Rule, ...], grid, ctx: Context) -> np.ndarray:
+    """Rows that pass every rule. Rules run in order and stop once no row is left, so a
+    model-level rule (a scalar) that fails spares the later ones a division by zero."""
+    ok = np.ones(len(grid), bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for rule in rules:
+            ok &= np.broadcast_to(rule.holds(grid, ctx), ok.shape)
+            if not ok.any():
+                break
+    return ok
 
 
-def _check_state_sharding(layout: Layout, model: ModelConfig) -> None:
-    # The embed dim of every weight is what ZeRO / FSDP split (W_in[D_fsdp, F]).
-    n = layout.shard_count("embed", "opt")
-    if model.hidden % n:
-        axes = "fsdp" if layout.zero == 0 else "data × fsdp"
-        _fail(f"hidden={model.hidden} is not divisible by the {n} shards of {axes} that "
-              f"FSDP/ZeRO cut each weight into; choose sizes whose product divides {model.hidden}")
-    # the embedding and head are split over the stages too (Layout.spec)
-    if model.hidden % (n * layout.stage):
-        _fail(f"hidden={model.hidden} is not divisible by the {n * layout.stage} shards that "
-              f"the embedding and head are cut into over the pipeline's stage={layout.stage} "
-              f"(and fsdp/ZeRO) axes; choose sizes whose product divides {model.hidden}")
+# --- one layout ----------------------------------------------------------------------------------
 
-
-def _check_batch(layout: Layout, train: TrainConfig) -> None:
-    dp, B, m = layout.data_parallel, train.global_batch, layout.microbatches
-    if B % dp:
-        _fail(f"global batch {B} is not divisible by the {dp} data-parallel replicas "
-              f"(data × fsdp): use a global batch that is a multiple of {dp}")
-    if B % (dp * m):
-        _fail(f"global batch {B} is too small or uneven for {m} microbatches on {dp} replicas: "
-              f"it must be a multiple of data × fsdp × microbatches = {dp * m}; raise the batch to "
-              f"{dp * m * max(1, -(-B // (dp * m)))} or lower microbatches")
-    b = train.microbatch
-    if b is not None:
-        if b < 1 or (B // dp) % b:
-            _fail(f"microbatch={b} must divide the {B // dp} sequences each of the {dp} replicas "
-                  f"gets per step")
-        if m > 1 and m != B // dp // b:
-            _fail(f"microbatches={m} and microbatch={b} disagree: {B}/({dp}·{b}) = "
-                  f"{B // dp // b} microbatches; set only one of them")
-
-
-def _check_pipeline(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
-    from .parallel.schedules import check_schedule  # pure Python, no JAX
-
-    p, v, L, parts = layout.stage, layout.virtual_stages, model.layers, layout.layers_per_stage
-    if p == 1:
-        if layout.schedule != "gpipe" or v != 1 or parts:
-            _fail("schedule, virtual and partition apply to pipelines: set stage=2 or more, or "
-                  "leave them at their defaults")
+def check_valid(layout: Layout, model: ModelConfig, train: TrainConfig,
+                n_devices: int | None = None) -> None:
+    """Raise LayoutError naming the problem and the fix unless the layout is a real program for
+    (model, train) on n_devices devices (None: the layout's own count). A DiLoCo layout is
+    checked as its replica axis, then each replica's inner layout."""
+    if _has_replica_keys(layout):
+        _check_replica(layout, model, train, n_devices or layout.n_devices, check_valid)
         return
-    if layout.cp == "ring":
-        _fail("ring attention (cp=ring) cannot run inside pipeline stages: each stage takes its "
-              "own branch of the tick switch, and XLA's CPU runtime pairs a collective-permute "
-              "run by some stages with another stage's (wrong results, or an abort); use "
-              "cp=ulysses inside stages, or stage=1 for ring attention")
-    try:
-        check_schedule(layout.schedule, p, num_microbatches(layout, train), v)
-    except ValueError as error:
-        raise LayoutError(str(error)) from None
-    if L % p:
-        _fail(f"layers={L} is not a multiple of stage={p}: parex stores the stacked layers' "
-              f"parameters and optimizer state split evenly over the stage axis (a partition "
-              f"only sets which stage computes which layers); choose stage from the divisors "
-              f"of {L}")
-    if parts is None and p * v > L:
-        _fail(f"stage × virtual = {p * v} pipeline chunks but the model has only layers={L}: "
-              f"lower virtual to at most {L // p}")
-    if parts is None and L % (p * v):
-        even = [d for d in range(1, L + 1) if L % d == 0]
-        _fail(f"layers={L} do not split evenly into stage × virtual = {p * v} pipeline chunks: "
-              f"choose stage × virtual from {even}, or give the layers per chunk explicitly, "
-              f"e.g. partition={_example_partition(L, p * v)}")
-    if parts is not None:
-        if len(parts) != p * v:
-            _fail(f"partition={':'.join(map(str, parts))} has {len(parts)} entries but the "
-                  f"pipeline has {p * v} chunks (stage={p} × virtual={v}): give one layer count "
-                  f"per chunk, e.g. partition={_example_partition(L, p * v)}")
-        if min(parts) < 1 or sum(parts) != L:
-            _fail(f"partition={':'.join(map(str, parts))} must give every chunk at least one "
-                  f"layer and sum to the model's layers={L} (it sums to {sum(parts)}), "
-                  f"e.g. partition={_example_partition(L, len(parts))}")
+    ctx = Context(model, train, layout.n_devices if n_devices is None else n_devices)
+    failed = _first_failure(VALID_RULES, LayoutValues(layout, model, train), ctx)
+    if failed is not None:
+        raise LayoutError(failed.message(layout, ctx))
 
 
-def _example_partition(layers: int, chunks: int) -> str:
-    """An as-even-as-possible split of `layers` into `chunks`, as a partition string."""
+def executable_reason(layout: Layout, model: ModelConfig, train: TrainConfig) -> str | None:
+    """Why parex's executor cannot run this valid layout today (every limit it hits), with the
+    nearest layout that runs; None when it can (a DiLoCo layout: its inner layout's)."""
+    if layout.diloco:
+        from .parallel.rounds import inner_layout
+
+        R = layout.replica
+        return executable_reason(inner_layout(layout), model,
+                                 train.replace(global_batch=train.global_batch // R))
+    ctx, values = Context(model, train, layout.n_devices), LayoutValues(layout, model, train)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        failed = [rule for rule in EXECUTOR_LIMITS if _fails(rule.holds(values, ctx))]
+    if not failed:
+        return None
+    near = nearest_executable(layout, model, train)
+    fix = (f"the nearest layout that runs is {near}" if near is not None else
+           "no layout near it runs; use stage=1")
+    return "; ".join(rule.message(layout, ctx) for rule in failed) + f": {fix}"
+
+
+def check_layout(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
+    """Both levels: raise LayoutError unless the layout is valid and parex can run it."""
+    if _has_replica_keys(layout):
+        _check_replica(layout, model, train, n_devices, check_layout)
+        return
+    check_valid(layout, model, train, n_devices)
+    reason = executable_reason(layout, model, train)
+    if reason is not None:
+        raise LayoutError(reason)
+
+
+# --- many layouts --------------------------------------------------------------------------------
+
+def valid_columns(model: ModelConfig, train: TrainConfig, grid) -> np.ndarray:
+    """True where check_valid accepts the layout (each layout on its own device count)."""
+    return _all_hold(VALID_RULES, grid, Context(model, train, None))
+
+
+def executable_columns(model: ModelConfig, train: TrainConfig, grid) -> np.ndarray:
+    """True where the executor's limits allow the layout (meaningful on valid rows only)."""
+    return _all_hold(EXECUTOR_LIMITS, grid, Context(model, train, None))
+
+
+# --- the nearest layout that runs ----------------------------------------------------------------
+
+def nearest_executable(layout: Layout, model: ModelConfig, train: TrainConfig) -> Layout | None:
+    """A valid, executable layout on the same devices that differs least: ring attention in
+    stages becomes Ulysses (or the seq axis folds into data), then stages fold into data until
+    they divide the layers (an explicit partition made even, or as even as possible, for the new stage count),
+    with the most microbatches the batch still allows."""
+    near = layout
+    if layout.stage > 1 and layout.cp == "ring":  # Ulysses runs in stages where heads allow
+        ulysses = near.replace(cp="ulysses")
+        near = (ulysses if _runs(ulysses, model, train) else
+                near.replace(data=near.data * near.seq, seq=1, cp="none"))
+    for stage in sorted((d for d in range(1, layout.stage + 1) if layout.stage % d == 0),
+                        reverse=True):
+        candidate = _with_stages(near, stage, model.layers)
+        for m in range(candidate.microbatches, 0, -1):  # more replicas may need fewer
+            if _runs(candidate.replace(microbatches=m), model, train):
+                return candidate.replace(microbatches=m)
+    return None
+
+
+def _with_stages(layout: Layout, stage: int, layers: int) -> Layout:
+    if stage == layout.stage:
+        return layout
+    data = layout.data * (layout.stage // stage)
+    if stage == 1:
+        return layout.replace(stage=1, data=data, schedule="gpipe", virtual_stages=1,
+                              layers_per_stage=None)
+    v = layout.virtual_stages
+    parts = None if layers % (stage * v) == 0 else example_partition(layers, stage * v)
+    return layout.replace(stage=stage, data=data, layers_per_stage=parts)
+
+
+def _runs(layout: Layout, model: ModelConfig, train: TrainConfig) -> bool:
+    values, ctx = LayoutValues(layout, model, train), Context(model, train, layout.n_devices)
+    return (_first_failure(VALID_RULES, values, ctx) is None
+            and _first_failure(EXECUTOR_LIMITS, values, ctx) is None)
+
+
+def example_partition(layers: int, chunks: int) -> tuple[int, ...]:
+    """An as-even-as-possible split of `layers` into `chunks`."""
     base, extra = divmod(layers, chunks)
-    return ":".join(str(base + (i < extra)) for i in range(chunks))
-
-
-def _check_context(layout: Layout, model: ModelConfig, train: TrainConfig) -> None:
-    s, cp = layout.seq, layout.cp
-    if cp not in CP_MODES:
-        _fail(f"unknown context-parallel mode cp={cp!r}; use one of {', '.join(CP_MODES)}")
-    if s > 1 and cp == "none":
-        _fail(f"seq={s} splits the sequence but cp=none says nothing about how attention crosses "
-              f"the shards: set cp=ring (keys and values passed around the ring) or cp=ulysses "
-              f"(all-to-all between sequence and head shards), or seq=1")
-    if s == 1 and cp != "none":
-        _fail(f"cp={cp} needs a sequence split: set seq=2 or more (and shrink another axis to "
-              f"keep the device count), or cp=none")
-    if s > 1:
-        _check_context_sizes(layout, model, train.seq_len or model.seq_len)
-
-
-def _check_context_sizes(layout: Layout, model: ModelConfig, T: int) -> None:
-    s, t = layout.seq, layout.tensor
-    chunks = 2 * s if layout.cp == "ring" else s
-    if T % chunks:
-        why = ("the zig-zag split of ring attention cuts it into 2·seq" if layout.cp == "ring"
-               else "Ulysses cuts it into seq")
-        _fail(f"sequence length {T} is not divisible by {chunks}: {why} = {chunks} equal chunks; "
-              f"use a multiple of {chunks}, e.g. {max(chunks, T // chunks * chunks)}")
-    if layout.sp and T % (s * t):
-        _fail(f"sequence length {T} is not divisible by seq × tensor = {s * t}, which sp=on with "
-              f"seq={s} requires (the residual stream is split over both); use a multiple of "
-              f"{s * t}")
-    if layout.cp == "ulysses":
-        for name, n in (("heads", model.heads), ("kv_heads", model.kv_heads)):
-            if n % (s * t):
-                _fail(f"{name}={n} is not divisible by tensor × seq = {t} × {s}: Ulysses gives "
-                      f"each device whole heads after its all-to-all; choose seq from the "
-                      f"divisors of {name}/tensor = {n // t}, or use cp=ring")
+    return tuple(base + (i < extra) for i in range(chunks))
 
 
 def num_microbatches(layout: Layout, train: TrainConfig) -> int:
-    """m: the Layout's count, or the one implied by TrainConfig.microbatch."""
-    if layout.microbatches > 1 or train.microbatch is None:
+    """m: the Layout's count, or the one implied by TrainConfig.microbatch when the Layout
+    leaves it at 1 (predict.shapes.Grid resolves its column the same way)."""
+    b, dp = train.microbatch, layout.data_parallel
+    if layout.microbatches != 1 or b is None or b < 1 or dp < 1:
         return layout.microbatches
-    return train.global_batch // layout.data_parallel // train.microbatch
+    return train.global_batch // dp // b
 
 
 # --- DiLoCo: the replica axis (parex.parallel.diloco) --------------------------------------------
 
-def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int) -> None:
+def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int,
+                   check) -> None:
     """The replica axis and the DiLoCo keys; then each replica's inner layout on its share of
-    the devices and of the batch, with every other check."""
+    the devices and of the batch, with `check` (check_valid or check_layout)."""
     from .parallel.rounds import DILOCO_FIELDS, inner_layout
 
     R, H, P = layout.replica, layout.inner_steps, layout.fragments
@@ -232,7 +230,7 @@ def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_dev
         _fail(f"global batch {B} does not split evenly over replica × data × fsdp × microbatches "
               f"= {unit}: each replica takes B/R sequences; use a global batch that is a "
               f"multiple of {unit}")
-    check_layout(inner, model, train.replace(global_batch=B // R), n_devices // R)
+    check(inner, model, train.replace(global_batch=B // R), n_devices // R)
 
 
 def _check_outer(layout: Layout) -> None:
@@ -262,3 +260,13 @@ def _check_fragments(layout: Layout, model: ModelConfig) -> None:
     if H % P:
         _fail(f"inner_steps={H} is not a multiple of fragments={P}: the fragments synchronise "
               f"H/P steps apart; use inner_steps={P * max(1, -(-H // P))}")
+
+
+def _has_replica_keys(layout: Layout) -> bool:
+    from .parallel.rounds import DILOCO_FIELDS
+
+    return layout.diloco or any(getattr(layout, k) != getattr(Layout(), k) for k in DILOCO_FIELDS)
+
+
+__all__ = ["check_layout", "check_valid", "executable_columns", "executable_reason",
+           "nearest_executable", "num_microbatches", "valid_columns"]

@@ -1,9 +1,26 @@
-"""Eight emulated CPU devices for every test: set before any test touches a JAX backend."""
+"""Eight emulated CPU devices for every test: set before any test touches a JAX backend.
 
+The `cpu-local` profile is this machine's calibration in the user's cache (local_profile.py),
+measured on first use. Tests must neither wait for a calibration nor depend on one machine's
+noise, so the whole session (subprocesses too) gets a cache of its own holding the tracked
+reference calibration (data/hardware/cpu-reference.json) as this machine's profile.
+"""
+
+import json
 import os
+import tempfile
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ["PAREX_CACHE"] = tempfile.mkdtemp(prefix="parex-test-cache-")
 
 import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
+
+from parex.hardware import HARDWARE_DIR  # noqa: E402
+from parex.local_profile import PROFILE, profile_path  # noqa: E402
+
+_reference = json.loads((Path(HARDWARE_DIR) / "cpu-reference.json").read_text())
+profile_path().parent.mkdir(parents=True, exist_ok=True)
+profile_path().write_text(json.dumps(_reference | {"name": PROFILE}, indent=2))

@@ -1,10 +1,15 @@
 """Charts read real measurements (and predictions) of two layouts on the emulated mesh and draw
-exactly their numbers."""
+exactly their numbers, in one unit rule and one colour per concept."""
 
+import pandas as pd
 import pytest
 
 import parex
 from parex import charts
+from parex.charts import style
+from parex.charts.parts import XLA_ARGUMENT, XLA_TEMP
+from parex.layout import Layout
+from parex.parallel.schedules import make_schedule
 from parex.predict import predict
 from parex.record import records_frame
 
@@ -34,22 +39,51 @@ def both(measured, predicted):
     return records_frame([*measured, *predicted])
 
 
+def _domain_and_range(encoding: dict) -> dict:
+    scale = encoding["color"]["scale"]
+    return dict(zip(scale["domain"], scale["range"]))
+
+
+def _layers(spec: dict) -> list[dict]:
+    return spec["spec"]["layer"]
+
+
+def test_units_pick_the_largest_unit_of_at_least_one():
+    assert style.format_bytes(45.2e6) == "45.2 MB" and style.format_bytes(5e11) == "500 GB"
+    assert style.format_bytes(891e9) == "891 GB" and style.format_bytes(1.63e12) == "1.63 TB"
+    assert style.format_seconds(0.375) == "375 ms" and style.format_seconds(134.0) == "2.23 min"
+    assert style.format_seconds(119.0) == "119 s" and style.format_seconds(3e-5) == "30.0 µs"
+    assert style.bytes_unit(45e6) == ("MB", 1e6) and style.seconds_unit(140.0) == ("min", 60.0)
+
+
 def test_memory_parts_stack_to_the_measured_total(measured, frame):
     long = charts.memory_long(frame)
     assert set(long["label"]) == set(LAYOUTS)
     for m in measured:
         rows = long[long["label"] == m.layout].set_index("part")["bytes"]
-        parts = rows.drop("total").sum()
-        assert parts == m.memory_bytes_per_device["total"] == rows["total"]
-        assert rows["argument"] == m.memory_bytes_per_device["argument"]
+        assert rows.drop("total").sum() == m.memory_bytes_per_device["total"] == rows["total"]
+        # without the run's shardings the argument stays one block; XLA's temp is never split
+        assert rows[XLA_ARGUMENT] == m.memory_bytes_per_device["argument"]
+        assert rows[XLA_TEMP] == m.memory_bytes_per_device["temp"]
+
+
+def test_measured_memory_splits_the_argument_when_the_split_is_known(measured, predicted):
+    m, p = measured[0], predicted[0]
+    split = {"params": p.memory_bytes_per_device["params"],
+             "optimizer": m.memory_bytes_per_device["argument"] - p.memory_bytes_per_device[
+                 "params"] - 2048, "inputs": 2048}
+    row = m.to_row() | {f"memory_{k}_bytes": v for k, v in split.items()}
+    long = charts.memory_long(pd.DataFrame([row])).set_index("part")["bytes"]
+    assert long["parameters"] == split["params"] and long["inputs"] == 2048
+    assert XLA_ARGUMENT not in long and long.drop("total").sum() == long["total"]
 
 
 def test_step_time_shows_median_inside_min_max(measured, frame):
     long = charts.step_time_long(frame).set_index("label")
     for m in measured:
         row = long.loc[m.layout]
-        assert row["ms"] == pytest.approx(1e3 * m.step_time_s["median"])
-        assert row["lo_ms"] <= row["ms"] <= row["hi_ms"]
+        assert row["seconds"] == pytest.approx(m.step_time_s["median"])
+        assert row["lo_s"] <= row["seconds"] <= row["hi_s"]
 
 
 def test_collective_bytes_by_kind_match_the_hlo(measured, frame):
@@ -68,8 +102,54 @@ def test_chart_specs_facet_by_layout_and_carry_the_data(frame):
                   charts.collectives_chart(frame)):
         spec = chart.to_dict()
         assert spec["facet"]["column"]["field"] == "label"
+        assert spec["facet"]["column"]["header"]["labelExpr"] == "split(datum.label, ',')"
         rows = [r for values in spec["datasets"].values() for r in values]
         assert {r["label"] for r in rows} == set(LAYOUTS)
+
+
+def test_axes_carry_one_unit_and_the_values_in_it(both, predicted):
+    memory = charts.memory_chart(both).to_dict()
+    y = _layers(memory)[0]["encoding"]["y"]
+    assert y["title"] == "memory per device (MB)"  # tiny: tens of MB
+    rows = [r for values in memory["datasets"].values() for r in values]
+    params = next(r for r in rows if r["part"] == "parameters" and r["label"] == LAYOUTS[0])
+    assert params["value"] == pytest.approx(params["bytes"] / 1e6)
+    assert params["amount"] == style.format_bytes(params["bytes"])
+    time = charts.step_time_chart(both).to_dict()
+    assert _layers(time)[0]["encoding"]["y"]["title"] == "step time (ms)"
+    big = predict(parex.model_preset("llama2-70b"), parex.TrainConfig(global_batch=64),
+                  Layout(data=64), "h100-sxm")
+    spec = charts.step_time_chart(records_frame([big])).to_dict()
+    assert _layers(spec)[0]["encoding"]["y"]["title"] == "step time (s)"
+    spec = charts.memory_chart(records_frame([big])).to_dict()
+    assert _layers(spec)[0]["encoding"]["y"]["title"] == "memory per device (TB)"
+
+
+def test_one_colour_per_concept_and_legends_list_only_what_is_drawn(both):
+    memory = _domain_and_range(_layers(charts.memory_chart(both).to_dict())[0]["encoding"])
+    assert memory == {k: style.MEMORY_COLORS[k] for k in memory}
+    assert {"parameters", "activations", XLA_TEMP} <= set(memory)
+    time = _domain_and_range(_layers(charts.step_time_chart(both).to_dict())[0]["encoding"])
+    assert time == {k: style.TIME_COLORS[k] for k in time}
+    assert "bubble" not in time  # no pipeline: no bubble drawn, none listed
+    colours = list(style.MEMORY_COLORS.values()) + list(style.TIME_COLORS.values())
+    assert len(set(colours)) == len(colours)  # no colour means two things
+    assert not set(colours) & set(style.FIT_COLORS.values())
+    assert all("_" not in part for part in [*memory, *time])  # human labels
+
+
+def test_the_device_memory_line_says_fits_or_not():
+    model, train = parex.model_preset("llama2-70b"), parex.TrainConfig(global_batch=64)
+    over = predict(model, train, Layout(data=8, tensor=8), "h100-sxm")
+    spec = charts.memory_chart(records_frame([over]), capacity=80e9, capacity_name="H100").to_dict()
+    rule = next(layer for layer in _layers(spec) if layer["mark"]["type"] == "rule")
+    assert rule["mark"]["color"] == style.FIT_COLORS["does not fit"]
+    assert rule["encoding"]["y"]["datum"] == pytest.approx(80e9 / 1e9)  # in the axis' GB
+    assert "H100 80.0 GB: does not fit" in spec["title"]["subtitle"]
+    tiny = predict(parex.model_preset("tiny"), parex.TrainConfig(), Layout(data=8), "h100-sxm")
+    spec = charts.memory_chart(records_frame([tiny]), capacity=80e9).to_dict()
+    assert not any(layer["mark"]["type"] == "rule" for layer in _layers(spec))
+    assert "fits (uses" in spec["title"]["subtitle"]
 
 
 def test_a_layout_measured_twice_is_drawn_once(measured):
@@ -89,14 +169,16 @@ def test_predicted_parts_stand_beside_the_measured_ones(predicted, both):
     for p in predicted:
         parts = memory[(memory["label"] == p.layout) & (memory["source"] == "predicted")]
         parts = parts.set_index("part")["bytes"]
-        for name in ("params", "grads", "optimizer", "activations", "temp", "total"):
-            assert parts[name] == p.memory_bytes_per_device[name]
+        for name, key in (("parameters", "params"), ("gradients", "grads"),
+                          ("optimizer state", "optimizer"), ("activations", "activations"),
+                          ("temporaries", "temp"), ("total", "total")):
+            assert parts[name] == p.memory_bytes_per_device[key]
         steps = time[(time["label"] == p.layout) & (time["source"] == "predicted")]
-        assert steps["ms"].sum() == pytest.approx(1e3 * p.step_time_s["total"])
+        assert steps["seconds"].sum() == pytest.approx(p.step_time_s["total"])
     assert set(memory["source"]) == set(time["source"]) == {"measured", "predicted"}
 
 
-def test_scatter_pairs_each_layout_with_its_error(measured, predicted, both):
+def test_scatter_pairs_each_layout_with_its_ratio(measured, predicted, both):
     for metric, measured_of, predicted_of in [
             ("step_time_s", lambda m: m.step_time_s["median"], lambda p: p.step_time_s["total"]),
             ("memory_argument_bytes", lambda m: m.memory_bytes_per_device["argument"],
@@ -109,18 +191,38 @@ def test_scatter_pairs_each_layout_with_its_error(measured, predicted, both):
             row = table.loc[m.layout]
             assert row["measured"] == pytest.approx(measured_of(m))
             assert row["predicted"] == pytest.approx(predicted_of(p))
-            assert row["error"] == pytest.approx((row["predicted"] - row["measured"])
-                                                 / row["measured"])
+            assert row["ratio"] == pytest.approx(row["predicted"] / row["measured"])
+    step = charts.pairs(both).set_index("label")
+    for m in measured:  # the measured spread: the fastest and slowest step
+        assert (step.loc[m.layout, "lo"], step.loc[m.layout, "hi"]) == (
+            m.step_time_s["min"], m.step_time_s["max"])
     spec = charts.scatter_chart(both).to_dict()
     marks = [layer["mark"]["type"] for layer in spec["layer"]]
-    assert marks == ["line", "circle", "text"]  # y = x, the points, their errors
+    assert marks == ["line", "rule", "circle", "text"]  # y = x, spread, points, ratios
 
 
-def test_scaling_chart_draws_measured_solid_and_predicted_dashed(both):
-    spec = charts.scaling_chart(both, y="memory_argument_bytes", by="layout").to_dict()
-    assert spec["encoding"]["strokeDash"]["field"] == "source"
-    with pytest.raises(ValueError, match="no column 'strategy'"):
-        charts.scaling_chart(both, by="strategy")
+def test_gantt_colours_stay_with_their_op_when_charts_are_stacked():
+    stack = charts.gantt_stack([make_schedule("1f1b", 4, 8), make_schedule("zbh1", 4, 8),
+                                make_schedule("interleaved", 4, 8, 2)]).to_dict()
+    assert stack["resolve"]["scale"]["color"] == "independent"
+    for panel, names in zip(stack["vconcat"], (["forward", "backward"],
+                                               ["forward", "input gradient", "weight gradient"],
+                                               ["forward", "backward"])):
+        bars = panel["layer"][1]["encoding"]
+        colours = _domain_and_range(bars)
+        assert list(colours) == names
+        assert colours == {n: style.OP_COLORS[n] for n in names}
+    interleaved = stack["vconcat"][2]["layer"][1]["encoding"]
+    assert interleaved["opacity"]["field"] == "chunk"  # the chunk as a shade, not a label
+
+
+def test_the_mesh_diagram_groups_devices_per_axis():
+    frame = charts.mesh_frame(Layout(data=2, tensor=4))
+    tensor = frame[frame["axis"] == "tensor=4"]
+    assert tensor.groupby("group")["device"].apply(list).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    data = frame[frame["axis"] == "data=2"]
+    assert data.groupby("group")["device"].apply(list).tolist() == [[0, 4], [1, 5], [2, 6],
+                                                                    [3, 7]]
 
 
 def test_export_png_and_svg_offline(frame, tmp_path):
@@ -128,6 +230,6 @@ def test_export_png_and_svg_offline(frame, tmp_path):
     png = charts.save(chart, tmp_path / "memory.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = charts.save(chart, tmp_path / "sub" / "memory.svg").read_text()
-    assert "memory per device" in svg and "fsdp=4,tensor=2" in svg
+    assert "memory per device" in svg and "tensor=2" in svg
     with pytest.raises(ValueError, match=r"\.png or \.svg"):
         charts.save(chart, tmp_path / "memory.pdf")

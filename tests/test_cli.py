@@ -74,3 +74,40 @@ def test_run_prints_the_long_sequence_table(capsys):
     out = capsys.readouterr().out
     for mode in ("tensor=8,sp=on", "seq=8,cp=ring", "seq=8,cp=ulysses", "temp/dev"):
         assert mode in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "--steps", "-1"], "argument --steps: must be at least 1, not -1"),
+    (["run", "--devices", "0"], "argument --devices: must be at least 1, not 0"),
+    (["run", "--global-batch", "0"], "--global-batch: must be at least 1"),
+    (["run", "--microbatch", "0"], "--microbatch: must be at least 1"),
+    (["run", "--seq", "two"], "--seq: 'two' is not a whole number"),
+    (["run", "--study", "long-sequence", "--lengths", "128,0"], "--lengths: must be at least 1"),
+    (["demo", "--steps", "0"], "--steps: must be at least 1"),
+    (["compare", "--steps", "0"], "--steps: must be at least 1"),
+    (["predict", "--model", "gpt", "--layers", "0", "--hidden", "64", "--heads", "2"],
+     "--layers: must be at least 1, not 0"),
+    (["predict", "--nodes", "0"], "--nodes: must be at least 1"),
+    (["predict", "--vocab", "-3"], "--vocab: must be at least 1"),
+    (["calibrate", "--devices", "1"], "--devices: must be at least 2"),
+    (["seqstudy", "--lengths", "0"], "--lengths: must be at least 1"),
+    (["seqstudy", "--modes", "ring,stripes"], "--modes: unknown stripes"),
+    (["seqstudy", "--global-batch", "0"], "--global-batch: must be at least 1"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_flags_are_one_line_and_exit_2(capsys, args, words):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_internal_error_keeps_its_traceback_and_exits_1():
+    code = ("import sys, parex.cli_predict as c\n"
+            "def broken(*args): raise ValueError('a bug, not bad input')\n"
+            "c.prediction_report = broken\n"
+            "from parex.cli import main\n"
+            "sys.exit(main(['predict', '--model', 'tiny']))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "a bug, not bad input" in result.stderr

@@ -6,9 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from parex import calibrate
-from parex.hardware import (Calibration, Chip, Cluster, Link, chip_from_json, known_hardware,
-                            load_chip, load_cluster, save_chip)
+from parex import calibrate, local_profile
+from parex.errors import InputError
+from parex.hardware import (COLLECTIVE_KINDS, HARDWARE_DIR, Calibration, Chip, Cluster, Link,
+                            chip_from_json, known_hardware, load_chip, load_cluster, save_chip)
 
 CHIPS = ("a100-80gb", "h100-sxm", "h200", "b200", "mi300x", "tpu-v4p", "tpu-v5e", "tpu-v5p",
          "tpu-v6e")
@@ -53,16 +54,33 @@ def test_cluster_counts_devices_and_picks_the_link_level():
         load_cluster("h100-sxm", nodes=0)
 
 
-def test_profile_round_trips_through_json(tmp_path):
+def _test_chip(kinds=COLLECTIVE_KINDS) -> Chip:
     cal = Calibration(matmul_curve=((1e6, 1e9), (1e8, 4e9)),
-                      collectives={"all-reduce": {"8": {"alpha": 1e-4, "beta": 1e-9}}},
+                      collectives={k: {"8": {"alpha": 1e-4, "beta": 1e-9}} for k in kinds},
                       step_overhead_s=1e-3, parallel_devices=1.5, elementwise_rate=2e9)
-    chip = Chip("test-chip", "a test", {"float32": 4e9}, 1e9, 1e9, Link(1e9, 1e-5, "shm"),
+    return Chip("test-chip", "a test", {"float32": 4e9}, 1e9, 1e9, Link(1e9, 1e-5, "shm"),
                 Link(1e9, 1e-5, "shm"), 8, 8, 1.0, 1.0, ("made up",), cal)
+
+
+def test_profile_round_trips_through_json(tmp_path):
+    chip = _test_chip()
     path = save_chip(chip, tmp_path)
     again = chip_from_json(json.loads(path.read_text()))
     assert again == chip
-    assert load_chip("test-chip", tmp_path).calibration.matmul_curve == cal.matmul_curve
+    assert load_chip("test-chip", tmp_path).calibration == chip.calibration
+
+
+def test_a_calibration_missing_a_collective_kind_is_refused_not_free(tmp_path):
+    from parex.config import TrainConfig, model_preset
+    from parex.layout import Layout
+    from parex.predict import predict
+
+    chip = _test_chip(kinds=("all-reduce", "all-gather"))
+    save_chip(chip, tmp_path)
+    with pytest.raises(InputError, match="lacks reduce-scatter, all-to-all, collective-permute"):
+        load_chip("test-chip", tmp_path)
+    with pytest.raises(ValueError, match="has no reduce-scatter timings"):  # built in code
+        predict(model_preset("tiny"), TrainConfig(), Layout(seq=8, cp="ring"), chip)
 
 
 def test_calibration_interpolates_the_matmul_curve_in_log_size():
@@ -95,7 +113,7 @@ def test_recalibration_reads_efficiency_and_parallelism_off_block_timings():
     from parex.predict.shapes import Grid, model_sizes
     from parex.predict.time import cpu_layer_seconds
 
-    chip = load_chip("cpu-local")
+    chip = load_chip("cpu-reference")
     cfg = calibrate._block_config()
     grid = Grid.from_columns(TrainConfig(global_batch=calibrate.BLOCK_SEQUENCES), cfg)
     kernels = 2 * cpu_layer_seconds(model_sizes(cfg), grid, "none", chip.calibration,
@@ -108,19 +126,60 @@ def test_recalibration_reads_efficiency_and_parallelism_off_block_timings():
     assert again.calibration.parallel_devices == pytest.approx(2.0)
 
 
-def test_committed_cpu_local_profile_is_calibrated():
-    chip = load_chip("cpu-local")
+def test_reference_calibration_is_complete():
+    chip = load_chip("cpu-reference")
     cal = chip.calibration
     assert cal is not None and cal.n_devices == chip.devices_per_node == 8
-    assert set(cal.collectives) == {"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
-                                    "collective-permute"}
+    assert set(cal.collectives) == set(COLLECTIVE_KINDS)
     assert 1 <= cal.parallel_devices <= cal.n_devices and 0 < cal.step_efficiency <= 2
+
+
+def test_cpu_local_is_this_machines_profile_from_the_cache(monkeypatch, tmp_path):
+    """No tracked file is cpu-local: it comes from $PAREX_CACHE, keyed by this machine, and is
+    calibrated (here: a stand-in that writes the reference) the first time it is missing."""
+    assert not (HARDWARE_DIR / "cpu-local.json").exists()
+    assert "cpu-local" in known_hardware()
+    monkeypatch.setenv("PAREX_CACHE", str(tmp_path))
+    path = local_profile.profile_path()
+    assert path.parent == tmp_path / "hardware"
+    assert path.name == f"cpu-local-{local_profile.fingerprint()}.json"
+    calls = []
+
+    def stand_in(target, progress=True):
+        calls.append(target)
+        save_chip(load_chip("cpu-reference"), path=target)
+        return 0.0
+
+    monkeypatch.setattr(local_profile, "calibrate_in_subprocess", stand_in)
+    with pytest.raises(InputError, match="run `parex calibrate`"):
+        local_profile.load_local(calibrate_if_missing=False)
+    first = load_chip("cpu-local")  # calibrates: the file was missing
+    assert calls == [path] and path.exists()
+    assert load_chip("cpu-local") == first and calls == [path]  # then read from the cache
+
+
+def test_fingerprint_names_the_cpu_setup():
+    description = local_profile.machine_description()
+    assert "cores" in description and "GiB" in description
+    assert len(local_profile.fingerprint()) == 12
+    assert local_profile.fingerprint() == local_profile.fingerprint()
+
+
+@pytest.mark.slow
+def test_first_use_calibrates_in_a_fresh_process_within_40_seconds(monkeypatch, tmp_path):
+    monkeypatch.setenv("PAREX_CACHE", str(tmp_path))
+    seconds = local_profile.calibrate_in_subprocess(local_profile.profile_path(), progress=False)
+    chip = local_profile.load_local(calibrate_if_missing=False)
+    assert chip.name == "cpu-local"
+    assert chip.calibration.machine == local_profile.fingerprint()
+    print(f"calibration took {seconds:.1f} s")
+    assert seconds < 40
 
 
 @pytest.mark.slow
 def test_parex_calibrate_writes_a_profile_in_under_two_minutes(tmp_path):
     chip, path, seconds = calibrate.run(8, directory=tmp_path, progress=False)
-    assert seconds < 120
+    assert seconds < 120 and path == str(tmp_path / "cpu-local.json")
     again = load_chip("cpu-local", tmp_path)
     assert again.calibration.matmul_curve == chip.calibration.matmul_curve
     assert "devices run at once" in calibrate.summary(chip)

@@ -1,6 +1,9 @@
 """The HLO collective parser on hand-written modules covering XLA's replica-group syntaxes."""
 
-from parex.hlo import device_groups, parse_collectives, shape_bytes, spanned_axes
+import pytest
+
+from parex.hlo import (HloError, device_groups, matmul_flops, parse_collectives, shape_bytes,
+                       spanned_axes)
 
 AXES = ("stage", "data", "fsdp", "seq", "tensor")
 MESH = (1, 2, 1, 1, 4)  # data=2, tensor=4: device id = 4·data + tensor
@@ -102,3 +105,22 @@ def test_switch_branches_count_on_the_ticks_that_take_them():
     assert count() == 30  # every branch as if taken on all 10 ticks: an upper bound
     assert count((0.2, 0.4, 0.4)) == 4 * 1 + 4 * 2  # 4 forward ticks, 4 backward ticks
     assert count((0.5, 0.5)) == 30  # shares for another conditional's branch count: ignored
+
+
+def test_a_loop_without_a_known_trip_count_is_an_error_not_one_trip():
+    unknown = MODULE.replace(', backend_config={"known_trip_count":{"n":"6"}}', "")
+    with pytest.raises(HloError, match="computation 'main' has no known_trip_count"):
+        parse_collectives(unknown, MESH, AXES)
+    with pytest.raises(HloError, match="no known_trip_count"):
+        matmul_flops(unknown)
+
+
+@pytest.mark.parametrize("groups", [
+    "replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1':(1)2}",  # sub-axis groups
+    "channel_id=9",  # no groups at all
+])
+def test_unreadable_groups_are_an_error_not_zero_bytes(groups):
+    module = MODULE.replace("replica_groups={{0,4},{1,5},{2,6},{3,7}}", groups)
+    with pytest.raises(HloError, match="cannot read the device groups of a reduce-scatter in "
+                                       "computation 'body'"):
+        parse_collectives(module, MESH, AXES)

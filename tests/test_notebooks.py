@@ -25,6 +25,8 @@ PARAMETERS = {
     "07_explorer": {"offline": False, "steps": 2},
     "08_planner": {"offline": False, "verify_k": 0, "scale_model": "gpt2-small",
                    "scale_nodes": 1},
+    "09_heterogeneous": {"offline": False, "global_batch": 64, "odd_batch": 48,
+                         "seq_len": 2048, "speeds": [10]},
     "10_low_communication": {"offline": False, "steps": 20, "hs": [4, 10]},
     "11_gallery": {"offline": False, "figure_name": "interleaved-bubble",
                    "scoreboard_json": str(NOTEBOOKS.parent / "docs/figures/scoreboard.json")},
@@ -46,10 +48,14 @@ EXPECTED = {
                    "use --memory-cap"],
     "10_low_communication": ["across replicas", "sync DP data=8", "gap_vs_sync_DP",
                              "h_crossover"],
+    "09_heterogeneous": ["het-48: 16 × rtx-4090", "vs the best even split",
+                         "vs a homogeneous cluster of the same peak", "pipeline  1",
+                         "gradient relative error"],
     "11_gallery": ["fraction of the ideal", "scaling-book-roofline", "predicted + measured"],
 }
-# notebooks moved to the slow suite (10: seven training runs, about a minute and a half on 2 cores)
-SLOW = {"10_low_communication"}
+# notebooks moved to the slow suite: 09 searches three clusters and compiles two programs per
+# stage of its MPMD run (80 s on 2 busy cores); 10 trains seven runs (about 90 s)
+SLOW = {"09_heterogeneous", "10_low_communication"}
 
 
 def notebook_paths():
@@ -86,7 +92,7 @@ def _params(path: Path):
 
 def test_every_notebook_is_thin_and_parametrised():
     paths = notebook_paths()
-    assert [p.stem for p in paths] == sorted(PARAMETERS), "one notebook per topic, 01..08"
+    assert [p.stem for p in paths] == sorted(PARAMETERS), "one notebook per topic, 01..09"
     for path in paths:
         nb = jupytext.read(path)
         code = [c for c in nb.cells if c.cell_type == "code"]

@@ -182,8 +182,14 @@ def test_layers_not_divisible_without_partition_names_the_fix():
     with pytest.raises(LayoutError, match="partition=2:2:1:1"):
         Layout.parse("data=4,stage=2,schedule=bfs,virtual=2,microbatches=2").validate(
             model, TRAIN, 8)
-    with pytest.raises(LayoutError, match="not a multiple of stage=4"):
+    with pytest.raises(LayoutError, match="partition=2:2:1:1"):
         Layout.parse("data=2,stage=4,microbatches=4").validate(model, TRAIN, 8)
+    # with a partition it is a real program (predicted), which parex's executor cannot run yet
+    uneven = Layout.parse("data=2,stage=4,partition=2:2:1:1,microbatches=4")
+    assert uneven.validate(model, TRAIN, 8, executable=False) is uneven
+    with pytest.raises(LayoutError, match="not a multiple of stage=4.*nearest layout that runs "
+                                          "is data=4,stage=2,microbatches=2"):
+        uneven.validate(model, TRAIN, 8)
 
 
 def test_stages_not_dividing_devices():

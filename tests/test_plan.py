@@ -38,6 +38,7 @@ def test_enumeration_is_the_cross_product_it_describes():
     want = set()
     split = [d for d in range(1, n + 1) if n % d == 0]
     pipes = [(s, 1) for s in (0, 1, 3, 4)] + [(s, v) for s in (2, 4) for v in range(2, 9)]
+    pipes += [(5, 2)]  # ZB-V: two chunks per stage
     for d, f, t, s, p in itertools.product(split, repeat=5):
         if (d * f * t * s * p != n or model.hidden % f or p > model.layers
                 or any(x % t for x in (model.heads, model.kv_heads, model.ffn, model.vocab))

@@ -55,20 +55,25 @@ def test_impossible_layout_gets_the_validation_error():
 
 
 def test_batch_flags_rows_validation_would_reject():
-    from parex.validation import check_layout
+    from parex.validation import check_layout, check_valid
 
     model, train = model_preset("tiny"), TrainConfig(global_batch=16)
     layouts = [Layout(data=8), Layout(tensor=3), Layout(data=8, microbatches=4),
                Layout(stage=2, schedule="interleaved", microbatches=2, virtual_stages=2),
                Layout(stage=2, schedule="interleaved", microbatches=3, virtual_stages=2),
-               Layout(data=2, seq=4, cp="ring"), Layout(seq=4), Layout(tensor=2, sp=True,
-                                                                         stage=2)]
+               Layout(data=2, seq=4, cp="ring"), Layout(seq=4),
+               Layout(tensor=2, sp=True, stage=2),  # SP inside stages: runs
+               Layout(data=2, seq=2, cp="ring", stage=2)]  # ring inside stages: predicted only
     out = predict_batch(model, train, layouts, "a100-80gb")
-    for layout, valid, step in zip(layouts, out["valid"], out["step_time_s"]):
-        try:
-            check_layout(layout, model, train, layout.n_devices)
-            expected = True
-        except LayoutError:
-            expected = False
-        assert valid == expected, layout
-        assert np.isnan(step) != expected
+    for i, layout in enumerate(layouts):
+        verdicts = []
+        for check in (check_valid, check_layout):
+            try:
+                check(layout, model, train, layout.n_devices)
+                verdicts.append(True)
+            except LayoutError:
+                verdicts.append(False)
+        assert (out["valid"][i], out["executable"][i]) == tuple(verdicts), layout
+        assert np.isnan(out["step_time_s"][i]) != verdicts[0]
+    assert out["valid"][-2] and out["executable"][-2]
+    assert out["valid"][-1] and not out["executable"][-1]

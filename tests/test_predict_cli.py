@@ -67,3 +67,15 @@ def test_compare_prints_predicted_measured_and_ratio(capsys):
     assert fields["memory_argument_bytes"]["ratio"] == 1.0
     assert fields["comm_all_reduce_bytes"]["ratio"] == pytest.approx(1.0, abs=1e-4)
     assert all(f["predicted"] >= 0 and f["measured"] >= 0 for f in out["fields"])
+
+
+def test_predict_says_when_parex_cannot_run_the_layout(capsys):
+    args = ["predict", "--model", "llama3-405b", "--layout",
+            "data=8,tensor=8,stage=16,sp=on,schedule=1f1b,microbatches=16,partition=7:8*14:7",
+            "--hardware", "h100-sxm", "--global-batch", "2048", "--seq", "8192", "--remat", "full"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "executable   no, predicted only" in out and "nearest layout that runs" in out
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["executable"] is False and "not a multiple of stage=16" in out["executable_reason"]

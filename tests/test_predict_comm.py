@@ -115,7 +115,7 @@ def test_ring_attention_permutes_by_hand(convention, remat, forwards):
     attention); the custom VJP's ring in float32: (k, v) on hop 1, (k, v, dk, dv) on hops 2-3,
     (dk, dv) home. One device's k: b = 16/2 sequences, T/4 = 32 tokens, K = 8, Dh = 16."""
     p = predict(TINY, TRAIN.replace(remat=remat), Layout(data=2, seq=4, cp="ring"),
-                "a100-80gb", convention=convention)
+                "a100-80gb", convention=convention, dtype="float32")
     ring = [(c["count"], c["bytes_per_op"]) for c in p.collectives if c["name"] == "cp-ring"]
     block = 8 * 32 * 8 * 16 * 4
     assert ring == [(forwards * L * 2 * 3, block), (L * 2, 2 * block), (L * 2, 4 * block)]
@@ -123,7 +123,7 @@ def test_ring_attention_permutes_by_hand(convention, remat, forwards):
 
 
 def test_two_way_ring_sends_no_four_block_buffers():
-    p = predict(TINY, TRAIN, Layout(data=4, seq=2, cp="ring"), "a100-80gb")
+    p = predict(TINY, TRAIN, Layout(data=4, seq=2, cp="ring"), "a100-80gb", dtype="float32")
     ring = [(c["count"], c["bytes_per_op"]) for c in p.collectives if c["name"] == "cp-ring"]
     block = 4 * 64 * 8 * 16 * 4  # b = 16/4, T/2 = 64 tokens
     assert ring == [(L * 2, block), (L * 2, 2 * block)]  # forward hop; backward hop and home

@@ -10,6 +10,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from .style import bytes_unit, format_bytes, format_seconds, seconds_unit
+
 
 def _runs(frame: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(frame["run"]))
@@ -33,13 +35,16 @@ def loss_vs_bytes(frame: pd.DataFrame, width: int = 320, height: int = 220) -> a
     replica, which sends nothing, is left out)."""
     data = frame.dropna(subset=["eval_loss"])
     data = data[data["cross_replica_bytes"] > 0]
+    unit, size = bytes_unit(float(data["cross_replica_bytes"].max()) if len(data) else 0.0)
+    data = data.assign(sent=data["cross_replica_bytes"] / size,
+                       sent_text=data["cross_replica_bytes"].map(format_bytes))
     return alt.Chart(data).mark_line(point=True).encode(
-        x=alt.X("cross_replica_bytes:Q", title="bytes sent to other replicas, per replica",
-                scale=alt.Scale(type="log"), axis=alt.Axis(format="~s")),
+        x=alt.X("sent:Q", title=f"bytes sent to other replicas, per replica ({unit})",
+                scale=alt.Scale(type="log")),
         y=alt.Y("eval_loss:Q", title="eval loss", scale=alt.Scale(zero=False)),
         color=alt.Color("run:N", sort=_runs(frame), title="run"),
         tooltip=["run", "step", alt.Tooltip("eval_loss:Q", format=".3f"),
-                 alt.Tooltip("cross_replica_bytes:Q", format=".3s")],
+                 alt.Tooltip("sent_text:N", title="bytes sent")],
     ).properties(width=width, height=height)
 
 
@@ -50,15 +55,20 @@ def loss_chart(frame: pd.DataFrame, title: str = "DiLoCo against sync DP") -> al
 def wan_chart(rows: pd.DataFrame, width: int = 360, height: int = 240) -> alt.LayerChart:
     """Predicted step time against H (columns method, inner_steps, step_time_s, compute_s;
     optional model for one panel per model), log-log, with the compute-only floor dashed."""
+    unit, size = seconds_unit(float(rows["step_time_s"].max()))
+    rows = rows.assign(step=rows["step_time_s"] / size, floor=rows["compute_s"] / size,
+                       step_text=rows["step_time_s"].map(format_seconds),
+                       wan_text=rows.get("exposed_wan_s", rows["step_time_s"] * 0).map(
+                           format_seconds))
     lines = alt.Chart().mark_line(point=True).encode(
         x=alt.X("inner_steps:Q", title="inner steps H between syncs",
                 scale=alt.Scale(type="log")),
-        y=alt.Y("step_time_s:Q", title="predicted seconds per step", scale=alt.Scale(type="log")),
+        y=alt.Y("step:Q", title=f"predicted time per step ({unit})", scale=alt.Scale(type="log")),
         color=alt.Color("method:N", title="method"),
-        tooltip=["method", "inner_steps", alt.Tooltip("step_time_s:Q", format=".3g"),
-                 alt.Tooltip("exposed_wan_s:Q", format=".3g")])
+        tooltip=["method", "inner_steps", alt.Tooltip("step_text:N", title="step time"),
+                 alt.Tooltip("wan_text:N", title="exposed WAN time")])
     floor = alt.Chart().mark_line(strokeDash=[4, 4], color="gray").encode(
-        x="inner_steps:Q", y="compute_s:Q")
+        x="inner_steps:Q", y="floor:Q")
     chart = alt.layer(lines, floor, data=rows).properties(width=width, height=height)
     if "model" in rows:
         chart = chart.facet(column=alt.Column("model:N", title=None, sort=list(

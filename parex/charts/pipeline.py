@@ -2,20 +2,26 @@
 
     gantt_chart(make_schedule("1f1b", 4, 8))                      # ticks on x
     gantt_chart(schedule, costs={"t_f": 1.0, "t_b": 2.0})         # predicted seconds on x
+    gantt_stack([gpipe, one_f_one_b, zbh1])                       # several, each its own legend
     bubble_chart(parex.studies_pipeline.bubble_study(...))        # measured vs (p−1)/(m+p−1)
 
-Both are plain altair charts: `chart.save("x.png")` or `chart.save("x.svg")` exports them offline.
+Each stage's row is shaded grey from the first tick to the last, under its ops: whatever grey
+shows is the bubble, drawn from the same table the executor runs. Ops keep one colour each
+(style.OP_COLORS: forward, backward or input gradient, weight gradient) in every chart.
+All are plain altair charts: `chart.save("x.png")` or `chart.save("x.svg")` exports them offline.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import altair as alt
 import pandas as pd
 
 from ..parallel.schedules import Schedule
+from .style import NEUTRAL, OP_COLORS, color, format_seconds, seconds_unit
 
-OP_COLORS = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b"}
-OP_NAMES = {"F": "forward", "B": "backward", "W": "weight gradient"}
+LABEL_PX = 7  # pixels per character of a bar label at font size 9
 
 
 def schedule_frame(schedule: Schedule, costs: dict | None = None) -> pd.DataFrame:
@@ -28,70 +34,126 @@ def schedule_frame(schedule: Schedule, costs: dict | None = None) -> pd.DataFram
     frame = pd.DataFrame(rows)
     backward = "B (input grad)" if schedule.split_backward else "B"
     frame["kind"] = frame["op"].map({"F": "F", "B": backward, "W": "W"})
-    label = frame["microbatch"].astype(str)
-    if schedule.v > 1:  # microbatch.chunk, so the loops of interleaved schedules show
-        label = label + "." + frame["chunk"].astype(str)
-    frame["label"] = label
+    names = {"F": "forward", "B": "input gradient" if schedule.split_backward else "backward",
+             "W": "weight gradient"}
+    frame["op_name"] = frame["op"].map(names)
+    frame["label"] = frame["microbatch"].astype(str)  # the chunk shows as the bar's shade
     frame["virtual_stage"] = frame["chunk"] * schedule.p + frame["stage"]
     return frame
 
 
+def idle_fraction(frame: pd.DataFrame, p: int) -> float:
+    """Idle time over p stages × the makespan: the bubble's share of the pipeline."""
+    span = float(frame["end"].max())
+    busy = float((frame["end"] - frame["start"]).sum())
+    return 1.0 - busy / (p * span) if span else 0.0
+
+
+def _scaled(frame: pd.DataFrame, costs: dict | None) -> tuple[pd.DataFrame, str]:
+    """The frame with `x0`, `x1` on the axis' unit, and that axis' title."""
+    if costs is None:
+        return frame.assign(x0=frame["start"], x1=frame["end"]), "tick"
+    name, size = seconds_unit(float(frame["end"].max()))
+    out = frame.assign(x0=frame["start"] / size, x1=frame["end"] / size)
+    out["duration"] = [format_seconds(e - s) for s, e in zip(frame["start"], frame["end"])]
+    return out, f"predicted time ({name})"
+
+
 def gantt_chart(schedule: Schedule, costs: dict | None = None, width: int = 640,
-                height_per_stage: int = 28) -> alt.LayerChart:
-    """Stage on y, ticks (or predicted seconds with `costs`) on x, colour by op, each bar
-    labelled with its microbatch (microbatch.chunk when v > 1)."""
-    frame = schedule_frame(schedule, costs)
-    kinds = list(dict.fromkeys(frame.sort_values("op", key=lambda s: s.map("FBW".index))["kind"]))
-    colors = [OP_COLORS[k[0]] for k in kinds]
-    unit = "tick" if costs is None else "predicted seconds"
-    base = alt.Chart(frame).encode(
-        y=alt.Y("stage:O", title="pipeline stage", sort="ascending"),
-        x=alt.X("start:Q", title=unit,
-                scale=alt.Scale(domain=[0, float(frame["end"].max())], nice=False)),
-        tooltip=["stage", "op", "microbatch", "chunk", "tick",
-                 alt.Tooltip("start:Q", format=".3g"), alt.Tooltip("end:Q", format=".3g")])
-    bars = base.mark_bar(stroke="white", strokeWidth=0.5).encode(
-        x2="end:Q", color=alt.Color("kind:N", title="op", sort=kinds,
-                                    scale=alt.Scale(domain=kinds, range=colors)))
-    text = base.transform_calculate(middle="(datum.start + datum.end) / 2").mark_text(
-        color="white", fontSize=9).encode(x="middle:Q", text="label:N")
-    return (bars + text).properties(
-        width=width, height=height_per_stage * schedule.p, title=_title(schedule, costs))
+                height_per_stage: int = 28, title: str | None = None,
+                subtitle: str | list[str] | None = None) -> alt.LayerChart:
+    """Stage on y, ticks (or predicted time with `costs`) on x, one colour per op, each bar
+    labelled with its microbatch where the label fits (with v > 1 chunks, later chunks are
+    lighter, as in Narayanan et al. 2021's figure); every stage's row shaded grey underneath,
+    so the bubble shows as grey."""
+    frame, unit = _scaled(schedule_frame(schedule, costs), costs)
+    span = float(frame["x1"].max())
+    px = width * (frame["x1"] - frame["x0"]) / span
+    frame["text"] = [t if w >= LABEL_PX * len(t) + 2 else ""
+                     for t, w in zip(frame["label"], px)]
+    y = alt.Y("stage:O", title="pipeline stage", sort="ascending")
+    x = alt.X("x0:Q", title=unit, scale=alt.Scale(domain=[0, span], nice=False))
+    # every stage's row from 0 to the makespan: what stays grey is idle, the bubble
+    lane = alt.Chart(frame).transform_aggregate(ops="count()", groupby=["stage"])
+    lane = lane.transform_calculate(first="0", last=str(span)).mark_bar(
+        color=OP_COLORS["idle (bubble)"]).encode(
+        y=y, x=alt.X("first:Q", scale=alt.Scale(domain=[0, span], nice=False), title=unit),
+        x2="last:Q", tooltip=[alt.Tooltip("stage:O"), alt.Tooltip("ops:Q", title="ops")])
+    tooltip = ["op_name:N", "stage:O", "microbatch:Q", "chunk:Q", "tick:Q"]
+    if "duration" in frame:
+        tooltip.append(alt.Tooltip("duration:N", title="predicted duration"))
+    bars = alt.Chart(frame).mark_bar(stroke="white", strokeWidth=0.5).encode(
+        y=y, x=x, x2="x1:Q", tooltip=tooltip,
+        color=color("op_name", OP_COLORS, frame["op_name"], title="op"))
+    if schedule.v > 1:
+        bars = bars.encode(opacity=alt.Opacity("chunk:O", title="chunk",
+                                               scale=alt.Scale(range=[1.0, 0.6])))
+    frame["ink"] = ["#222222" if op == "F" else "#ffffff" for op in frame["op"]]
+    text = alt.Chart(frame).transform_calculate(middle="(datum.x0 + datum.x1) / 2").mark_text(
+        fontSize=9).encode(x="middle:Q", y=y, text="text:N",
+                           color=alt.Color("ink:N", scale=None))
+    if isinstance(subtitle, str):
+        subtitle = textwrap.wrap(subtitle, 110)
+    heading = alt.TitleParams(title or _title(schedule, costs, frame), subtitle=subtitle or "",
+                              anchor="start")
+    return (lane + bars + text).properties(
+        width=width, height=height_per_stage * schedule.p, title=heading)
 
 
-def _title(schedule: Schedule, costs: dict | None) -> str:
+def _title(schedule: Schedule, costs: dict | None, frame: pd.DataFrame) -> str:
     s = schedule
     shape = f"{s.name} · p={s.p} m={s.m}" + (f" v={s.v}" if s.v > 1 else "")
+    idle = idle_fraction(frame, s.p)
     if costs is None:
-        return f"{shape} · {s.n_ticks} ticks, idle {s.idle_fraction():.0%}"
-    return f"{shape} · makespan {s.makespan(**costs):.3g} s"
+        return f"{shape} · {s.n_ticks} ticks, idle {idle:.0%}"
+    return f"{shape} · makespan {format_seconds(s.makespan(**costs))}, idle {idle:.0%}"
+
+
+def gantt_stack(schedules, costs: dict | None = None, width: int = 560) -> alt.VConcatChart:
+    """Several schedules' Gantt charts stacked, each with its own colour and chunk legends (a
+    shared scale would merge their op names and shift the colours)."""
+    charts = [gantt_chart(s, costs, width=width) for s in schedules]
+    return alt.vconcat(*charts).resolve_scale(color="independent", opacity="independent")
 
 
 def bubble_chart(df: pd.DataFrame, width: int = 360, height: int = 240) -> alt.HConcatChart:
-    """Left: measured step time over m. Right: the bubble inferred from those times beside
-    (p−1)/(m+p−1). `df` is a frame of parex.studies_pipeline.bubble_study."""
+    """Left: measured step time over m. Right: the measured bubble (solid) beside each
+    schedule's table (`bubble_table`, dashed) or, without it, (p−1)/(m+p−1). `df` is a frame of
+    parex.studies_pipeline.bubble_study."""
     needed = {"m", "step_time_s", "bubble_measured", "bubble_predicted"}
     missing = needed - set(df.columns)
     if missing:
         raise ValueError(f"bubble_chart needs columns {', '.join(sorted(missing))}; pass the "
                          f"frame of parex.studies_pipeline.bubble_study")
     frame = df.assign(schedule=df.get("schedule", "pipeline"))
+    name, size = seconds_unit(float(frame["step_time_s"].max()))
+    frame["step_time"] = frame["step_time_s"] / size
+    frame["step time"] = frame["step_time_s"].map(format_seconds)
     x = alt.X("m:Q", title="microbatches m", scale=alt.Scale(type="log", base=2),
               axis=alt.Axis(values=sorted(set(frame["m"]))))
-    times = alt.Chart(frame).mark_line(point=True).encode(
-        x=x, y=alt.Y("step_time_s:Q", title="measured step time (s)"),
-        color=alt.Color("schedule:N"), tooltip=["schedule", "m", "step_time_s"],
-    ).properties(width=width, height=height)
-    long = frame.melt(id_vars=["schedule", "m"], value_vars=["bubble_measured", "bubble_predicted"],
+    # one grey line, or one colour per schedule when several are compared
+    series = (alt.Color("schedule:N", title="schedule") if frame["schedule"].nunique() > 1
+              else alt.Detail("schedule:N"))
+    times = alt.Chart(frame).mark_line(point=True, color=NEUTRAL).encode(
+        x=x, y=alt.Y("step_time:Q", title=f"measured step time ({name})"),
+        tooltip=["schedule", "m", "step time"],
+    ).encode(series).properties(width=width, height=height)
+    # the reference: each schedule's own table where the study timed it, else (p−1)/(m+p−1)
+    reference = "bubble_table" if "bubble_table" in frame else "bubble_predicted"
+    names = {"bubble_measured": "measured", "bubble_table": "schedule table",
+             "bubble_predicted": "(p−1)/(m+p−1)"}
+    long = frame.melt(id_vars=["schedule", "m"], value_vars=["bubble_measured", reference],
                       var_name="source", value_name="bubble")
-    long["source"] = long["source"].map({"bubble_measured": "measured",
-                                         "bubble_predicted": "(p−1)/(m+p−1)"})
-    bubble = alt.Chart(long).mark_line(point=True).encode(
-        x=x, y=alt.Y("bubble:Q", title="bubble fraction of the step", axis=alt.Axis(format="%")),
-        color=alt.Color("schedule:N"),
+    long["source"] = long["source"].map(names)
+    bubble = alt.Chart(long).mark_line(point=True, color=NEUTRAL).encode(series).encode(
+        x=x, y=alt.Y("bubble:Q", title="bubble, share of the step", axis=alt.Axis(format="%")),
         strokeDash=alt.StrokeDash("source:N", title="bubble",
+                                  sort=["measured", names[reference]],
                                   legend=alt.Legend(symbolType="stroke")),
         tooltip=["schedule", "m", "source", alt.Tooltip("bubble:Q", format=".1%")],
     ).properties(width=width, height=height)
     p = frame["p"].iloc[0] if "p" in frame else "?"
     return alt.hconcat(times, bubble).properties(title=f"pipeline bubble at p={p}")
+
+
+__all__ = ["bubble_chart", "gantt_chart", "gantt_stack", "idle_fraction", "schedule_frame"]

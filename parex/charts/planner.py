@@ -7,17 +7,28 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-KINDS = {"layout": "#bab0ac", "pareto": "#4c78a8", "top": "#f58518"}
-TOOLTIP = ["layout", "remat", "microbatch", alt.Tooltip("step_total_s", format=".4g"),
-           alt.Tooltip("memory_gb", format=".4g"), alt.Tooltip("mfu", format=".1%"),
-           "bottleneck"]
+from .style import FIT_COLORS, MEASURED, NEUTRAL, bytes_unit, format_bytes, format_seconds
+from .style import seconds_unit
+
+# neutral marks (parex.charts.style): the ranked top rows black, the front dark, the rest light
+KINDS = {"layout": "#c7c7c7", "pareto": NEUTRAL, "top": MEASURED}
+TOOLTIP = ["layout", "remat", "microbatch", alt.Tooltip("step_time:N", title="step time"),
+           alt.Tooltip("memory:N", title="memory per device"),
+           alt.Tooltip("mfu", format=".1%"), "bottleneck"]
 
 
 def pareto_chart(df: pd.DataFrame, cap_bytes: float | None = None,
                  title: str = "predicted step time against memory per device") -> alt.LayerChart:
-    data = df.assign(memory_gb=df["memory_total_bytes"] / 1e9)
-    x = alt.X("memory_gb:Q", title="memory per device (GB)", scale=alt.Scale(zero=False))
-    y = alt.Y("step_total_s:Q", title="predicted step time (s)", scale=alt.Scale(zero=False))
+    """Axes in the unit rule of parex.charts.style (memory_v, time_v: values in those units)."""
+    memory_unit, memory_size = bytes_unit(float(df["memory_total_bytes"].max()))
+    time_unit, time_size = seconds_unit(float(df["step_total_s"].max()))
+    data = df.assign(memory_v=df["memory_total_bytes"] / memory_size,
+                     time_v=df["step_total_s"] / time_size,
+                     memory=df["memory_total_bytes"].map(format_bytes),
+                     step_time=df["step_total_s"].map(format_seconds))
+    x = alt.X("memory_v:Q", title=f"memory per device ({memory_unit})",
+              scale=alt.Scale(zero=False))
+    y = alt.Y("time_v:Q", title=f"predicted step time ({time_unit})", scale=alt.Scale(zero=False))
     color = alt.Color("kind:N", title="", sort=list(KINDS),
                       scale=alt.Scale(domain=list(KINDS), range=list(KINDS.values())))
     base = alt.Chart(data).encode(x=x, y=y)
@@ -29,9 +40,11 @@ def pareto_chart(df: pd.DataFrame, cap_bytes: float | None = None,
         x=x, y=y, text="rank:Q")
     layers = [front, points, labels]
     if cap_bytes is not None:
-        cap = pd.DataFrame({"memory_gb": [cap_bytes / 1e9], "label": ["memory cap"]})
-        rule = alt.Chart(cap).mark_rule(strokeDash=[4, 4], color="#e45756").encode(
-            x="memory_gb:Q", tooltip=["label"])
+        cap = pd.DataFrame({"memory_v": [cap_bytes / memory_size],
+                            "label": [f"memory cap {format_bytes(cap_bytes)}"]})
+        rule = alt.Chart(cap).mark_rule(strokeDash=[4, 4],
+                                        color=FIT_COLORS["does not fit"]).encode(
+            x="memory_v:Q", tooltip=["label"])
         layers.append(rule)
     return alt.layer(*layers).properties(title=title, width=420, height=260)
 

@@ -3,7 +3,8 @@
 Every chart function takes the frame of `parex.record.records_frame` (one row per Measurement or
 Prediction, `source` in {"measured", "predicted"}) and returns an altair chart. The `*_long` helpers
 reshape that frame into the long form a chart draws, so tests and notebooks can read the numbers
-behind a picture. `save` writes PNG or SVG offline through vl-convert.
+behind a picture. Units, colours and labels follow parex.charts.style everywhere. `save` writes
+PNG or SVG offline through vl-convert.
 """
 
 from __future__ import annotations
@@ -15,52 +16,31 @@ import numpy as np
 import pandas as pd
 
 from ..record import KINDS
+from .parts import (SOURCES, facet, labelled, latest, memory_chart, memory_long,
+                    step_time_chart, step_time_long)
+from .style import (COMM_COLOR, NEUTRAL, TIME_COLORS, bytes_unit, color, format_bytes,
+                    format_seconds, label, seconds_unit)
 
-SOURCES = ("measured", "predicted")
-SOURCE_SCALE = alt.Scale(domain=list(SOURCES), range=["#4c78a8", "#f58518"])
-
-# Stacked memory parts. Measured: what XLA's memory analysis reports, with donated outputs
-# (alias) reusing argument buffers, so argument + (output − alias) + temp = total.
-MEASURED_MEMORY = ("argument", "output − alias", "temp")
-PREDICTED_MEMORY = ("params", "grads", "optimizer", "activations", "temp")
-STEP_PARTS = ("compute", "exposed_comm", "bubble")
-# Fixed colours, so a part looks the same in every chart: measured in blues, predicted in warm
-# tones, temp (both sides) grey.
-MEMORY_COLORS = {"argument": "#4c78a8", "output − alias": "#9ecae9", "params": "#f58518",
-                 "grads": "#e45756", "optimizer": "#eeca3b", "activations": "#b279a2",
-                 "temp": "#bab0ac"}
-STEP_COLORS = {"measured median": "#4c78a8", "compute": "#f58518", "exposed_comm": "#e45756",
-               "bubble": "#bab0ac"}
-
-
-def _color(field: str, colors: dict, title: str, present) -> alt.Color:
-    """A colour per value of `field`, fixed by `colors`; the legend lists the values present."""
-    domain = [k for k in colors if k in set(present)]
-    return alt.Color(f"{field}:N", title=title, sort=domain,
-                     scale=alt.Scale(domain=domain, range=[colors[k] for k in domain]))
-
-# Metrics a measured-vs-predicted scatter can compare: column -> axis title.
+# Metrics a measured-vs-predicted scatter can compare: column -> (axis title, kind of unit).
 METRICS = {
-    "step_time_s": "step time (s)",
-    "memory_total_bytes": "memory per device (bytes)",
-    "memory_argument_bytes": "argument memory per device (bytes)",
-    "flops_per_device": "FLOPs per device per step",
-    "comm_total_bytes": "collective bytes per device per step",
+    "step_time_s": ("step time", "seconds"),
+    "memory_total_bytes": ("memory per device", "bytes"),
+    "memory_argument_bytes": ("argument memory per device", "bytes"),
+    "flops_per_device": ("FLOPs per device per step", "count"),
+    "comm_total_bytes": ("collective bytes per device per step", "bytes"),
 }
 
 
-# --- reshaping -------------------------------------------------------------------------------
-def _labelled(df: pd.DataFrame) -> pd.DataFrame:
-    """Add `label`, the facet title: the layout, prefixed by the model when there are several."""
-    out = df.copy()
-    several = "model" in out and out["model"].nunique() > 1
-    out["label"] = (out["model"] + " " + out["layout"]) if several else out["layout"]
-    return out
+def _unit(kind: str, magnitude: float) -> tuple[str, float]:
+    if kind == "bytes":
+        return bytes_unit(magnitude)
+    if kind == "seconds":
+        return seconds_unit(magnitude)
+    return "", 1.0
 
 
-def _latest(df: pd.DataFrame) -> pd.DataFrame:
-    """The last row per (label, source): a layout measured twice is drawn once, not stacked."""
-    return _labelled(df).drop_duplicates(["label", "source"], keep="last")
+def _formatter(kind: str):
+    return {"bytes": format_bytes, "seconds": format_seconds}.get(kind, lambda v: f"{v:.4g}")
 
 
 def _value(row: pd.Series, column: str) -> float:
@@ -68,51 +48,19 @@ def _value(row: pd.Series, column: str) -> float:
     return float(value) if pd.notna(value) else np.nan
 
 
-def memory_long(df: pd.DataFrame) -> pd.DataFrame:
-    """(label, source, part, bytes): each side's breakdown, plus a `total` part per row."""
-    rows = []
-    for _, r in _latest(df).iterrows():
-        if r["source"] == "measured":
-            parts = {"argument": _value(r, "memory_argument_bytes"),
-                     "output − alias": _value(r, "memory_output_bytes")
-                     - _value(r, "memory_alias_bytes"),
-                     "temp": _value(r, "memory_temp_bytes")}
-        else:
-            parts = {p: _value(r, f"memory_{p}_bytes") for p in PREDICTED_MEMORY}
-        parts["total"] = _value(r, "memory_total_bytes")
-        rows += [{"label": r["label"], "source": r["source"], "part": part, "bytes": value}
-                 for part, value in parts.items() if pd.notna(value)]
-    return pd.DataFrame(rows, columns=["label", "source", "part", "bytes"])
-
-
-def step_time_long(df: pd.DataFrame) -> pd.DataFrame:
-    """(label, source, part, ms, lo_ms, hi_ms): the measured median with its min–max, and the
-    predicted compute, exposed communication and bubble (milliseconds)."""
-    rows = []
-    for _, r in _latest(df).iterrows():
-        base = {"label": r["label"], "source": r["source"]}
-        if r["source"] == "measured":
-            rows.append(base | {"part": "measured median", "ms": 1e3 * _value(r, "step_time_s"),
-                                "lo_ms": 1e3 * _value(r, "step_time_min_s"),
-                                "hi_ms": 1e3 * _value(r, "step_time_max_s")})
-            continue
-        parts = {p: _value(r, f"step_{p}_s") for p in STEP_PARTS}
-        if all(pd.isna(v) for v in parts.values()):  # only a total was predicted
-            parts = {"compute": _value(r, "step_time_s")}
-        rows += [base | {"part": p, "ms": 1e3 * v, "lo_ms": np.nan, "hi_ms": np.nan}
-                 for p, v in parts.items() if pd.notna(v)]
-    return pd.DataFrame(rows, columns=["label", "source", "part", "ms", "lo_ms", "hi_ms"])
-
-
+# --- reshaping -------------------------------------------------------------------------------
 def collectives_long(df: pd.DataFrame) -> pd.DataFrame:
-    """(label, source, kind, bytes) for every collective kind that moves bytes somewhere."""
+    """(label, source, kind, bytes, formula) for every collective kind that moves bytes."""
     rows = []
-    for _, r in _latest(df).iterrows():
+    for _, r in latest(df).iterrows():
         for kind in KINDS:
             value = _value(r, f"comm_{kind.replace('-', '_')}_bytes")
+            note = r.get(f"formula_{kind}")
             rows.append({"label": r["label"], "source": r["source"], "kind": kind,
-                         "bytes": 0.0 if pd.isna(value) else value})
-    out = pd.DataFrame(rows, columns=["label", "source", "kind", "bytes"])
+                         "bytes": 0.0 if pd.isna(value) else value,
+                         "formula": note if isinstance(note, str) else
+                         ("from the compiled HLO" if r["source"] == "measured" else "")})
+    out = pd.DataFrame(rows, columns=["label", "source", "kind", "bytes", "formula"])
     used = out.groupby("kind")["bytes"].transform("sum") > 0
     return out[used].reset_index(drop=True)
 
@@ -126,109 +74,104 @@ def _with_comm_total(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def pairs(df: pd.DataFrame, metric: str = "step_time_s") -> pd.DataFrame:
-    """(label, measured, predicted, error): the last measurement and prediction of each layout
-    side by side; error = (predicted − measured) / measured."""
+    """(label, measured, predicted, error, ratio, lo, hi): the last measurement and prediction
+    of each layout side by side; error = (predicted − measured) / measured, ratio = predicted /
+    measured, lo and hi the measured spread (step time: the fastest and slowest step)."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
-    data = _latest(_with_comm_total(df))
+    data = latest(_with_comm_total(df))
+    columns = ["label", "measured", "predicted", "error", "ratio", "lo", "hi"]
     if metric not in data:
-        return pd.DataFrame(columns=["label", "measured", "predicted", "error"])
+        return pd.DataFrame(columns=columns)
     wide = data.pivot(index="label", columns="source", values=metric)
     for source in SOURCES:
         if source not in wide:
             wide[source] = np.nan
     wide = wide.dropna(subset=list(SOURCES)).reset_index()[["label", *SOURCES]]
     wide["error"] = (wide["predicted"] - wide["measured"]) / wide["measured"]
-    return wide
+    wide["ratio"] = wide["predicted"] / wide["measured"]
+    measured = data[data["source"] == "measured"].set_index("label")
+    for end, column in (("lo", "step_time_min_s"), ("hi", "step_time_max_s")):
+        spread = measured[column] if metric == "step_time_s" and column in measured else None
+        wide[end] = wide["label"].map(spread) if spread is not None else wide["measured"]
+    return wide[columns]
 
 
 # --- charts ----------------------------------------------------------------------------------
-def _source_x() -> alt.X:
-    return alt.X("source:N", sort=list(SOURCES), title=None, axis=alt.Axis(labelAngle=-30))
-
-
-def _facet(layered: alt.LayerChart, title: str, width: int = 110) -> alt.FacetChart:
-    column = alt.Column("label:N", title=None, sort=None)
-    return layered.properties(width=width).facet(column=column, title=title)
-
-
-def memory_chart(df: pd.DataFrame, title: str = "memory per device") -> alt.FacetChart:
-    """Per layout: the measured breakdown beside the predicted one, a black tick at each total."""
-    long = memory_long(df)
-    y = alt.Y("sum(bytes):Q", title="bytes per device", axis=alt.Axis(format="~s"))
-    bars = alt.Chart().mark_bar().encode(
-        x=_source_x(), y=y, color=_color("part", MEMORY_COLORS, "memory part", long["part"]),
-        tooltip=["label:N", "source:N", "part:N", alt.Tooltip("bytes:Q", format=",.0f")],
-    ).transform_filter(alt.datum.part != "total")
-    ticks = alt.Chart().mark_tick(color="black", thickness=2, size=30).encode(
-        x=_source_x(), y=alt.Y("bytes:Q"),
-        tooltip=["label:N", "source:N", alt.Tooltip("bytes:Q", title="total", format=",.0f")],
-    ).transform_filter(alt.datum.part == "total")
-    return _facet(alt.layer(bars, ticks, data=long), title)
-
-
-def step_time_chart(df: pd.DataFrame, title: str = "step time") -> alt.FacetChart:
-    """Per layout: the measured median with a min–max rule beside the predicted compute,
-    exposed communication and bubble, stacked."""
-    long = step_time_long(df)
-    bars = alt.Chart().mark_bar().encode(
-        x=_source_x(), y=alt.Y("sum(ms):Q", title="step time (ms)"),
-        color=_color("part", STEP_COLORS, "step time part", long["part"]),
-        tooltip=["label:N", "source:N", "part:N", alt.Tooltip("ms:Q", format=".3g")])
-    spread = alt.Chart().mark_rule(color="black").encode(
-        x=_source_x(), y="lo_ms:Q", y2="hi_ms:Q",
-        tooltip=[alt.Tooltip("lo_ms:Q", title="min ms", format=".3g"),
-                 alt.Tooltip("hi_ms:Q", title="max ms", format=".3g")],
-    ).transform_filter("isValid(datum.lo_ms)")
-    return _facet(alt.layer(bars, spread, data=long), title)
-
-
 def collectives_chart(df: pd.DataFrame, title: str = "collective bytes per device per step"):
-    """Per layout and collective kind: measured bytes beside predicted bytes."""
+    """Per layout and collective kind: measured bytes (solid) beside predicted (lighter)."""
     long = collectives_long(df)
-    bars = alt.Chart().mark_bar().encode(
+    unit, size = bytes_unit(float(long["bytes"].max()) if len(long) else 0.0)
+    long["value"] = long["bytes"] / size
+    long["amount"] = long["bytes"].map(format_bytes)
+    sides = [s for s in SOURCES if s in set(long["source"])]
+    bars = alt.Chart().mark_bar(color=COMM_COLOR).encode(
         x=alt.X("kind:N", title=None, sort=list(KINDS), axis=alt.Axis(labelAngle=-30)),
         xOffset=alt.XOffset("source:N", sort=list(SOURCES)),
-        y=alt.Y("bytes:Q", title="bytes per device", axis=alt.Axis(format="~s")),
-        color=alt.Color("source:N", scale=SOURCE_SCALE),
-        tooltip=["label:N", "source:N", "kind:N", alt.Tooltip("bytes:Q", format=",.0f")])
-    return _facet(alt.layer(bars, data=long), title, width=60 * max(1, long["kind"].nunique()))
+        y=alt.Y("value:Q", title=f"bytes per device ({unit})"),
+        opacity=alt.Opacity("source:N", title="side", scale=alt.Scale(
+                            domain=sides, range=[{"measured": 1.0, "predicted": 0.45}[s]
+                                                 for s in sides]),
+                            legend=alt.Legend(orient="bottom", symbolType="square")),
+        tooltip=["label:N", "source:N", "kind:N", "amount:N",
+                 alt.Tooltip("formula:N", title="how")])
+    return facet(alt.layer(bars, data=long), title,
+                 width=max(110, 60 * long["kind"].nunique()))
 
 
-def overview_chart(df: pd.DataFrame) -> alt.VConcatChart:
-    """Memory and step time side by side, collective bytes below: the Explorer's live view."""
-    top = alt.hconcat(memory_chart(df), step_time_chart(df)).resolve_scale(color="independent")
-    return alt.vconcat(top, collectives_chart(df)).resolve_scale(color="independent")
+def overview_chart(df: pd.DataFrame, capacity: float | None = None,
+                   capacity_name: str = "HBM") -> alt.VConcatChart:
+    """Memory (with the device's capacity), step time and collective bytes side by side: the
+    Explorer's live view. With several layouts the collectives go below."""
+    panels = [memory_chart(df, capacity=capacity, capacity_name=capacity_name),
+              step_time_chart(df)]
+    comm = None if collectives_long(df).empty else collectives_chart(df)
+    if comm is not None and latest(df)["label"].nunique() == 1:
+        return alt.hconcat(*panels, comm).resolve_scale(color="independent",
+                                                        opacity="independent")
+    top = alt.hconcat(*panels).resolve_scale(color="independent")
+    if comm is None:
+        return alt.vconcat(top)
+    return alt.vconcat(top, comm).resolve_scale(color="independent")
 
 
 def scatter_chart(df: pd.DataFrame, metric: str = "step_time_s", log: bool | None = None,
                   title: str | None = None) -> alt.LayerChart:
-    """Measured against predicted over every layout tried, with the line y = x and each point
-    labelled with its error (predicted − measured) / measured."""
+    """Measured against predicted over every layout tried, with the line y = x, the measured
+    spread as an error bar, and each point labelled with predicted / measured."""
     data = pairs(df, metric)
-    values = data[["measured", "predicted"]].to_numpy(float).ravel()
+    name, kind = METRICS[metric]
+    values = data[["measured", "predicted", "lo", "hi"]].to_numpy(float).ravel()
     values = values[np.isfinite(values) & (values > 0)]
     lo, hi = (values.min(), values.max()) if len(values) else (1.0, 10.0)
+    unit, size = _unit(kind, hi)
+    for column in ("measured", "predicted", "lo", "hi"):
+        data[f"{column}_v"] = data[column] / size
+    fmt = _formatter(kind)
+    data["measured_text"] = data["measured"].map(fmt)
+    data["predicted_text"] = data["predicted"].map(fmt)
+    data["ratio_text"] = data["ratio"].map(lambda r: f"{r:.2f}×")
+    lo, hi = lo / size, hi / size
     if log is None:
         log = hi / lo > 100
     scale = alt.Scale(type="log" if log else "linear", zero=False, nice=False,
                       domain=[lo / 1.5, hi * 1.5] if log else [0, hi * 1.1])
-    axis_title = METRICS[metric]
-    diagonal = pd.DataFrame({"predicted": [scale.domain[0], scale.domain[1]]})
-    diagonal["measured"] = diagonal["predicted"]
+    suffix = f" ({unit})" if unit else ""
+    diagonal = pd.DataFrame({"predicted_v": [scale.domain[0], scale.domain[1]]})
+    diagonal["measured_v"] = diagonal["predicted_v"]
     line = alt.Chart(diagonal).mark_line(color="gray", strokeDash=[4, 4], clip=True).encode(
-        x=alt.X("predicted:Q", scale=scale), y=alt.Y("measured:Q", scale=scale))
+        x=alt.X("predicted_v:Q", scale=scale), y=alt.Y("measured_v:Q", scale=scale))
     base = alt.Chart(data).encode(
-        x=alt.X("predicted:Q", scale=scale, title=f"predicted {axis_title}"),
-        y=alt.Y("measured:Q", scale=scale, title=f"measured {axis_title}"))
-    points = base.mark_circle(size=80).encode(
-        color=alt.Color("label:N", title="layout"),
-        tooltip=["label:N", alt.Tooltip("measured:Q", format=".4g"),
-                 alt.Tooltip("predicted:Q", format=".4g"), alt.Tooltip("error:Q", format="+.1%")])
-    labels = base.mark_text(align="left", dx=7, dy=-7).encode(
-        text=alt.Text("error:Q", format="+.0%"))
-    return alt.layer(line, points, labels).properties(
-        title=title or f"measured vs predicted: {axis_title}", width=320, height=320)
+        x=alt.X("predicted_v:Q", scale=scale, title=f"predicted {name}{suffix}"),
+        y=alt.Y("measured_v:Q", scale=scale, title=f"measured {name}{suffix}"))
+    tooltip = ["label:N", alt.Tooltip("measured_text:N", title="measured"),
+               alt.Tooltip("predicted_text:N", title="predicted"),
+               alt.Tooltip("ratio_text:N", title="predicted / measured")]
+    bars = base.mark_rule(color=NEUTRAL).encode(y="lo_v:Q", y2="hi_v:Q")
+    points = base.mark_circle(size=70, color="black", opacity=1).encode(tooltip=tooltip)
+    labels = base.mark_text(align="left", dx=7, dy=-7, fontSize=10).encode(text="ratio_text:N")
+    return alt.layer(line, bars, points, labels).properties(
+        title=title or f"measured vs predicted {name}", width=300, height=300)
 
 
 def regime(df: pd.DataFrame) -> pd.Series:
@@ -237,30 +180,33 @@ def regime(df: pd.DataFrame) -> pd.Series:
     parts = {"compute": "compute-bound", "exposed_comm": "communication-bound",
              "bubble": "bubble-bound"}
     times = df[[f"step_{p}_s" for p in parts]].fillna(0.0).to_numpy(float)
-    label = np.array(list(parts.values()))[times.argmax(axis=1)]
+    names = np.array(list(parts.values()))[times.argmax(axis=1)]
     fits = df["fits"].fillna(True).astype(bool).to_numpy() if "fits" in df else True
-    return pd.Series(np.where(fits, label, "memory-bound (does not fit)"), index=df.index)
+    return pd.Series(np.where(fits, names, "memory-bound (does not fit)"), index=df.index)
 
 
 def whatif_chart(df: pd.DataFrame, title: str = "predicted step time and what bounds it"):
     """One bar per predicted row (label: model, layout and hardware): compute, exposed
     communication and bubble stacked, annotated with the regime and the MFU."""
-    data = _labelled(df[df["source"] == "predicted"])
+    data = labelled(df[df["source"] == "predicted"])
     data["label"] = data["label"] + " · " + data["hardware"]
     data["regime"] = regime(data)
-    data["note"] = data["regime"] + " · MFU " + (100 * data["mfu"]).round(0).astype(int).astype(
-        str) + "%"
-    long = data.melt(id_vars=["label", "regime", "note", "step_time_s"],
-                     value_vars=[f"step_{p}_s" for p in STEP_PARTS], var_name="part",
-                     value_name="seconds")
-    long["part"] = long["part"].str.removeprefix("step_").str.removesuffix("_s")
-    y = alt.Y("label:N", sort=None, title=None)
+    unit, size = seconds_unit(float(data["step_time_s"].max()))
+    data["total"] = data["step_time_s"] / size
+    data["note"] = (data["regime"] + " · MFU " + (100 * data["mfu"]).round(0).astype(int)
+                    .astype(str) + "%")
+    long = data.melt(id_vars=["label", "regime", "note", "total"],
+                     value_vars=[f"step_{p}_s" for p in ("compute", "exposed_comm", "bubble")],
+                     var_name="part", value_name="seconds")
+    long["part"] = long["part"].str.removeprefix("step_").str.removesuffix("_s").map(label)
+    long = long[long["seconds"] > 0]
+    long["value"], long["amount"] = long["seconds"] / size, long["seconds"].map(format_seconds)
+    y = alt.Y("label:N", sort=None, title=None, axis=alt.Axis(labelLimit=420))
     bars = alt.Chart(long).mark_bar().encode(
-        x=alt.X("sum(seconds):Q", title="predicted step time (s)"), y=y,
-        color=_color("part", STEP_COLORS, "step time part", long["part"]),
-        tooltip=["label:N", "part:N", alt.Tooltip("seconds:Q", format=".3g"), "regime:N"])
-    notes = alt.Chart(data).mark_text(align="left", dx=4).encode(
-        x="step_time_s:Q", y=y, text="note:N")
+        x=alt.X("sum(value):Q", title=f"predicted step time ({unit})"), y=y,
+        color=color("part", TIME_COLORS, long["part"], title="step time"),
+        tooltip=["label:N", "part:N", "amount:N", "regime:N"])
+    notes = alt.Chart(data).mark_text(align="left", dx=4).encode(x="total:Q", y=y, text="note:N")
     return (bars + notes).properties(title=title, width=420)
 
 
@@ -272,19 +218,22 @@ def scaling_chart(df: pd.DataFrame, y: str = "memory_argument_bytes", x: str = "
         if column not in df:
             raise ValueError(f"the frame has no column {column!r}; add it (df.assign) or pick one "
                              f"of {', '.join(df.columns)}")
-    data = df[list(dict.fromkeys([x, y, by, "source", "layout"]))].dropna(subset=[y])
+    data = df[list(dict.fromkeys([x, y, by, "source", "layout"]))].dropna(subset=[y]).copy()
+    kind = "bytes" if y.endswith("_bytes") else "seconds" if y.endswith("_s") else "count"
+    unit, size = _unit(kind, float(data[y].max()))
+    data["value"], data["amount"] = data[y] / size, data[y].map(_formatter(kind))
+    words = METRICS.get(y, (label(y.removesuffix("_bytes").removesuffix("_s")),))[0]
     return alt.Chart(data).mark_line(point=True).encode(
-        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=x.replace("_", " "),
+        x=alt.X(f"{x}:Q", scale=alt.Scale(type="log", base=2), title=label(x),
                 axis=alt.Axis(values=sorted(data[x].unique().tolist()))),
-        y=alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s"),
-                title=y.replace("_", " ")),
-        color=alt.Color(f"{by}:N", sort=None),
+        y=alt.Y("value:Q", scale=alt.Scale(type="log"),
+                title=f"{words} ({unit})" if unit else words),
+        color=alt.Color(f"{by}:N", sort=None, title=label(by)),
         strokeDash=alt.StrokeDash("source:N", sort=list(SOURCES),
                                   legend=alt.Legend(symbolType="stroke")),
         detail="source:N",
-        tooltip=["layout:N", "source:N", f"{x}:Q", alt.Tooltip(f"{y}:Q", format=",.4~g")],
-    ).properties(title=title or f"{y.replace('_', ' ')} against {x.replace('_', ' ')}",
-                 width=360, height=260)
+        tooltip=["layout:N", "source:N", f"{x}:Q", alt.Tooltip("amount:N", title=words)],
+    ).properties(title=title or f"{words} against {label(x)}", width=360, height=260)
 
 
 def enable_offline() -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from .style import bytes_unit, format_bytes
+
 MODE_ORDER = ["single", "tp", "tp+sp", "ring", "ulysses"]
-PANELS = {  # column -> y-axis title
-    "memory_temp_bytes": "activation (temp) memory per device (bytes)",
-    "memory_total_bytes": "total memory per device (bytes)",
+PANELS = {  # column -> y-axis title (its unit, from the largest value, is appended)
+    "memory_temp_bytes": "activation (temp) memory per device",
+    "memory_total_bytes": "total memory per device",
     "comm_total_bytes": "collective bytes per device per step",
     "comm_wire_bytes": "bytes sent per device per step (ring algorithms)",
 }
@@ -29,13 +31,15 @@ def sequence_long(df: pd.DataFrame, columns=tuple(PANELS)) -> pd.DataFrame:
 
 def _panel(data: pd.DataFrame, column: str, width: int, height: int) -> alt.Chart:
     modes = [m for m in MODE_ORDER if m in set(data["mode"])]
-    return alt.Chart(data[data["metric"] == column]).mark_line(point=True).encode(
+    panel = data[data["metric"] == column].copy()
+    unit, size = bytes_unit(float(panel["bytes"].max()) if len(panel) else 0.0)
+    panel["value"], panel["amount"] = panel["bytes"] / size, panel["bytes"].map(format_bytes)
+    return alt.Chart(panel).mark_line(point=True).encode(
         x=alt.X("seq_len:Q", title="sequence length T", scale=alt.Scale(type="log", base=2),
                 axis=alt.Axis(values=sorted(set(data["seq_len"])))),
-        y=alt.Y("bytes:Q", title=PANELS[column], scale=alt.Scale(type="log"),
-                axis=alt.Axis(format="~s")),
+        y=alt.Y("value:Q", title=f"{PANELS[column]} ({unit})", scale=alt.Scale(type="log")),
         color=alt.Color("mode:N", sort=modes, title="split"),
-        tooltip=["mode", "layout", "seq_len", alt.Tooltip("bytes:Q", format=".3s")],
+        tooltip=["mode", "layout", "seq_len", alt.Tooltip("amount:N", title="bytes")],
     ).properties(width=width, height=height)
 
 

@@ -8,8 +8,8 @@ The space, built by cross joins of small option tables (never a Python loop over
                   shard state over the data axis too)
     sp            on/off where tensor > 1
     cp            ring or ulysses where seq > 1
-    pipeline      where stage > 1: gpipe, 1f1b, zbh1, bfs (v = 1), and interleaved / bfs with
-                  v = 2..MAX_VIRTUAL chunks per device; where L layers do not split into p·v
+    pipeline      where stage > 1: gpipe, 1f1b, zbh1, bfs (v = 1), zbv (v = 2), interleaved /
+                  bfs with v = 2..MAX_VIRTUAL chunks per device; where L layers do not split into p·v
                   equal chunks, an uneven partition spreads them as evenly as it can
     microbatches  m such that b = B / (data·fsdp·m) is a whole number of sequences; a pipeline
                   runs at most MAX_CHUNKS_PER_STAGE·p microbatch-chunks (m·v), where the
@@ -17,8 +17,9 @@ The space, built by cross joins of small option tables (never a Python loop over
                   schedule tables only cost the predictor time to place and time
 Remat is not a layout column: the planner predicts the same columns once per policy.
 
-Which combinations can run beyond that is the predictor's call (`predict.divisible`, the rules
-behind `predict_batch`'s `valid` column); this module only spans the space. `Candidates.layout(i)` builds the Layout of one row.
+Which combinations are real programs is parex.validation's call (`valid_columns`, the rules
+behind `predict_batch`'s `valid` column); this module only spans the space.
+`Candidates.layout(i)` builds the Layout of one row.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..layout import CP_MODES, Axis, Layout
-from ..parallel.schedules import LOOPING, SCHEDULES
+from ..parallel.schedules import LOOPING, SCHEDULES, VEE
 
 MAX_VIRTUAL = 8  # chunks per device the enumeration tries (Megatron's runs use 2-5)
 MAX_CHUNKS_PER_STAGE = 32  # m·v <= 32·p (Megatron's Table 1 layouts run 6p-24p)
@@ -78,10 +79,12 @@ def axis_columns(model: ModelConfig, seq_len: int, n_devices: int) -> dict:
 
 
 def pipeline_options() -> dict:
-    """(schedule, virtual_stages) pairs; interleaved and bfs also loop over v chunks."""
+    """(schedule, virtual_stages) pairs; interleaved and bfs also loop over v chunks, ZB-V has
+    two."""
     code = {name: i for i, name in enumerate(SCHEDULES)}
-    pairs = [(code[name], 1) for name in SCHEDULES if name != "interleaved"]
+    pairs = [(code[name], 1) for name in SCHEDULES if name not in ("interleaved",) + VEE]
     pairs += [(code[name], v) for name in LOOPING for v in range(2, MAX_VIRTUAL + 1)]
+    pairs += [(code[name], 2) for name in VEE]
     schedule, virtual = np.array(pairs).T
     return {"schedule": schedule, "virtual_stages": virtual}
 

@@ -20,8 +20,8 @@ import numpy as np
 from ..config import REMAT_POLICIES, ModelConfig, TrainConfig
 from ..hardware import Cluster
 from ..layout import Layout, LayoutError
-from ..predict import Grid, divisible, predict_batch
-from ..validation import check_layout
+from ..predict import Grid, predict_batch
+from ..validation import check_valid, valid_columns
 from . import rank
 from .candidates import COLUMNS, DATA, FSDP, Candidates, layout_at
 from .names import cluster_of
@@ -110,7 +110,7 @@ def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, 
     """(columns of every valid (layout, remat) row, how many layouts were enumerated)."""
     T, train = train.seq_len or model.seq_len, train.replace(microbatch=None)
     cands = Candidates.enumerate(model, train.global_batch, T, cluster.n_devices)
-    valid = divisible(model, Grid.from_columns(train, model, **cands.grid_columns()))
+    valid = valid_columns(model, train, Grid.from_columns(train, model, **cands.grid_columns()))
     cands = cands.take(valid)  # the predictor's own validity rules: no time spent on the rest
     parts = []
     for remat in remats if len(cands) else ():
@@ -129,13 +129,14 @@ def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, 
     return {k: np.concatenate([p[k] for p in parts]) for k in names}, len(valid)
 
 
-def validated(result: Plan, order: np.ndarray, k: int) -> tuple[list[int], int]:
-    """The first k rows of `order` that parex.validation accepts, and how many it rejected."""
+def validated(result: Plan, order: np.ndarray, k: int, check=check_valid) -> tuple[list[int], int]:
+    """The first k rows of `order` that `check` accepts (parex.validation's check_valid: a real
+    program; check_layout: one parex also runs here), and how many it rejected."""
     chosen, rejected = [], 0
     n = result.cluster.n_devices
     for i in order[:MAX_WALK]:
         try:
-            check_layout(result.layout(i), result.model, result.train_of(i), n)
+            check(result.layout(i), result.model, result.train_of(i), n)
         except LayoutError:
             rejected += 1
             continue

@@ -26,9 +26,9 @@ import numpy as np
 from ..config import ModelConfig, TrainConfig
 from ..hardware import Chip, Cluster, load_cluster
 from ..hlo import KINDS
-from ..layout import CP_MODES, Layout, LayoutError
+from ..layout import Layout, LayoutError
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
-from ..validation import check_layout
+from ..validation import check_valid, executable_columns, executable_reason, valid_columns
 from . import comm, flops, memory, time
 from .comm import CONVENTIONS, Convention
 from .memory import RECIPES, Recipe
@@ -116,23 +116,25 @@ def _defaults(hardware, convention, recipe, n_devices, model: ModelConfig, dtype
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
             convention: str | Convention | None = None, recipe: str | Recipe | None = None,
             dtype: str | None = None, wan=None) -> Prediction:
-    """Predicted step time, memory, FLOPs and communication of one layout. An impossible layout
-    raises LayoutError (the same checks as before compiling); one that does not fit in memory is
-    predicted and flagged (`fits`, `over_capacity_bytes`). `convention`, `recipe` and `dtype`
-    (the compute dtype) default by profile: on an accelerator "gpu", "mixed" and bfloat16; on
-    the calibrated `cpu-local` "xla-cpu", "parex" and the model's own dtype. A DiLoCo layout
-    (replica, inner_steps) is one replica's inner step plus the outer exchange over `wan` (a
-    hardware.Link, default 1 Gb/s): parex.predict.lowcomm."""
+    """Predicted step time, memory, FLOPs and communication of one layout. A layout that is not
+    a real program raises LayoutError (parex.validation's rules); a valid one that parex's
+    executor cannot run yet is predicted with `executable=False` and the reason; one that does
+    not fit in memory is predicted and flagged (`fits`, `over_capacity_bytes`). `convention`,
+    `recipe` and `dtype` (the compute dtype) default by profile: on an accelerator "gpu",
+    "mixed" and bfloat16; on the calibrated `cpu-local` "xla-cpu", "parex" and the model's own
+    dtype. A DiLoCo layout (replica, inner_steps) is one replica's inner step plus the outer
+    exchange over `wan` (a hardware.Link, default 1 Gb/s): parex.predict.lowcomm."""
     raw_model = model
     cluster, conv, rec, model = _defaults(hardware, convention, recipe, layout.n_devices, model,
                                           dtype)
     _check_fits_cluster(layout, cluster)
-    check_layout(layout, model, train, layout.n_devices)
+    check_valid(layout, model, train, layout.n_devices)
     if layout.diloco:
         from .lowcomm import predict_diloco
 
         return predict_diloco(raw_model, train, layout, cluster, wan=wan,
                               convention=convention, recipe=recipe, dtype=dtype)
+    reason = executable_reason(layout, model, train)
     grid = Grid.from_layouts([layout], train, model)
     cols, terms = columns(model, train, grid, cluster, conv, rec)
     value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
@@ -155,7 +157,8 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
         tokens_per_step=grid.B * grid.T, mfu=value["mfu"], hfu=value["hfu"],
         fits=bool(value["fits"]), over_capacity_bytes=value["over_capacity_bytes"],
         collectives=collectives, convention=conv.name,
-        hardware_flops_per_device=value["hardware_flops_per_device"])
+        hardware_flops_per_device=value["hardware_flops_per_device"],
+        executable=reason is None, executable_reason=reason or "")
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
@@ -163,43 +166,33 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
                   recipe: str | Recipe | None = None, dtype: str | None = None
                   ) -> dict[str, np.ndarray]:
     """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid.
-    `valid` is a vectorised subset of parex.validation's checks (the divisibility ones) and the
-    numbers of invalid rows are NaN; `fits` flags the rows that do not fit in memory. Defaults
-    as predict()'s."""
+    `valid` is parex.validation's verdict (the same rules as predict(), as columns) and the
+    numbers of invalid rows are NaN; `executable` marks the valid rows parex's executor runs
+    today; `fits` flags the rows that fit in memory. A model or train config that no layout
+    can run raises LayoutError, as predict() does. Defaults as predict()'s."""
     if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
         raise ValueError("predict_batch has no replica columns: predict DiLoCo layouts "
                          "(replica, inner_steps) one at a time with parex.predict.predict")
     grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
-    valid = divisible(model, grid)
-    safe = grid if valid.all() else _masked(grid, valid)
     cluster, conv, rec, model = _defaults(hardware, convention, recipe,
                                           int(grid.n_devices.max()), model, dtype)
+    valid = valid_columns(model, train, grid)
+    executable = valid & executable_columns(model, train, grid)
+    if valid.all():
+        safe = grid
+    elif valid.any():
+        safe = _masked(grid, valid)
+    else:  # nothing to predict: the shapes of the columns from one valid layout
+        check_valid(Layout(), model, train.replace(microbatch=None))
+        safe = Grid.from_layouts([Layout()] * len(grid), train.replace(microbatch=None), model)
     cols, _ = columns(model, train, safe, cluster, conv, rec)
     cols["step_time_s"] = cols.pop("step_total_s")
     for key, value in cols.items():
         if value.dtype.kind == "f":
             cols[key] = np.where(valid, value, np.nan)
     cols["fits"] = cols["fits"] & valid
-    cols["valid"] = valid
+    cols["valid"], cols["executable"] = valid, executable
     return cols
-
-
-def divisible(model: ModelConfig, g: Grid) -> np.ndarray:
-    """parex.validation's checks of sizes and combinations, as columns (True = may run)."""
-    from ..parallel.schedules import SCHEDULES
-
-    t, s, p, m = g.tensor, g.seq, g.stage, g.microbatches
-    ok = (g.B % (g.dp * m) == 0) & (model.layers % p == 0) & ((g.sp == 0) | (t > 1))
-    for size in (model.heads, model.kv_heads, model.ffn, model.vocab):
-        ok &= size % t == 0
-    ok &= model.hidden % g.embed_shards("opt") == 0
-    ok &= np.where(g.cp == 1, g.T % (2 * s) == 0, g.T % s == 0) & ((s == 1) | (g.cp > 0))
-    ok &= np.where(g.cp == 2, (model.heads % (s * t) == 0) & (model.kv_heads % (s * t) == 0), True)
-    interleaved = g.schedule == SCHEDULES.index("interleaved")
-    ok &= np.where(interleaved, (g.virtual_stages >= 2) & (m % p == 0), g.virtual_stages == 1)
-    ok &= np.where(p == 1, g.schedule == 0, model.layers % (p * g.virtual_stages) == 0)
-    ok &= (p == 1) | (g.cp != CP_MODES.index("ring"))  # the executor cannot run ring in stages
-    return ok
 
 
 def _masked(grid: Grid, valid: np.ndarray) -> Grid:

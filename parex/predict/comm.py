@@ -406,8 +406,8 @@ def calibrated_seconds(kind, g, S, calibration) -> np.ndarray:
     """Seconds of one collective on the emulated mesh: α + β·S measured by `parex calibrate`
     for the closest group size."""
     table = calibration.collectives.get(kind)
-    if not table:
-        return np.zeros_like(np.asarray(S, dtype=float))
+    if not table:  # never cost a collective at 0 s
+        raise ValueError(f"the calibration has no {kind} timings: run `parex calibrate`")
     groups = sorted(int(k) for k in table)
     out = np.zeros(np.broadcast(g, S).shape)
     for i, size in enumerate(groups):

@@ -19,7 +19,7 @@ HOP = 1e-3  # the probe hop (in units of t_F) that measures the makespan's growt
 _TABLES: dict[tuple, tuple] = {}  # (code, p, m, v) -> (ticks, peak in flight, buffer slots...)
 _MAKESPANS: dict[tuple, tuple[float, float]] = {}  # key + (t_B, t_W) -> (makespan, per hop)
 _LAST: dict = {"rows": {}}  # the tables built last (for makespans) and each key's row in them
-_LIMIT = 1 << 16  # entries kept before a cache starts over
+_LIMIT = 1 << 16  # entries a cache keeps; past it, it starts over
 
 
 def _distinct(grid: Grid) -> tuple[np.ndarray, list[tuple], np.ndarray, np.ndarray]:
@@ -38,8 +38,6 @@ def _build(keys: list[tuple]) -> None:
     """Place the tables of `keys` together; keep their ticks and peaks."""
     if not keys:
         return
-    if len(_TABLES) > _LIMIT:
-        _TABLES.clear()
     tables = schedule_arrays([(SCHEDULES[c], p, m, v) for c, p, m, v in keys])
     ticks, peaks = tables.n_ticks(), tables.peak_in_flight().max(1)
     slots = tables.buffer_slots()
@@ -48,12 +46,21 @@ def _build(keys: list[tuple]) -> None:
     _LAST.update(tables=tables, rows={key: i for i, key in enumerate(keys)})
 
 
+def _make_room(cache: dict, keys: list, missing: list) -> list:
+    """The keys to compute: the missing ones, or all of `keys` when the cache would grow past
+    _LIMIT and is emptied first (so every key a call needs is in the cache when it reads)."""
+    if len(cache) + len(missing) > _LIMIT:
+        cache.clear()
+        return list(keys)
+    return missing
+
+
 def _table_values(grid: Grid) -> np.ndarray:
     """(layouts, 2 + len(BUFFERS)) of _TABLES' values; zeros without a pipeline."""
     out = np.zeros((len(grid), 2 + len(BUFFERS)))
     rows, keys, inverse, _ = _distinct(grid)
     if len(rows):
-        _build([k for k in keys if k not in _TABLES])
+        _build(_make_room(_TABLES, keys, [k for k in keys if k not in _TABLES]))
         out[rows] = np.array([_TABLES[k] for k in keys], float)[inverse]
     return out
 
@@ -74,12 +81,11 @@ def buffer_columns(grid: Grid) -> dict[str, np.ndarray]:
 
 def _time(keys: list[tuple]) -> None:
     """Makespans of (key, t_B, t_W) with t_F = 1, without and with the probe hop."""
-    if len(_MAKESPANS) > _LIMIT:
-        _MAKESPANS.clear()
     if not keys:
         return
-    if any(k[:4] not in _LAST["rows"] for k in keys):
-        _build(list(dict.fromkeys(k[:4] for k in keys)))
+    tables_needed = list(dict.fromkeys(k[:4] for k in keys))
+    if any(k not in _LAST["rows"] for k in tables_needed):
+        _build(tables_needed)
     tables, rows = _LAST["tables"], _LAST["rows"]
     costs = np.zeros((len(tables), 2, 3))
     for key in keys:  # one (t_B, t_W) per table: they follow from the schedule and the remat
@@ -98,7 +104,7 @@ def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
     rows, keys, inverse, first = _distinct(grid)
     if len(rows):
         keys = [k + (float(t_b[i]), float(t_w[i])) for k, i in zip(keys, first)]
-        _time([k for k in keys if k not in _MAKESPANS])
+        _time(_make_room(_MAKESPANS, keys, [k for k in keys if k not in _MAKESPANS]))
         values = np.array([_MAKESPANS[k] for k in keys])[inverse]
         base[rows], per_hop[rows] = values[:, 0], values[:, 1]
     return base, per_hop

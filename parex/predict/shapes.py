@@ -23,6 +23,7 @@ from ..config import ModelConfig, TrainConfig
 from ..layout import CP_MODES, Layout
 from ..model import param_table
 from ..parallel.schedules import SCHEDULES
+from ..validation import partition_stats
 
 TENSOR_DIMS = ("heads", "kv_heads", "mlp", "vocab")
 GROUPS = tuple((e, t, l) for e in (0, 1) for t in (0, 1) for l in (0, 1))  # (embed, tensor, layers)
@@ -101,7 +102,10 @@ class Grid:
     cp: np.ndarray  # index into CP_MODES
     schedule: np.ndarray  # index into SCHEDULES
     microbatches: np.ndarray  # m, resolved as validation.num_microbatches does
-    stage_layers: np.ndarray  # layers held by the busiest pipeline stage
+    stage_layers: np.ndarray  # layers the busiest pipeline stage computes (all its chunks)
+    partition_n: np.ndarray  # entries of an explicit partition (0: none, layers split evenly)
+    partition_min: np.ndarray  # its smallest entry (0 without one)
+    partition_sum: np.ndarray  # the layers it covers (0 without one)
     B: int  # global batch (sequences per step)
     T: int  # tokens per sequence
     executor: bool = True  # the program parex's executor compiles (xla-cpu), not the ideal one
@@ -137,8 +141,12 @@ class Grid:
     @classmethod
     def from_columns(cls, train: TrainConfig, model: ModelConfig, **columns) -> "Grid":
         """Columns by Layout field name; missing ones take the Layout default. `cp` and
-        `schedule` may be names or codes; `stage_layers` defaults to layers / stage."""
-        n = max(len(np.atleast_1d(v)) for v in columns.values()) if columns else 1
+        `schedule` may be names or codes (an unknown name becomes -1, which validation
+        rejects). `partition` may be a column of layer tuples (or None) in Layout's chunk order;
+        without one, `stage_layers` defaults to layers / stage."""
+        sized = [len(v) if k == "partition" else len(np.atleast_1d(v))
+                 for k, v in columns.items() if v is not None]
+        n = max(sized, default=1)
         default = Layout()
         cols = {}
         for name in _INT_FIELDS + ("microbatches",):
@@ -147,15 +155,19 @@ class Grid:
         cols["sp"] = np.broadcast_to(np.asarray(columns.get("sp", 0), dtype=np.int64), (n,))
         cols["cp"] = _codes(columns.get("cp", "none"), _CP_CODE, n)
         cols["schedule"] = _codes(columns.get("schedule", "gpipe"), _SCHEDULE_CODE, n)
-        m = cols["microbatches"]
-        if train.microbatch is not None:  # validation.num_microbatches, as columns
-            implied = train.global_batch // (cols["data"] * cols["fsdp"]) // train.microbatch
-            m = np.where(m > 1, m, implied)
-        cols["microbatches"] = m
+        cols["microbatches"] = _resolved_microbatches(cols, train)
+        parts = columns.get("partition")
+        stats = np.zeros((4, n), np.int64)  # stage_layers, n, min, sum
+        if parts is not None:
+            stats = np.array([partition_stats(pt, int(p)) for pt, p in zip(parts, cols["stage"])],
+                             np.int64).reshape(n, 4).T
         lmax = columns.get("stage_layers", None)
         if lmax is None:
-            lmax = -(-model.layers // cols["stage"])
+            even = -(-model.layers // _at_least_1(cols["stage"]))
+            lmax = np.where(stats[1] > 0, stats[0], even)
         cols["stage_layers"] = np.broadcast_to(np.asarray(lmax, dtype=np.int64), (n,))
+        for i, name in enumerate(("partition_n", "partition_min", "partition_sum"), 1):
+            cols[name] = stats[i]
         return cls(B=train.global_batch, T=train.seq_len or model.seq_len, **cols)
 
     @classmethod
@@ -164,9 +176,9 @@ class Grid:
         columns = {name: [getattr(l, name) for l in layouts] for name in _INT_FIELDS}
         columns["microbatches"] = [l.microbatches for l in layouts]
         columns["sp"] = [int(l.sp) for l in layouts]
-        columns["cp"] = [_CP_CODE[l.cp] for l in layouts]
-        columns["schedule"] = [_SCHEDULE_CODE[l.schedule] for l in layouts]
-        columns["stage_layers"] = [_stage_layers(l, model) for l in layouts]
+        columns["cp"] = [_CP_CODE.get(l.cp, -1) for l in layouts]
+        columns["schedule"] = [_SCHEDULE_CODE.get(l.schedule, -1) for l in layouts]
+        columns["partition"] = [l.layers_per_stage for l in layouts]
         return cls.from_columns(train, model, **columns)
 
     def row(self, i: int) -> "Grid":
@@ -179,19 +191,23 @@ class Grid:
 def _codes(value, table: dict, n: int) -> np.ndarray:
     values = np.atleast_1d(np.asarray(value))
     if values.dtype.kind in "US":
-        values = np.array([table[v] for v in values.tolist()])
+        values = np.array([table.get(v, -1) for v in values.tolist()])
     return np.broadcast_to(values.astype(np.int64), (n,))
 
 
-def _stage_layers(layout: Layout, model: ModelConfig) -> int:
-    """Layers on the busiest stage: a partition gives them per chunk (chunk c of stage s is entry
-    c·p + s); otherwise layers split evenly."""
-    p, v = layout.stage, layout.virtual_stages
-    if layout.layers_per_stage:
-        parts = layout.layers_per_stage
-        return max(sum(parts[c * p + s] for c in range(v) if c * p + s < len(parts))
-                   for s in range(p))
-    return -(-model.layers // p)
+def _at_least_1(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 1)
+
+
+def _resolved_microbatches(cols: dict, train: TrainConfig) -> np.ndarray:
+    """validation.num_microbatches as columns: the Layout's m, or B / (dp · b) when the Layout
+    leaves it at 1 and TrainConfig.microbatch sets b."""
+    m, b = cols["microbatches"], train.microbatch
+    if b is None or b < 1:
+        return m
+    dp = cols["data"] * cols["fsdp"]
+    implied = train.global_batch // _at_least_1(dp) // b
+    return np.where((m != 1) | (dp < 1), m, implied)
 
 
 __all__ = ["GROUPS", "Grid", "ModelSizes", "model_sizes"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..parallel.schedules import SCHEDULES
+from ..parallel.schedules import SCHEDULES, SPLIT
 from .accelerator import accelerator_compute, matmul_shapes
 from .flops import elementwise_flops, passes_per_layer
 from .memory import xla_layer_elements
@@ -93,9 +93,9 @@ def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth
 
 def unit_costs(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
     """(t_B, t_W) in units of t_F: the backward is twice the forward plus any recompute, split
-    evenly between B and W when the schedule splits it (zbh1)."""
+    evenly between B and W when the schedule splits it (zbh1, zbv)."""
     backward = passes_per_layer(grid, remat) - 1
-    split = grid.schedule == SCHEDULES.index("zbh1")
+    split = np.isin(grid.schedule, [SCHEDULES.index(name) for name in SPLIT])
     return (np.round(np.where(split, 0.5 * backward, backward), 3),
             np.round(np.where(split, 0.5 * backward, 0.0), 3))
 

@@ -1,0 +1,82 @@
+"""Small widget helpers of the Explorer: controls, the page's style, suggestion buttons."""
+
+from __future__ import annotations
+
+from html import escape
+
+import ipywidgets as w
+import pandas as pd
+
+from ..charts.style import FIT_COLORS
+from ..hardware import known_hardware
+
+LOCAL = "cpu-local"
+GPU_FOR_BUBBLE = "h100-sxm"  # the profile offered to see a pipeline's bubble
+# Faded charts while the controls are invalid (they show the last valid layout); status colours.
+STYLE = f"""<style>
+.parex-stale {{ opacity: 0.3; filter: grayscale(1); transition: opacity 0.2s; }}
+.parex-bad {{ color: {FIT_COLORS['does not fit']}; }}
+.parex-note {{ color: #555555; font-size: 12px; }}
+.parex-badge {{ color: white; padding: 1px 6px; border-radius: 3px; }}
+.parex-table td, .parex-table th {{ padding: 2px 8px; text-align: left; font-size: 12px;
+  white-space: nowrap; }}
+.parex-formulas td, .parex-formulas th {{ padding: 2px 8px; text-align: left; font-size: 12px;
+  vertical-align: top; }}
+</style>"""
+
+
+def hardware_names() -> list[str]:
+    """Known profiles, the local CPU's first (it exists once `parex calibrate` has run)."""
+    names = known_hardware()
+    return sorted(names, key=lambda name: name != LOCAL) or [LOCAL]
+
+
+def dropdown(name: str, options, value, **kw) -> w.Dropdown:
+    return w.Dropdown(options=list(options), value=value, description=name,
+                      layout=w.Layout(width="210px"), style={"description_width": "90px"}, **kw)
+
+
+def int_text(name: str, value: int) -> w.BoundedIntText:
+    return w.BoundedIntText(value=value, min=1, max=1_000_000, description=name,
+                            layout=w.Layout(width="210px"), style={"description_width": "90px"})
+
+
+def chart_view():
+    """An empty chart that updates in place; SVG puts its text into the page, where a browser
+    test can read it."""
+    import altair as alt
+
+    return alt.JupyterChart(alt.Chart(pd.DataFrame()).mark_point(),
+                            embed_options={"renderer": "svg", "actions": False})
+
+
+def html_view() -> w.HTML:
+    return w.HTML(layout=w.Layout(width="100%"))
+
+
+def spec_rows(spec: dict | None) -> pd.DataFrame:
+    """All inline rows of a Vega-Lite spec (altair puts them under `datasets`)."""
+    rows = [row for values in (spec or {}).get("datasets", {}).values() for row in values]
+    return pd.DataFrame(rows)
+
+
+def suggestion_buttons(suggestions, explorer) -> list:
+    """A heading and one button per suggestion; a click sets its controls."""
+    if not suggestions:
+        return []
+    heading = ("try one of these valid layouts:" if explorer.error else
+               "does not fit. Cheapest changes that fit, by predicted step time:")
+    out = [w.HTML(f"<span class='parex-note'>{escape(heading)}</span>")]
+    for s in suggestions:
+        text = s.text + (f" → {s.note}" if s.note else "")
+        button = w.Button(description=text, tooltip=f"set {s.text}",
+                          layout=w.Layout(width="auto"), button_style="warning"
+                          if not explorer.error else "")
+        button.on_click(lambda _, changes=s.changes: explorer.set(**changes))
+        out.append(button)
+    return out
+
+
+__all__ = ["GPU_FOR_BUBBLE", "STYLE", "chart_view", "dropdown", "hardware_names", "html_view",
+           "int_text", "spec_rows",
+           "suggestion_buttons"]

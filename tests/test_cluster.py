@@ -1,0 +1,111 @@
+"""Clusters as data: the new hardware profiles, cluster files, links, the same-peak reference."""
+
+import math
+
+import pytest
+
+from parex.cluster import (cluster_from_dict, gbps_per_device, homogeneous, known_clusters,
+                           load_hetero_cluster, reference_cluster)
+from parex.config import TrainConfig, model_preset
+from parex.hardware import load_chip
+from parex.layout import Layout
+from parex.predict import predict
+
+NEW_CHIPS = ("rtx-3080ti", "rtx-3090", "rtx-4090", "l40s", "a100-pcie-80gb", "h100-pcie")
+
+
+@pytest.mark.parametrize("name", NEW_CHIPS)
+def test_new_profiles_load_with_sources_in_the_common_schema(name):
+    chip = load_chip(name)
+    assert chip.name == name and len(chip.sources) >= 3
+    assert set(chip.efficiency_sources) == {"matmul_efficiency", "network_efficiency",
+                                            "step_efficiency"}
+    assert 5e13 < chip.peak("bfloat16") < 1e15
+    assert chip.peak("float32") == chip.peak("tf32") < chip.peak("bfloat16")
+    assert 1e10 <= chip.hbm_bytes <= 8e10 and 8e11 < chip.hbm_bandwidth < 2.1e12
+    assert chip.intra_node.bandwidth > chip.inter_node.bandwidth > 0
+    assert chip.scaleup_domain == chip.devices_per_node == 8
+
+
+def test_profiles_carry_the_datasheet_numbers():
+    # dense bf16 with fp32 accumulate; memory bandwidth; memory size (GB = 1e9 bytes)
+    expected = {"rtx-3080ti": (68.2e12, 912e9, 12e9), "rtx-3090": (71e12, 936e9, 24e9),
+                "rtx-4090": (165.2e12, 1008e9, 24e9), "l40s": (362e12, 864e9, 48e9),
+                "a100-pcie-80gb": (312e12, 1935e9, 80e9), "h100-pcie": (756e12, 2000e9, 80e9)}
+    for name, (peak, bandwidth, memory) in expected.items():
+        chip = load_chip(name)
+        assert (chip.peak("bfloat16"), chip.hbm_bandwidth, chip.hbm_bytes) == (peak, bandwidth,
+                                                                                 memory)
+    # the one measured matmul efficiency among them: A100 PCIe 252.9 of 312 TFLOP/s (Bekman)
+    assert load_chip("a100-pcie-80gb").matmul_efficiency == round(252.9 / 312, 4)
+
+
+def test_cluster_files_load_and_count_devices_and_peak():
+    assert {"het-48", "hexiscale-mix", "a100-pcie-x4"} <= set(known_clusters())
+    het = load_hetero_cluster("het-48")
+    assert het.n_devices == 48 and [g.chip.name for g in het.groups] == [
+        "rtx-4090", "rtx-3090", "a100-pcie-80gb"]
+    assert math.isclose(het.peak(), 16 * (165.2e12 + 71e12 + 312e12))
+    mix = load_hetero_cluster("data/clusters/hexiscale-mix.toml")  # a path works too
+    assert mix.n_devices == 32 and len(mix.groups) == 4 and mix.inter_group_gbps == 10
+    assert load_hetero_cluster("a100-pcie-x4").groups[0].nodes == 4
+
+
+def test_per_node_speeds_become_per_device_links():
+    het = load_hetero_cluster("het-48")
+    g4090, g3090, a100 = het.groups
+    assert gbps_per_device(100, 8) == 100e9 / 8 / 8
+    assert g4090.inter_node.bandwidth == 100e9 / 8 / 8
+    assert g4090.chip_profile().inter_node == g4090.inter_node
+    assert g4090.chip_profile().intra_node == load_chip("rtx-4090").intra_node  # PCIe 4.0
+    between = het.between_groups(g4090, a100)
+    assert between.bandwidth == 10e9 / 8 / 8  # the 10 Gb/s between groups, per device
+    # without a faster inter-group link, traffic runs at the slower group's own
+    slow = cluster_from_dict({"groups": [{"chip": "rtx-4090", "inter_node_gbps": 1},
+                                         {"chip": "a100-pcie-80gb"}]})
+    assert slow.between_groups(*slow.groups).bandwidth == 1e9 / 8 / 8
+
+
+def test_a_one_group_cluster_is_the_homogeneous_predictors_cluster():
+    model, train = model_preset("llama2-7b"), TrainConfig(global_batch=32, seq_len=2048)
+    layout = Layout(data=2, tensor=4, stage=2, schedule="1f1b", microbatches=8)
+    one = homogeneous("a100-80gb", 2)
+    assert one.n_devices == 16 and one.groups[0].chip_profile() == load_chip("a100-80gb")
+    by_file = predict(model, train, layout, one.groups[0].as_cluster())
+    by_name = predict(model, train, layout, "a100-80gb")
+    assert by_file.step_time_s == by_name.step_time_s
+
+
+def test_bad_cluster_files_name_the_problem_and_the_fix():
+    with pytest.raises(ValueError, match="no \\[\\[groups\\]\\]"):
+        cluster_from_dict({"name": "empty"})
+    with pytest.raises(ValueError, match="unknown key"):
+        cluster_from_dict({"groups": [{"chip": "rtx-4090"}], "speed": 3})
+    with pytest.raises(ValueError, match="needs `chip`"):
+        cluster_from_dict({"groups": [{"nodes": 2}]})
+    with pytest.raises(ValueError, match="unknown hardware 'rtx-5090'"):
+        cluster_from_dict({"groups": [{"chip": "rtx-5090"}]})
+    with pytest.raises(ValueError, match="nodes=0"):
+        cluster_from_dict({"groups": [{"chip": "rtx-4090", "nodes": 0}]})
+    with pytest.raises(ValueError, match="inter_group_gbps"):
+        cluster_from_dict({"groups": [{"chip": "rtx-4090"}], "inter_group_gbps": -1})
+    with pytest.raises(ValueError, match="devices=20"):
+        cluster_from_dict({"groups": [{"chip": "rtx-4090", "nodes": 2, "devices": 20}]})
+    with pytest.raises(ValueError, match="no cluster file"):
+        load_hetero_cluster("no-such-cluster")
+    twice = cluster_from_dict({"groups": [{"chip": "rtx-4090"}, {"chip": "rtx-4090"}]})
+    assert [g.name for g in twice.groups] == ["rtx-4090", "rtx-4090-2"]
+    with pytest.raises(ValueError, match="has no group 'h100'"):
+        twice.group("h100")
+
+
+def test_the_reference_cluster_has_about_the_same_peak_on_the_best_network():
+    het = load_hetero_cluster("het-48")
+    ref = reference_cluster(het)
+    assert len(ref.groups) == 1 and ref.groups[0].chip.name == "a100-pcie-80gb"
+    # 16 × (165.2 + 71 + 312) TFLOP/s = 8,771 = 28.1 A100s: 28, the last node half full
+    assert ref.n_devices == 28 and ref.groups[0].nodes == 4
+    assert abs(ref.peak() / het.peak() - 1) < 312e12 / het.peak()
+    assert ref.groups[0].inter_node_gbps == 100  # het-48's fastest link between nodes
+    h100 = reference_cluster(het, "h100-sxm")
+    assert h100.n_devices == round(het.peak() / 989e12)
