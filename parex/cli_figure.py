@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+from .errors import InputError
 from .report import table
 
 
@@ -49,10 +50,9 @@ def cmd_all(args) -> int:
     out = Path(args.out or "docs/figures")
     start = time.perf_counter()
 
-    def progress(s):
-        if not args.json:
-            print(f"· {s.name} ({'slow' if s.slow else 'fast'})", flush=True)
-    results = run_all(out, fast=args.fast, timeout=args.timeout, progress=progress)
+    def save(results):  # after every figure: an interrupted run keeps what it finished
+        scoreboard.write(results, out, time.perf_counter() - start)
+    results = run_all(out, fast=args.fast, timeout=args.timeout, done=save)
     seconds = time.perf_counter() - start
     paths = scoreboard.write(results, out, seconds)
     if args.json:
@@ -73,7 +73,7 @@ def cmd_figure(args) -> int:
     if args.all:
         return cmd_all(args)
     if not args.name:
-        raise ValueError("name a figure (parex figure --list shows them), or pass --all")
+        raise InputError("name a figure (parex figure --list shows them), or pass --all")
     return cmd_one(args)
 
 

@@ -12,7 +12,7 @@ is missing raises FeatureMissing and is listed as missing, never faked.
 
 from __future__ import annotations
 
-from . import pipeline_memory, pipelines, roofline, sequence, tables, training  # noqa: F401
+from . import hetero, pipeline_memory, pipelines, roofline, sequence, tables, training  # noqa: F401
 from .core import FeatureMissing, Figure, FigureResult, Row, Spec, Tolerance, run
 from .runner import ordered_specs, spec
 

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import InputError
 from .core import REGISTRY, FigureResult, Spec, from_json, run
 
 ORDER = ("zero-table1", "korthikanti-table2", "korthikanti-measured", "megatron-table1",
@@ -29,21 +30,32 @@ def spec(name: str) -> Spec:
     """The registered figure `name`; an unknown name lists the known ones."""
     if name not in REGISTRY:
         known = ", ".join(s.name for s in ordered_specs())
-        raise ValueError(f"unknown figure {name!r}; known figures: {known} (parex figure --list)")
+        raise InputError(f"unknown figure {name!r}; known figures: {known} (parex figure --list)")
     return REGISTRY[name]
 
 
 def compute_and_save(s: Spec, out: Path | None, scale: float = 1.0) -> FigureResult:
-    """Compute in this process; write its PNG and SVG to `out` (when given and drawable)."""
+    """Compute in this process; write its PNG and SVG to `out` (when given and drawable). A
+    chart that cannot be drawn is a note: the numbers are kept."""
     result = run(s)
     if out is not None and result.status in ("passed", "failed"):
         try:
             from .charts import save_figure
-        except ImportError as error:  # altair / vl-convert: the notebook extra
-            result.notes.append(f"no chart written: {error}")
-        else:
+
             result.files = save_figure(result, out, scale)
+        except Exception as error:  # altair / vl-convert missing, or a chart bug
+            result.notes.append(f"no chart written: {type(error).__name__}: {error}")
     return result
+
+
+def guarded(s: Spec, out: Path | None) -> FigureResult:
+    """compute_and_save, with a figure that raises recorded as an error (the run goes on)."""
+    start = time.perf_counter()
+    try:
+        return compute_and_save(s, out)
+    except Exception as error:
+        return FigureResult(s, [], "error", time.perf_counter() - start,
+                            reason=f"{type(error).__name__}: {error}")
 
 
 def in_subprocess(s: Spec, out: Path | None, timeout: float) -> FigureResult:
@@ -68,17 +80,22 @@ def in_subprocess(s: Spec, out: Path | None, timeout: float) -> FigureResult:
 
 
 def run_all(out: Path | None, *, fast: bool = False, timeout: float = 1800,
-            progress=None) -> list[FigureResult]:
-    """Every figure in the gallery's order; `fast` leaves the slow ones out (listed as not
-    run). `progress(spec)` is called before each."""
+            done=None) -> list[FigureResult]:
+    """Every figure in the gallery's order, each slow one (or one that needs devices) in its
+    own process; `fast` leaves the slow ones out (listed as not run). `done(results)` is
+    called after each figure with the results so far (to save them as they come)."""
+    from tqdm.auto import tqdm
+
     results = []
-    for s in ordered_specs():
-        if progress:
-            progress(s)
+    bar = tqdm(ordered_specs(), desc="figures", unit="figure")
+    for s in bar:
+        bar.set_postfix_str(s.name)
         if fast and s.slow:
             results.append(FigureResult(s, [], "skipped", 0.0, reason="slow: not run (--fast)"))
         elif s.slow or s.devices:
             results.append(in_subprocess(s, out, timeout))
         else:
-            results.append(compute_and_save(s, out))
+            results.append(guarded(s, out))
+        if done:
+            done(results)
     return results

@@ -56,10 +56,10 @@ def zero_table1() -> Figure:
     for r, text in zip(df.itertuples(), printed):
         slack = max(0.01, printed_half_unit(text) / r.gb_per_device)
         tol = Tolerance(1 - slack, 1 + slack, "1 % or the printed rounding")
-        exact = 16 * r.params / r.n_d / 1e9 if r.stage == 3 else None
-        outside = not tol.holds(r.parex_gb / r.gb_per_device)
-        known = ZERO_REPLICATED if outside and r.stage == 3 and r.n_d >= 64 else None
-        note = (f"+{(r.parex_gb - exact) * 1e3:.0f} MB per device over 16Ψ/N_d"
+        # the cause, measured by itself: the replicated state over ZeRO-3's 16Ψ/N_d share
+        excess = r.parex_gb / (16 * r.params / r.n_d / 1e9) - 1 if r.stage == 3 else 0.0
+        known = ZERO_REPLICATED if excess > 0.01 else None
+        note = (f"+{excess * 16 * r.params / r.n_d / 1e6:.0f} MB per device over 16Ψ/N_d"
                 if known else "")
         rows.append(Row(f"{r.model} · N_d={r.n_d} · {ZERO_STAGES[r.stage]} (GB)",
                         r.gb_per_device, r.parex_gb, "predicted", tol, known, note))

@@ -75,8 +75,8 @@ def stage_grid(setting: Setting, tensors, b: int, layers) -> Grid:
     blocks (columns broadcast together)."""
     train = TrainConfig(global_batch=b, seq_len=setting.seq_len, remat=setting.remat)
     tensors, layers = np.broadcast_arrays(np.asarray(tensors), np.asarray(layers))
-    grid = Grid.from_columns(train, setting.model, tensor=tensors, stage_layers=layers)
-    return dataclasses.replace(grid, stage_remat=setting.recipe.stage_remat)
+    # pipelines keep their activations (no stage-level recompute): the grid as it comes
+    return Grid.from_columns(train, setting.model, tensor=tensors, stage_layers=layers)
 
 
 def _elements(sizes: ModelSizes, tensors: np.ndarray) -> dict:
