@@ -22,10 +22,10 @@ from .core import Figure, Row, Tolerance, figure
 
 # (label, cluster file, inter-group Gb/s override or None, model, global batch, sequence)
 SCENARIOS = (
-    ("het-48 · 10 Gb/s between groups · 7B", "het-48", None, "llama2-7b", 256, 4096),
-    ("het-48 · 100 Gb/s between groups · 7B", "het-48", 100, "llama2-7b", 256, 4096),
+    ("het-48 · groups at 10 Gb/s · 7B", "het-48", None, "llama2-7b", 256, 4096),
+    ("het-48 · groups at 100 Gb/s · 7B", "het-48", 100, "llama2-7b", 256, 4096),
     ("hexiscale-mix · 10 Gb/s · 7B", "hexiscale-mix", None, "llama2-7b", 128, 4096),
-    ("het-48 · 100 Gb/s between groups · 13B", "het-48", 100, "llama2-13b", 256, 4096),
+    ("het-48 · groups at 100 Gb/s · 13B", "het-48", 100, "llama2-13b", 256, 4096),
     ("het-odd · 100 Gb/s · 7B · B 96", "het-odd", None, "llama2-7b", 96, 4096),
 )
 AVERAGE_GAP = 0.035  # data/reference/hexiscale.csv: "mfu gap ... (average)", 3.5 %
@@ -93,9 +93,10 @@ def _chart(frame):
         color=alt.Color("plan:N", sort=order, title=None,
                         scale=alt.Scale(range=["#f58518", "#bab0ac", "#4c78a8"])),
         column=alt.Column("scenario:N", title=None, sort=[s[0] for s in SCENARIOS],
-                          header=alt.Header(labelFontSize=9, labelLimit=120)),
+                          header=alt.Header(labelFontSize=9,
+                                            labelExpr="split(datum.label, ' · ')")),
         tooltip=["scenario", "plan", alt.Tooltip("mfu:Q", format=".1%")],
-    ).properties(width=70, height=170)
+    ).properties(width=85, height=170)
 
 
 @figure("hexiscale", title="HexiScale: heterogeneous MFU against a same-peak homogeneous cluster",
