@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import InputError
 from ..hardware import Chip
 from ..predict import comm, flops, memory
 from ..predict.accelerator import accelerator_compute
@@ -52,7 +53,7 @@ class Setting:
         """On an accelerator parex predicts what real runs there use: bf16 compute, the mixed
         recipe and the ideal ("gpu") program."""
         if dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+            raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
         return cls(model.replace(dtype=dtype), seq_len or model.seq_len, remat,
                    memory.recipe(recipe), comm.CONVENTIONS["gpu"])
 
@@ -76,7 +77,7 @@ def stage_grid(setting: Setting, tensors, b: int, layers) -> Grid:
     train = TrainConfig(global_batch=b, seq_len=setting.seq_len, remat=setting.remat)
     tensors, layers = np.broadcast_arrays(np.asarray(tensors), np.asarray(layers))
     grid = Grid.from_columns(train, setting.model, tensor=tensors, stage_layers=layers)
-    return dataclasses.replace(grid, stage_remat=setting.recipe.stage_remat)
+    return dataclasses.replace(grid, executor=False)  # the ideal program of a GPU cluster
 
 
 def _elements(sizes: ModelSizes, tensors: np.ndarray) -> dict:

@@ -24,6 +24,7 @@ import dataclasses
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import InputError
 from ..hardware import Chip, Cluster, load_cluster
 from ..hlo import KINDS
 from ..layout import Layout, LayoutError
@@ -107,7 +108,7 @@ def _defaults(hardware, convention, recipe, n_devices, model: ModelConfig, dtype
     if dtype is None:
         dtype = model.dtype if emulated else "bfloat16"
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+        raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
     if dtype != model.dtype:
         model = model.replace(dtype=dtype)
     return cluster, comm.convention(convention), memory.recipe(recipe), model
@@ -171,7 +172,7 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     today; `fits` flags the rows that fit in memory. A model or train config that no layout
     can run raises LayoutError, as predict() does. Defaults as predict()'s."""
     if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
-        raise ValueError("predict_batch has no replica columns: predict DiLoCo layouts "
+        raise InputError("predict_batch has no replica columns: predict DiLoCo layouts "
                          "(replica, inner_steps) one at a time with parex.predict.predict")
     grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
     cluster, conv, rec, model = _defaults(hardware, convention, recipe,
