@@ -9,7 +9,7 @@ microbatch, so no formula is restated here:
                  and one block more (kernel by kernel on the chip's roofline, over its step
                  efficiency); the optimizer's cost per element of state
     tensor comm  predict.comm.terms' "tp" and "cross-entropy" families, timed by
-                 comm.term_seconds on the group's links: per block, plus the embedding's and
+                 alpha_beta.term_seconds on the group's links: per block, plus the embedding's and
                  the head's
     memory       bytes per parameter from the recipe (mixed: ZeRO's 2 + 2 + 12), saved
                  activations per block from predict.memory.layer_bytes (Korthikanti et al.),
@@ -29,7 +29,7 @@ import numpy as np
 from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..hardware import Chip
-from ..predict import comm, flops, memory
+from ..predict import alpha_beta, comm, flops, memory
 from ..predict.accelerator import accelerator_compute
 from ..predict.shapes import GROUPS, Grid, ModelSizes, model_sizes
 
@@ -99,7 +99,7 @@ def _tp_seconds(setting: Setting, sizes, grid: Grid, chip: Chip) -> dict:
     for term in comm.terms(sizes, grid, setting.remat, setting.convention, setting.act_bytes,
                            rec.param_bytes, rec.grad_bytes):
         if term.name in out:
-            out[term.name] = out[term.name] + comm.term_seconds(term, grid, chip)
+            out[term.name] = out[term.name] + alpha_beta.term_seconds(term, grid, chip)
     return out
 
 

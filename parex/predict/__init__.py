@@ -30,7 +30,7 @@ from ..hlo import KINDS
 from ..layout import Layout, LayoutError
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..validation import check_valid, executable_columns, executable_reason, valid_columns
-from . import comm, flops, memory, time
+from . import alpha_beta, comm, flops, memory, time
 from .comm import CONVENTIONS, Convention
 from .memory import RECIPES, Recipe
 from .shapes import Grid, model_sizes
@@ -69,7 +69,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     emulated = chip.calibration is not None
     seconds: dict = {}
     for term in terms:
-        seconds[term.name] = seconds.get(term.name, 0.0) + comm.term_seconds(term, grid, chip)
+        seconds[term.name] = seconds.get(term.name, 0.0) + alpha_beta.term_seconds(term, grid, chip)
     opt_elements = memory.state_elements(sizes, grid, "opt")
     if emulated:
         compute = time.cpu_compute(model, sizes, grid, remat, chip.calibration,
@@ -147,7 +147,7 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
                                 "axes": [a.value for a in term.axes], "count": count,
                                 "bytes": float(term.bytes[0]),
                                 "bytes_per_op": float(term.bytes_per_op[0]),
-                                "seconds": float(comm.term_seconds(term, grid, cluster.chip)[0])})
+                                "seconds": float(alpha_beta.term_seconds(term, grid, cluster.chip)[0])})
     return Prediction(
         model=model.name, layout=str(layout), n_devices=layout.n_devices, hardware=cluster.name,
         step_time_s={k: value[f"step_{k}_s"] for k in STEP_TIME_PARTS},
