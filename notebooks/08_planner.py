@@ -51,7 +51,8 @@ if offline:
 
 # %%
 model = model_preset(scale_model).replace(dtype="bfloat16")
-big = plan(model, TrainConfig(global_batch=256, seq_len=4096), scale_hardware, scale_nodes)
+big = plan(model, TrainConfig(global_batch=256, seq_len=model.seq_len), scale_hardware,
+           scale_nodes)
 print(plan_report(big))
 
 # %% [markdown]

@@ -27,6 +27,7 @@ from functools import partial
 
 import numpy as np
 
+from .errors import InputError
 from .hardware import Calibration, Chip, Link, save_chip
 
 MATMUL_SIZES = (32, 64, 128, 192, 256, 384, 512, 768)
@@ -248,7 +249,7 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
     from tqdm.auto import tqdm
 
     if len(jax.devices()) < devices:
-        raise ValueError(f"calibration needs {devices} devices, JAX has {len(jax.devices())}: "
+        raise InputError(f"calibration needs {devices} devices, JAX has {len(jax.devices())}: "
                          f"call parex.emulate_devices({devices}) first")
     tasks = ([("matmul", n) for n in MATMUL_SIZES]
              + [("bf16", 256), ("elementwise", 0), ("overhead", 0), ("optimizer", 0),

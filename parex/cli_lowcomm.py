@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from .errors import InputError
 from .report import human_bytes, table
 
 
@@ -63,7 +64,7 @@ def cmd_lowcomm(args) -> int:
     model, train = model_from_args(args)
     layout = Layout.parse(args.layout)
     if not layout.diloco:
-        raise ValueError(f"layout {layout} has no replicas: add replica=R and inner_steps=H, "
+        raise InputError(f"layout {layout} has no replicas: add replica=R and inner_steps=H, "
                          f"e.g. replica=2,{layout},inner_steps=100")
     wan = wan_from_args(args)
     p = predict(model, train, layout, args.hardware, wan=wan)

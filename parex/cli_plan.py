@@ -14,6 +14,7 @@ import json
 
 from .cli_predict import DIMS, model_from_args
 from .config import FAMILIES, REMAT_POLICIES
+from .errors import InputError
 
 
 # --- parex plan ---------------------------------------------------------------------------------
@@ -92,7 +93,7 @@ def sweep_configs(args) -> list:
     configs = read_grid(args.grid, base) if args.grid else []
     configs += [dataclasses.replace(base, layout=text) for text in args.layout]
     if not configs:
-        raise ValueError("nothing to sweep: give --layout (repeatable) or --grid FILE")
+        raise InputError("nothing to sweep: give --layout (repeatable) or --grid FILE")
     return configs
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from .errors import InputError
 from .hardware import Chip, Cluster, Link, load_chip
 
 CLUSTER_DIR = Path(__file__).resolve().parent.parent / "data" / "clusters"
@@ -113,7 +114,7 @@ class HeteroCluster:
         for g in self.groups:
             if g.name == name_or_index:
                 return g
-        raise ValueError(f"cluster {self.name} has no group {name_or_index!r}; its groups: "
+        raise InputError(f"cluster {self.name} has no group {name_or_index!r}; its groups: "
                          f"{', '.join(g.name for g in self.groups)}")
 
     def index(self, name: str) -> int:
@@ -145,13 +146,13 @@ def make_group(chip, nodes: int = 1, devices_per_node: int | None = None,
     per = chip.devices_per_node if devices_per_node is None else devices_per_node
     for key, value in (("nodes", nodes), ("devices_per_node", per)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"group of {chip.name}: {key}={value!r}; use a whole number >= 1")
+            raise InputError(f"group of {chip.name}: {key}={value!r}; use a whole number >= 1")
     if devices is not None and not (isinstance(devices, int)
                                     and (nodes - 1) * per < devices <= nodes * per):
-        raise ValueError(f"group of {chip.name}: devices={devices!r} on {nodes} node(s) of "
+        raise InputError(f"group of {chip.name}: devices={devices!r} on {nodes} node(s) of "
                          f"{per}; use {(nodes - 1) * per + 1}..{nodes * per}, or leave it out")
     if inter_node_gbps is not None and not inter_node_gbps > 0:
-        raise ValueError(f"group of {chip.name}: inter_node_gbps={inter_node_gbps!r}; use a "
+        raise InputError(f"group of {chip.name}: inter_node_gbps={inter_node_gbps!r}; use a "
                          f"positive speed in Gb/s per node, or leave it out")
     return Group(name or chip.name, chip, nodes, per, inter_node_gbps, devices)
 
@@ -166,31 +167,31 @@ def cluster_from_dict(data: dict, name: str = "cluster") -> HeteroCluster:
     """A cluster from a parsed TOML table; unknown keys and missing pieces are named."""
     unknown = set(data) - CLUSTER_KEYS
     if unknown:
-        raise ValueError(f"cluster {name}: unknown key(s) {', '.join(sorted(unknown))}; "
+        raise InputError(f"cluster {name}: unknown key(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(sorted(CLUSTER_KEYS))}")
     tables = data.get("groups")
     if not tables:
-        raise ValueError(f"cluster {name}: no [[groups]]; add at least one, e.g. "
+        raise InputError(f"cluster {name}: no [[groups]]; add at least one, e.g. "
                          f"[[groups]] chip = \"a100-80gb\" nodes = 1")
     groups, seen = [], {}
     for i, table in enumerate(tables):
         unknown = set(table) - GROUP_KEYS
         if unknown or "chip" not in table:
-            raise ValueError(f"cluster {name}, group {i}: needs `chip` and knows "
+            raise InputError(f"cluster {name}, group {i}: needs `chip` and knows "
                              f"{', '.join(sorted(GROUP_KEYS))}; got {', '.join(sorted(table))}")
         group = make_group(table["chip"], table.get("nodes", 1), table.get("devices_per_node"),
                            table.get("inter_node_gbps"), table.get("name"),
                            table.get("devices"))
         if group.name in seen:  # a repeated chip without a name: number it
             if "name" in table:
-                raise ValueError(f"cluster {name}: two groups are named {group.name!r}")
+                raise InputError(f"cluster {name}: two groups are named {group.name!r}")
             seen[group.name] += 1
             group = dataclasses.replace(group, name=f"{group.name}-{seen[group.name]}")
         seen.setdefault(group.name, 1)
         groups.append(group)
     between = data.get("inter_group_gbps")
     if between is not None and not between > 0:
-        raise ValueError(f"cluster {name}: inter_group_gbps={between!r}; use a positive speed")
+        raise InputError(f"cluster {name}: inter_group_gbps={between!r}; use a positive speed")
     return HeteroCluster(data.get("name", name), tuple(groups), between,
                          data.get("description", ""))
 
@@ -205,7 +206,7 @@ def load_hetero_cluster(path_or_name, directory: Path = CLUSTER_DIR) -> HeteroCl
     if not path.exists():
         path = Path(directory) / f"{path_or_name}.toml"
     if not path.exists():
-        raise ValueError(f"no cluster file {str(path_or_name)!r}; give a path to a TOML file or "
+        raise InputError(f"no cluster file {str(path_or_name)!r}; give a path to a TOML file or "
                          f"one of {', '.join(known_clusters(directory))}")
     with open(path, "rb") as f:
         return cluster_from_dict(tomllib.load(f), path.stem)

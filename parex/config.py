@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
+from .errors import InputError
+
 FAMILIES = ("gpt", "llama")
 DTYPES = ("float32", "bfloat16")
 REMAT_POLICIES = ("none", "selective", "full")
@@ -155,5 +157,5 @@ def model_preset(name: str) -> ModelConfig:
     try:
         return _PRESETS[name]()
     except KeyError:
-        raise ValueError(f"unknown model preset {name!r}; known presets: "
+        raise InputError(f"unknown model preset {name!r}; known presets: "
                          f"{', '.join(_PRESETS)}") from None

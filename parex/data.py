@@ -11,6 +11,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from .errors import InputError
+
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SOURCES = ("corpus", "synthetic")
 
@@ -40,9 +42,9 @@ class Batches:
 
     def __init__(self, source: str, global_batch: int, seq_len: int, vocab: int, seed: int = 0):
         if source not in SOURCES:
-            raise ValueError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)}")
+            raise InputError(f"unknown data source {source!r}; use one of {', '.join(SOURCES)}")
         if source == "corpus" and vocab < ByteTokenizer.vocab_size:
-            raise ValueError(f"the byte-level corpus needs vocab >= 256, the model has {vocab}; "
+            raise InputError(f"the byte-level corpus needs vocab >= 256, the model has {vocab}; "
                              f"use --data synthetic or a larger vocabulary")
         self.source, self.B, self.T = source, global_batch, seq_len
         self.vocab, self.seed = vocab, seed

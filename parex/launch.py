@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from .errors import InputError
+
 ENV = {"coordinator": "PAREX_COORDINATOR", "processes": "PAREX_NUM_PROCESSES",
        "index": "PAREX_PROCESS_ID", "devices": "PAREX_LOCAL_DEVICES",
        "timeout": "PAREX_INIT_TIMEOUT"}
@@ -83,7 +85,7 @@ def check_port(port: int) -> None:
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
-            raise ValueError(f"port {port} on 127.0.0.1 is in use: pick another with --port, or "
+            raise InputError(f"port {port} on 127.0.0.1 is in use: pick another with --port, or "
                              f"leave --port out to use a free one") from None
 
 
@@ -95,7 +97,7 @@ def launch_local(argv: list[str], processes: int, devices_per_process: int, *,
     `processes` local processes that form one mesh. Returns the first non-zero exit code, or 0;
     a failed or timed-out process stops the others."""
     if processes < 1 or devices_per_process < 1:
-        raise ValueError(f"--processes {processes} --devices-per-process {devices_per_process}: "
+        raise InputError(f"--processes {processes} --devices-per-process {devices_per_process}: "
                          f"both must be at least 1")
     if port is None:
         port = free_port()
@@ -172,7 +174,7 @@ def cmd_launch(args) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        raise ValueError("parex launch needs a command after --, e.g. "
+        raise InputError("parex launch needs a command after --, e.g. "
                          "parex launch --processes 2 --devices-per-process 4 -- run --layout dp")
     if args.cluster:  # this process is one of those the cluster started
         join(timeout_s=args.init_timeout)

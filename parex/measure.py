@@ -101,11 +101,13 @@ def compiled_stats(compiled, step: TrainStep) -> dict:
             "bytes_accessed_per_device": bytes_accessed, "collectives": collectives}
 
 
-def time_steps(step: TrainStep, compiled, data: str, progress: bool) -> tuple[list, list]:
-    """(losses, seconds) for `train.steps` steps from the initial state."""
+def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=None,
+               on_step=None) -> tuple[list, list]:
+    """(losses, seconds) for `train.steps` steps from `state` (default: the initial state);
+    `on_step(i)` is called after step i."""
     train, model = step.train, step.model
     batches = Batches(data, train.global_batch, step.seq_len, model.vocab, train.seed)
-    state = step.init_state()
+    state = step.init_state() if state is None else state
     losses, times = [], []
     for i in tqdm(range(train.steps), desc=f"{model.name} {step.layout}", disable=not progress,
                   leave=False):
@@ -115,6 +117,8 @@ def time_steps(step: TrainStep, compiled, data: str, progress: bool) -> tuple[li
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - start)
         losses.append(float(loss))
+        if on_step is not None:
+            on_step(i)
     return losses, times
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import TrainConfig
+from .errors import InputError
 from .layout import Layout, LayoutError
 from .record import Measurement, collectives_from_json
 
@@ -185,7 +186,7 @@ def run_sweep(configs, out, *, resume: bool = False, timeout: float | None = Non
 
     out = Path(out)
     if out.exists() and out.stat().st_size and not resume:
-        raise ValueError(f"{out} already holds results: pass --resume to continue that sweep "
+        raise InputError(f"{out} already holds results: pass --resume to continue that sweep "
                          f"(finished configs are skipped), or choose another --out")
     repair_tail(out)
     done = {r["key"] for r in read_records(out) if not retry_failed or r["status"] == "ok"}

@@ -22,6 +22,7 @@ import itertools
 import tomllib
 from pathlib import Path
 
+from .errors import InputError
 from .layout import Layout, LayoutError
 from .sweep import SweepConfig
 
@@ -66,7 +67,7 @@ def grid_configs(spec: dict, defaults: SweepConfig | None = None) -> list[SweepC
     """The configs a grid spec (a parsed TOML table) lists; `defaults` fills what it omits."""
     unknown = set(spec) - KNOWN
     if unknown:
-        raise ValueError(f"unknown sweep grid keys {sorted(unknown)}; use {sorted(KNOWN)}")
+        raise InputError(f"unknown sweep grid keys {sorted(unknown)}; use {sorted(KNOWN)}")
     base = defaults or SweepConfig(model="tiny", layout="single")
     models = _as_list(spec.get("models", spec.get("model", base.model)))
     layouts = layout_strings(spec) or [base.layout]
@@ -83,7 +84,7 @@ def grid_configs(spec: dict, defaults: SweepConfig | None = None) -> list[SweepC
 def read_grid(path, defaults: SweepConfig | None = None) -> list[SweepConfig]:
     path = Path(path)
     if not path.exists():
-        raise ValueError(f"no sweep grid file {path}: give the path of a TOML file "
+        raise InputError(f"no sweep grid file {path}: give the path of a TOML file "
                          f"(see parex.sweep_grid for the keys)")
     with open(path, "rb") as f:
         return grid_configs(tomllib.load(f), defaults)

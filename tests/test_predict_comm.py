@@ -8,7 +8,7 @@ import pytest
 from parex.config import TrainConfig, model_preset
 from parex.hardware import load_chip
 from parex.layout import Axis, Layout
-from parex.predict import comm, predict
+from parex.predict import alpha_beta, comm, predict
 from parex.predict import time as time_model
 from parex.predict.shapes import Grid
 
@@ -131,31 +131,31 @@ def test_two_way_ring_sends_no_four_block_buffers():
 
 def test_group_shape_places_tensor_innermost():
     g = Grid.from_layouts([Layout(data=4, tensor=8), Layout(data=8)], TRAIN, TINY)
-    size, stride = comm.group_shape(g, (Axis.TENSOR,))
+    size, stride = alpha_beta.group_shape(g, (Axis.TENSOR,))
     assert list(size) == [8, 1]
-    size, stride = comm.group_shape(g, (Axis.DATA, Axis.FSDP))
+    size, stride = alpha_beta.group_shape(g, (Axis.DATA, Axis.FSDP))
     assert list(size) == [4, 8] and list(stride) == [8, 1]
 
 
 def test_ring_costs_by_hand_and_hierarchy():
     chip = load_chip("a100-80gb")
     S, bw = 1e9, 300e9 * chip.network_efficiency
-    inside = comm.collective_seconds("all-reduce", np.array([8]), np.array([1]), S, chip)[0]
+    inside = alpha_beta.collective_seconds("all-reduce", np.array([8]), np.array([1]), S, chip)[0]
     assert inside == pytest.approx(2 * 7 / 8 * S / bw + 6 * chip.intra_node.latency)
     # 4 nodes: reduce-scatter inside (as an all-reduce's first half), then 1/8 of the bytes
     # all-reduced across nodes on each GPU's own NIC
-    across = comm.collective_seconds("all-reduce", np.array([32]), np.array([1]), S, chip)[0]
+    across = alpha_beta.collective_seconds("all-reduce", np.array([32]), np.array([1]), S, chip)[0]
     inter = 25e9 * chip.network_efficiency
     assert across == pytest.approx(inside + 2 * 3 / 4 * S / 8 / inter
                                    + 4 * chip.inter_node.latency)
     # a data axis outside an 8-wide tensor axis crosses nodes at every step
-    strided = comm.collective_seconds("all-gather", np.array([4]), np.array([8]), S, chip)[0]
+    strided = alpha_beta.collective_seconds("all-gather", np.array([4]), np.array([8]), S, chip)[0]
     assert strided == pytest.approx(3 / 4 * S / inter + 3 * chip.inter_node.latency)
 
 
 def test_tree_latency_wins_for_small_messages():
     chip = load_chip("a100-80gb")
-    t = comm.collective_seconds("all-reduce", np.array([8]), np.array([1]), 8.0, chip)[0]
+    t = alpha_beta.collective_seconds("all-reduce", np.array([8]), np.array([1]), 8.0, chip)[0]
     assert t == pytest.approx(2 * 7 / 8 * 8 / (300e9 * 0.8) + 2 * 3 * chip.intra_node.latency)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from dataclasses import dataclass, field
 
 import jax
@@ -21,9 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
-from ..data import Batches
 from ..layout import Layout
-from ..measure import compile_layout, compiled_stats
+from ..measure import compile_layout, compiled_stats, time_steps
 from ..record import Measurement, Prediction
 
 WARMUP = 1  # steps run before timing starts, as parex.measure.measure
@@ -103,17 +101,9 @@ def measure_run(model: ModelConfig, train: TrainConfig, layout: Layout, devices,
     step, compiled, compile_time, stats, split, fresh_state = compiled_program(
         model, train, layout, devices, cache)
     report(1, total, f"compiled in {compile_time:.1f} s" if fresh else "compiled before")
-    batches = Batches(data, train.global_batch, step.seq_len, model.vocab, train.seed)
-    state = fresh_state()
-    losses, times = [], []
-    for i in range(train.steps):
-        batch = batches.on_mesh(i, step.batch_sharding)
-        start = time.perf_counter()
-        state, loss = compiled(state, batch)
-        jax.block_until_ready(loss)
-        times.append(time.perf_counter() - start)
-        losses.append(float(loss))
-        report(2 + i, total, f"step {i + 1} of {train.steps}")
+    losses, times = time_steps(step, compiled, data, False, state=fresh_state(),
+                               on_step=lambda i: report(2 + i, total,
+                                                        f"step {i + 1} of {train.steps}"))
     timed = times[WARMUP:] if len(times) > WARMUP else times
     measurement = Measurement(
         model=model.name, layout=str(layout), n_devices=step.mesh.size,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from ..errors import InputError
+
 
 def cmd_plan_cluster(args) -> int:
     from ..cluster import load_hetero_cluster
@@ -24,10 +26,10 @@ def cmd_plan_cluster(args) -> int:
     if args.memory_cap is not None:
         options["memory_cap"] = args.memory_cap * 1e9  # and never more than a chip's own
     if args.dtype == "float32":
-        raise ValueError("--cluster plans predict bf16 training (the mixed recipe); drop "
+        raise InputError("--cluster plans predict bf16 training (the mixed recipe); drop "
                          "--dtype float32")
     if args.verify or args.objective != "time":
-        raise ValueError("--cluster ranks by step time and predicts only: drop --verify and "
+        raise InputError("--cluster ranks by step time and predicts only: drop --verify and "
                          "--objective (an asymmetric plan runs with "
                          "parex.parallel.mpmd.MpmdRunner)")
     result = compare(model, cluster, args.global_batch, args.seq, **options)

@@ -9,7 +9,7 @@ microbatch, so no formula is restated here:
                  and one block more (kernel by kernel on the chip's roofline, over its step
                  efficiency); the optimizer's cost per element of state
     tensor comm  predict.comm.terms' "tp" and "cross-entropy" families, timed by
-                 comm.term_seconds on the group's links: per block, plus the embedding's and
+                 alpha_beta.term_seconds on the group's links: per block, plus the embedding's and
                  the head's
     memory       bytes per parameter from the recipe (mixed: ZeRO's 2 + 2 + 12), saved
                  activations per block from predict.memory.layer_bytes (Korthikanti et al.),
@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import InputError
 from ..hardware import Chip
-from ..predict import comm, flops, memory
+from ..predict import alpha_beta, comm, flops, memory
 from ..predict.accelerator import accelerator_compute
 from ..predict.shapes import GROUPS, Grid, ModelSizes, model_sizes
 
@@ -52,7 +53,7 @@ class Setting:
         """On an accelerator parex predicts what real runs there use: bf16 compute, the mixed
         recipe and the ideal ("gpu") program."""
         if dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+            raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
         return cls(model.replace(dtype=dtype), seq_len or model.seq_len, remat,
                    memory.recipe(recipe), comm.CONVENTIONS["gpu"])
 
@@ -75,8 +76,8 @@ def stage_grid(setting: Setting, tensors, b: int, layers) -> Grid:
     blocks (columns broadcast together)."""
     train = TrainConfig(global_batch=b, seq_len=setting.seq_len, remat=setting.remat)
     tensors, layers = np.broadcast_arrays(np.asarray(tensors), np.asarray(layers))
-    # pipelines keep their activations (no stage-level recompute): the grid as it comes
-    return Grid.from_columns(train, setting.model, tensor=tensors, stage_layers=layers)
+    grid = Grid.from_columns(train, setting.model, tensor=tensors, stage_layers=layers)
+    return dataclasses.replace(grid, executor=False)  # the ideal program of a GPU cluster
 
 
 def _elements(sizes: ModelSizes, tensors: np.ndarray) -> dict:
@@ -98,7 +99,7 @@ def _tp_seconds(setting: Setting, sizes, grid: Grid, chip: Chip) -> dict:
     for term in comm.terms(sizes, grid, setting.remat, setting.convention, setting.act_bytes,
                            rec.param_bytes, rec.grad_bytes):
         if term.name in out:
-            out[term.name] = out[term.name] + comm.term_seconds(term, grid, chip)
+            out[term.name] = out[term.name] + alpha_beta.term_seconds(term, grid, chip)
     return out
 
 

@@ -3,7 +3,7 @@
 Three levels, slowest last: inside a node (the group's intra-node link), between the nodes of one
 group (its inter-node link, each device's share of the node's network card), between groups (the
 cluster's inter-group link, never faster than either group's own). Every cost is the homogeneous
-predictor's α-β ring formula (parex.predict.comm.collective_seconds) on the link in question.
+predictor's α-β ring formula (parex.predict.alpha_beta.collective_seconds) on the link in question.
 
     hop_seconds         stage → next stage: Megatron's scatter/gather (Narayanan et al. 2021,
                         §4.1): each of the min(t_a, t_b) ranks sends 1/t of the activation over
@@ -18,7 +18,7 @@ import dataclasses
 
 from ..cluster import HeteroCluster
 from ..hardware import Chip, Link
-from ..predict.comm import collective_seconds
+from ..predict.alpha_beta import collective_seconds
 from .plan import Stage
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ..cluster import HeteroCluster
 from ..config import REMAT_POLICIES, ModelConfig
+from ..errors import InputError
 from .costs import Setting
 from .estimate import Estimate, Estimator, index_codes
 from .plan import HeteroPlan, Pipeline, Stage
@@ -39,7 +40,7 @@ RERANK = 24  # estimated plans re-timed exactly
 CHUNK = 96  # candidates estimated together
 
 
-class NoPlan(ValueError):
+class NoPlan(InputError):
     """No plan of the model fits the cluster; the message says what was tried."""
 
 

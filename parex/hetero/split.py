@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
+
 ITERATIONS = 36  # bisection steps: the interval shrinks by 2^-36 (about 1e-11 of it)
 
 
@@ -76,7 +78,7 @@ def batch_split(first, pace, total):
     real = np.isfinite(first)
     P = real.sum(axis=1)
     if (total < P).any():
-        raise ValueError(f"{int(total.min())} microbatches cannot feed {int(P.max())} pipelines")
+        raise InputError(f"{int(total.min())} microbatches cannot feed {int(P.max())} pipelines")
     first = np.where(real, first, 0.0)
     pace = np.where(real, pace, 1.0)
     lo = np.where(real, first, -np.inf).max(axis=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 
 from ..config import ModelConfig, model_preset, preset_names
+from ..errors import InputError
 from ..hardware import Chip, Cluster, known_hardware, load_chip
 
 
@@ -23,14 +24,14 @@ def _nearest(name: str, known: list[str]) -> str:
 def model_named(name: str) -> ModelConfig:
     """The preset `name`; an unknown one names the closest preset and lists them all."""
     if name not in preset_names():
-        raise ValueError(f"unknown model {name!r}: {_nearest(name, preset_names())}known models: "
+        raise InputError(f"unknown model {name!r}: {_nearest(name, preset_names())}known models: "
                          f"{', '.join(preset_names())}")
     return model_preset(name)
 
 
 def chip_named(name: str) -> Chip:
     if name.lower() not in known_hardware():
-        raise ValueError(f"unknown hardware {name!r}: {_nearest(name, known_hardware())}known "
+        raise InputError(f"unknown hardware {name!r}: {_nearest(name, known_hardware())}known "
                          f"hardware: {', '.join(known_hardware())} (`parex calibrate` writes "
                          f"cpu-local)")
     return load_chip(name)
@@ -45,7 +46,7 @@ def cluster_of(hardware, nodes: int | None = None) -> Cluster:
     if not isinstance(chip, Chip):
         raise TypeError(f"hardware must be a profile name, a Chip or a Cluster, not {chip!r}")
     if nodes is not None and nodes < 1:
-        raise ValueError(f"nodes={nodes}: a cluster has at least one node")
+        raise InputError(f"nodes={nodes}: a cluster has at least one node")
     return Cluster(chip, 1 if nodes is None else nodes)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..layout import Axis
 
 OBJECTIVES = ("time", "mfu", "memory")
@@ -24,7 +25,7 @@ TIGHT_MEMORY = 0.1  # headroom under this fraction of the cap makes memory the b
 
 def check_objective(objective: str) -> None:
     if objective not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
+        raise InputError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
 
 
 def simplicity(cols: dict) -> np.ndarray:

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import REMAT_POLICIES, ModelConfig, TrainConfig
+from ..errors import InputError
 from ..hardware import Cluster
 from ..layout import Layout, LayoutError
 from ..predict import Grid, predict_batch
-from ..validation import check_valid, valid_columns
+from ..validation import check_layout, check_valid, valid_columns
 from . import rank
 from .candidates import COLUMNS, DATA, FSDP, Candidates, layout_at
 from .names import cluster_of
@@ -32,7 +33,7 @@ RECIPES = {"parex": "parex", "mixed": "mixed"}  # parex's step; ZeRO's 2 + 2 + 1
 MAX_WALK = 10_000  # ranked rows the top-K check walks past at most
 
 
-class NoFit(ValueError):
+class NoFit(InputError):
     """No layout runs or fits; the message names the nearest setting that works."""
 
 
@@ -85,9 +86,11 @@ def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = N
          remats: tuple[str, ...] = REMAT_POLICIES) -> Plan:
     """Rank every layout of `model` on `nodes` nodes of `hardware` (a profile name, a Chip or
     a Cluster) for train's global batch and sequence length (each row has its own remat and
-    microbatch count)."""
+    microbatch count). A model or batch that no layout can run (a sequence longer than the
+    model's, a dim of 0) raises LayoutError with the fix, as predict() does."""
     rank.check_objective(objective)
     train = train.replace(microbatch=None)
+    check_valid(Layout(), model, train, 1)  # the rules that hold for every layout or none
     cluster = cluster_of(hardware, nodes)
     cap = cluster.chip.hbm_bytes if memory_cap is None else float(memory_cap)
     start = time.perf_counter()
@@ -118,7 +121,8 @@ def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, 
         grid = Grid.from_columns(train_r, model, **cands.grid_columns())
         out = predict_batch(model, train_r, grid, cluster, convention=convention,
                             recipe=RECIPES.get(recipe, recipe))
-        keep = out["valid"]
+        # on this machine's emulated mesh a plan is for running: only what the executor runs
+        keep = out["executable"] if cluster.chip.calibration is not None else out["valid"]
         part = {k: v[keep] for k, v in cands.columns.items()}
         part |= {k: out[k][keep] for k in PREDICTED}
         part["remat"] = np.full(int(keep.sum()), REMAT_POLICIES.index(remat))
@@ -129,9 +133,13 @@ def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, 
     return {k: np.concatenate([p[k] for p in parts]) for k in names}, len(valid)
 
 
-def validated(result: Plan, order: np.ndarray, k: int, check=check_valid) -> tuple[list[int], int]:
+def validated(result: Plan, order: np.ndarray, k: int, check=None) -> tuple[list[int], int]:
     """The first k rows of `order` that `check` accepts (parex.validation's check_valid: a real
-    program; check_layout: one parex also runs here), and how many it rejected."""
+    program; check_layout: one parex also runs here; default: check_layout on a calibrated
+    profile, which describes this machine's emulated mesh, check_valid elsewhere), and how many
+    it rejected."""
+    if check is None:
+        check = check_layout if result.cluster.chip.calibration is not None else check_valid
     chosen, rejected = [], 0
     n = result.cluster.n_devices
     for i in order[:MAX_WALK]:

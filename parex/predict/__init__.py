@@ -24,12 +24,13 @@ import dataclasses
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import InputError
 from ..hardware import Chip, Cluster, load_cluster
 from ..hlo import KINDS
 from ..layout import Layout, LayoutError
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..validation import check_valid, executable_columns, executable_reason, valid_columns
-from . import comm, flops, memory, time
+from . import alpha_beta, comm, flops, memory, time
 from .comm import CONVENTIONS, Convention
 from .memory import RECIPES, Recipe
 from .shapes import Grid, model_sizes
@@ -68,7 +69,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     emulated = chip.calibration is not None
     seconds: dict = {}
     for term in terms:
-        seconds[term.name] = seconds.get(term.name, 0.0) + comm.term_seconds(term, grid, chip)
+        seconds[term.name] = seconds.get(term.name, 0.0) + alpha_beta.term_seconds(term, grid, chip)
     opt_elements = memory.state_elements(sizes, grid, "opt")
     if emulated:
         compute = time.cpu_compute(model, sizes, grid, remat, chip.calibration,
@@ -107,7 +108,7 @@ def _defaults(hardware, convention, recipe, n_devices, model: ModelConfig, dtype
     if dtype is None:
         dtype = model.dtype if emulated else "bfloat16"
     if dtype not in DTYPE_BYTES:
-        raise ValueError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+        raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
     if dtype != model.dtype:
         model = model.replace(dtype=dtype)
     return cluster, comm.convention(convention), memory.recipe(recipe), model
@@ -146,7 +147,7 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
                                 "axes": [a.value for a in term.axes], "count": count,
                                 "bytes": float(term.bytes[0]),
                                 "bytes_per_op": float(term.bytes_per_op[0]),
-                                "seconds": float(comm.term_seconds(term, grid, cluster.chip)[0])})
+                                "seconds": float(alpha_beta.term_seconds(term, grid, cluster.chip)[0])})
     return Prediction(
         model=model.name, layout=str(layout), n_devices=layout.n_devices, hardware=cluster.name,
         step_time_s={k: value[f"step_{k}_s"] for k in STEP_TIME_PARTS},
@@ -171,7 +172,7 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     today; `fits` flags the rows that fit in memory. A model or train config that no layout
     can run raises LayoutError, as predict() does. Defaults as predict()'s."""
     if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
-        raise ValueError("predict_batch has no replica columns: predict DiLoCo layouts "
+        raise InputError("predict_batch has no replica columns: predict DiLoCo layouts "
                          "(replica, inner_steps) one at a time with parex.predict.predict")
     grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
     cluster, conv, rec, model = _defaults(hardware, convention, recipe,

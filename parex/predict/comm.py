@@ -1,4 +1,4 @@
-"""Predicted communication: bytes per collective kind, and α-β costs placed on the cluster.
+"""Predicted communication: the collectives of a step, as bytes per kind.
 
 Bytes follow parex.hlo's convention (the full logical buffer: the all-reduced array, the gathered
 result, the unscattered input, the array sent). Each `Term` is one family of collectives with its
@@ -37,10 +37,7 @@ with a gather of the same input in the same region (the head's, used at once by 
 recomputed forward's under full remat). Under SP with fsdp or ZeRO-3 the weights of SP's manual
 regions are gathered inside them and their gradients leave by explicit reduce-scatters on both.
 
-Costs, per op (bytes S, group g, link bandwidth β·efficiency, latency α): ring all-reduce
-2(g−1)/g·S/β + 2(g−1)α, tree latency 2⌈log2 g⌉α when smaller; all-gather, reduce-scatter and
-all-to-all (g−1)/g·S/β + (g−1)α; permute S/β + α. Groups spanning nodes run hierarchically:
-intra-node first, then inter-node on 1/g_in of the data, each device on its own NIC.
+Their seconds on a cluster: parex.predict.alpha_beta.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hlo import KINDS
-from ..layout import MESH_AXES, Axis
+from ..layout import Axis
 from ..parallel.schedules import SCHEDULES, SPLIT
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
@@ -360,73 +357,5 @@ def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
     return totals
 
 
-# --- α-β costs -----------------------------------------------------------------------------------
+__all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "convention", "terms"]
 
-def group_shape(grid: Grid, axes: tuple[Axis, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(group size, device stride of its innermost non-trivial axis). The mesh orders axes
-    (replica,) stage, data, fsdp, seq, tensor, tensor innermost, so tensor groups sit inside a
-    node."""
-    g = np.ones(len(grid), dtype=np.int64)
-    stride = np.ones(len(grid), dtype=np.int64)
-    found = np.zeros(len(grid), dtype=bool)
-    for axis in reversed(MESH_AXES):  # innermost first
-        size = getattr(grid, axis.value, 1)  # no replica column: a Grid is one replica's
-        if axis in axes:
-            g = g * size
-            found = found | (size > 1)
-        stride = np.where(found, stride, stride * size)
-    return g, stride
-
-
-def _ring(kind: str, g, S, bandwidth, latency):
-    """One level of a collective: bandwidth term and latency term."""
-    g = np.maximum(g, 1)
-    frac = (g - 1) / g
-    if kind == "all-reduce":
-        steps = np.minimum(2 * (g - 1), 2 * np.ceil(np.log2(g)))
-        return 2 * frac * S / bandwidth + steps * latency
-    if kind == "collective-permute":
-        return np.where(g > 1, S / bandwidth + latency, 0.0)
-    return frac * S / bandwidth + (g - 1) * latency
-
-
-def collective_seconds(kind, g, stride, S, chip) -> np.ndarray:
-    """Seconds of one collective on a GPU/TPU-style cluster, intra-node level first."""
-    eff = chip.network_efficiency
-    inside = np.clip(chip.scaleup_domain // np.maximum(stride, 1), 1, None)
-    g_in = np.minimum(g, inside)
-    g_out = np.maximum(g // g_in, 1)
-    intra, inter = chip.intra_node, chip.inter_node
-    t = _ring(kind, g_in, S, intra.bandwidth * eff, intra.latency)
-    return t + np.where(g_out > 1, _ring(kind, g_out, S / g_in, inter.bandwidth * eff,
-                                         inter.latency), 0.0)
-
-
-def calibrated_seconds(kind, g, S, calibration) -> np.ndarray:
-    """Seconds of one collective on the emulated mesh: α + β·S measured by `parex calibrate`
-    for the closest group size."""
-    table = calibration.collectives.get(kind)
-    if not table:  # never cost a collective at 0 s
-        raise ValueError(f"the calibration has no {kind} timings: run `parex calibrate`")
-    groups = sorted(int(k) for k in table)
-    out = np.zeros(np.broadcast(g, S).shape)
-    for i, size in enumerate(groups):
-        lo = 0 if i == 0 else (groups[i - 1] + size) / 2
-        hi = np.inf if i == len(groups) - 1 else (size + groups[i + 1]) / 2
-        fit = table[str(size)]
-        out = np.where((g > lo) & (g <= hi), fit["alpha"] + fit["beta"] * S, out)
-    return np.where(g > 1, out, 0.0)
-
-
-def term_seconds(term: Term, grid: Grid, chip) -> np.ndarray:
-    """Seconds all ops of a term take per step on this chip's cluster."""
-    g, stride = group_shape(grid, term.axes)
-    if chip.calibration is not None:
-        per_op = calibrated_seconds(term.kind, g, term.bytes_per_op, chip.calibration)
-    else:
-        per_op = collective_seconds(term.kind, g, stride, term.bytes_per_op, chip)
-    return term.count * per_op
-
-
-__all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "collective_seconds",
-           "convention", "group_shape", "term_seconds", "terms"]

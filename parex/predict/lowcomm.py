@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import InputError
 from ..hardware import Cluster, Link
 from ..layout import Layout
 from ..parallel.exchange import QUANT_BLOCK
@@ -44,7 +45,7 @@ METHODS = ("sync-dp", "diloco", "streaming", "overlap", "streaming+overlap")
 def wan_link(gbps: float = 1.0, latency_ms: float = 10.0) -> Link:
     """A wide-area link of `gbps` gigabits per second, one direction, and its latency."""
     if gbps <= 0:
-        raise ValueError(f"WAN bandwidth {gbps} Gb/s: give a positive bandwidth, e.g. 1")
+        raise InputError(f"WAN bandwidth {gbps} Gb/s: give a positive bandwidth, e.g. 1")
     return Link(gbps * 1e9 / 8, latency_ms * 1e-3, f"WAN {gbps:g} Gb/s")
 
 

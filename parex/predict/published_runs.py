@@ -8,9 +8,8 @@
           MT-NLG 2022), never fitted on, scored with the profile as committed.
 
 Every run is predicted with its chip's profile as is (no per-row tuning), the mixed recipe and
-bf16, through the predictor's own columns (`predict.columns`). The runs used sequence parallelism
-inside pipeline stages, which parex's executor does not run, so the executor's validity rules
-(predict() raises on that combination) are not applied here; the formulas are the same.
+bf16, through the predictor's own columns (`predict.columns`, the formulas predict() and
+predict_batch() evaluate), many rows at once.
 """
 
 from __future__ import annotations
