@@ -203,12 +203,15 @@ def interleaved_bubble() -> Figure:
 def _interleaved_chart(frame: pd.DataFrame):
     import altair as alt
 
+    sources = ["paper", "table", "lockstep"]
     return alt.Chart(frame).mark_line(point=True).encode(
         x=alt.X("v:O", title="chunks per stage v"),
         y=alt.Y("bubble:Q", title="bubble / ideal compute time", axis=alt.Axis(format="%")),
-        color=alt.Color("source:N", scale=alt.Scale(domain=["paper", "table", "lockstep"],
+        color=alt.Color("source:N", scale=alt.Scale(domain=sources,
                                                     range=["#222", "#f58518", "#bab0ac"])),
-        strokeDash=alt.StrokeDash("source:N"), column=alt.Column("p·m:N", title=None),
+        strokeDash=alt.StrokeDash("source:N", legend=None, scale=alt.Scale(
+            domain=sources, range=[[1, 0], [5, 3], [1, 0]])),  # table dashed over paper
+        column=alt.Column("p·m:N", title=None, sort=list(dict.fromkeys(frame["p·m"]))),
         tooltip=["p·m", "v", "source", alt.Tooltip("bubble:Q", format=".1%")],
     ).properties(width=150, height=170)
 

@@ -111,7 +111,7 @@ def korthikanti_table2() -> Figure:
             rows.append(Row(f"{m.model} · {name} (bytes/layer)", paper, ours, "predicted"))
             points.append({"model": m.model, "configuration": name, "paper": paper,
                            "parex": ours})
-    chart = lambda: charts().bars_vs_ticks(points, category="configuration", facet="model",
+    chart = lambda: charts().points_vs_ticks(points, category="configuration", facet="model",
                                  y_title="activation bytes per layer (s=2048, b=1, t=8)")
     return Figure(rows, chart, ["parex: predict()'s activation memory per layer, mixed recipe "
                                 "(the Korthikanti path), one sequence, t = 8"])
