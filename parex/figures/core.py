@@ -88,7 +88,6 @@ class Spec:
     fn: Callable[[], Figure]
     slow: bool = False  # compiles or trains: minutes on 2 cores
     devices: int = 0  # emulated devices the figure needs in its process (0: no JAX devices)
-    feature: str = ""  # the parex feature it reads, for the missing message
 
 
 @dataclass
@@ -142,12 +141,12 @@ REGISTRY: dict[str, Spec] = {}
 
 
 def figure(name: str, *, title: str, source: str, tolerance: Tolerance, slow: bool = False,
-           devices: int = 0, feature: str = ""):
+           devices: int = 0):
     """Register the decorated function as the figure `name`."""
     def register(fn: Callable[[], Figure]) -> Callable[[], Figure]:
         if name in REGISTRY:
             raise ValueError(f"figure {name!r} is registered twice")
-        REGISTRY[name] = Spec(name, title, source, tolerance, fn, slow, devices, feature)
+        REGISTRY[name] = Spec(name, title, source, tolerance, fn, slow, devices)
         return fn
     return register
 
@@ -163,8 +162,8 @@ def judge(spec: Spec, fig: Figure, seconds: float) -> FigureResult:
 
 
 def run(spec: Spec) -> FigureResult:
-    """Compute one figure and judge it. FeatureMissing marks it missing; any other error is
-    reported as an error (its message kept), never as a pass."""
+    """Compute one figure and judge it. FeatureMissing marks it missing; any other exception
+    propagates (runner.guarded records it as an error in `parex figure --all`)."""
     start = time.perf_counter()
     try:
         fig = spec.fn()
