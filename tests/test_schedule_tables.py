@@ -96,6 +96,24 @@ def test_many_tables_at_once_equal_one_at_a_time():
         assert spans[i, 1] == pytest.approx(s.makespan(0.5, 1.0, 0.25, 0.3))
 
 
+def test_buffer_slots_count_what_each_stage_holds_at_once():
+    """Batched buffer slots equal one table at a time, and the residual stash equals a direct
+    count: per stage and tick, the chunks whose F has run (tick < t) and whose B has not."""
+    tables = schedule_arrays(CASES)
+    slots = tables.buffer_slots()
+    for i, key in enumerate(CASES):
+        single = schedule_arrays([key]).buffer_slots()
+        assert {k: int(v[0]) for k, v in single.items()} == {k: int(v[i]) for k, v in
+                                                             slots.items()}, key
+        ops = make_schedule(*key).ops
+        f = {(o.stage, o.microbatch, o.chunk): o.tick for o in ops if o.op == "F"}
+        b = {(o.stage, o.microbatch, o.chunk): o.tick for o in ops if o.op == "B"}
+        ticks = max(o.tick for o in ops) + 1
+        direct = max(sum(f[k] < t <= b[k] for k in f if k[0] == stage)
+                     for stage in range(key[1]) for t in range(ticks))
+        assert slots["res"][i] == direct, key
+
+
 def test_a_deadlocked_order_names_its_table():
     ok = [[("F", 0, 0), ("B", 0, 0)]]
     stuck = [[("B", 0, 0), ("F", 0, 0)]]  # the backward waits for a forward queued behind it

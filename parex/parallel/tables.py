@@ -114,12 +114,17 @@ class Tables:
         return {name: self._most_held(rows, t0) for name, (rows, t0) in spans.items()}
 
     def _most_held(self, rows: np.ndarray, t0: np.ndarray) -> np.ndarray:
-        """(tables,): the most intervals (t0, tick[row]] alive at once on one stage."""
-        width = int(self.tick.max()) + 3
-        held = np.zeros((len(self), int(self.p.max()), width), np.int64)
-        np.add.at(held, (self.table[rows], self.stage[rows], t0 + 1), 1)
-        np.add.at(held, (self.table[rows], self.stage[rows], self.tick[rows] + 1), -1)
-        return np.cumsum(held, axis=2).max(axis=(1, 2))
+        """(tables,): the most intervals (t0, tick[row]] alive at once on one stage. Events
+        (+1 at t0 + 1, −1 at tick + 1) sorted by (table, stage, tick), those of one tick summed
+        first; every interval closes on its own stage, so one running sum serves all stages."""
+        width, p = int(self.tick.max()) + 3, int(self.p.max())
+        group = self.table[rows] * p + self.stage[rows]
+        keys = np.r_[group * width + t0 + 1, group * width + self.tick[rows] + 1]
+        steps, where = np.unique(keys, return_inverse=True)
+        held = np.cumsum(np.bincount(where, np.r_[np.ones(len(rows)), -np.ones(len(rows))]))
+        out = np.zeros(len(self))
+        np.maximum.at(out, steps // width // p, held)
+        return out.astype(np.int64)
 
     def spans(self, costs: np.ndarray, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, end) of every op, each (n, k), for k cost sets per table: costs (tables, k, 3)
