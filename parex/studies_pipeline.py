@@ -3,13 +3,16 @@
 On an emulated CPU mesh with more devices than cores, a stage that idles lends its core to a busy
 one, so wall time hides the bubble. With one emulated device per core (p = 2 stages on a 2-core
 machine) each stage owns its core and the bubble is real wall time. The study then times, in one
-process and alternately, the pipelined step and the same work done by one stage alone: a model
-of L/p layers (with the embedding and the head) on one device, over the same m microbatches. The
-measured bubble is the share of the pipelined step that is not one stage's work:
+process and alternately, the pipelined step and one stage's work without a pipeline: a model of
+L/p layers (with the embedding and the head) as data=p on the same p devices, each device running
+m microbatches of the same size through it, so each has one core as a stage has (one device
+alone would run its ops on every core: XLA's CPU intra-op threads). The measured bubble is the
+share of the pipelined step that is not one stage's work:
 
     bubble_measured = 1 − t(one stage alone) / t(pipeline)
 
-(executor overheads, the stage-to-stage sends and the embedding/head imbalance count in it too).
+(the tick-synchronous executor's waits, its overheads, the stage-to-stage sends and the
+embedding/head imbalance count in it too; the baseline's one gradient all-reduce counts against).
 Beside it: `bubble_table`, the schedule table timed with T_F = T_B = T_W (an unsplit backward
 2·T_F), 1 − m·3·T_F / makespan, which is (p−1)/(m+p−1) for GPipe and 1F1B; and `bubble_lockstep`,
 the same with every tick as long as its slowest op, as parex's tick-synchronous executor runs it.
@@ -65,7 +68,7 @@ def _timer(model, train, layout, devices):
 def bubble_study(model: ModelConfig, p: int = 2, ms=(2, 4, 8), schedules=("1f1b", "zbh1"),
                  microbatch: int = 1, seq_len: int | None = None, repeats: int = 7,
                  progress: bool = False) -> pd.DataFrame:
-    """One row per (schedule, m): median step times of the pipeline and of one stage alone,
+    """One row per (schedule, m): median step times of the pipeline and of one stage's work,
     timed alternately `repeats` times, and the three bubbles (module docstring). Needs p
     devices; run it with one emulated device per free core."""
     from tqdm.auto import tqdm
@@ -78,8 +81,9 @@ def bubble_study(model: ModelConfig, p: int = 2, ms=(2, 4, 8), schedules=("1f1b"
         train = TrainConfig(global_batch=m * microbatch, seq_len=seq_len)
         v = 2 if name in LOOPING + VEE else 1
         piped = Layout(stage=p, schedule=name, virtual_stages=v, microbatches=m)
+        alone = train.replace(global_batch=p * m * microbatch)  # m microbatches per device
         timers = {"pipeline": _timer(model, train, piped, devices),
-                  "alone": _timer(alone_model, train, Layout(microbatches=m), devices[:1])}
+                  "alone": _timer(alone_model, alone, Layout(data=p, microbatches=m), devices)}
         times = {key: [] for key in timers}
         for _ in range(repeats):  # alternated, so that the machine's load hits both alike
             for key, run in timers.items():
