@@ -69,6 +69,7 @@ def test_models_too_large_for_this_machine_are_refused_before_compiling(capsys):
     assert "needs at least" in err and "parex predict" in err
 
 
+@pytest.mark.slow  # 20 s on 2 cores; `parex seqstudy` runs the same study in the default suite
 def test_run_prints_the_long_sequence_table(capsys):
     assert main(["run", "--study", "long-sequence", "--lengths", "64"]) == 0
     out = capsys.readouterr().out

@@ -54,8 +54,9 @@ EXPECTED = {
     "11_gallery": ["fraction of the ideal", "scaling-book-roofline", "predicted + measured"],
 }
 # notebooks moved to the slow suite: 09 searches three clusters and compiles two programs per
-# stage of its MPMD run (80 s on 2 busy cores); 10 trains seven runs (about 90 s)
-SLOW = {"09_heterogeneous", "10_low_communication"}
+# stage of its MPMD run (80 s on 2 busy cores); 10 trains seven runs (about 90 s); 04 compiles
+# and times ten pipelines (50 s; tests/test_pipeline*.py cover each in the default suite)
+SLOW = {"04_pipeline_schedules", "09_heterogeneous", "10_low_communication"}
 
 
 def notebook_paths():
