@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import ModelConfig, TrainConfig
-from .layout import CP_MODES, OUTER_DTYPES, Layout, LayoutError
+from .layout import CP_MODES, OUTER_DTYPES, Layout, LayoutError, divisors
 from .parallel.schedules import SCHEDULES
 from .validation_rules import EXECUTOR_LIMITS, VALID_RULES, Context, Rule
 
@@ -156,8 +156,7 @@ def nearest_executable(layout: Layout, model: ModelConfig, train: TrainConfig) -
         ulysses = near.replace(cp="ulysses")
         near = (ulysses if _runs(ulysses, model, train) else
                 near.replace(data=near.data * near.seq, seq=1, cp="none"))
-    for stage in sorted((d for d in range(1, layout.stage + 1) if layout.stage % d == 0),
-                        reverse=True):
+    for stage in reversed(divisors(layout.stage)):
         candidate = _with_stages(near, stage, model.layers)
         for m in range(candidate.microbatches, 0, -1):  # more replicas may need fewer
             if _runs(candidate.replace(microbatches=m), model, train):
@@ -216,9 +215,8 @@ def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_dev
     if R < 1:
         _fail(f"replica={R}: use at least 1 replica")
     if n_devices % R:
-        divisors = [d for d in range(1, n_devices + 1) if n_devices % d == 0]
         _fail(f"replica={R} does not divide the {n_devices} devices: every replica runs the same "
-              f"inner mesh on n/R devices; choose replica from {divisors}")
+              f"inner mesh on n/R devices; choose replica from {divisors(n_devices)}")
     if H < 1:
         _fail(f"inner_steps={H}: each replica takes at least one inner step between "
               f"synchronisations; use inner_steps=1 or more (DiLoCo uses tens to hundreds)")
@@ -250,9 +248,8 @@ def _check_fragments(layout: Layout, model: ModelConfig) -> None:
     if P < 1:
         _fail(f"fragments={P}: use 1 (all parameters at once) or more (streaming)")
     if L % P:
-        divisors = [d for d in range(1, L + 1) if L % d == 0]
         _fail(f"fragments={P} does not divide the model's layers={L}: each fragment holds "
-              f"every P-th layer; choose fragments from {divisors}")
+              f"every P-th layer; choose fragments from {divisors(L)}")
     if p > 1 and (L // p) % P:
         _fail(f"fragments={P} does not divide the {L // p} layers of each of the stage={p} "
               f"pipeline stages: a strided fragment takes the same share of every stage; "

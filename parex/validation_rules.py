@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
-from .layout import CP_MODES, MESH_AXES, Layout
+from .layout import CP_MODES, MESH_AXES, Layout, divisors
 from .parallel.schedules import LOOPING, SCHEDULES, VEE, check_schedule
 
 INTERLEAVED, LOOPING_CODES = SCHEDULES.index("interleaved"), [SCHEDULES.index(s) for s in LOOPING]
@@ -210,9 +210,8 @@ _rule(RULES, "chunks-have-layers",
 
 def _even_message(l: Layout, c: Context) -> str:
     L, chunks = c.model.layers, l.stage * l.virtual_stages
-    even = [d for d in range(1, L + 1) if L % d == 0]
     return (f"layers={L} do not split evenly into stage × virtual = {chunks} pipeline chunks: "
-            f"choose stage × virtual from {even}, or give the layers per chunk explicitly, "
+            f"choose stage × virtual from {divisors(L)}, or give the layers per chunk explicitly, "
             f"e.g. partition={_even_split_hint(L, chunks)}")
 
 

@@ -38,16 +38,12 @@ from .explorer.state import (DIMS, SPLIT_AXES, cli_command, model_of, realistic_
 from .explorer.view import (GPU_FOR_BUBBLE, STYLE, chart_view, dropdown, hardware_names,
                             html_view, int_text, spec_rows)
 from .hardware import load_chip
-from .layout import CP_MODES, Layout, LayoutError
+from .layout import CP_MODES, Layout, LayoutError, divisors
 from .parallel.schedules import SCHEDULES
 from .predict import predict
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 PANELS = ("overview", "pipeline and mesh", "compare", "sweep", "measured", "explain")
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 class Explorer(LivePanel, MeasurePanel, ComparePanel):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from .. import charts
 from ..charts.compare import with_deltas
-from ..layout import LayoutError
+from ..layout import LayoutError, divisors
 from ..predict import predict
 from ..record import Prediction
 from .guide import MICROBATCHES
@@ -32,7 +32,7 @@ class Entry:
 
 def sweep_values(control: str, values: dict) -> list[int]:
     if control == "tensor":
-        return [d for d in range(1, values["devices"] + 1) if values["devices"] % d == 0]
+        return divisors(values["devices"])
     if control == "microbatches":
         return list(MICROBATCHES)
     if control == "seq_len":

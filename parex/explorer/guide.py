@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ..charts.style import format_bytes, format_seconds
 from ..hardware import load_chip
-from ..layout import CP_MODES, LayoutError
+from ..layout import CP_MODES, LayoutError, divisors
 from ..parallel.schedules import SCHEDULES
 from ..predict import predict, predict_batch
 from ..record import Prediction
@@ -43,10 +43,6 @@ class Suggestion:
 def _show(value) -> str:
     return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(
         value)
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 # --- fitting in memory ---------------------------------------------------------------------
@@ -143,7 +139,7 @@ def neighbours(values: dict) -> list[dict]:
     control."""
     n, out = values["devices"], []
     for axis in ("stage", "tensor", "fsdp", "seq"):
-        out += [{axis: d} for d in _near(_divisors(n), values[axis])]
+        out += [{axis: d} for d in _near(divisors(n), values[axis])]
     out += [{"virtual": v} for v in _near([1, 2, 3, 4], values["virtual"])]
     out += [{"schedule": s} for s in SCHEDULES if s != values["schedule"]]
     out += [{"microbatches": m} for m in _near(list(MICROBATCHES), values["microbatches"])]
