@@ -149,8 +149,8 @@ def executable_columns(model: ModelConfig, train: TrainConfig, grid) -> np.ndarr
 def nearest_executable(layout: Layout, model: ModelConfig, train: TrainConfig) -> Layout | None:
     """A valid, executable layout on the same devices that differs least: ring attention in
     stages becomes Ulysses (or the seq axis folds into data), then stages fold into data until
-    they divide the layers (an explicit partition made even, or as even as possible, for the new stage count),
-    with the most microbatches the batch still allows."""
+    they divide the layers (an explicit partition made as even as possible for the new stage
+    count), with the most microbatches the batch still allows."""
     near = layout
     if layout.stage > 1 and layout.cp == "ring":  # Ulysses runs in stages where heads allow
         ulysses = near.replace(cp="ulysses")

@@ -19,13 +19,14 @@ from typing import Callable
 import numpy as np
 
 from .config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
-from .layout import CP_MODES, MESH_AXES, Layout, divisors
+from .layout import CP_MODES, MESH_AXES, Axis, Layout, divisors
 from .parallel.schedules import LOOPING, SCHEDULES, VEE, check_schedule
 
 INTERLEAVED, LOOPING_CODES = SCHEDULES.index("interleaved"), [SCHEDULES.index(s) for s in LOOPING]
 VEE_CODES = [SCHEDULES.index(s) for s in VEE]  # two chunks per device, placed V-wise
 RING, ULYSSES = CP_MODES.index("ring"), CP_MODES.index("ulysses")
-GRID_AXES = tuple(a for a in MESH_AXES if a.value != "replica")  # DiLoCo's: validation._check_replica
+# a Grid is one replica's layout: the replica axis is checked by validation._check_replica
+GRID_AXES = tuple(a for a in MESH_AXES if a is not Axis.REPLICA)
 MODEL_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
 
 
