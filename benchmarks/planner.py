@@ -5,9 +5,11 @@
     python benchmarks/planner.py --verify 5     # + measure the top 5 and 5 random on the mesh
 
 speed   enumerate + predict + rank, in layouts/s (target >= 100,000 on 2 cores): each scenario in
-        a fresh process (cold: the predictor places its pipeline schedule tables) and then
-        again in the same process (warm: tables cached); wall-clock and CPU-time rates (the CPU
-        rate is what an unshared machine would see when other work competes for the cores).
+        a fresh process with an empty table store (a machine's first plan: the predictor places
+        its pipeline schedule tables), in a second fresh process (the tables' numbers read from
+        the store, predict.table_store) and again in the same process (warm: tables in memory);
+        wall-clock and CPU-time rates (the CPU rate is what an unshared machine would see when
+        other work competes for the cores).
 papers  Megatron-LM's Table 1 (Narayanan et al. 2021) and GPT-3 175B on 1,024 A100s: the
         planner's best layout against the paper's own, both predicted with ZeRO's mixed
         recipe on A100-80GB, and the paper layout's rank among all fitting layouts (target:
@@ -62,18 +64,22 @@ print(json.dumps(runs))
 
 def speed() -> None:
     print("speed: enumerate + predict + rank (target >= 100,000 layouts/s on 2 cores)")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    for args in SCENARIOS:
-        out = subprocess.run([sys.executable, "-c", TIMING.format(args=args)], env=env,
-                             capture_output=True, text=True, check=True).stdout
-        runs = json.loads(out)
-        n = runs[0][0]
-        cold, warm = runs[0], runs[1:]
-        wall = statistics.median(r[1] for r in warm)
-        cpu = statistics.median(r[2] for r in warm)
-        print(f"  {args[0]} on {args[2]} × {args[1]}, batch {args[3]}: {n:,} layouts · cold "
-              f"{n / cold[1]:,.0f}/s wall, {n / cold[2]:,.0f}/s CPU · warm (median of 3) "
-              f"{n / wall:,.0f}/s wall, {n / cpu:,.0f}/s CPU")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as store:  # an empty table store: a machine's first plan
+        env = dict(os.environ, PYTHONPATH=str(ROOT), PAREX_TABLE_STORE=store)
+        for args in SCENARIOS:
+            first, later = (json.loads(subprocess.run(
+                [sys.executable, "-c", TIMING.format(args=args)], env=env, capture_output=True,
+                text=True, check=True).stdout) for _ in range(2))
+            n = first[0][0]
+            wall = statistics.median(r[1] for r in first[1:])
+            cpu = statistics.median(r[2] for r in first[1:])
+            print(f"  {args[0]} on {args[2]} × {args[1]}, batch {args[3]}: {n:,} layouts · "
+                  f"first on this machine {n / first[0][1]:,.0f}/s wall, "
+                  f"{n / first[0][2]:,.0f}/s CPU · a later process (tables stored) "
+                  f"{n / later[0][1]:,.0f}/s wall · warm (median of 3) {n / wall:,.0f}/s wall, "
+                  f"{n / cpu:,.0f}/s CPU")
 
 
 def paper_rank(model, train, layout, cluster):

@@ -4,7 +4,7 @@ the makespan's growth per second of stage-to-stage hop.
 
 A planner's grid of a hundred thousand layouts has a few hundred distinct tables; the missing ones
 are placed and timed together (parallel.tables, a few numpy calls per tick) and cached, so later
-calls only look them up.
+calls only look them up; the cache is kept on disk for later processes (predict.table_store).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import numpy as np
 
 from ..parallel.plan import BUFFERS
 from ..parallel.schedules import SCHEDULES, schedule_arrays
+from . import table_store
 from .shapes import Grid
 
 HOP = 1e-3  # the probe hop (in units of t_F) that measures the makespan's growth per hop
@@ -20,6 +21,17 @@ _TABLES: dict[tuple, tuple] = {}  # (code, p, m, v) -> (ticks, peak in flight, b
 _MAKESPANS: dict[tuple, tuple[float, float]] = {}  # key + (t_B, t_W) -> (makespan, per hop)
 _LAST: dict = {"rows": {}}  # the tables built last (for makespans) and each key's row in them
 _LIMIT = 1 << 16  # entries a cache keeps; past it, it starts over
+_STORE = {"read": False}
+
+
+def _read_store() -> None:
+    """Fill the caches from the disk store, once per process."""
+    if not _STORE["read"]:
+        _STORE["read"] = True
+        saved = table_store.load()
+        for cache, kind in ((_TABLES, "tables"), (_MAKESPANS, "makespans")):
+            if len(cache) + len(saved[kind]) <= _LIMIT:
+                cache.update(saved[kind])
 
 
 def _distinct(grid: Grid) -> tuple[np.ndarray, list[tuple], np.ndarray, np.ndarray]:
@@ -44,6 +56,7 @@ def _build(keys: list[tuple]) -> None:
     for i, key in enumerate(keys):
         _TABLES[key] = (int(ticks[i]), int(peaks[i])) + tuple(int(slots[b][i]) for b in BUFFERS)
     _LAST.update(tables=tables, rows={key: i for i, key in enumerate(keys)})
+    table_store.save({key: _TABLES[key] for key in keys}, {})
 
 
 def _make_room(cache: dict, keys: list, missing: list) -> list:
@@ -60,6 +73,7 @@ def _table_values(grid: Grid) -> np.ndarray:
     out = np.zeros((len(grid), 2 + len(BUFFERS)))
     rows, keys, inverse, _ = _distinct(grid)
     if len(rows):
+        _read_store()
         _build(_make_room(_TABLES, keys, [k for k in keys if k not in _TABLES]))
         out[rows] = np.array([_TABLES[k] for k in keys], float)[inverse]
     return out
@@ -94,6 +108,7 @@ def _time(keys: list[tuple]) -> None:
     for key in keys:
         i = rows[key[:4]]
         _MAKESPANS[key] = float(span[i, 0]), float((span[i, 1] - span[i, 0]) / HOP)
+    table_store.save({}, {key: _MAKESPANS[key] for key in keys})
 
 
 def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
@@ -103,6 +118,7 @@ def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
     base, per_hop = np.zeros(len(grid)), np.zeros(len(grid))
     rows, keys, inverse, first = _distinct(grid)
     if len(rows):
+        _read_store()
         keys = [k + (float(t_b[i]), float(t_w[i])) for k, i in zip(keys, first)]
         _time(_make_room(_MAKESPANS, keys, [k for k in keys if k not in _MAKESPANS]))
         values = np.array([_MAKESPANS[k] for k in keys])[inverse]
