@@ -17,7 +17,9 @@ with dropout where the recipe's activations say so (Korthikanti et al.'s Megatro
 backward moves BACKWARD_BYTES times the forward's bytes (it reads the output gradient and the
 saved input and writes the input gradient); a recomputed forward moves them again. Full remat
 recomputes the block's forward (Megatron-LM all of it; XLA drops the last matmul as dead code),
-selective remat the attention core.
+selective remat the attention core. Megatron-LM's block also pays its vocab-parallel
+cross-entropy's passes over the (tokens, V/t) logits (CROSS_ENTROPY_BYTES each); the head and
+the loss run on a pipeline's last stage only (`head_per_microbatch`, which the bubble leaves out).
 
 Both rates are the best a kernel reaches alone; a training step sustains a fraction of them
 (kernel boundaries, real shapes, launch gaps): `step_efficiency`, fitted once on named published
@@ -107,5 +109,5 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
             "overhead": 0.0}
 
 
-__all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "OPTIMIZER_BYTES", "accelerator_compute", "elementwise_elements",
-           "gemm_seconds", "layer_seconds", "matmul_shapes"]
+__all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
+           "elementwise_elements", "gemm_seconds", "layer_seconds", "matmul_shapes"]

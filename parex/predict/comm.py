@@ -9,8 +9,11 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
     tp            Megatron: 2 per block forward (after W_o, W_out), 2 backward, 1 more per block
-                  under full remat (the recomputed W_out is dead code), + embedding and head;
-                  under SP each becomes an all-gather and a reduce-scatter of the same bytes
+                  under full remat (the recomputed W_out is dead code; 2 in Megatron-LM's block,
+                  Convention.megatron_block), + embedding and head; under SP each becomes an
+                  all-gather and a reduce-scatter of the same bytes
+    tp-beside-wgrad  the 2 backward ones per block (SP: reduce-scatters) where the program runs
+                  them beside the weight-gradient GEMMs (Convention.overlaps_tp_backward)
     sp-regather   SP: the backward's all-gathers of the column-parallel inputs (2 per block and
                   the head's), which SP saves sequence-split; Megatron overlaps them with the
                   input-gradient matmuls

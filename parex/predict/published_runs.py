@@ -6,8 +6,13 @@
           the constant fitted on the other nine.
     TEST  data/reference/heldout_runs.csv: runs from other papers (Korthikanti et al. 2022,
           MT-NLG 2022), never fitted on, scored with the profile as committed.
-    ADDED data/reference/added_runs.csv: held-out runs added after the model was developed
-          (Narayanan et al. 2021, Table 2), scored and reported on their own.
+    ADDED data/reference/added_runs.csv: held-out runs added late (Narayanan et al. 2021,
+          Table 2), scored and reported on their own.
+
+Each run's implementation facts (its code's data-parallel gradient reduction during or after the
+backward, `grad_overlap`; its tensor-parallel backward beside the weight-gradient GEMMs or not,
+`tp_overlap`) are columns of the CSVs, with sources, and become the Convention it is predicted
+under (comm.Convention: overlaps_grad_reduce, overlaps_tp_backward).
 
 Every run is predicted with its chip's profile as is (no per-row tuning), the mixed recipe and
 bf16, through the predictor's own columns (`predict.columns`, the formulas predict() and
@@ -45,8 +50,8 @@ def heldout_runs():
 
 
 def added_runs():
-    """Held-out runs added after the model was developed (data/reference/added_runs.csv): the
-    published TFLOP/s per GPU turned into seconds per iteration with the paper's FLOP count."""
+    """Held-out runs added late (data/reference/added_runs.csv): the published TFLOP/s per GPU
+    turned into seconds per iteration with the paper's FLOP count."""
     runs = read_reference(ADDED_SET)
     runs["step_s"] = [megatron_flops(r, s=int(r.seq), V=int(r.vocab))
                       / (r.gpus * r.tflops_per_gpu * 1e12) for r in runs.itertuples()]
@@ -163,5 +168,6 @@ def accuracy(chip_name: str = "a100-80gb") -> dict:
             "fitted": fit_step_efficiency(fit_runs(), chip), "profile": chip.step_efficiency}
 
 
-__all__ = ["ADDED_SET", "FIT_SET", "TEST_SET", "accuracy", "added_runs", "fit_runs", "fit_step_efficiency",
-           "heldout_runs", "leave_one_out", "predict_run", "run_setup", "scored", "summary"]
+__all__ = ["ADDED_SET", "FIT_SET", "TEST_SET", "accuracy", "added_runs", "fit_runs",
+           "fit_step_efficiency", "heldout_runs", "leave_one_out", "predict_run", "run_setup",
+           "scored", "summary"]

@@ -10,7 +10,10 @@ parameter and fixed cost per step. CPU rates are per emulated device with every 
 rescaled when fewer devices share the cores (`cpu_rate_scale`).
 
 Overlap model (explicit, per collective family): tensor/sequence-parallel and Ulysses collectives
-sit on the critical path (exposed in full); gradient reductions hide behind the backward pass,
+sit on the critical path (exposed in full), except the column-parallel layers' backward ones
+where the program runs them beside the weight-gradient GEMMs ("tp-beside-wgrad", hidden behind
+compute; comm.Convention.overlaps_tp_backward); gradient reductions hide behind the backward pass
+(or, where the program starts them after it, Convention.overlaps_grad_reduce False, are exposed),
 fsdp gathers behind the compute of the previous layer, ring-attention hops behind half the
 compute, each except one layer's share that cannot be hidden; ZeRO's parameter gather after the
 update and the embedding's collectives are exposed. The emulated CPU mesh overlaps nothing
