@@ -64,7 +64,9 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
     grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu")
     # Megatron-LM's block (the recipe's compute counts it): its full remat repeats the whole block
-    conv = dataclasses.replace(conv, megatron_block=rec.activations == "korthikanti")
+    # (not in parex's compiled program, whose collectives xla-cpu counts)
+    megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"
+    conv = dataclasses.replace(conv, megatron_block=megatron)
     act = DTYPE_BYTES[model.dtype]
     mem = memory.memory_parts(sizes, grid, remat, rec, act, act)
     terms = comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes)
