@@ -139,3 +139,83 @@ def test_megatron_default_matches_the_explicit_flags():
     assert np.isclose(default.step_time_s["total"], flags.step_time_s["total"])
     assert default.memory_bytes_per_device["params"] == pytest.approx(2 * model.n_params / 8,
                                                                       rel=0.01)
+
+
+def _tp_collectives(conv, remat="full", layout=None):
+    """{(family, kind): count} of one 4-layer tiny step's tensor-parallel collectives on an
+    A100 cluster under `conv` (mixed recipe: Megatron's block)."""
+    from parex.hardware import Cluster
+    from parex.predict import columns, comm
+    from parex.predict.memory import recipe
+
+    train = TrainConfig(global_batch=16, remat=remat)
+    grid = Grid.from_layouts([layout or Layout(data=2, tensor=4)], train, TINY)
+    _, terms = columns(TINY, train, grid, Cluster(load_chip("a100-80gb"), 1), conv,
+                       recipe("mixed"))
+    return {(t.name, t.kind): float(t.count[0]) for t in terms
+            if t.name in ("tp", "tp-beside-wgrad", "sp") and t.count[0]}, terms
+
+
+def test_megatron_full_recompute_repeats_both_forward_all_reduces():
+    from parex.predict import comm
+
+    gpu = comm.convention("gpu")
+    full, _ = _tp_collectives(gpu, "full")
+    none, _ = _tp_collectives(gpu, "none")
+    # per block: 2 forward + 2 backward, + the recomputed forward's 2 (W_o's and W_out's: the
+    # checkpointed block runs again whole); + the embedding's and the head's
+    assert none[("tp", "all-reduce")] == 4 * 4 + 2
+    assert full[("tp", "all-reduce")] == 6 * 4 + 2
+
+
+def test_async_tensor_parallel_backward_moves_the_column_parallel_reductions_off_the_path():
+    import dataclasses
+
+    from parex.predict import comm
+
+    gpu = comm.convention("gpu")
+    overlapped = dataclasses.replace(gpu, overlaps_tp_backward=True)
+    plain, _ = _tp_collectives(gpu)
+    beside, _ = _tp_collectives(overlapped)
+    # QKV's and the MLP input's input-gradient all-reduces, 2 per block, run beside dW
+    assert beside[("tp-beside-wgrad", "all-reduce")] == 2 * 4
+    assert beside[("tp", "all-reduce")] == plain[("tp", "all-reduce")] - 2 * 4
+    # under SP the same two are reduce-scatters
+    sp = Layout(data=2, tensor=4, sp=True)
+    plain_sp, _ = _tp_collectives(gpu, "none", sp)
+    beside_sp, _ = _tp_collectives(overlapped, "none", sp)
+    assert beside_sp[("tp-beside-wgrad", "reduce-scatter")] == 2 * 4
+    assert beside_sp[("sp", "reduce-scatter")] == plain_sp[("sp", "reduce-scatter")] - 2 * 4
+
+
+def test_gradient_reduction_after_the_backward_is_exposed_in_full():
+    from parex.predict import time
+
+    g = Grid.from_layouts([Layout(data=8)], TrainConfig(global_batch=16), TINY)
+    compute = {"per_microbatch": np.array([1.0]), "optimizer": 0.0, "overhead": 0.0}
+    seconds = {"grad-reduce": np.array([0.5])}
+    hidden = time.step_time(g, compute, seconds, False, "none")
+    after = time.step_time(g, compute, seconds, False, "none", overlap_grads=False)
+    # behind the backward (2/3 of 1 s) all but one layer's share: 0.5 / 4; after it: all
+    assert hidden["exposed_comm"][0] == pytest.approx(0.5 / 4)
+    assert after["exposed_comm"][0] == pytest.approx(0.5)
+
+
+def test_megatron_cross_entropy_traffic_on_the_logits():
+    # 52 bytes per (token, V/t) logit: cast, max, subtract, exp, sum, divide; the backward's
+    # multiply and cast back (Megatron-LM's vocab-parallel cross-entropy)
+    assert accelerator.CROSS_ENTROPY_BYTES == 52
+    chip = load_chip("a100-80gb")
+    g = Grid.from_layouts([Layout(data=8)], TrainConfig(global_batch=16), TINY)
+    sizes = model_sizes(TINY)
+    args = (TINY, sizes, g, "none", chip, "bfloat16", 2, np.array([0.0]))
+    megatron = accelerator.accelerator_compute(*args, megatron=True)
+    layer = accelerator.layer_seconds(sizes, g, "none", chip.peak("bfloat16")
+                                      * chip.matmul_efficiency, chip.hbm_bandwidth, 2, True)
+    head = 3 * accelerator.gemm_seconds(g.tokens, 128, 256, 1, chip.peak("bfloat16")
+                                        * chip.matmul_efficiency, chip.hbm_bandwidth, 2)
+    logits = 52 * g.tokens * 256 / chip.hbm_bandwidth
+    assert megatron["head_per_microbatch"][0] == pytest.approx(
+        (head + logits)[0] / chip.step_efficiency)
+    assert megatron["per_microbatch"][0] == pytest.approx(
+        (layer * 4 + head + logits)[0] / chip.step_efficiency)

@@ -58,12 +58,25 @@ def test_korthikanti_table2_through_the_activation_model():
 
 
 def test_fit_and_held_out_sets_are_disjoint_and_sourced():
-    fit, held = runs.fit_runs(), runs.heldout_runs()
-    assert len(fit) == 10 and len(held) == 11
-    assert not set(fit.run) & set(held.run)
-    header = (published.REFERENCE_DIR / "heldout_runs.csv").read_text().splitlines()[:20]
+    fit, held, added = runs.fit_runs(), runs.heldout_runs(), runs.added_runs()
+    assert len(fit) == 10 and len(held) == 11 and len(added) == 6
+    assert not set(fit.run) & set(held.run) and not (set(fit.run) | set(held.run)) & set(
+        added.run)
+    header = (published.REFERENCE_DIR / "heldout_runs.csv").read_text().splitlines()[:40]
     assert any("arXiv:2205.05198" in line for line in header)  # Korthikanti et al. 2022
     assert any("arXiv:2201.11990" in line for line in header)  # MT-NLG
+    header = (published.REFERENCE_DIR / "added_runs.csv").read_text().splitlines()[:30]
+    assert any("arXiv:2104.04473), Table 2" in line for line in header)  # Narayanan et al.
+
+
+def test_added_runs_are_the_papers_tflops_over_its_flop_count():
+    # Narayanan et al. 2021 Table 2: 174.6B on 1536 GPUs at 141 TFLOP/s per GPU, batch 1536
+    added = runs.added_runs()
+    row = added[added.run == "narayanan-t2-174.6b-1536"].iloc[0]
+    flops = 96 * 1536 * 2048 * 96 * 12288 ** 2 * (1 + 2048 / (6 * 12288)
+                                                  + 51200 / (16 * 96 * 12288))
+    assert row.step_s == pytest.approx(flops / (1536 * 141e12))
+    assert (row.tp, row.pp, row.virtual, row.microbatch) == (8, 12, 4, 1)
 
 
 def test_a100_step_efficiency_is_the_fit_on_megatron_table1_alone():
@@ -83,10 +96,34 @@ def test_megatron_table1_in_sample_and_the_bubble_only_where_pipelined():
 def test_held_out_runs_with_the_committed_profile():
     held = runs.scored(runs.heldout_runs(), load_chip("a100-80gb"))
     s = runs.summary(held.ratio)
-    # measured when the fit was made: median 11 %, max 18 % (Korthikanti's 2022 software runs
-    # the same layouts up to 9 % faster than Megatron-LM's 2021 fit set; MT-NLG's DeepSpeed
-    # runs 14–18 % slower)
-    assert s["n"] == 11 and s["median"] <= 0.12 and s["max"] <= 0.20, held[["run", "ratio"]]
+    # measured with the committed profile: median 7.6 %, max 18.9 % (target missed: MT-NLG's
+    # DeepSpeed runs 15-19 % slower than predicted, Korthikanti's 1T on 64 stages 14 % faster)
+    assert s["n"] == 11 and s["median"] <= 0.08 and s["max"] <= 0.20, held[["run", "ratio"]]
+
+
+def test_added_held_out_runs_meet_the_targets():
+    # Narayanan et al. 2021 Table 2 (PTD-P), added after the model changes: 2.9 % / 7.0 %
+    added = runs.scored(runs.added_runs(), load_chip("a100-80gb"))
+    s = runs.summary(added.ratio)
+    assert s["n"] == 6 and s["median"] <= 0.05 and s["max"] <= 0.12, added[["run", "ratio"]]
+
+
+def test_each_runs_implementation_moves_its_prediction_the_physical_way():
+    # the 39.1B row of Table 1 reduces its gradients after the backward (local DDP): with the
+    # overlap on, less comm is exposed; Korthikanti's async TP backward likewise hides some
+    chip = load_chip("a100-80gb")
+    fit, held = runs.fit_runs(), runs.heldout_runs()
+    row = fit[fit.run == "megatron-39.1b"].iloc[0]
+    assert row.grad_overlap == "off"
+    overlapped = row.copy()
+    overlapped["grad_overlap"] = "on"
+    assert (runs.predict_run(overlapped, chip)["exposed_comm"]
+            < runs.predict_run(row, chip)["exposed_comm"])
+    k = held[held.run == "korthikanti-175b-full"].iloc[0]
+    assert k.tp_overlap == "on"
+    plain = k.copy()
+    plain["tp_overlap"] = "off"
+    assert runs.predict_run(k, chip)["total"] < runs.predict_run(plain, chip)["total"]
 
 
 @pytest.mark.slow

@@ -63,6 +63,10 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     """Every predicted quantity as columns over the grid, and the collective terms."""
     chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
     grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu")
+    # Megatron-LM's block (the recipe's compute counts it): its full remat repeats the whole block
+    # (not in parex's compiled program, whose collectives xla-cpu counts)
+    megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"
+    conv = dataclasses.replace(conv, megatron_block=megatron)
     act = DTYPE_BYTES[model.dtype]
     mem = memory.memory_parts(sizes, grid, remat, rec, act, act)
     terms = comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes)
@@ -77,7 +81,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     else:
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
                                            opt_elements, rec.activations == "korthikanti")
-    step = time.step_time(grid, compute, seconds, emulated, remat)
+    step = time.step_time(grid, compute, seconds, emulated, remat, conv.overlaps_grad_reduce)
     hw = flops.hardware_flops(model, grid, remat)
     mf = flops.model_flops(model, grid)
     counted = flops.xla_counted(model, sizes, grid, remat) if conv.loops_counted_once else hw

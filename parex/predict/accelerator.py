@@ -17,7 +17,9 @@ with dropout where the recipe's activations say so (Korthikanti et al.'s Megatro
 backward moves BACKWARD_BYTES times the forward's bytes (it reads the output gradient and the
 saved input and writes the input gradient); a recomputed forward moves them again. Full remat
 recomputes the block's forward (Megatron-LM all of it; XLA drops the last matmul as dead code),
-selective remat the attention core.
+selective remat the attention core. Megatron-LM's block also pays its vocab-parallel
+cross-entropy's passes over the (tokens, V/t) logits (CROSS_ENTROPY_BYTES each); the head and
+the loss run on a pipeline's last stage only (`head_per_microbatch`, which the bubble leaves out).
 
 Both rates are the best a kernel reaches alone; a training step sustains a fraction of them
 (kernel boundaries, real shapes, launch gaps): `step_efficiency`, fitted once on named published
@@ -32,6 +34,11 @@ from .flops import recompute_layers
 from .shapes import Grid, ModelSizes
 
 BACKWARD_BYTES = 1.5  # elementwise backward bytes / forward bytes (reads dy and x, writes dx)
+# Megatron-LM's vocab-parallel cross-entropy (megatron/mpu/cross_entropy.py, 2021-22, and
+# gpt_model.post_language_model_processing), bytes per (token, V/t) logit: the fp16 logits cast
+# to fp32 (read 2, write 4); max (4); in-place subtract, exp and divide (8 each); sum (4); the
+# backward's in-place multiply by the loss gradient (8) and the cast back to fp16 (4 + 2)
+CROSS_ENTROPY_BYTES = 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6
 OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), write p, m, v (12)
 
 
@@ -89,14 +96,18 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
     rate = chip.peak(dtype) * chip.matmul_efficiency
     bandwidth = chip.hbm_bandwidth
     layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron)
-    # the head: (M, D) @ (D, V/t) forward and its two gradients
+    # the head: (M, D) @ (D, V/t) forward and its two gradients, and Megatron-LM's loss on the
+    # (M, V/t) logits
+    logits = grid.tokens * sizes.V / grid.tensor
     head = 3 * gemm_seconds(grid.tokens, sizes.D, sizes.V / grid.tensor, 1, rate, bandwidth,
-                            act_bytes)
+                            act_bytes) + (CROSS_ENTROPY_BYTES * logits / bandwidth if megatron
+                                          else 0.0)
     sustained = chip.step_efficiency
     return {"per_microbatch": (layer * grid.stage_layers + head) / sustained,
+            "head_per_microbatch": head / sustained,
             "optimizer": OPTIMIZER_BYTES * opt_elements / bandwidth / sustained,
             "overhead": 0.0}
 
 
-__all__ = ["BACKWARD_BYTES", "OPTIMIZER_BYTES", "accelerator_compute", "elementwise_elements",
-           "gemm_seconds", "layer_seconds", "matmul_shapes"]
+__all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
+           "elementwise_elements", "gemm_seconds", "layer_seconds", "matmul_shapes"]

@@ -9,8 +9,11 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
     tp            Megatron: 2 per block forward (after W_o, W_out), 2 backward, 1 more per block
-                  under full remat (the recomputed W_out is dead code), + embedding and head;
-                  under SP each becomes an all-gather and a reduce-scatter of the same bytes
+                  under full remat (the recomputed W_out is dead code; 2 in Megatron-LM's block,
+                  Convention.megatron_block), + embedding and head; under SP each becomes an
+                  all-gather and a reduce-scatter of the same bytes
+    tp-beside-wgrad  the 2 backward ones per block (SP: reduce-scatters) where the program runs
+                  them beside the weight-gradient GEMMs (Convention.overlaps_tp_backward)
     sp-regather   SP: the backward's all-gathers of the column-parallel inputs (2 per block and
                   the head's), which SP saves sequence-split; Megatron overlaps them with the
                   input-gradient matmuls
@@ -65,6 +68,14 @@ class Convention:
     #                       table; GPT's position rows split by SP or CP)
     merges_sp_regathers: bool  # SP's backward re-gather of an input merged with a gather of
     #                             the same input in the same region (the head's; full remat's)
+    overlaps_grad_reduce: bool = True  # gradient reductions overlap the backward (PyTorch DDP's
+    #   buckets); False: they run after it (Megatron-LM's local DDP, DeepSpeed's pipeline engine)
+    megatron_block: bool = False  # full remat repeats the whole block, its last all-reduce (or
+    #   SP's reduce-scatter) included (Megatron-LM's checkpointed layers; XLA drops it as dead
+    #   code); set by predict.columns with the recipe whose compute counts that block
+    overlaps_tp_backward: bool = False  # the column-parallel layers' input-gradient all-reduce
+    #   (SP: reduce-scatter) runs beside their weight-gradient GEMM (Megatron-LM from September
+    #   2021: mpu/layers.py LinearWithGradAccumulationAndAsync*, async_op=True; on by default)
 
 
 CONVENTIONS = {
@@ -201,9 +212,14 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     # device is its last stage: its layers, the head and the loss, but not the embedding.
     piped = grid.stage > 1
     backward = 2 + sizes.n_mlp_in - 1
-    per_block = 2 + backward + full
-    n_ar = per_block * L + np.where(piped, 1, 2)
-    out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes)]
+    last = full * conv.megatron_block  # the recomputed block's last all-reduce / reduce-scatter
+    per_block = 2 + backward + full + last
+    # the column-parallel layers' backward ones (QKV's and the MLP inputs') run beside their
+    # weight-gradient GEMMs where the program overlaps them
+    beside = backward * L * conv.overlaps_tp_backward
+    n_ar = per_block * L + np.where(piped, 1, 2) - beside
+    out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes),
+           Term("tp-beside-wgrad", "all-reduce", axes, m * beside * (tp & ~sp), x_bytes)]
     # + the embedding's output (reduce-scatter; backward all-gather) and the head's input
     # (all-gather; backward reduce-scatter)
     # SP's re-gathers in the backward of the inputs it saves sequence-split: 2 per block and
@@ -211,7 +227,7 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     # blocks' with the recomputed forward's)
     regathers = np.where(conv.merges_sp_regathers, 2 * L * (1 - full), 2 * L + 1)
     n_ag = (4 + 2 * full) * L + 2
-    n_rs = (4 + full) * L + 2
+    n_rs = (4 + full + last) * L + 2 - beside
     nested_ag, nested_rs = _nested_sp_counts(grid, full)
     nested = piped & grid.executor  # SP's ops nested in the pipeline's shard_map
     out.append(Term("sp", "all-gather", axes, m * np.where(nested, nested_ag, n_ag) * sp,
@@ -219,6 +235,8 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     out.append(Term("sp", "reduce-scatter", axes, m * np.where(nested, nested_rs, n_rs) * sp,
                     x_bytes))
     out.append(Term("sp-regather", "all-gather", axes, m * regathers * (sp & ~nested), x_bytes))
+    out.append(Term("tp-beside-wgrad", "reduce-scatter", axes, m * beside * (sp & ~nested),
+                    x_bytes))
     # the D-sized weights (norms, biases): a pipeline's last stage has its layers' and the
     # final norm's
     final = sizes.head[1]

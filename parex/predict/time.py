@@ -10,7 +10,10 @@ parameter and fixed cost per step. CPU rates are per emulated device with every 
 rescaled when fewer devices share the cores (`cpu_rate_scale`).
 
 Overlap model (explicit, per collective family): tensor/sequence-parallel and Ulysses collectives
-sit on the critical path (exposed in full); gradient reductions hide behind the backward pass,
+sit on the critical path (exposed in full), except the column-parallel layers' backward ones
+where the program runs them beside the weight-gradient GEMMs ("tp-beside-wgrad", hidden behind
+compute; comm.Convention.overlaps_tp_backward); gradient reductions hide behind the backward pass
+(or, where the program starts them after it, Convention.overlaps_grad_reduce False, are exposed),
 fsdp gathers behind the compute of the previous layer, ring-attention hops behind half the
 compute, each except one layer's share that cannot be hidden; ZeRO's parameter gather after the
 update and the embedding's collectives are exposed. The emulated CPU mesh overlaps nothing
@@ -36,7 +39,8 @@ EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses"
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
            "embedding-table", "cp-positions")
 HIDE_BEHIND_BACKWARD = ("grad-reduce",)
-HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather")  # prefetched, or beside the backward's dx
+HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather", "tp-beside-wgrad")  # prefetched, or
+#   beside the backward's dx (SP's re-gathers) or dW GEMMs (comm.Convention.overlaps_tp_backward)
 
 
 # --- compute -------------------------------------------------------------------------------------
@@ -110,10 +114,13 @@ def bubble_seconds(grid: Grid, busy_per_micro, remat: str, hop) -> np.ndarray:
 
 # --- everything together -------------------------------------------------------------------------
 
-def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: str) -> dict:
+def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: str,
+              overlap_grads: bool = True) -> dict:
     """STEP_TIME_PARTS from compute terms and per-family collective seconds (columns).
     `emulated`: the calibrated CPU mesh, where nothing overlaps and an idle pipeline stage frees
-    the shared cores for the busy ones (no bubble; the per-tick hops are exposed instead)."""
+    the shared cores for the busy ones (no bubble; the per-tick hops are exposed instead).
+    `overlap_grads` False: the gradient reductions start after the backward (Megatron-LM's
+    local DDP, DeepSpeed's pipeline engine) and are exposed in full."""
     m, L = grid.microbatches, np.maximum(grid.stage_layers, 1)
     critical = sum(seconds.get(k, 0.0) for k in ("tp", "sp", "cross-entropy", "cp-ulysses"))
     exposed = sum(seconds.get(k, 0.0) for k in EXPOSED)  # includes the critical ones
@@ -122,14 +129,17 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
                (("cp-ring",), work / 2))
     for names, window in windows:
         t = sum(seconds.get(k, 0.0) for k in names)
-        exposed = exposed + (t if emulated else np.maximum(t - window * (L - 1) / L, t / L))
+        hidden = not emulated and (overlap_grads or names != HIDE_BEHIND_BACKWARD)
+        exposed = exposed + (np.maximum(t - window * (L - 1) / L, t / L) if hidden else t)
     hops = seconds.get("pipeline", np.zeros(len(grid)))
     if emulated:
         bubble = np.zeros(len(grid))
         exposed = exposed + hops
     else:
         per_hop = hops / np.maximum(2 * m * grid.virtual_stages, 1)
-        bubble = bubble_seconds(grid, compute["per_microbatch"] + critical / m, remat, per_hop)
+        # the head runs on the last stage only: the fill and drain cross the other stages
+        stage = compute["per_microbatch"] - compute.get("head_per_microbatch", 0.0)
+        bubble = bubble_seconds(grid, stage + critical / m, remat, per_hop)
     compute_s = work + compute["optimizer"] + compute["overhead"]
     return {"total": compute_s + exposed + bubble, "compute": compute_s, "exposed_comm": exposed,
             "bubble": bubble}
