@@ -10,7 +10,9 @@ Shape of the computation (JAX_NOTES "Pipelines"):
 - One `lax.scan` over the table's ticks. Each tick every device looks up its op and runs one branch
   of a `lax.switch`: idle, or F, B or W of its first, a middle or its last virtual stage. What a
   branch produces travels up, down or stays on the device (plan.py), by two cyclic `ppermute`s
-  outside the switch, so no collective depends on the device.
+  outside the switch, so no collective depends on the device. The branches read the buffers in
+  place and return only what they produce; the tick scatters each value into its slot after the
+  switch (nowhere when the branch did not produce it), so a tick copies only the slots it uses.
 - Activations are kept, not recomputed: F runs its virtual stage under `jax.vjp` and stashes the
   backward's residuals (stash.py) in a slot per microbatch in flight; B runs only the backward. A
   virtual stage is up to three pieces, each with its own vjp and stash: the embedding (first
