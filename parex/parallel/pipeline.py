@@ -10,7 +10,9 @@ Shape of the computation (JAX_NOTES "Pipelines"):
 - One `lax.scan` over the table's ticks. Each tick every device looks up its op and runs one branch
   of a `lax.switch`: idle, or F, B or W of its first, a middle or its last virtual stage. What a
   branch produces travels up, down or stays on the device (plan.py), by two cyclic `ppermute`s
-  outside the switch, so no collective depends on the device.
+  outside the switch, so no collective depends on the device. The branches read the buffers in
+  place and return only what they produce; the tick scatters each value into its slot after the
+  switch (nowhere when the branch did not produce it), so a tick copies only the slots it uses.
 - Activations are kept, not recomputed: F runs its virtual stage under `jax.vjp` and stashes the
   backward's residuals (stash.py) in a slot per microbatch in flight; B runs only the backward. A
   virtual stage is up to three pieces, each with its own vjp and stash: the embedding (first
@@ -42,15 +44,14 @@ from jax.sharding import PartitionSpec
 from .. import model as gpt
 from ..layout import Axis
 from .nested import layer_loop
-from .plan import DOWN, UP, Plan, make_plan, stage_partition
+from .plan import BUFFERS, DOWN, UP, Plan, make_plan, stage_partition
 from .schedules import make_schedule
 from .split import BlockTaps, tapped_layers, weight_grads
-from .stash import Residuals, Stash
+from .stash import Residuals, Stash, varying_axes
 
 STAGE, DATA = Axis.STAGE.value, Axis.DATA.value
 EMBEDDING = ("tokens", "positions")  # read by the first virtual stage
 HEAD = ("final_norm", "unembed")  # read by the last
-WINDOWED = ("res", "emb", "head", "rec", "dtap", "inbox")  # buffers read and written by slot
 
 
 def _run_layers(x, blocks, mask, cfg, ops, remat):
@@ -82,10 +83,15 @@ def _at(tree, i):
     return jax.tree.map(lambda a: lax.dynamic_index_in_dim(a, i, keepdims=False), tree)
 
 
-def _add_at(tree, i, update):
-    return jax.tree.map(lambda a, u: lax.dynamic_update_index_in_dim(
-        a, lax.dynamic_index_in_dim(a, i, keepdims=False) + u.astype(a.dtype), i, 0),
-        tree, update)
+def _put(tree, values, slot, add=False):
+    """Store (or add) values at `slot` of each leaf's leading dim, in place; nothing happens when
+    slot is out of range (a scatter that drops it), so a tick that produces nothing writes
+    nothing."""
+    def one(buffer, value):
+        at = buffer.at[slot]
+        value = value.astype(buffer.dtype)
+        return at.add(value, mode="drop") if add else at.set(value, mode="drop")
+    return jax.tree.map(one, tree, values)
 
 
 # --- the pieces of a virtual stage ---------------------------------------------------------------
@@ -148,15 +154,18 @@ class _Context:
 
 
 # --- the branches ----------------------------------------------------------------------------------
+# A branch sees the buffers whole but only reads them: it returns what it produces (a value per
+# stash buffer, a chunk's weight gradients, the embedding's and head's gradients, its loss) and
+# the tick stores those after the switch, each into its slot, or nowhere when this branch does not
+# produce it (`WRITES`). Nothing a branch leaves alone passes through the switch, so XLA copies
+# nothing on its behalf (a conditional's outputs never share its operands' buffers).
 
 def _store(state, name, values, slot):
-    return state | {name: Stash.write(state[name], values, slot)}
+    return state | {"put." + name: values}
 
 
 def _add_head(state, grads: dict):
-    g = state["g_head"]
-    added = jax.tree.map(lambda a, u: a + u.astype(a.dtype), {k: g[k] for k in grads}, grads)
-    return state | {"g_head": g | added}
+    return state | {"d_head": state.get("d_head", {}) | grads}
 
 
 def _forward(role, ctx: _Context, state, row, blocks, mask):
@@ -175,7 +184,7 @@ def _forward(role, ctx: _Context, state, row, blocks, mask):
         return state, y
     loss, _, kept = specs["head"].forward(ctx.head_loss(_at(ctx.targets, j)), ctx.head, (y,))
     state = _store(state, "head", kept, row["head"])
-    return state | {"loss": state["loss"] + loss}, jnp.zeros_like(y)
+    return state | {"d_loss": loss}, jnp.zeros_like(y)
 
 
 def _backward(role, ctx: _Context, state, row, blocks):
@@ -191,7 +200,7 @@ def _backward(role, ctx: _Context, state, row, blocks):
     kept = Stash.read(state["res"], row["res"])
     if ctx.taps is None:
         d_blocks, dx = specs["layers"].backward(kept, blocks, g)
-        state = state | {"g_blocks": _add_at(state["g_blocks"], row["chunk"], d_blocks)}
+        state = state | {"d_blocks": d_blocks}
     else:
         dx, d_taps = specs["layers"].backward(kept, blocks, g)
         state = _store(state, "dtap", d_taps, row["dtap"])
@@ -206,24 +215,72 @@ def _weights(ctx: _Context, state, row, blocks, like):
     """W: weight gradients of a split backward from its records and tap cotangents."""
     records = Stash.read(state["rec"], row["rec"])
     d_taps = Stash.read(state["dtap"], row["dtap"])
-    d_blocks = weight_grads(blocks, records, d_taps, ctx.taps)
-    return state | {"g_blocks": _add_at(state["g_blocks"], row["chunk"], d_blocks)}, like
+    return state | {"d_blocks": weight_grads(blocks, records, d_taps, ctx.taps)}, like
+
+
+def _writes(name: str, split: bool) -> frozenset:
+    """What branch `name` produces: stash buffers, and "blocks"/"head" for gradients."""
+    kind, _, role = name.partition(".")
+    if kind == "F":
+        return frozenset({"res"} | ({"rec"} if split else set())
+                         | ({"emb"} if role == "first" else set())
+                         | ({"head"} if role == "last" else set()))
+    if kind == "B":
+        return frozenset(({"dtap"} if split else {"blocks"})
+                         | ({"head_grads"} if role in ("first", "last") else set()))
+    return frozenset({"blocks"} if kind == "W" else set())
+
+
+def _zeros_like_slot(buffer):
+    """Zeros of one slot of `buffer` (its leading dim dropped), varying as the buffer does."""
+    zeros = jnp.zeros(buffer.shape[1:], buffer.dtype)
+    axes = tuple(sorted(varying_axes(buffer)))
+    return lax.pcast(zeros, axes, to="varying") if axes else zeros
+
+
+def _like(value, ref):
+    """value in ref's dtype, varying over (at least) the axes ref varies over."""
+    value = value.astype(ref.dtype)
+    missing = tuple(sorted(varying_axes(ref) - varying_axes(value)))
+    return lax.pcast(value, missing, to="varying") if missing else value
+
+
+def _outputs(state, stashes, accumulators, out, like):
+    """A branch's result: (a value per stash buffer, d_blocks of one chunk, d_head, d_loss,
+    the value it sends), zeros for what it did not produce."""
+    puts = {name: jax.tree.map(_like, state["put." + name], jax.tree.map(_zeros_like_slot,
+                                                                         stashes[name]))
+            if "put." + name in state else jax.tree.map(_zeros_like_slot, stashes[name])
+            for name in stashes}
+    g_blocks, g_head, loss = accumulators
+    zeros_blocks = jax.tree.map(_zeros_like_slot, g_blocks)
+    d_blocks = (jax.tree.map(_like, state["d_blocks"], zeros_blocks) if "d_blocks" in state
+                else zeros_blocks)
+    got = state.get("d_head", {})
+    d_head = {k: jax.tree.map(_like, got[k], g) if k in got else jax.tree.map(jnp.zeros_like, g)
+              for k, g in g_head.items()}
+    d_loss = _like(state["d_loss"], loss) if "d_loss" in state else jnp.zeros_like(loss)
+    return puts, d_blocks, d_head, d_loss, _like(out, like)
 
 
 def _branch(name: str, ctx: _Context, like):
-    """The function one switch branch runs: (state, row) -> (state, value it sends)."""
+    """The function one switch branch runs: (buffers, accumulators, row) -> its outputs."""
     kind, _, role = name.partition(".")
 
-    def run(state, row):
+    def run(buffers, accumulators, row):
+        state = dict(buffers)
+        stashes = {k: v for k, v in buffers.items() if k != "inbox"}
         if kind == "idle":
-            return state, like
+            return _outputs(state, stashes, accumulators, like, like)
         blocks = _at(ctx.blocks, row["chunk"])
         if kind == "F":
             mask = None if ctx.mask is None else _at(ctx.mask, row["chunk"])
-            return _forward(role, ctx, state, row, blocks, mask)
-        if kind == "B":
-            return _backward(role, ctx, state, row, blocks)
-        return _weights(ctx, state, row, blocks, like)
+            state, out = _forward(role, ctx, state, row, blocks, mask)
+        elif kind == "B":
+            state, out = _backward(role, ctx, state, row, blocks)
+        else:
+            state, out = _weights(ctx, state, row, blocks, like)
+        return _outputs(state, stashes, accumulators, out, like)
 
     return run
 
@@ -276,18 +333,24 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
     up = [(i, (i + 1) % p) for i in range(p)]
     down = [(i, (i - 1) % p) for i in range(p)]
 
+    writes = [_writes(name, plan.schedule.split_backward) for name in plan.branches]
+    produces = {key: jnp.asarray([key in w for w in writes])  # (branches,) static flags
+                for key in ("res", "emb", "head", "rec", "dtap", "blocks", "head_grads")}
+
     def tick(state, row):
-        # The branches see one slot of each buffer, read before the switch and written back
-        # after it: the buffers themselves never enter the switch, so XLA never copies them.
-        held = [name for name in WINDOWED if name in state]
-        window = {name: jax.tree.map(lambda a: a[None], Stash.read(state[name], row[name]))
-                  for name in held}
-        local, out = lax.switch(row["branch"], branches, state | window,
-                                row | {name: 0 for name in held})
-        state = state | {name: Stash.write(state[name], Stash.read(local[name], 0), row[name])
-                         for name in held if name != "inbox"}
-        state = state | {k: local[k] for k in ("loss", "g_blocks", "g_head")}
-        out = out.astype(act.dtype)
+        # The switch reads the buffers and returns only what its branch produces; each value is
+        # scattered into its slot after it, or dropped (an out-of-range slot) when not produced.
+        buffers = {name: state[name] for name in BUFFERS if name in state}
+        accumulators = (state["g_blocks"], state["g_head"], state["loss"])
+        puts, d_blocks, d_head, d_loss, out = lax.switch(row["branch"], branches, buffers,
+                                                         accumulators, row)
+        for name, value in puts.items():
+            slot = jnp.where(produces[name][row["branch"]], row[name], plan.slots[name])
+            state = state | {name: _put(state[name], value, slot)}
+        chunk = jnp.where(produces["blocks"][row["branch"]], row["chunk"], plan.schedule.v)
+        state = state | {"g_blocks": _put(state["g_blocks"], d_blocks, chunk, add=True),
+                         "g_head": jax.tree.map(jnp.add, state["g_head"], d_head),
+                         "loss": state["loss"] + d_loss}
         # Outside the switch: every device sends every tick, so no collective is device-dependent.
         from_below = lax.ppermute(jnp.where(row["send"] == UP, out, 0), STAGE, up)
         from_above = lax.ppermute(jnp.where(row["send"] == DOWN, out, 0), STAGE, down)
