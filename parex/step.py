@@ -96,10 +96,11 @@ class TrainStep:
     # accumulator: a floor of one model's gradients (plus each layer's unreduced and reduced
     # gradient) under the activations, so ring attention's 1/s activations left the step's temp
     # at 0.67x from seq=2 to seq=8 on a K/V-heavy model. Constrained split over seq along their
-    # embed dim, the gradients are all-reduced per layer and each device keeps its 1/s slice
-    # (ZeRO-2 over the CP group, as Megatron's distributed optimizer shards over DP x CP); the
-    # global norm is taken on the slices, and they are all-gathered whole for the update, when
-    # the activations are gone. Costs one all-gather of the gradients over seq per step.
+    # embed dim, the blocks' weight gradients are still all-reduced per layer, but each device
+    # keeps only its 1/s slice (ZeRO-2 over the CP group, as Megatron's distributed optimizer
+    # shards over DP x CP) and reduces only that over data; the global norm is taken on the
+    # slices (optax's clip would read a whole copy), and they are all-gathered whole for the
+    # update, when the activations are gone: one all-gather of them over seq per step.
 
     @property
     def grads_sharded_over_seq(self) -> bool:
