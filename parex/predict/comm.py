@@ -201,8 +201,9 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
 
 def _seq_sliced(sizes, grid) -> np.ndarray:
     """Layouts whose step keeps the blocks' weight gradients split over seq in the backward
-    (parex.step.TrainStep.grads_sharded_over_seq, the same conditions)."""
-    return ((grid.cp == 1) & (grid.seq > 1) & (grid.stage == 1) & (grid.sp == 0)
+    (parex.step.TrainStep.grads_sharded_over_seq, the same conditions), in parex's program
+    (xla-cpu) only: the ideal one all-reduces them over DP x CP at once."""
+    return (grid.executor & (grid.cp == 1) & (grid.seq > 1) & (grid.stage == 1) & (grid.sp == 0)
             & (grid.fsdp == 1) & (grid.zero < 2) & (sizes.D % grid.seq == 0))
 
 

@@ -240,8 +240,9 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     params = rec.param_bytes * state_elements(sizes, grid, "param")
     optimizer = rec.optimizer_bytes * state_elements(sizes, grid, "opt") + rec.counters
     grads = rec.grad_bytes * state_elements(sizes, grid, "grad")
-    if rec.activations == "xla":  # ring attention's step holds the blocks' weight gradients
-        grads = grads - seq_sliced_grad_bytes(sizes, grid, rec)  # split over seq till the update
+    # (xla-cpu) ring attention's step holds the blocks' weight gradients split over seq until
+    # the update gathers them
+    grads = grads - seq_sliced_grad_bytes(sizes, grid, rec)
     acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
     transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
                            sharded_layer_bytes(sizes, grid, rec))
