@@ -63,7 +63,9 @@ print(study_table(study))
 # line down by log n. Ring and Ulysses divide the activations by n everywhere; TP leaves the
 # LayerNorm regions whole, and SP fixes that. Ring attention's backward recomputes each block's
 # probabilities from the saved output and log-sum-exp, so it keeps no scores, only those of the
-# (T/2n)² block it works on; Ulysses keeps the (T, T) scores of its H/n heads.
+# (T/2n)² block it works on; Ulysses keeps the (T, T) scores of its H/n heads. The ring's step
+# also holds the blocks' weight gradients split over the n devices until the update, so a whole
+# gradient per device no longer sets a floor under its split activations.
 
 # %%
 charts.long_sequence_chart(study)
@@ -71,8 +73,9 @@ charts.long_sequence_chart(study)
 # %% [markdown]
 # ## Who communicates how much
 # At the longest length: ring attention sends K and V around the ring (n − 1 hops), and again in
-# the backward with their gradients (n permutes of 4(n − 1) blocks), Ulysses re-shards with
-# all-to-alls, TP all-reduces the activations twice per layer and direction.
+# the backward with their gradients (n permutes of 4(n − 1) blocks) and gathers the blocks' weight
+# gradients once for the update, Ulysses re-shards with all-to-alls, TP all-reduces the
+# activations twice per layer and direction.
 
 # %%
 longest = study[study["seq_len"] == max(lengths)]

@@ -22,17 +22,28 @@ from .sharding import MeshOps
 from .validation import num_microbatches
 
 
-def make_optimizer(train: TrainConfig, model: ModelConfig) -> optax.GradientTransformation:
+def make_optimizer(train: TrainConfig, model: ModelConfig,
+                   clip: bool = True) -> optax.GradientTransformation:
     """Clip by global norm, then AdamW with linear warm-up and cosine decay; weight matrices (every
-    parameter with an embed dim) decay, biases and norm scales do not."""
+    parameter with an embed dim) decay, biases and norm scales do not. `clip=False` leaves the
+    clipping to the caller (`clip_by_global_norm`) and keeps the same state tree."""
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, train.learning_rate, train.warmup_steps, max(train.steps, train.warmup_steps + 1),
         end_value=train.learning_rate * train.min_lr_ratio)
     decay_mask = jax.tree.map(lambda dims: "embed" in dims, gpt.param_dims(model),
                               is_leaf=_is_dims)
-    return optax.chain(optax.clip_by_global_norm(train.grad_clip),
+    clipping = optax.clip_by_global_norm(train.grad_clip) if clip else optax.identity()
+    return optax.chain(clipping,
                        optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay,
                                    mask=decay_mask))
+
+
+def clip_by_global_norm(grads, max_norm: float):
+    """grads scaled by min(1, max_norm / ‖grads‖), as optax.clip_by_global_norm, on whatever
+    sharding they have (a sharded tree's norm is local sums of squares and one scalar psum)."""
+    norm = optax.tree.norm(grads)
+    scale = jnp.where(norm < max_norm, 1.0, max_norm / norm)
+    return jax.tree.map(lambda g: g * scale.astype(g.dtype), grads)
 
 
 def _is_dims(x) -> bool:
@@ -59,7 +70,8 @@ class TrainStep:
 
     def __post_init__(self):
         self.layout.validate(self.model, self.train, self.mesh.size)
-        self.optimizer = make_optimizer(self.train, self.model)
+        self.optimizer = make_optimizer(self.train, self.model,
+                                        clip=not self.grads_sharded_over_seq)
         self.microbatches = num_microbatches(self.layout, self.train)
         self.ops = MeshOps(self.layout, self.mesh)
         self.seq_len = self.train.seq_len or self.model.seq_len
@@ -77,6 +89,44 @@ class TrainStep:
 
     def constrain(self, x, dims):
         return self.ops.constrain(x, dims)
+
+    # --- context parallelism: gradients held sharded over seq in the backward -------------------
+    # Every seq device holds the whole gradient of the (replicated) parameters. Left to XLA, the
+    # backward all-reduces each layer's weight gradient over seq into a whole, replicated
+    # accumulator: a floor of one model's gradients (plus each layer's unreduced and reduced
+    # gradient) under the activations, so ring attention's 1/s activations left the step's temp
+    # at 0.67x from seq=2 to seq=8 on a K/V-heavy model. Constrained split over seq along their
+    # embed dim, the blocks' weight gradients are still all-reduced per layer, but each device
+    # keeps only its 1/s slice (ZeRO-2 over the CP group, as Megatron's distributed optimizer
+    # shards over DP x CP) and reduces only that over data; the global norm is taken on the
+    # slices (optax's clip would read a whole copy), and they are all-gathered whole for the
+    # update, when the activations are gone: one all-gather of them over seq per step.
+
+    @property
+    def grads_sharded_over_seq(self) -> bool:
+        """Ring attention without a pipeline, sp, fsdp or ZeRO-2/3 (those shard or reduce the
+        gradients themselves), and an embed dim that seq divides."""
+        layout = self.layout
+        return (layout.cp == "ring" and layout.seq > 1 and layout.stage == 1 and not layout.sp
+                and layout.fsdp == 1 and layout.zero < 2 and self.model.hidden % layout.seq == 0)
+
+    def backward_grad_shardings(self):
+        """The gradients' sharding, the blocks' weight matrices' embed dim split over seq (the
+        embedding, head and D-sized weights are left as they were: a few percent, whose
+        reductions XLA lays out in ways of its own)."""
+        def spec(dims):
+            entries = list(self.layout.spec(dims, "grad"))
+            if "embed" in dims and "layers" in dims:
+                entries[dims.index("embed")] = Axis.SEQ.value
+            return NamedSharding(self.mesh, PartitionSpec(*entries))
+
+        return jax.tree.map(spec, gpt.param_dims(self.model), is_leaf=_is_dims)
+
+    def _hold_grads(self, grads):
+        """Gradients as the backward keeps them: split over seq where grads_sharded_over_seq."""
+        if not self.grads_sharded_over_seq:
+            return grads
+        return jax.lax.with_sharding_constraint(grads, self.backward_grad_shardings())
 
     @property
     def batch_sharding(self) -> NamedSharding:
@@ -111,7 +161,8 @@ class TrainStep:
 
             return pipeline_loss_and_grads(self, params, batch)
         if self.microbatches == 1:
-            return jax.value_and_grad(self._loss)(params, batch)
+            loss, grads = jax.value_and_grad(self._loss)(params, batch)
+            return loss, self._hold_grads(grads)
         if accumulates_per_replica(self.layout):
             return self._accumulate_per_replica(params, batch)
         return self._accumulate(params, batch, self.ops)
@@ -128,12 +179,12 @@ class TrainStep:
 
         def accumulate(carry, micro):
             loss, grads = jax.value_and_grad(self._loss)(params, micro, ops)
-            return jax.tree.map(jnp.add, carry, (loss, grads)), None
+            return jax.tree.map(jnp.add, carry, (loss, self._hold_grads(grads))), None
 
         loss = jnp.zeros((), jnp.float32)  # the gradients' zeros vary as the params do
         loss = jax.lax.pcast(loss, varying, to="varying") if varying else loss
-        total, _ = jax.lax.scan(accumulate, (loss, jax.tree.map(jnp.zeros_like, params)),
-                                jax.tree.map(split, batch))
+        zeros = self._hold_grads(jax.tree.map(jnp.zeros_like, params))
+        total, _ = jax.lax.scan(accumulate, (loss, zeros), jax.tree.map(split, batch))
         return jax.tree.map(lambda x: x / m, total)
 
     def _accumulate_per_replica(self, params, batch):
@@ -155,6 +206,8 @@ class TrainStep:
 
     def _step(self, state, batch):
         loss, grads = self.loss_and_grads(state["params"], batch)
+        if self.grads_sharded_over_seq:  # clipped on the slices: no whole copy for the norm
+            grads = clip_by_global_norm(grads, self.train.grad_clip)
         grads = jax.lax.with_sharding_constraint(grads, self.state_shardings("grad"))
         updates, opt = self.optimizer.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], updates)

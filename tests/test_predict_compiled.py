@@ -40,6 +40,10 @@ SLOW = [("tiny", "data=8,zero=1", "none", None), ("tiny", "data=8,zero=2", "none
                          "second whole-gradient buffer that memory.py adds for SP with data > 1 "
                          "(data=4,tensor=2,sp=on full: the same 1.14x)"))),
         ("tiny", "data=2,seq=4,cp=ring", "full", None),
+        # ring's step holds the blocks' weight gradients split over seq (each slice reduced
+        # over data, per microbatch) and gathers them for the update, beside ZeRO-1's gather
+        ("tiny", "data=2,seq=4,cp=ring,zero=1", "none", None),
+        ("tiny", "data=2,seq=4,cp=ring,microbatches=2", "none", None),
         ("tiny-llama", "data=2,seq=4,cp=ring", "selective", None),  # GQA; attention recomputed
         ("tiny", "data=2,seq=2,tensor=2,cp=ulysses", "full", None),
         # the busiest stage (the last) of a pipeline, each branch of the tick switch counted on

@@ -7,6 +7,8 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     grad-reduce   gradients over the batch axes (data, fsdp, seq)   all-reduce, or reduce-scatter
                   where gradients are sharded (ZeRO-2/3, fsdp)
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
+    seq-grads     xla-cpu, ring attention: the blocks' weight gradients, held split over seq
+                  in the backward (each slice reduced over data), gathered for the update
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
     tp            Megatron: 2 per block forward (after W_o, W_out), 2 backward, 1 more per block
                   under full remat (the recomputed W_out is dead code; 2 in Megatron-LM's block,
@@ -162,6 +164,12 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
                         over_seq))
         held = positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
         reduce = grad_bytes * (others + held) + 4 - manual
+        # under ring attention the blocks' weight gradients are kept split over seq: a device
+        # reduces its 1/s of them over the data axes, and gathers them whole for the update
+        sliced, blocks = _seq_sliced(sizes, grid), _elements(sizes, grid, embed=True, layers=True)
+        reduce = reduce - np.where(sliced, grad_bytes * blocks * (1 - 1 / grid.seq), 0.0)
+        out.append(Term("seq-grads", "all-gather", (Axis.SEQ,), 1.0 * sliced,
+                        grad_bytes * blocks))
         reductions, batch_axes = per_step * (grid.dp > 1), (Axis.DATA, Axis.FSDP)
         out += _sp_weight_reduces(grid, per_step, manual)
     else:
@@ -200,6 +208,14 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     out += _context_terms(sizes, grid, remat, conv, act_bytes)
     out += _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes)
     return out
+
+
+def _seq_sliced(sizes, grid) -> np.ndarray:
+    """Layouts whose step keeps the blocks' weight gradients split over seq in the backward
+    (parex.step.TrainStep.grads_sharded_over_seq, the same conditions), in parex's program
+    (xla-cpu) only: the ideal one all-reduces them over DP x CP at once."""
+    return (grid.executor & (grid.cp == 1) & (grid.seq > 1) & (grid.stage == 1) & (grid.sp == 0)
+            & (grid.fsdp == 1) & (grid.zero < 2) & (sizes.D % grid.seq == 0))
 
 
 def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> list[Term]:
