@@ -114,12 +114,14 @@ def device_table(trace: dict) -> pd.DataFrame:
 
 
 def summarize(table: pd.DataFrame) -> dict:
-    """Per device the median over runs; then the mean over devices (and the max bubble)."""
-    per_device = table.groupby("device")[["step_s", "compute_s", "wait_s",
-                                          "rendezvous_s", "other_s", "bubble"]].median()
+    """Per device the mean over runs (so compute + wait + other = step still) and its bubble
+    = wait / step; then the mean over devices, and the largest device bubble."""
+    per_device = table.groupby("device")[["step_s", "compute_s", "wait_s", "rendezvous_s",
+                                          "other_s"]].mean()
+    bubbles = per_device.wait_s / per_device.step_s
     summary = per_device.mean().to_dict()
-    summary["bubble_max"] = float(per_device.bubble.max())
-    summary["runs"] = int(table.run.nunique())
+    summary |= {"bubble": float(bubbles.mean()), "bubble_max": float(bubbles.max()),
+                "runs": int(table.run.nunique())}
     return summary
 
 
