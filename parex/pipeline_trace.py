@@ -4,16 +4,17 @@ parex's pipeline executor is tick-synchronous: every tick ends in ppermutes, so 
 finishes early waits in the collective for its peer. On XLA:CPU a collective thunk (ppermute,
 all-reduce, ...) is a `Rendezvous` event (nesting `Wait: pending_threads=k/n`, `Wait for
 rendezvous callback`) and a memcpy of the peer's buffer (µs at parex's sizes); after the
-rendezvous the thunk often runs on for ms with nothing traced in it (a thread woken from the
-rendezvous waits for a core). So the bubble each device sees is
+rendezvous a third of the thunks run on for 1–8 ms with nothing traced in them, where other ops
+almost never take over 1 ms (presumably the peer, woken from its wait, waiting for a core on the
+loaded machine). So the bubble each device sees is
 
     bubble = wait / step,   wait = |∪ collective-thunk intervals|,   step = the device's span
 
 and `rendezvous_s` (|∪ Rendezvous|) is its lower bound. The trace splits the rest of the step
 into `compute` (thunks that do work: op events with no op nested in them, less the waits) and
 `other` (step − compute − wait: the thunk executor's dispatch between thunks, loop and switch
-bookkeeping). Wall time per step, unlike the
-trace, counts the executor's per-tick costs as bubble too (parex.studies_pipeline).
+bookkeeping). Wall time per step, unlike the trace, counts the executor's per-tick costs as
+bubble too (parex.studies_pipeline).
 
 XLA:CPU tags each thunk event with `device_ordinal` and `run_id` (one id per execution); events
 nested in one (Rendezvous, Wait) inherit its tags. Events with neither (the python thread, the
