@@ -76,7 +76,7 @@ def test_traced_p2_steps_split_into_compute_wait_and_other_and_wait_at_least_the
     (~25 s of compile each): every device waits in collectives for part of its step, the parts
     add up to the step, the traced step is the timed one, and neither waits less than its
     table's fill and drain ((p−1)/(m+p−1) = 0.11 for 1F1B, 0.04 for ZB-H1). Whether ZB-H1 waits
-    less than 1F1B is not asserted: on the loaded 2 cores it did in 3 of 4 runs (README)."""
+    less than 1F1B is not asserted: on the loaded 2 cores it did in 4 of 5 runs (README)."""
     import jax
 
     from parex.config import TrainConfig, model_preset
