@@ -10,6 +10,9 @@ Two parts, each in its own process (the emulated device count is fixed per proce
    machine. Per schedule and m: the pipelined step against one stage's work done alone on one
    device (parex.studies_pipeline), so bubble = 1 − t(alone)/t(pipeline), beside the table's
    bubble (T_F = T_B = T_W) and the lockstep executor's. ZB-H1's should be below 1F1B's.
+   Beside them the bubble read from a per-device profiler trace (parex.pipeline_trace): the
+   share of each device's step spent waiting in collectives, and the wall-time bubble split into
+   that idle time and the rest (per-tick overhead, imbalance, the baseline's differences).
 Prints medians and ratios; writes DIR/pipeline_bubble.csv and the chart.
 """
 
@@ -55,7 +58,8 @@ def physical_bubble(model_name: str, ms, repeats: int, out: Path) -> None:
     from parex.studies_pipeline import bubble_study
 
     df = bubble_study(model_preset(model_name), p=2, ms=ms, schedules=("gpipe", "1f1b", "zbh1"),
-                      repeats=repeats, progress=True)
+                      repeats=repeats, progress=True, trace=True)
+    df["wall_minus_traced"] = df.bubble_measured - df.bubble_traced  # overhead, not idle
     df.to_csv(out / "pipeline_bubble.csv", index=False)
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     for m in ms:
@@ -63,7 +67,9 @@ def physical_bubble(model_name: str, ms, repeats: int, out: Path) -> None:
         print(f"m={m}: ZB-H1/1F1B step time {rows.step_time_s['zbh1'] / rows.step_time_s['1f1b']:.3f}"
               f", bubble measured 1F1B {rows.bubble_measured['1f1b']:.3f} ZB-H1 "
               f"{rows.bubble_measured['zbh1']:.3f} (table {rows.bubble_table['1f1b']:.3f} / "
-              f"{rows.bubble_table['zbh1']:.3f})")
+              f"{rows.bubble_table['zbh1']:.3f}, lockstep {rows.bubble_lockstep['1f1b']:.3f} / "
+              f"{rows.bubble_lockstep['zbh1']:.3f}), traced {rows.bubble_traced['1f1b']:.3f} / "
+              f"{rows.bubble_traced['zbh1']:.3f}")
     try:
         from parex.charts.pipeline import bubble_chart
 

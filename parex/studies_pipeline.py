@@ -65,12 +65,24 @@ def _timer(model, train, layout, devices):
     return run
 
 
+def _traced(run) -> dict:
+    from .pipeline_trace import trace_steps
+
+    t = trace_steps(run, repeats=3)
+    return {"bubble_traced": t["bubble"], "bubble_traced_max": t["bubble_max"],
+            "traced_step_s": t["step_s"], "traced_compute_s": t["compute_s"],
+            "traced_wait_s": t["wait_s"], "traced_other_s": t["other_s"]}
+
+
 def bubble_study(model: ModelConfig, p: int = 2, ms=(2, 4, 8), schedules=("1f1b", "zbh1"),
                  microbatch: int = 1, seq_len: int | None = None, repeats: int = 7,
-                 progress: bool = False) -> pd.DataFrame:
+                 progress: bool = False, trace: bool = False) -> pd.DataFrame:
     """One row per (schedule, m): median step times of the pipeline and of one stage's work,
     timed alternately `repeats` times, and the three bubbles (module docstring). Needs p
-    devices; run it with one emulated device per free core."""
+    devices; run it with one emulated device per free core. With `trace`, also the bubble read
+    from a profiler trace of 3 more pipelined steps (parex.pipeline_trace): `bubble_traced`
+    (mean over devices of wait / step), `bubble_traced_max`, and the traced step's split into
+    `traced_compute_s`, `traced_wait_s`, `traced_other_s`."""
     from tqdm.auto import tqdm
 
     devices = jax.devices()[:p]
@@ -90,10 +102,11 @@ def bubble_study(model: ModelConfig, p: int = 2, ms=(2, 4, 8), schedules=("1f1b"
                 times[key].append(run())
         t_pipe, t_alone = (statistics.median(times[k]) for k in ("pipeline", "alone"))
         table, lockstep = table_bubbles(name, p, m)
-        rows.append({"schedule": name, "p": p, "m": m, "layout": str(piped),
-                     "step_time_s": t_pipe, "stage_alone_s": t_alone,
-                     "bubble_measured": 1 - t_alone / t_pipe, "bubble_table": table,
-                     "bubble_lockstep": lockstep, "bubble_predicted": predicted_bubble(p, m)})
+        row = {"schedule": name, "p": p, "m": m, "layout": str(piped),
+               "step_time_s": t_pipe, "stage_alone_s": t_alone,
+               "bubble_measured": 1 - t_alone / t_pipe, "bubble_table": table,
+               "bubble_lockstep": lockstep, "bubble_predicted": predicted_bubble(p, m)}
+        rows.append(row | (_traced(timers["pipeline"]) if trace else {}))
     return pd.DataFrame(rows)
 
 
