@@ -47,7 +47,7 @@ import numpy as np
 
 from ..parallel.plan import BUFFERS
 from .schedule_stats import table_columns
-from .stash import stash_bytes
+from .stash import loop_grad_elements, stash_bytes, window_bytes
 from .shapes import GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
@@ -169,7 +169,8 @@ def activation_bytes(sizes, grid, remat, rec, act_bytes):
     piped = grid.stage > 1
     if rec.activations == "korthikanti":
         return per_layer * np.where(piped, chunk_layers * in_flight(grid), sizes.L)
-    buffers = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)
+    buffers = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes,
+                          remat)
     held = sum(buffers[name] for name in BUFFERS)
     return np.where(piped, held, per_layer * sizes.L)
 
@@ -186,17 +187,22 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     # accumulating microbatches keeps a running sum beside each microbatch's gradients, laid out
     # like the parameters (the pipeline executor accumulates in its own buffers, counted above)
     accumulate = np.where((grid.microbatches > 1) & (grid.stage == 1), 1.0, 0.0)
+    # the pipeline's tick loop carries its own gradient buffers (predict.stash)
+    stored_blocks = (state_elements(sizes, grid, "param")
+                     - head_state_elements(sizes, grid, grid.embed_shards("param")))
+    loop = np.where(grid.executor, loop_grad_elements(sizes, grid, stored_blocks), 0.0)
     return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes)
-            + accumulate * rec.grad_bytes * state_elements(sizes, grid, "param"))
+            + (accumulate * state_elements(sizes, grid, "param") + loop) * rec.grad_bytes)
 
 
 def windows(sizes, grid, remat, rec, act_bytes) -> np.ndarray:
     """parex's pipeline reads one slot of each buffer before a tick's switch and writes it back
-    after (parallel.pipeline): one value of every buffer going in and one coming out."""
+    after (parallel.pipeline): the copies around the switch, predict.stash.window_bytes."""
     if rec.activations != "xla":
         return np.zeros(len(grid))
-    one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)["value"]
-    return np.where(grid.executor, 2 * sum(one[name] for name in BUFFERS), 0.0)
+    one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes,
+                      remat)["value"]
+    return np.where(grid.executor, window_bytes(sizes, grid, one), 0.0)
 
 
 # --- the two peaks: the end of the backward, and the optimizer update ----------------------------

@@ -2,7 +2,9 @@
 executor's buffers (parex.parallel.plan), each a number of slots times the bytes of one value.
 
     res    a chunk's residuals, F to B: its layers' saved activations (memory.xla_layer_elements;
-           under a split backward without the weighted ops' inputs, which the records keep)
+           under a split backward without the weighted ops' inputs, which the records keep; a
+           split backward under full remat keeps each layer's input and its zero taps instead,
+           the checkpointed layer's inputs that its recompute in B reads)
     emb    the embedding's residuals (its token ids), on the first virtual stage
     head   the head's and loss's: the final norm's input and output, the float32 logits
     rec    a split backward's records: each weighted op's input, F to W
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..parallel.plan import BUFFERS
 from .schedule_stats import buffer_columns
 from .shapes import Grid, ModelSizes
 
@@ -43,14 +46,20 @@ def residual_width(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     return np.where(grid.sp, sizes.D / grid.tensor, sizes.D)
 
 
-def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int) -> dict:
+def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int,
+                remat: str = "none") -> dict:
     """Bytes per device of each buffer, all slots (zeros without a pipeline). `layer_elements`:
     per token, what one layer keeps for its unsplit backward (memory.xla_layer_elements)."""
     slots = buffer_columns(grid)
     tokens, layers = grid.tokens, grid.stage_layers / grid.virtual_stages
     split = np.isin(grid.schedule, _split_codes())
     rec = record_elements(sizes, grid)
-    residual = np.where(split, layer_elements - rec, layer_elements)
+    # split: the records hold the weighted ops' inputs; under full remat the checkpointed layer
+    # keeps its inputs, the block input (layer_elements) and one zero tap per weighted op
+    # (fsdp=2,seq=2,stage=2,cp=ulysses,schedule=zbh1,microbatches=8: 2·F + 3·D per token)
+    split_residual = (layer_elements + cotangent_elements(sizes, grid) if remat == "full"
+                      else layer_elements - rec)
+    residual = np.where(split, split_residual, layer_elements) - nested_scores(sizes, grid, remat)
     per_value = {  # bytes of one value of each buffer
         "res": layers * residual * tokens * act_bytes,
         "emb": 4 * tokens,  # int32 token ids
@@ -66,10 +75,62 @@ def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int) -
     return out
 
 
+def nested_scores(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """Per token, the attention scores and probabilities (2·(H/t)·T) a layer does not keep
+    inside a stage under Ulysses: its attention is a nested shard_map (parallel.nested) whose
+    backward keeps only the op's inputs and recomputes the rest (remat none; selective and full
+    keep no scores anyway). tiny tensor=2,seq=2,stage=2,cp=ulysses,schedule=1f1b,
+    microbatches=2: the res slots and their two window copies are 4 MiB each short of them."""
+    from ..layout import CP_MODES
+
+    ulysses = grid.cp == CP_MODES.index("ulysses")
+    scores = 2 * sizes.H / grid.tensor * grid.T if remat == "none" else 0.0
+    return np.where(ulysses & (grid.stage > 1), scores, 0.0)
+
+
+def window_bytes(sizes: ModelSizes, grid: Grid, values: dict) -> np.ndarray:
+    """The tick's copies around its switch (parallel.pipeline.tick), bytes per device, from one
+    value of each buffer (`stash_bytes(...)["value"]`):
+        read     the slot each buffer lends the switch, copied out before it; a buffer of one
+                 slot lends itself (its dynamic index is the whole buffer), the inbox always
+                 has two (its trash slot)
+        written  the switch's output slot of every buffer but the inbox, which it only reads
+        produced a chunk of more than one layer scans them: the scan's stacked residuals (and
+                 records) in F, or its stacked tap cotangents in B, are a value of their own
+                 before they are copied into the output slot; one layer is written in place,
+                 and so are layers looped in Python (sp or seq inside stages: parallel.nested)
+    Read off tiny data=4,stage=2,schedule=1f1b,microbatches=4 (remat none: read, written and
+    produced each one 6.5 MiB chunk value beside 13 MiB of res slots) and tiny
+    tensor=2,stage=4,schedule=1f1b,microbatches=2 (selective: no copy of the one-slot head,
+    no produced copy of a one-layer chunk) in XLA's buffer assignment."""
+    slots = buffer_columns(grid)
+    total = values["inbox"]  # read, never written back
+    for name in BUFFERS[:-1]:
+        total = total + np.where(slots[name] > 1, values[name], 0.0) + values[name]
+    scanned = (grid.stage_layers / grid.virtual_stages > 1) & (grid.sp == 0) & (grid.seq == 1)
+    produced = np.maximum(values["res"] + values["rec"], values["dtap"])
+    return np.where(grid.stage > 1, total + np.where(scanned, produced, 0.0), 0.0)
+
+
+def loop_grad_elements(sizes: ModelSizes, grid: Grid, stored) -> np.ndarray:
+    """Gradient buffers of the tick loop beyond the step's gradients, in parameters' worth: the
+    executor's g_blocks and g_head carry and the switch's output copy of them, each the size of
+    this device's chunks (`stored`: the block parameters it stores) and of the embedding and
+    head gathered over the stages (parallel.pipeline._initial_state), and a B's gradient of one
+    chunk before it is added in. Read off tiny data=4,stage=2,schedule=1f1b,microbatches=4:
+    four gradient-sized copies of the stage's blocks in XLA's temp buffer, one of them the
+    step's gradients."""
+    tokens, positions = sizes.embedding
+    unembed, final_norm = sizes.head
+    head = (tokens + unembed) / grid.tensor + positions + final_norm
+    return np.where(grid.stage > 1, 2 * (stored + head) + stored / grid.virtual_stages, 0.0)
+
+
 def _split_codes():
     from ..parallel.schedules import SCHEDULES, SPLIT
 
     return [SCHEDULES.index(name) for name in SPLIT]
 
 
-__all__ = ["cotangent_elements", "record_elements", "stash_bytes"]
+__all__ = ["cotangent_elements", "loop_grad_elements", "record_elements", "stash_bytes",
+           "window_bytes"]
