@@ -21,10 +21,10 @@ Activations, two formulas:
       keeps a/t instead, each row's log-sum-exp, and recomputes its blocks in the backward)
       full remat keeps only the block input, h (h/t under SP).
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
-table (Schedule.peak_in_flight); parex's executor stashes only each chunk's input and recomputes
-the chunk in its backward, so a pipelined stage holds b·T·D per microbatch-chunk in flight plus
-one chunk's activations while it is being differentiated (and, as everywhere, one layer's working
-set on top when the chunk's layers are scanned, i.e. more than one).
+table (Schedule.peak_in_flight); parex's executor keeps them in slot buffers (predict.stash: the
+chunks' residuals, the embedding's and head's, a split backward's records and tap cotangents,
+the inbox), and each tick copies one slot of each around its switch (stash.window_bytes) and
+carries its own gradient buffers (stash.loop_grad_elements), on top of one layer's working set.
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
 gradient accumulation keeps a running sum of the gradients; where gradients are sharded (fsdp,
@@ -243,8 +243,11 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     if rec.activations == "xla":
         # XLA all-reduces whole gradients over a data axis it cannot make manual (under SP) into
         # a second buffer while the backward still holds the first (sharded gradients are
-        # reduce-scattered layer by layer instead: sharded_layer_bytes)
-        second = (grid.sp > 0) & (grid.data > 1) & ~grads_sharded(grid)
+        # reduce-scattered layer by layer instead: sharded_layer_bytes). Under full remat it
+        # keeps one: tiny data=2,seq=2,tensor=2,cp=ulysses,sp=on holds two gradient-sized
+        # copies of the blocks in its temp buffer under remat none and one under full.
+        second = ((grid.sp > 0) & (grid.data > 1) & ~grads_sharded(grid)
+                  & (remat != "full"))
         transient = transient + np.where(second, grads, 0.0)
     temp = np.maximum(acts + transient, update_bytes(sizes, grid, rec)) - acts
     argument = params + optimizer + batch_bytes(grid)

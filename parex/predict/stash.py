@@ -95,21 +95,17 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict) -> np.ndarray:
                  slot lends itself (its dynamic index is the whole buffer), the inbox always
                  has two (its trash slot)
         written  the switch's output slot of every buffer but the inbox, which it only reads
-        produced a chunk of more than one layer scans them: the scan's stacked residuals (and
-                 records) in F, or its stacked tap cotangents in B, are a value of their own
-                 before they are copied into the output slot; one layer is written in place,
-                 and so are layers looped in Python (sp or seq inside stages: parallel.nested)
-    Read off tiny data=4,stage=2,schedule=1f1b,microbatches=4 (remat none: read, written and
-    produced each one 6.5 MiB chunk value beside 13 MiB of res slots) and tiny
-    tensor=2,stage=4,schedule=1f1b,microbatches=2 (selective: no copy of the one-slot head,
-    no produced copy of a one-layer chunk) in XLA's buffer assignment."""
+    Not counted: the stacked residuals a scanned chunk's F produces before they are copied into
+    the output slot, which XLA sometimes writes in place and sometimes not (all of them a value
+    of their own at microbatches=4, only the scores at microbatches=2). Read off XLA's buffer
+    assignment of tiny data=4,stage=2,schedule=1f1b,microbatches=4 and =2 (remat none: read and
+    written one 6.5 / 13 MiB chunk value each beside 13 / 26 MiB of res slots) and tiny
+    tensor=2,stage=4,schedule=1f1b,microbatches=2 (selective: no copy of the one-slot head)."""
     slots = buffer_columns(grid)
     total = values["inbox"]  # read, never written back
     for name in BUFFERS[:-1]:
         total = total + np.where(slots[name] > 1, values[name], 0.0) + values[name]
-    scanned = (grid.stage_layers / grid.virtual_stages > 1) & (grid.sp == 0) & (grid.seq == 1)
-    produced = np.maximum(values["res"] + values["rec"], values["dtap"])
-    return np.where(grid.stage > 1, total + np.where(scanned, produced, 0.0), 0.0)
+    return np.where(grid.stage > 1, total, 0.0)
 
 
 def loop_grad_elements(sizes: ModelSizes, grid: Grid, stored) -> np.ndarray:
