@@ -119,7 +119,7 @@ def loop_grad_elements(sizes: ModelSizes, grid: Grid, stored) -> np.ndarray:
     tokens, positions = sizes.embedding
     unembed, final_norm = sizes.head
     head = (tokens + unembed) / grid.tensor + positions + final_norm
-    return np.where(grid.stage > 1, 2 * (stored + head) + stored / grid.virtual_stages, 0.0)
+    return np.where(grid.stage > 1, stored + head + stored / grid.virtual_stages, 0.0)
 
 
 def _split_codes():
