@@ -61,7 +61,8 @@ def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int,
                       else layer_elements - rec)
     residual = np.where(split, split_residual, layer_elements) - nested_scores(sizes, grid, remat)
     per_value = {  # bytes of one value of each buffer
-        "res": layers * residual * tokens * act_bytes,
+        "res": (layers * residual * tokens * act_bytes
+                + looped_weight_bytes(sizes, grid, act_bytes, remat)),
         "emb": 4 * tokens,  # int32 token ids
         "head": tokens * (HEAD_PER_TOKEN * sizes.D * act_bytes + 2 * 4 * sizes.V / grid.tensor),
         "rec": layers * rec * tokens * act_bytes * split,
@@ -86,6 +87,21 @@ def nested_scores(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     ulysses = grid.cp == CP_MODES.index("ulysses")
     scores = 2 * sizes.H / grid.tensor * grid.T if remat == "none" else 0.0
     return np.where(ulysses & (grid.stage > 1), scores, 0.0)
+
+
+def looped_weight_bytes(sizes: ModelSizes, grid: Grid, act_bytes: int, remat: str):
+    """Bytes of the weights one chunk's residuals hold when its layers are looped in Python (sp
+    or seq inside stages, parallel.nested): each layer's slice of the stacked blocks is a value
+    of its own, not the parameter JAX forwards, so the backward's weights are stashed with every
+    microbatch in flight (compute copies split by tensor; gathered over fsdp and ZeRO-3, except
+    under full remat, where the checkpointed layer keeps the slice as stored). tiny
+    data=2,seq=2,stage=2,zero=2,cp=ulysses,microbatches=4: W_qkv, W_o, W_in and W_out of both
+    layers in each of the 4 res slots."""
+    looped = (grid.sp > 0) | (grid.seq > 1)
+    layers = grid.stage_layers / grid.virtual_stages
+    stored = grid.embed_shards("param") if remat == "full" else 1
+    return np.where(looped, layers * sizes.layer_params / (grid.tensor * stored) * act_bytes,
+                    0.0)
 
 
 def window_bytes(sizes: ModelSizes, grid: Grid, values: dict) -> np.ndarray:
