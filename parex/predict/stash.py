@@ -4,7 +4,8 @@ executor's buffers (parex.parallel.plan), each a number of slots times the bytes
     res    a chunk's residuals, F to B: its layers' saved activations (memory.xla_layer_elements;
            under a split backward without the weighted ops' inputs, which the records keep; a
            split backward under full remat keeps each layer's input and its zero taps instead,
-           the checkpointed layer's inputs that its recompute in B reads)
+           the checkpointed layer's inputs that its recompute in B reads; layers looped in
+           Python also keep their weights, and Ulysses' nested attention no scores)
     emb    the embedding's residuals (its token ids), on the first virtual stage
     head   the head's and loss's: the final norm's input and output, the float32 logits
     rec    a split backward's records: each weighted op's input, F to W
