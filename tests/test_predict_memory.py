@@ -175,3 +175,27 @@ def test_ring_attention_keeps_one_log_sum_exp_per_row_and_head_not_scores():
     selective = M.xla_layer_elements(sizes, Grid.from_layouts(layouts[:1], TrainConfig(), TINY),
                                      "selective")
     assert selective[0] == 8 * D + 4 * D + 6 * F  # lse recomputed with the attention
+
+
+def test_pipeline_buffers_around_the_tick_switch_by_hand():
+    """predict.stash: a split backward under full remat keeps each layer's input and its zero
+    taps (not a negative residual), and the tick copies one slot of each buffer around its
+    switch, except where a buffer has one slot (it lends itself) and the inbox (only read)."""
+    from parex.predict.stash import cotangent_elements, stash_bytes, window_bytes
+
+    sizes, train = model_sizes(TINY), TrainConfig(global_batch=16)
+    g = grid(Layout(data=4, stage=2, schedule="zbh1", microbatches=2), train)
+    tokens, layers, h = 2 * 128, 2, 128  # b = 16 / (4 · 2), T = 128; 2 layers per stage
+    full = M.xla_layer_elements(sizes, g, "full")
+    res = stash_bytes(sizes, g, full, 4, "full")["value"]["res"][0]
+    assert res == layers * (h + cotangent_elements(sizes, g)[0]) * tokens * 4 > 0
+    # 1F1B at p = 2, m = 1: one slot of res, emb and head (lend themselves, written back once),
+    # the inbox with its trash slot (read once)
+    g1 = grid(Layout(data=4, stage=2, schedule="1f1b", microbatches=1), train)
+    one = stash_bytes(sizes, g1, M.xla_layer_elements(sizes, g1, "none"), 4)["value"]
+    expected = one["res"] + one["emb"] + one["head"] + one["inbox"]
+    assert window_bytes(sizes, g1, one)[0] == pytest.approx(expected[0])
+    g4 = grid(Layout(data=4, stage=2, schedule="1f1b", microbatches=4), train)  # 2 res slots
+    four = stash_bytes(sizes, g4, M.xla_layer_elements(sizes, g4, "none"), 4)["value"]
+    assert window_bytes(sizes, g4, four)[0] == pytest.approx(
+        (2 * four["res"] + 2 * four["emb"] + four["head"] + four["inbox"])[0])

@@ -21,10 +21,10 @@ Activations, two formulas:
       keeps a/t instead, each row's log-sum-exp, and recomputes its blocks in the backward)
       full remat keeps only the block input, h (h/t under SP).
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
-table (Schedule.peak_in_flight); parex's executor stashes only each chunk's input and recomputes
-the chunk in its backward, so a pipelined stage holds b·T·D per microbatch-chunk in flight plus
-one chunk's activations while it is being differentiated (and, as everywhere, one layer's working
-set on top when the chunk's layers are scanned, i.e. more than one).
+table (Schedule.peak_in_flight); parex's executor keeps them in slot buffers (predict.stash: the
+chunks' residuals, the embedding's and head's, a split backward's records and tap cotangents,
+the inbox), and each tick copies one slot of each around its switch (stash.window_bytes) and
+carries its own gradient buffers (stash.loop_grad_elements), on top of one layer's working set.
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
 gradient accumulation keeps a running sum of the gradients; where gradients are sharded (fsdp,
@@ -48,7 +48,7 @@ import numpy as np
 from ..parallel.plan import BUFFERS
 from .comm import _elements, _seq_sliced
 from .schedule_stats import table_columns
-from .stash import stash_bytes
+from .stash import loop_grad_elements, stash_bytes, window_bytes
 from .shapes import GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
@@ -170,7 +170,8 @@ def activation_bytes(sizes, grid, remat, rec, act_bytes):
     piped = grid.stage > 1
     if rec.activations == "korthikanti":
         return per_layer * np.where(piped, chunk_layers * in_flight(grid), sizes.L)
-    buffers = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)
+    buffers = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes,
+                          remat)
     held = sum(buffers[name] for name in BUFFERS)
     return np.where(piped, held, per_layer * sizes.L)
 
@@ -187,17 +188,22 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     # accumulating microbatches keeps a running sum beside each microbatch's gradients, laid out
     # like the parameters (the pipeline executor accumulates in its own buffers, counted above)
     accumulate = np.where((grid.microbatches > 1) & (grid.stage == 1), 1.0, 0.0)
+    # the pipeline's tick loop carries its own gradient buffers (predict.stash)
+    stored_blocks = (state_elements(sizes, grid, "param")
+                     - head_state_elements(sizes, grid, grid.embed_shards("param")))
+    loop = np.where(grid.executor, loop_grad_elements(sizes, grid, stored_blocks), 0.0)
     return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes)
-            + accumulate * rec.grad_bytes * state_elements(sizes, grid, "param"))
+            + (accumulate * state_elements(sizes, grid, "param") + loop) * rec.grad_bytes)
 
 
 def windows(sizes, grid, remat, rec, act_bytes) -> np.ndarray:
     """parex's pipeline reads one slot of each buffer before a tick's switch and writes it back
-    after (parallel.pipeline): one value of every buffer going in and one coming out."""
+    after (parallel.pipeline): the copies around the switch, predict.stash.window_bytes."""
     if rec.activations != "xla":
         return np.zeros(len(grid))
-    one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes)["value"]
-    return np.where(grid.executor, 2 * sum(one[name] for name in BUFFERS), 0.0)
+    one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes,
+                      remat)["value"]
+    return np.where(grid.executor, window_bytes(sizes, grid, one), 0.0)
 
 
 # --- the two peaks: the end of the backward, and the optimizer update ----------------------------
@@ -249,8 +255,11 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     if rec.activations == "xla":
         # XLA all-reduces whole gradients over a data axis it cannot make manual (under SP) into
         # a second buffer while the backward still holds the first (sharded gradients are
-        # reduce-scattered layer by layer instead: sharded_layer_bytes)
-        second = (grid.sp > 0) & (grid.data > 1) & ~grads_sharded(grid)
+        # reduce-scattered layer by layer instead: sharded_layer_bytes). Under full remat it
+        # keeps one: tiny data=2,seq=2,tensor=2,cp=ulysses,sp=on holds two gradient-sized
+        # copies of the blocks in its temp buffer under remat none and one under full.
+        second = ((grid.sp > 0) & (grid.data > 1) & ~grads_sharded(grid)
+                  & (remat != "full"))
         transient = transient + np.where(second, grads, 0.0)
     temp = np.maximum(acts + transient, update_bytes(sizes, grid, rec)) - acts
     argument = params + optimizer + batch_bytes(grid)

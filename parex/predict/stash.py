@@ -2,7 +2,10 @@
 executor's buffers (parex.parallel.plan), each a number of slots times the bytes of one value.
 
     res    a chunk's residuals, F to B: its layers' saved activations (memory.xla_layer_elements;
-           under a split backward without the weighted ops' inputs, which the records keep)
+           under a split backward without the weighted ops' inputs, which the records keep; a
+           split backward under full remat keeps each layer's input and its zero taps instead,
+           the checkpointed layer's inputs that its recompute in B reads; layers looped in
+           Python also keep their weights, and Ulysses' nested attention no scores)
     emb    the embedding's residuals (its token ids), on the first virtual stage
     head   the head's and loss's: the final norm's input and output, the float32 logits
     rec    a split backward's records: each weighted op's input, F to W
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..parallel.plan import BUFFERS
 from .schedule_stats import buffer_columns
 from .shapes import Grid, ModelSizes
 
@@ -43,16 +47,23 @@ def residual_width(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     return np.where(grid.sp, sizes.D / grid.tensor, sizes.D)
 
 
-def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int) -> dict:
+def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int,
+                remat: str = "none") -> dict:
     """Bytes per device of each buffer, all slots (zeros without a pipeline). `layer_elements`:
     per token, what one layer keeps for its unsplit backward (memory.xla_layer_elements)."""
     slots = buffer_columns(grid)
     tokens, layers = grid.tokens, grid.stage_layers / grid.virtual_stages
     split = np.isin(grid.schedule, _split_codes())
     rec = record_elements(sizes, grid)
-    residual = np.where(split, layer_elements - rec, layer_elements)
+    # split: the records hold the weighted ops' inputs; under full remat the checkpointed layer
+    # keeps its inputs, the block input (layer_elements) and one zero tap per weighted op
+    # (fsdp=2,seq=2,stage=2,cp=ulysses,schedule=zbh1,microbatches=8: 2·F + 3·D per token)
+    split_residual = (layer_elements + cotangent_elements(sizes, grid) if remat == "full"
+                      else layer_elements - rec)
+    residual = np.where(split, split_residual, layer_elements) - nested_scores(sizes, grid, remat)
     per_value = {  # bytes of one value of each buffer
-        "res": layers * residual * tokens * act_bytes,
+        "res": (layers * residual * tokens * act_bytes
+                + looped_weight_bytes(sizes, grid, act_bytes, remat)),
         "emb": 4 * tokens,  # int32 token ids
         "head": tokens * (HEAD_PER_TOKEN * sizes.D * act_bytes + 2 * 4 * sizes.V / grid.tensor),
         "rec": layers * rec * tokens * act_bytes * split,
@@ -66,10 +77,73 @@ def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int) -
     return out
 
 
+def nested_scores(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """Per token, the attention scores and probabilities (2·(H/t)·T) a layer does not keep
+    inside a stage under Ulysses: its attention is a nested shard_map (parallel.nested) whose
+    backward keeps only the op's inputs and recomputes the rest (remat none; selective and full
+    keep no scores anyway). tiny tensor=2,seq=2,stage=2,cp=ulysses,schedule=1f1b,
+    microbatches=2: the res slots and their two window copies are 4 MiB each short of them."""
+    from ..layout import CP_MODES
+
+    ulysses = grid.cp == CP_MODES.index("ulysses")
+    scores = 2 * sizes.H / grid.tensor * grid.T if remat == "none" else 0.0
+    return np.where(ulysses & (grid.stage > 1), scores, 0.0)
+
+
+def looped_weight_bytes(sizes: ModelSizes, grid: Grid, act_bytes: int, remat: str):
+    """Bytes of the weights one chunk's residuals hold when its layers are looped in Python (sp
+    or seq inside stages, parallel.nested): each layer's slice of the stacked blocks is a value
+    of its own, not the parameter JAX forwards, so the backward's weights are stashed with every
+    microbatch in flight (compute copies split by tensor; gathered over fsdp and ZeRO-3, except
+    under full remat, where the checkpointed layer keeps the slice as stored). tiny
+    data=2,seq=2,stage=2,zero=2,cp=ulysses,microbatches=4: W_qkv, W_o, W_in and W_out of both
+    layers in each of the 4 res slots."""
+    looped = (grid.sp > 0) | (grid.seq > 1)
+    layers = grid.stage_layers / grid.virtual_stages
+    stored = grid.embed_shards("param") if remat == "full" else 1
+    return np.where(looped, layers * sizes.layer_params / (grid.tensor * stored) * act_bytes,
+                    0.0)
+
+
+def window_bytes(sizes: ModelSizes, grid: Grid, values: dict) -> np.ndarray:
+    """The tick's copies around its switch (parallel.pipeline.tick), bytes per device, from one
+    value of each buffer (`stash_bytes(...)["value"]`):
+        read     the slot each buffer lends the switch, copied out before it; a buffer of one
+                 slot lends itself (its dynamic index is the whole buffer), the inbox always
+                 has two (its trash slot)
+        written  the switch's output slot of every buffer but the inbox, which it only reads
+    Not counted: the stacked residuals a scanned chunk's F produces before they are copied into
+    the output slot, which XLA sometimes writes in place and sometimes not (all of them a value
+    of their own at microbatches=4, only the scores at microbatches=2). Read off XLA's buffer
+    assignment of tiny data=4,stage=2,schedule=1f1b,microbatches=4 and =2 (remat none: read and
+    written one 6.5 / 13 MiB chunk value each beside 13 / 26 MiB of res slots) and tiny
+    tensor=2,stage=4,schedule=1f1b,microbatches=2 (selective: no copy of the one-slot head)."""
+    slots = buffer_columns(grid)
+    total = values["inbox"]  # read, never written back
+    for name in BUFFERS[:-1]:
+        total = total + np.where(slots[name] > 1, values[name], 0.0) + values[name]
+    return np.where(grid.stage > 1, total, 0.0)
+
+
+def loop_grad_elements(sizes: ModelSizes, grid: Grid, stored) -> np.ndarray:
+    """Gradient buffers of the tick loop beyond the step's gradients, in parameters' worth: the
+    executor's g_blocks and g_head carry and the switch's output copy of them, each the size of
+    this device's chunks (`stored`: the block parameters it stores) and of the embedding and
+    head gathered over the stages (parallel.pipeline._initial_state), and a B's gradient of one
+    chunk before it is added in. Read off tiny data=4,stage=2,schedule=1f1b,microbatches=4:
+    four gradient-sized copies of the stage's blocks in XLA's temp buffer, one of them the
+    step's gradients."""
+    tokens, positions = sizes.embedding
+    unembed, final_norm = sizes.head
+    head = (tokens + unembed) / grid.tensor + positions + final_norm
+    return np.where(grid.stage > 1, stored + head + stored / grid.virtual_stages, 0.0)
+
+
 def _split_codes():
     from ..parallel.schedules import SCHEDULES, SPLIT
 
     return [SCHEDULES.index(name) for name in SPLIT]
 
 
-__all__ = ["cotangent_elements", "record_elements", "stash_bytes"]
+__all__ = ["cotangent_elements", "loop_grad_elements", "record_elements", "stash_bytes",
+           "window_bytes"]
