@@ -110,4 +110,52 @@ def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
     return base, per_hop
 
 
-__all__ = ["buffer_columns", "makespan_columns", "table_columns"]
+# --- the tick-synchronous executor: every tick lasts as long as its slowest stage -----------------
+
+_LOCKSTEP: dict[tuple, float] = {}  # key + (t_B, t_W, r) -> Σ_ticks max(S_t, r·M_t)
+
+
+def _tick_sums(tables, i: int, t_b: float, t_w: float) -> tuple[np.ndarray, np.ndarray]:
+    """(S_t, M_t) of table i with t_F = 1: per tick, its ops' summed and largest cost."""
+    lo, hi = np.searchsorted(tables.table, [i, i + 1])
+    kind, tick = tables.kind[lo:hi], tables.tick[lo:hi]
+    cost = np.array([1.0, t_b + (0.0 if tables.split[i] else t_w), t_w])[kind]
+    total = np.bincount(tick, cost)
+    largest = np.zeros(len(total))
+    np.maximum.at(largest, tick, cost)
+    return total, largest
+
+
+def _lockstep(keys: list[tuple]) -> None:
+    if not keys:
+        return
+    tables_needed = list(dict.fromkeys(k[:4] for k in keys))
+    if any(k not in _LAST["rows"] for k in tables_needed):
+        _build(tables_needed)
+    tables, rows = _LAST["tables"], _LAST["rows"]
+    for key in keys:
+        total, largest = _tick_sums(tables, rows[key[:4]], *key[4:6])
+        _LOCKSTEP[key] = float(np.maximum(total, key[6] * largest).sum())
+
+
+def lockstep_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray, ratio: np.ndarray
+                     ) -> np.ndarray:
+    """Σ over the table's ticks of max(S_t, ratio·M_t), in units of t_F, per layout: S_t the
+    costs of the ops of tick t summed over stages, M_t the largest. A tick of the emulated
+    executor lasts max(d·S_t, P·M_t)·t_F/n (the tick's work over the cores, or its slowest op
+    when fewer busy devices than the P that run at once share them); ratio = P/d. Zeros without
+    a pipeline."""
+    out = np.zeros(len(grid))
+    rows, keys, inverse, first = _distinct(grid)
+    if len(rows):
+        r = np.round(np.asarray(ratio, float)[rows], 3)
+        code = np.unique(np.stack([inverse, r]), axis=1, return_inverse=True)[1].ravel()
+        _, pick = np.unique(code, return_index=True)
+        full = [keys[inverse[j]] + (float(t_b[rows[j]]), float(t_w[rows[j]]), float(r[j]))
+                for j in pick]
+        _lockstep(_make_room(_LOCKSTEP, full, [k for k in full if k not in _LOCKSTEP]))
+        out[rows] = np.array([_LOCKSTEP[k] for k in full])[code]
+    return out
+
+
+__all__ = ["buffer_columns", "lockstep_columns", "makespan_columns", "table_columns"]

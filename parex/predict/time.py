@@ -83,8 +83,10 @@ def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth
     M, V = grid.tokens, sizes.V / grid.tensor  # the head: (M, D) @ (D, V/t), three passes
     head = 3 * 2 * M * sizes.D * V / cpu_matmul_rate(M, sizes.D, V, np.array(cal.matmul_curve))
     head = head + elementwise_flops(sizes, grid, remat)["head"] / cal.elementwise_rate
-    per_micro = (layer * grid.stage_layers + head) / (scale * cal.step_efficiency)
-    return {"per_microbatch": per_micro,
+    speed = scale * cal.step_efficiency
+    per_micro = (layer * grid.stage_layers + head) / speed
+    return {"per_microbatch": per_micro, "layers_per_microbatch": layer * grid.stage_layers / speed,
+            "head_per_microbatch": head / speed,
             "optimizer": opt_elements * cal.optimizer_s_per_param / scale,
             "overhead": cal.step_overhead_s}
 
@@ -124,13 +126,19 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
         t = sum(seconds.get(k, 0.0) for k in names)
         exposed = exposed + (t if emulated else np.maximum(t - window * (L - 1) / L, t / L))
     hops = seconds.get("pipeline", np.zeros(len(grid)))
-    if emulated:
+    if emulated:  # the tick-synchronous executor (ticks.py): lockstep arithmetic, tick costs
         bubble = np.zeros(len(grid))
-        exposed = exposed + hops
+        if "lockstep" in compute:  # cpu-local: the lockstep's lost cores are its bubble
+            piped = grid.stage > 1
+            bubble = np.where(piped, compute["lockstep"] - compute["busy"], 0.0)
+            work = np.where(piped, compute["busy"], work)
+            exposed = exposed + np.where(piped, compute["sends"], hops)
+        else:
+            exposed = exposed + hops
     else:
         per_hop = hops / np.maximum(2 * m * grid.virtual_stages, 1)
         bubble = bubble_seconds(grid, compute["per_microbatch"] + critical / m, remat, per_hop)
-    compute_s = work + compute["optimizer"] + compute["overhead"]
+    compute_s = work + compute["optimizer"] + compute["overhead"] + compute.get("ticks", 0.0)
     return {"total": compute_s + exposed + bubble, "compute": compute_s, "exposed_comm": exposed,
             "bubble": bubble}
 
