@@ -149,7 +149,8 @@ def lockstep_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray, ratio: np.nda
     rows, keys, inverse, first = _distinct(grid)
     if len(rows):
         r = np.round(np.asarray(ratio, float)[rows], 3)
-        code = np.unique(np.stack([inverse, r]), axis=1, return_inverse=True)[1].ravel()
+        per_row = np.stack([inverse, t_b[rows], t_w[rows], r])  # t_B can differ per row (remat)
+        code = np.unique(per_row, axis=1, return_inverse=True)[1].ravel()
         _, pick = np.unique(code, return_index=True)
         full = [keys[inverse[j]] + (float(t_b[rows[j]]), float(t_w[rows[j]]), float(r[j]))
                 for j in pick]
