@@ -18,7 +18,10 @@ update and the embedding's collectives are exposed. The emulated CPU mesh overla
 
 Pipeline bubble: the schedule table (parex.parallel.schedules) timed with per-chunk costs
 t_F, t_B (and t_W for split backwards) and the stage-to-stage hop: bubble = makespan − m·v·(t_F +
-t_B + t_W).
+t_B + t_W). On the calibrated CPU the pipeline is parex's tick-synchronous executor instead
+(ticks.py): each tick lasts its busy devices' work over the shared cores, or its slowest op when
+fewer devices than run at once are busy (that lost time is the bubble, 0 when one stage's devices
+fill the cores); every tick adds the measured per-tick cost, its window copies and its sends.
 """
 
 from __future__ import annotations
@@ -114,8 +117,9 @@ def bubble_seconds(grid: Grid, busy_per_micro, remat: str, hop) -> np.ndarray:
 
 def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: str) -> dict:
     """STEP_TIME_PARTS from compute terms and per-family collective seconds (columns).
-    `emulated`: the calibrated CPU mesh, where nothing overlaps and an idle pipeline stage frees
-    the shared cores for the busy ones (no bubble; the per-tick hops are exposed instead)."""
+    `emulated`: the calibrated CPU mesh, where nothing overlaps and a pipeline runs tick by tick
+    (compute's "lockstep", "busy", "ticks" and "sends" from ticks.py: an idle stage frees the
+    shared cores for the busy ones, so the bubble is only the lockstep's idle cores)."""
     m, L = grid.microbatches, np.maximum(grid.stage_layers, 1)
     critical = sum(seconds.get(k, 0.0) for k in ("tp", "sp", "cross-entropy", "cp-ulysses"))
     exposed = sum(seconds.get(k, 0.0) for k in EXPOSED)  # includes the critical ones
