@@ -74,7 +74,8 @@ def load_local(calibrate_if_missing: bool = True):
     path = profile_path()
     if not _current(path):
         if not calibrate_if_missing:
-            raise InputError(f"no current cpu-local profile for this machine ({machine_description()}) "
+            raise InputError(f"no current cpu-local profile for this machine "
+                             f"({machine_description()}) "
                              f"in {cache_dir()}: run `parex calibrate`")
         calibrate_in_subprocess(path)
     return chip_from_json(json.loads(path.read_text()))

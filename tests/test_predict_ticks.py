@@ -25,6 +25,10 @@ def _grid(spec: str) -> Grid:
     return Grid.from_layouts([Layout.parse(spec, 8)], TRAIN, TINY)
 
 
+def _sum(grid, t_b, t_w, ratio: float) -> float:
+    return lockstep_columns(grid, t_b, t_w, np.array([ratio]))[2][0]
+
+
 def test_lockstep_sums_the_ticks_slowest_ops():
     """ratio 0: the ops' summed cost p·m·(t_F + t_B); ratio ≥ p: ratio × Σ_t (the tick's
     slowest op), GPipe's makespan (m + p − 1)(t_F + t_B); 1F1B's ticks mix an F on one stage
@@ -33,9 +37,9 @@ def test_lockstep_sums_the_ticks_slowest_ops():
     t_b, t_w = np.array([2.0]), np.array([0.0])
     for schedule in ("gpipe", "1f1b"):
         grid = _grid(f"data=2,stage={p},schedule={schedule},microbatches={m}")
-        assert lockstep_columns(grid, t_b, t_w, np.array([0.0]))[0] == pytest.approx(p * m * 3)
-        assert lockstep_columns(grid, t_b, t_w, np.array([1.0]))[0] == pytest.approx(p * m * 3)
-        slowest = lockstep_columns(grid, t_b, t_w, np.array([p]))[0] / p
+        assert _sum(grid, t_b, t_w, 0.0) == pytest.approx(p * m * 3)
+        assert _sum(grid, t_b, t_w, 1.0) == pytest.approx(p * m * 3)
+        slowest = _sum(grid, t_b, t_w, p) / p
         if schedule == "gpipe":
             assert slowest == pytest.approx((m + p - 1) * 3)
         else:
@@ -48,11 +52,11 @@ def test_lockstep_compute_loses_the_idle_cores():
     time; the head's share is 1/p of m heads either way."""
     grid = _grid("data=2,stage=4,schedule=gpipe,microbatches=4")
     units = (np.array([2.0]), np.array([0.0]))
-    lock, busy = lockstep_compute(grid, np.ones(1), np.zeros(1), "none", 8.0, units)
+    lock, busy, _ = lockstep_compute(grid, np.ones(1), np.zeros(1), "none", 8.0, units)
     assert lock[0] / busy[0] == pytest.approx(7 / 4)
-    lock, busy = lockstep_compute(grid, np.ones(1), np.zeros(1), "none", 2.0, units)
+    lock, busy, _ = lockstep_compute(grid, np.ones(1), np.zeros(1), "none", 2.0, units)
     assert lock[0] == pytest.approx(busy[0]) and busy[0] == pytest.approx(4.0)  # m t_layers
-    lock, busy = lockstep_compute(grid, np.zeros(1), np.ones(1), "none", 8.0, units)
+    lock, busy, _ = lockstep_compute(grid, np.zeros(1), np.ones(1), "none", 8.0, units)
     assert lock[0] == busy[0] == pytest.approx(1.0)  # 4 heads on 1 of 4 stages
 
 

@@ -101,13 +101,13 @@ def _executor_ticks(sizes, grid: Grid, chip: Chip, remat: str, act: int, seconds
                     compute: dict) -> dict:
     """The tick-synchronous pipeline executor's terms on the calibrated CPU (predict.ticks)."""
     cal = chip.calibration
-    lockstep, busy = ticks.lockstep_compute(grid, compute["layers_per_microbatch"],
+    lockstep, busy, n_ticks = ticks.lockstep_compute(grid, compute["layers_per_microbatch"],
                                             compute["head_per_microbatch"], remat,
                                             cal.parallel_devices, time.unit_costs(grid, remat))
     slots = stash.stash_bytes(sizes, grid, memory.xla_layer_elements(sizes, grid, remat),
                               act)["value"]
     hops = seconds.get("pipeline", np.zeros(len(grid)))
-    fixed, sends = ticks.tick_seconds(grid, cal, slots, chip.hbm_bandwidth, hops)
+    fixed, sends = ticks.tick_seconds(grid, n_ticks, cal, slots, chip.hbm_bandwidth, hops)
     return {"lockstep": lockstep, "busy": busy, "ticks": fixed, "sends": sends}
 
 

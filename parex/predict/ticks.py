@@ -5,7 +5,7 @@ so no stage starts the next tick before every stage has finished this one.
 
     compute = Σ_ticks max(d·S_t, P·M_t) · t_F / n  +  m · head / p
     ticks   = n_ticks · (tick_s + copies · 2 · slot bytes / bandwidth)
-    sends   = 2 · n_ticks · β · bytes                   (the collective-permute fit without its α)
+    sends   = 2 · n_ticks · β · bytes     (the collective-permute fit without its α)
 
 S_t, M_t: the summed and the largest cost of tick t's ops over the stages in units of t_F, the
 forward of one chunk's layers for one microbatch (schedule_stats.lockstep_columns); d = n/p
@@ -29,27 +29,27 @@ import numpy as np
 from ..parallel.plan import BUFFERS
 from .alpha_beta import calibrated_seconds
 from .flops import passes_per_layer
-from .schedule_stats import lockstep_columns, table_columns
+from .schedule_stats import lockstep_columns
 from .shapes import Grid
 
 COPIES = {name: (4 if name == "inbox" else 2) for name in BUFFERS}  # per tick
 
 
 def lockstep_compute(grid: Grid, layers_per_micro, head_per_micro, remat: str, parallel: float,
-                     unit_costs) -> tuple[np.ndarray, np.ndarray]:
+                     unit_costs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(seconds of a pipelined step's arithmetic on the emulated mesh, the same without the
-    lockstep: its busy time; module docstring). `layers_per_micro`, `head_per_micro`: one
-    stage's layers' and the head's seconds per microbatch, all devices busy; `unit_costs`:
-    (t_B, t_W) in units of t_F (time.unit_costs)."""
+    lockstep: its busy time, the table's ticks; module docstring). `layers_per_micro`,
+    `head_per_micro`: one stage's layers' and the head's seconds per microbatch, all devices
+    busy; `unit_costs`: (t_B, t_W) in units of t_F (time.unit_costs)."""
     per_stage = grid.n_devices / grid.stage
     t_b, t_w = unit_costs
     t_f = layers_per_micro / grid.virtual_stages / passes_per_layer(grid, remat)
     head = grid.microbatches * head_per_micro / grid.stage
-    out = []
-    for ratio in (parallel / per_stage, np.zeros(len(grid))):  # with, without the lockstep
-        ticks = lockstep_columns(grid, t_b, t_w, ratio)
-        out.append(np.where(grid.stage > 1, per_stage / grid.n_devices * ticks * t_f + head, 0.0))
-    return out[0], out[1]
+    ticks, busy, lock = lockstep_columns(grid, t_b, t_w, parallel / per_stage)
+    piped = grid.stage > 1
+    lock, busy = (np.where(piped, per_stage / grid.n_devices * s * t_f + head, 0.0)
+                  for s in (lock, busy))
+    return lock, busy, ticks
 
 
 def window_seconds(grid: Grid, slot_bytes: dict, bandwidth: float) -> np.ndarray:
@@ -59,12 +59,11 @@ def window_seconds(grid: Grid, slot_bytes: dict, bandwidth: float) -> np.ndarray
     return 2 * copied / bandwidth
 
 
-def tick_seconds(grid: Grid, cal, slot_bytes: dict, bandwidth: float, hops
+def tick_seconds(grid: Grid, ticks, cal, slot_bytes: dict, bandwidth: float, hops
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds per step of the executor's ticks beyond their ops' arithmetic: the fixed cost
+    """(seconds per step of the `ticks` of the executor beyond their ops' arithmetic: the fixed cost
     of each tick and its window copies; of its two sends' bytes). `hops`: the pipeline term's
     collective-permute seconds, α + β·S per send, of which the α is replaced by tick_s."""
-    ticks = table_columns(grid)[0]
     alpha = calibrated_seconds("collective-permute", grid.stage, np.zeros(len(grid)), cal)
     sends = np.maximum(hops - 2 * ticks * alpha, 0.0)
     per_tick = cal.pipeline_tick_s + window_seconds(grid, slot_bytes, bandwidth)
