@@ -7,6 +7,10 @@ the papers' published tables. Prints every figure, asserts nothing (targets prin
     python benchmarks/predict_accuracy.py --fresh-clone    # calibrate as on first use, then
                                                            # step time: presets, pipelines, CP
 
+What calibrates and what is scored: `parex calibrate` (and --fresh-clone's first-use calibration)
+measures kernels, collectives, two 2-layer blocks of width 128 and a probe pipeline of a 4-layer,
+width-16 model (calibrate_pipeline.py); the layouts below are only scored, never fitted.
+
 Emulated mesh (8 CPU devices), every layout preset for the tiny and small models, convention
 "xla-cpu", hardware "cpu-local". Targets: argument memory within 2 %, total memory within 10 %,
 collective bytes per kind equal, FLOPs within 5 %, step time median absolute error <= 20 %.
@@ -161,6 +165,7 @@ def fresh_clone(models, steps: int) -> dict:
         chip = chip_from_json(json.loads(path.read_text()))
     print(f"fresh calibration in {seconds:.1f} s [target <= 40 s]; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(calibrate.summary(chip))
     groups = {"presets": list(LAYOUT_PRESETS) + list(EXTRA_LAYOUTS),
               "pipeline": list(PIPELINE_LAYOUTS), "cp": list(CP_LAYOUTS)}
     errors, rows = {g: [] for g in groups}, []

@@ -12,7 +12,8 @@ What is measured (each a median over repeats, all devices busy at once, as in a 
 - two real parex.model GPT blocks, forward and backward, on every device and on one: how fast
   real blocks run against what the kernel rates above predict (`step_efficiency`, covering copies,
   layouts and skew between devices that kernel timings miss), and how many emulated devices
-  really run at once (`parallel_devices`: one device alone already uses every core it can).
+  really run at once (`parallel_devices`: one device alone already uses every core it can);
+- the pipeline executor's fixed cost per tick, on a probe model (calibrate_pipeline.py).
 Takes well under two minutes on two cores.
 """
 
@@ -253,7 +254,7 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
                          f"call parex.emulate_devices({devices}) first")
     tasks = ([("matmul", n) for n in MATMUL_SIZES]
              + [("bf16", 256), ("elementwise", 0), ("overhead", 0), ("optimizer", 0),
-                ("blocks", devices), ("blocks", 1)]
+                ("blocks", devices), ("blocks", 1), ("pipeline", devices)]
              + [("coll", (k, g, s)) for k in KINDS for g in (2, devices)
                 for s in COLLECTIVE_BYTES])
     results: dict = {"matmul": [], "coll": {}}
@@ -270,6 +271,10 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
             results["bf16"] = matmul_rate(arg, devices, "bfloat16")
         elif name == "elementwise":
             results["elementwise"] = elementwise_rate(devices)
+        elif name == "pipeline":
+            from .calibrate_pipeline import tick_seconds
+
+            results["pipeline"] = tick_seconds(arg)
         elif name == "optimizer":
             results["optimizer"] = optimizer_seconds(devices)
         elif name == "overhead":
@@ -293,7 +298,8 @@ def _profile(results: dict, devices: int) -> Chip:
 
     cal = Calibration(matmul_curve=curve, collectives=collectives,
                       step_overhead_s=results["overhead"], elementwise_rate=ew_rate,
-                      optimizer_s_per_param=results["optimizer"], n_devices=devices,
+                      optimizer_s_per_param=results["optimizer"],
+                      pipeline_tick_s=results["pipeline"], n_devices=devices,
                       cores=os.cpu_count() or 1, machine=fingerprint())
     peak = max(rate for _, rate in curve)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -345,7 +351,8 @@ def summary(chip: Chip) -> str:
              f"{chip.hbm_bandwidth / 1e9:.2f} GB/s per device",
              f"step        {cal.step_overhead_s * 1e3:.2f} ms fixed · "
              f"{cal.parallel_devices:.2f} of {cal.n_devices} devices run at once · a step runs "
-             f"at {cal.step_efficiency:.0%} of the kernel rates"]
+             f"at {cal.step_efficiency:.0%} of the kernel rates · a pipeline tick "
+             f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed"]
     for kind, groups in cal.collectives.items():
         fits = ", ".join(f"g={g}: α {v['alpha'] * 1e6:.0f} µs, "
                          f"{1 / max(v['beta'], 1e-15) / 1e9:.2f} GB/s"

@@ -54,6 +54,7 @@ class Calibration:
     elementwise_rate: float = 0.0  # elementwise FLOP/s (as XLA counts them) per device, all busy
     step_efficiency: float = 1.0  # a real step's speed / what the kernel rates above predict
     optimizer_s_per_param: float = 0.0  # clipping + AdamW update, per parameter, all devices busy
+    pipeline_tick_s: float = 0.0  # the pipeline executor's fixed cost per tick (switch, rendezvous)
     n_devices: int = 8  # emulated devices the calibration ran on
     cores: int = 1  # CPU cores seen
     machine: str = ""  # local_profile.fingerprint() of the machine measured
@@ -143,6 +144,8 @@ def chip_from_json(data: dict) -> Chip:
     if cal is not None:
         cal = Calibration(**(cal | {"matmul_curve": tuple(tuple(p) for p in cal["matmul_curve"])}))
         missing = [k for k in COLLECTIVE_KINDS if not cal.collectives.get(k)]
+        if "pipeline_tick_s" not in data["calibration"]:  # profiles calibrated before it
+            missing.append("the pipeline executor's tick cost")
         if missing or not cal.matmul_curve:
             what = ", ".join(missing) or "matmul rates"
             raise InputError(f"the calibration of profile {data.get('name')!r} lacks {what}: "

@@ -72,9 +72,10 @@ def load_local(calibrate_if_missing: bool = True):
     from .hardware import chip_from_json
 
     path = profile_path()
-    if not path.exists():
+    if not _current(path):
         if not calibrate_if_missing:
-            raise InputError(f"no cpu-local profile for this machine ({machine_description()}) "
+            raise InputError(f"no current cpu-local profile for this machine "
+                             f"({machine_description()}) "
                              f"in {cache_dir()}: run `parex calibrate`")
         calibrate_in_subprocess(path)
     return chip_from_json(json.loads(path.read_text()))
@@ -83,9 +84,24 @@ def load_local(calibrate_if_missing: bool = True):
 def ensure_local(progress: bool = True) -> Path:
     """The path of this machine's profile, calibrated now if missing (demo, compare)."""
     path = profile_path()
-    if not path.exists():
+    if not _current(path):
         calibrate_in_subprocess(path, progress)
     return path
+
+
+def _current(path: Path) -> bool:
+    """Whether `path` holds a profile with everything this version of parex measures (one
+    written before a new measurement was added is calibrated again)."""
+    from .errors import InputError
+    from .hardware import chip_from_json
+
+    if not path.exists():
+        return False
+    try:
+        chip_from_json(json.loads(path.read_text()))
+    except (InputError, ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def calibrate_in_subprocess(path: Path, progress: bool = True) -> float:

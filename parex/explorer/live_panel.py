@@ -89,7 +89,8 @@ class LivePanel:
     def _show_notes(self) -> None:
         """One line on what the profile hides, and what an executable check says."""
         notes, emulated = [], self.chip.calibration is not None
-        if emulated and self.layout.stage > 1:
+        bubble = getattr(self.prediction, "step_time_s", {}).get("bubble", 0.0)
+        if emulated and self.layout.stage > 1 and bubble == 0:  # no lockstep loss (ticks.py)
             notes.append("On cpu-local the predicted bubble is 0: the emulated devices share "
                          "the host's cores, so an idle stage's core serves another stage. "
                          "A GPU profile shows the bubble.")

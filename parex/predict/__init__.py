@@ -30,7 +30,7 @@ from ..hlo import KINDS
 from ..layout import Layout, LayoutError
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..validation import check_valid, executable_columns, executable_reason, valid_columns
-from . import alpha_beta, comm, flops, memory, time
+from . import alpha_beta, comm, flops, memory, stash, ticks, time
 from .comm import CONVENTIONS, Convention
 from .memory import RECIPES, Recipe
 from .shapes import Grid, model_sizes
@@ -81,6 +81,8 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     else:
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
                                            opt_elements, rec.activations == "korthikanti")
+    if emulated:
+        compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     step = time.step_time(grid, compute, seconds, emulated, remat, conv.overlaps_grad_reduce)
     hw = flops.hardware_flops(model, grid, remat)
     mf = flops.model_flops(model, grid)
@@ -97,6 +99,20 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
             "fits": mem["total"] <= chip.hbm_bytes,
             "over_capacity_bytes": np.maximum(mem["total"] - chip.hbm_bytes, 0.0)}
     return out, terms
+
+
+def _executor_ticks(sizes, grid: Grid, chip: Chip, remat: str, act: int, seconds: dict,
+                    compute: dict) -> dict:
+    """The tick-synchronous pipeline executor's terms on the calibrated CPU (predict.ticks)."""
+    cal = chip.calibration
+    lockstep, busy, n_ticks = ticks.lockstep_compute(grid, compute["layers_per_microbatch"],
+                                            compute["head_per_microbatch"], remat,
+                                            cal.parallel_devices, time.unit_costs(grid, remat))
+    slots = stash.stash_bytes(sizes, grid, memory.xla_layer_elements(sizes, grid, remat),
+                              act)["value"]
+    hops = seconds.get("pipeline", np.zeros(len(grid)))
+    fixed, sends = ticks.tick_seconds(grid, n_ticks, cal, slots, chip.hbm_bandwidth, hops)
+    return {"lockstep": lockstep, "busy": busy, "ticks": fixed, "sends": sends}
 
 
 def _defaults(hardware, convention, recipe, n_devices, model: ModelConfig, dtype):

@@ -126,4 +126,96 @@ def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
     return base, per_hop
 
 
-__all__ = ["buffer_columns", "makespan_columns", "table_columns"]
+# --- the tick-synchronous executor: every tick lasts as long as its slowest stage -----------------
+
+_LOCKSTEP: dict[tuple, float] = {}  # key + (t_B, t_W, r) -> Σ_ticks max(S_t, r·M_t)
+
+
+def _spans(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, offset) of every item of consecutive groups of `lengths` items."""
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    return owner, np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+
+def _tick_costs(tables, combos: list[tuple[int, float, float]]) -> tuple[np.ndarray, ...]:
+    """(S, M, each combo's first tick in them): per (table row, t_B, t_W) and tick, the summed
+    and the largest cost of its ops over the stages, t_F = 1, the combos' ticks one after
+    another."""
+    starts = np.searchsorted(tables.table, np.arange(len(tables) + 1))
+    table = np.array([c[0] for c in combos], np.int64)
+    t_b, t_w = (np.array([c[i] for c in combos]) for i in (1, 2))
+    combo, offset = _spans(starts[table + 1] - starts[table])  # every op of each combo's table
+    ops = starts[table][combo] + offset
+    kind = tables.kind[ops]
+    b_cost = t_b + ~tables.split[table] * t_w  # an unsplit B does both gradients
+    cost = np.select([kind == 0, kind == 1], [1.0, b_cost[combo]], t_w[combo])
+    ticks = tables.n_ticks()[table]
+    first = np.cumsum(ticks) - ticks
+    flat = first[combo] + tables.tick[ops]
+    total = np.bincount(flat, cost, int(ticks.sum()))
+    order = np.lexsort((cost, flat))  # the last op of each (combo, tick) is its largest
+    last = np.r_[flat[order][1:] != flat[order][:-1], True]
+    largest = np.zeros(len(total))
+    largest[flat[order][last]] = cost[order][last]
+    return total, largest, first, ticks
+
+
+def _lockstep(keys: list[tuple]) -> None:
+    if not keys:
+        return
+    tables_needed = list(dict.fromkeys(k[:4] for k in keys))
+    if any(k not in _LAST["rows"] for k in tables_needed):
+        _build(tables_needed)
+    tables, rows = _LAST["tables"], _LAST["rows"]
+    combos = list(dict.fromkeys((rows[k[:4]], k[4], k[5]) for k in keys))
+    index = {c: i for i, c in enumerate(combos)}
+    total, largest, first, ticks = _tick_costs(tables, combos)
+    which = np.array([index[(rows[k[:4]], k[4], k[5])] for k in keys])
+    key, offset = _spans(ticks[which])
+    at = first[which][key] + offset
+    ratio = np.array([k[6] for k in keys])[key]
+    sums = np.bincount(key, np.maximum(total[at], ratio * largest[at]), len(keys))
+    _LOCKSTEP.update(zip(keys, sums.tolist()))
+
+
+def _ranks(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each value's rank among the distinct values, and how many there are."""
+    distinct, rank = np.unique(values, return_inverse=True)
+    return rank.ravel(), len(distinct)
+
+
+def lockstep_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray, ratio: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ticks, Σ_t S_t, Σ_t max(S_t, ratio·M_t)) per layout, in units of t_F, over the table's
+    ticks t: S_t the costs of tick t's ops summed over stages, M_t the largest. A tick of the
+    emulated executor lasts max(d·S_t, P·M_t)·t_F/n (the tick's work over the cores, or its
+    slowest op when fewer busy devices than the P that run at once share them); ratio = P/d.
+    Σ_t S_t is every op once, p·m·v·(1 + t_B + t_W); with ratio ≤ 1 the two sums agree (S_t ≥
+    M_t), so only rows with ratio > 1 read the tables. Zeros without a pipeline."""
+    n = len(grid)
+    ticks, lock = np.zeros(n), np.zeros(n)
+    busy = np.where(grid.stage > 1, grid.stage * grid.microbatches * grid.virtual_stages
+                    * (1 + t_b + t_w), 0.0)
+    rows, keys, inverse, _ = _distinct(grid)
+    if not len(rows):
+        return ticks, busy, lock
+    _build(_make_room(_TABLES, keys, [k for k in keys if k not in _TABLES]))
+    ticks[rows] = np.array([_TABLES[k][0] for k in keys], float)[inverse]
+    r = np.round(np.asarray(ratio, float)[rows], 3)
+    lock[rows] = busy[rows]
+    slow = r > 1
+    if slow.any():
+        rows, inverse, r = rows[slow], inverse[slow], r[slow]
+        code = inverse.astype(np.int64)
+        for column in (t_b[rows], t_w[rows], r):  # t_B can differ per row of a table (remat)
+            rank, size = _ranks(column)
+            code = code * size + rank
+        _, pick, code = np.unique(code, return_index=True, return_inverse=True)
+        full = [keys[inverse[j]] + (float(t_b[rows[j]]), float(t_w[rows[j]]), float(r[j]))
+                for j in pick]
+        _lockstep(_make_room(_LOCKSTEP, full, [k for k in full if k not in _LOCKSTEP]))
+        lock[rows] = np.array([_LOCKSTEP[k] for k in full])[code.ravel()]
+    return ticks, busy, lock
+
+
+__all__ = ["buffer_columns", "lockstep_columns", "makespan_columns", "table_columns"]

@@ -21,7 +21,10 @@ update and the embedding's collectives are exposed. The emulated CPU mesh overla
 
 Pipeline bubble: the schedule table (parex.parallel.schedules) timed with per-chunk costs
 t_F, t_B (and t_W for split backwards) and the stage-to-stage hop: bubble = makespan − m·v·(t_F +
-t_B + t_W).
+t_B + t_W). On the calibrated CPU the pipeline is parex's tick-synchronous executor instead
+(ticks.py): each tick lasts its busy devices' work over the shared cores, or its slowest op when
+fewer devices than run at once are busy (that lost time is the bubble, 0 when one stage's devices
+fill the cores); every tick adds the measured per-tick cost, its window copies and its sends.
 """
 
 from __future__ import annotations
@@ -87,8 +90,10 @@ def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth
     M, V = grid.tokens, sizes.V / grid.tensor  # the head: (M, D) @ (D, V/t), three passes
     head = 3 * 2 * M * sizes.D * V / cpu_matmul_rate(M, sizes.D, V, np.array(cal.matmul_curve))
     head = head + elementwise_flops(sizes, grid, remat)["head"] / cal.elementwise_rate
-    per_micro = (layer * grid.stage_layers + head) / (scale * cal.step_efficiency)
-    return {"per_microbatch": per_micro,
+    speed = scale * cal.step_efficiency
+    per_micro = (layer * grid.stage_layers + head) / speed
+    return {"per_microbatch": per_micro, "layers_per_microbatch": layer * grid.stage_layers / speed,
+            "head_per_microbatch": head / speed,
             "optimizer": opt_elements * cal.optimizer_s_per_param / scale,
             "overhead": cal.step_overhead_s}
 
@@ -117,8 +122,9 @@ def bubble_seconds(grid: Grid, busy_per_micro, remat: str, hop) -> np.ndarray:
 def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: str,
               overlap_grads: bool = True) -> dict:
     """STEP_TIME_PARTS from compute terms and per-family collective seconds (columns).
-    `emulated`: the calibrated CPU mesh, where nothing overlaps and an idle pipeline stage frees
-    the shared cores for the busy ones (no bubble; the per-tick hops are exposed instead).
+    `emulated`: the calibrated CPU mesh, where nothing overlaps and a pipeline runs tick by tick
+    (compute's "lockstep", "busy", "ticks" and "sends" from ticks.py: an idle stage frees the
+    shared cores for the busy ones, so the bubble is only the lockstep's idle cores).
     `overlap_grads` False: the gradient reductions start after the backward (Megatron-LM's
     local DDP, DeepSpeed's pipeline engine) and are exposed in full."""
     m, L = grid.microbatches, np.maximum(grid.stage_layers, 1)
@@ -132,15 +138,21 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
         hidden = not emulated and (overlap_grads or names != HIDE_BEHIND_BACKWARD)
         exposed = exposed + (np.maximum(t - window * (L - 1) / L, t / L) if hidden else t)
     hops = seconds.get("pipeline", np.zeros(len(grid)))
-    if emulated:
+    if emulated:  # the tick-synchronous executor (ticks.py): lockstep arithmetic, tick costs
         bubble = np.zeros(len(grid))
-        exposed = exposed + hops
+        if "lockstep" in compute:  # cpu-local: the lockstep's lost cores are its bubble
+            piped = grid.stage > 1
+            bubble = np.where(piped, compute["lockstep"] - compute["busy"], 0.0)
+            work = np.where(piped, compute["busy"], work)
+            exposed = exposed + np.where(piped, compute["sends"], hops)
+        else:
+            exposed = exposed + hops
     else:
         per_hop = hops / np.maximum(2 * m * grid.virtual_stages, 1)
         # the head runs on the last stage only: the fill and drain cross the other stages
         stage = compute["per_microbatch"] - compute.get("head_per_microbatch", 0.0)
         bubble = bubble_seconds(grid, stage + critical / m, remat, per_hop)
-    compute_s = work + compute["optimizer"] + compute["overhead"]
+    compute_s = work + compute["optimizer"] + compute["overhead"] + compute.get("ticks", 0.0)
     return {"total": compute_s + exposed + bubble, "compute": compute_s, "exposed_comm": exposed,
             "bubble": bubble}
 
