@@ -148,3 +148,20 @@ def test_predictor_columns_read_each_layouts_own_table():
         assert base[i] == pytest.approx(s.makespan(1.0, 2.0, 1.0))
         assert per_hop[i] == pytest.approx((s.makespan(1.0, 2.0, 1.0, 0.01) - base[i]) / 0.01)
     assert (ticks[-1], peaks[-1], base[-1], per_hop[-1]) == (0, 1, 0, 0)  # no pipeline
+
+
+def test_layouts_of_one_table_are_timed_with_their_own_backward_costs():
+    """Two layouts share a table but not t_B (e.g. one recomputes): each gets its makespan."""
+    from parex.config import TrainConfig, model_preset
+    from parex.predict.schedule_stats import makespan_columns
+    from parex.predict.shapes import Grid
+
+    grid = Grid.from_columns(TrainConfig(global_batch=8), model_preset("tiny"),
+                             stage=np.array([4, 4, 4]), microbatches=np.array([8, 8, 8]),
+                             virtual_stages=np.ones(3, int), data=np.ones(3, int),
+                             schedule=["zbh1"] * 3)
+    t_b, t_w = np.array([1.0, 1.5, 1.0]), np.array([1.0, 1.5, 1.0])
+    base, _ = makespan_columns(grid, t_b, t_w)
+    s = make_schedule("zbh1", 4, 8)
+    assert base.tolist() == pytest.approx([s.makespan(1.0, b, w) for b, w in zip(t_b, t_w)])
+    assert base[1] > base[0] == base[2]

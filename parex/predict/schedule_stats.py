@@ -94,34 +94,45 @@ def buffer_columns(grid: Grid) -> dict[str, np.ndarray]:
 
 
 def _time(keys: list[tuple]) -> None:
-    """Makespans of (key, t_B, t_W) with t_F = 1, without and with the probe hop."""
+    """Makespans of (key, t_B, t_W) with t_F = 1, without and with the probe hop. A table may
+    be timed for several (t_B, t_W) at once: cost sets 2j (no hop) and 2j + 1 (the probe)."""
     if not keys:
         return
     tables_needed = list(dict.fromkeys(k[:4] for k in keys))
     if any(k not in _LAST["rows"] for k in tables_needed):
         _build(tables_needed)
     tables, rows = _LAST["tables"], _LAST["rows"]
-    costs = np.zeros((len(tables), 2, 3))
-    for key in keys:  # one (t_B, t_W) per table: they follow from the schedule and the remat
-        costs[rows[key[:4]]] = 1.0, *key[4:]  # (t_F, t_B, t_W), without and with the probe hop
-    span = tables.makespans(costs, np.tile([0.0, HOP], (len(tables), 1)))
+    column, used = {}, {}  # key -> its cost set j in its table; table -> sets used
     for key in keys:
         i = rows[key[:4]]
-        _MAKESPANS[key] = float(span[i, 0]), float((span[i, 1] - span[i, 0]) / HOP)
+        column[key] = used.get(i, 0)
+        used[i] = column[key] + 1
+    costs = np.ones((len(tables), 2 * max(used.values()), 3))
+    for key, j in column.items():
+        costs[rows[key[:4]], 2 * j:2 * j + 2, 1:] = key[4:]  # (t_F = 1, t_B, t_W)
+    hops = np.tile([0.0, HOP], (len(tables), max(used.values())))
+    span = tables.makespans(costs, hops)
+    for key, j in column.items():
+        i = rows[key[:4]]
+        _MAKESPANS[key] = (float(span[i, 2 * j]),
+                           float((span[i, 2 * j + 1] - span[i, 2 * j]) / HOP))
     table_store.save({}, {key: _MAKESPANS[key] for key in keys})
 
 
 def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(makespan with t_F = 1 and free hops, its growth per second of hop) per layout, for
-    t_B and t_W in units of t_F (columns, the same for every layout with the same table)."""
+    t_B and t_W in units of t_F (columns; layouts of one table may differ in them)."""
     base, per_hop = np.zeros(len(grid)), np.zeros(len(grid))
-    rows, keys, inverse, first = _distinct(grid)
+    rows, keys, inverse, _ = _distinct(grid)
     if len(rows):
         _read_store()
-        keys = [k + (float(t_b[i]), float(t_w[i])) for k, i in zip(keys, first)]
-        _time(_make_room(_MAKESPANS, keys, [k for k in keys if k not in _MAKESPANS]))
-        values = np.array([_MAKESPANS[k] for k in keys])[inverse]
+        costs = np.stack([inverse, np.broadcast_to(t_b, len(grid))[rows],
+                          np.broadcast_to(t_w, len(grid))[rows]], 1)
+        distinct, back = np.unique(costs, axis=0, return_inverse=True)
+        timed = [keys[int(i)] + (float(b), float(w)) for i, b, w in distinct]
+        _time(_make_room(_MAKESPANS, timed, [k for k in timed if k not in _MAKESPANS]))
+        values = np.array([_MAKESPANS[k] for k in timed])[back.ravel()]
         base[rows], per_hop[rows] = values[:, 0], values[:, 1]
     return base, per_hop
 
