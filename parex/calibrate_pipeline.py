@@ -1,7 +1,7 @@
 """The pipeline executor's fixed cost per tick on this machine, for `parex calibrate`.
 
 parex's executor (parallel/pipeline.py) is tick-synchronous: one scan over the schedule table's
-ticks, each tick a switch over idle/F/B/W, a read and write of one slot of every buffer and two
+ticks, each tick a switch over idle/F/B/W (its outputs scattered into the stash slots) and two
 ppermutes after which every stage waits for the others. Besides the arithmetic of the tick's ops
 and the bytes its copies and sends move (predicted from the kernel rates, the copy bandwidth and
 the collective-permute fit), a tick costs a fixed amount: the switch's dispatch, the loop's
