@@ -181,8 +181,8 @@ def test_ring_attention_keeps_one_log_sum_exp_per_row_and_head_not_scores():
 def test_pipeline_buffers_around_the_tick_switch_by_hand():
     """predict.stash: a split backward under full remat keeps each layer's input and its zero
     taps (not a negative residual); the tick's switch writes one value of every stash buffer and
-    the value it sends, and a B copies its residual slot out only where the stage is fully
-    manual and res has several slots."""
+    the value it sends, and a B copies its residual slot out only where the chunk's layers are a
+    scan (more than one, not looped in Python) and res has several slots."""
     from parex.predict.stash import (cotangent_elements, loop_grad_elements, stash_bytes,
                                      window_bytes)
 
@@ -201,11 +201,13 @@ def test_pipeline_buffers_around_the_tick_switch_by_hand():
     four = stash_bytes(sizes, g4, M.xla_layer_elements(sizes, g4, "none"), 4)["value"]
     assert window_bytes(sizes, g4, four)[0] == pytest.approx(
         (2 * four["res"] + four["emb"] + four["head"] + four["inbox"])[0])
-    # an axis left to XLA inside the stage (fsdp): the B reads its slot without a copy
-    gf = grid(Layout(fsdp=4, stage=2, schedule="1f1b", microbatches=4), train)
-    fs = stash_bytes(sizes, gf, M.xla_layer_elements(sizes, gf, "none"), 4)["value"]
-    assert window_bytes(sizes, gf, fs)[0] == pytest.approx(
-        (fs["res"] + fs["emb"] + fs["head"] + fs["inbox"])[0])
+    # one layer per chunk (p = 4), or layers looped in Python (SP): no scan, no read copy
+    for layout in (Layout(data=2, stage=4, microbatches=4),
+                   Layout(data=2, tensor=2, sp=True, stage=2, microbatches=4)):
+        gs = grid(layout, train)
+        vs = stash_bytes(sizes, gs, M.xla_layer_elements(sizes, gs, "none"), 4)["value"]
+        assert window_bytes(sizes, gs, vs)[0] == pytest.approx(
+            (vs["res"] + vs["emb"] + vs["head"] + vs["inbox"])[0])
     # the loop's gradient deltas: one chunk's blocks (v = 2: half the stored) and the head
     gv = grid(Layout(stage=2, schedule="interleaved", virtual_stages=2, microbatches=4), train)
     assert (loop_grad_elements(sizes, gv, np.array([1000.0]))

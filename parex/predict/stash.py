@@ -112,26 +112,26 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict) -> np.ndarray:
                  does not produce it), scattered into its slot after the switch, and the value
                  the tick sends (one inbox value); branches read the buffers in place
         read     a B's residual slot, copied out of a res buffer of several slots where the
-                 stage is fully manual (`manual_stage`): XLA relays it out for the backward's
-                 scan; a buffer of one slot is read in place (its dynamic index is the buffer)
+                 chunk's layers are a scan (`scanned_chunk`): the slot becomes the operand of the
+                 backward's while loop; a buffer of one slot is read in place (its dynamic index
+                 is the buffer)
     Read off XLA's buffer assignment of tiny data=4,stage=2,schedule=1f1b,microbatches=4 (remat
-    none: the 6.5 MiB res value written once, its scores read out by dynamic-slice + copy) and
-    tiny tensor=2,stage=4,schedule=1f1b,microbatches=2 and fsdp=2,stage=4,microbatches=2 (auto
-    axes inside the stage: no read copy), tiny data=4,stage=2,schedule=1f1b,microbatches=1 (one
-    res slot: none)."""
+    none: the 6.5 MiB res value written once, its scores read out by dynamic-slice + copy), tiny
+    tensor=2,stage=4,schedule=1f1b,microbatches=2 (one layer per chunk: no read copy) and tiny
+    data=4,stage=2,schedule=1f1b,microbatches=1 (one res slot: none)."""
     slots = buffer_columns(grid)
-    total = values["inbox"] + np.where(slots["res"] > 1, values["res"] * manual_stage(grid), 0.0)
+    read = np.where(slots["res"] > 1, values["res"] * scanned_chunk(grid), 0.0)
+    total = values["inbox"] + read
     for name in BUFFERS[:-1]:
         total = total + values[name]
     return np.where(grid.stage > 1, total, 0.0)
 
 
-def manual_stage(grid: Grid) -> np.ndarray:
-    """Whether every mesh axis a stage spans is manual in the executor's shard_map (stage, and
-    data where parameters are replicated, ZeRO < 3): nothing is left to XLA's partitioner."""
-    auto = (grid.tensor > 1) | (grid.fsdp > 1) | (grid.seq > 1) | ((grid.zero >= 3)
-                                                                    & (grid.data > 1))
-    return np.where(auto, 0.0, 1.0)
+def scanned_chunk(grid: Grid) -> np.ndarray:
+    """Whether a chunk's layers run as a lax.scan (pipeline._run_layers): more than one layer,
+    and not looped in Python (sp or seq inside stages unroll it, parallel.nested)."""
+    looped = (grid.sp > 0) | (grid.seq > 1)
+    return np.where(~looped & (grid.stage_layers / grid.virtual_stages > 1), 1.0, 0.0)
 
 
 def loop_grad_elements(sizes: ModelSizes, grid: Grid, stored) -> np.ndarray:
@@ -153,5 +153,5 @@ def _split_codes():
     return [SCHEDULES.index(name) for name in SPLIT]
 
 
-__all__ = ["cotangent_elements", "loop_grad_elements", "manual_stage", "record_elements",
+__all__ = ["cotangent_elements", "loop_grad_elements", "record_elements", "scanned_chunk",
            "stash_bytes", "window_bytes"]
