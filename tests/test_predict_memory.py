@@ -3,6 +3,7 @@ test_predict_compiled.py)."""
 
 import math
 
+import numpy as np
 import pytest
 
 from parex.config import TrainConfig, model_preset
@@ -179,9 +180,11 @@ def test_ring_attention_keeps_one_log_sum_exp_per_row_and_head_not_scores():
 
 def test_pipeline_buffers_around_the_tick_switch_by_hand():
     """predict.stash: a split backward under full remat keeps each layer's input and its zero
-    taps (not a negative residual), and the tick copies one slot of each buffer around its
-    switch, except where a buffer has one slot (it lends itself) and the inbox (only read)."""
-    from parex.predict.stash import cotangent_elements, stash_bytes, window_bytes
+    taps (not a negative residual); the tick's switch writes one value of every stash buffer and
+    the value it sends, and a B copies its residual slot out only where the chunk's layers are a
+    scan (more than one, not looped in Python) and res has several slots."""
+    from parex.predict.stash import (cotangent_elements, loop_grad_elements, stash_bytes,
+                                     window_bytes)
 
     sizes, train = model_sizes(TINY), TrainConfig(global_batch=16)
     g = grid(Layout(data=4, stage=2, schedule="zbh1", microbatches=2), train)
@@ -189,13 +192,23 @@ def test_pipeline_buffers_around_the_tick_switch_by_hand():
     full = M.xla_layer_elements(sizes, g, "full")
     res = stash_bytes(sizes, g, full, 4, "full")["value"]["res"][0]
     assert res == layers * (h + cotangent_elements(sizes, g)[0]) * tokens * 4 > 0
-    # 1F1B at p = 2, m = 1: one slot of res, emb and head (lend themselves, written back once),
-    # the inbox with its trash slot (read once)
+    # 1F1B at p = 2, m = 1: one slot of res, read in place; every buffer written once, one sent
     g1 = grid(Layout(data=4, stage=2, schedule="1f1b", microbatches=1), train)
     one = stash_bytes(sizes, g1, M.xla_layer_elements(sizes, g1, "none"), 4)["value"]
-    expected = one["res"] + one["emb"] + one["head"] + one["inbox"]
-    assert window_bytes(sizes, g1, one)[0] == pytest.approx(expected[0])
+    written = one["res"] + one["emb"] + one["head"] + one["inbox"]
+    assert window_bytes(sizes, g1, one)[0] == pytest.approx(written[0])
     g4 = grid(Layout(data=4, stage=2, schedule="1f1b", microbatches=4), train)  # 2 res slots
     four = stash_bytes(sizes, g4, M.xla_layer_elements(sizes, g4, "none"), 4)["value"]
     assert window_bytes(sizes, g4, four)[0] == pytest.approx(
-        (2 * four["res"] + 2 * four["emb"] + four["head"] + four["inbox"])[0])
+        (2 * four["res"] + four["emb"] + four["head"] + four["inbox"])[0])
+    # one layer per chunk (p = 4), or layers looped in Python (SP): no scan, no read copy
+    for layout in (Layout(data=2, stage=4, microbatches=4),
+                   Layout(data=2, tensor=2, sp=True, stage=2, microbatches=4)):
+        gs = grid(layout, train)
+        vs = stash_bytes(sizes, gs, M.xla_layer_elements(sizes, gs, "none"), 4)["value"]
+        assert window_bytes(sizes, gs, vs)[0] == pytest.approx(
+            (vs["res"] + vs["emb"] + vs["head"] + vs["inbox"])[0])
+    # the loop's gradient deltas: one chunk's blocks (v = 2: half the stored) and the head
+    gv = grid(Layout(stage=2, schedule="interleaved", virtual_stages=2, microbatches=4), train)
+    assert (loop_grad_elements(sizes, gv, np.array([1000.0]))
+            - loop_grad_elements(sizes, gv, np.array([0.0])))[0] == pytest.approx(500.0)

@@ -23,8 +23,8 @@ Activations, two formulas:
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
 table (Schedule.peak_in_flight); parex's executor keeps them in slot buffers (predict.stash: the
 chunks' residuals, the embedding's and head's, a split backward's records and tap cotangents,
-the inbox), and each tick copies one slot of each around its switch (stash.window_bytes) and
-carries its own gradient buffers (stash.loop_grad_elements), on top of one layer's working set.
+the inbox); each tick's switch writes one new value of each (stash.window_bytes) and one chunk's
+gradient delta (stash.loop_grad_elements), on top of one layer's working set.
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
 gradient accumulation keeps a running sum of the gradients; where gradients are sharded (fsdp,
@@ -188,7 +188,7 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     # accumulating microbatches keeps a running sum beside each microbatch's gradients, laid out
     # like the parameters (the pipeline executor accumulates in its own buffers, counted above)
     accumulate = np.where((grid.microbatches > 1) & (grid.stage == 1), 1.0, 0.0)
-    # the pipeline's tick loop carries its own gradient buffers (predict.stash)
+    # the pipeline's switch returns gradient deltas, added into the loop's carry (predict.stash)
     stored_blocks = (state_elements(sizes, grid, "param")
                      - head_state_elements(sizes, grid, grid.embed_shards("param")))
     loop = np.where(grid.executor, loop_grad_elements(sizes, grid, stored_blocks), 0.0)
@@ -197,8 +197,8 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
 
 
 def windows(sizes, grid, remat, rec, act_bytes) -> np.ndarray:
-    """parex's pipeline reads one slot of each buffer before a tick's switch and writes it back
-    after (parallel.pipeline): the copies around the switch, predict.stash.window_bytes."""
+    """parex's pipeline switch returns one new value of each buffer, scattered into its slot
+    after it (parallel.pipeline): the copies around the switch, predict.stash.window_bytes."""
     if rec.activations != "xla":
         return np.zeros(len(grid))
     one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes,

@@ -108,35 +108,43 @@ def looped_weight_bytes(sizes: ModelSizes, grid: Grid, act_bytes: int, remat: st
 def window_bytes(sizes: ModelSizes, grid: Grid, values: dict) -> np.ndarray:
     """The tick's copies around its switch (parallel.pipeline.tick), bytes per device, from one
     value of each buffer (`stash_bytes(...)["value"]`):
-        read     the slot each buffer lends the switch, copied out before it; a buffer of one
-                 slot lends itself (its dynamic index is the whole buffer), the inbox always
-                 has two (its trash slot)
-        written  the switch's output slot of every buffer but the inbox, which it only reads
-    Not counted: the stacked residuals a scanned chunk's F produces before they are copied into
-    the output slot, which XLA sometimes writes in place and sometimes not (all of them a value
-    of their own at microbatches=4, only the scores at microbatches=2). Read off XLA's buffer
-    assignment of tiny data=4,stage=2,schedule=1f1b,microbatches=4 and =2 (remat none: read and
-    written one 6.5 / 13 MiB chunk value each beside 13 / 26 MiB of res slots) and tiny
-    tensor=2,stage=4,schedule=1f1b,microbatches=2 (selective: no copy of the one-slot head)."""
+        written  the switch's output: one new value of every stash buffer (zeros where the branch
+                 does not produce it), scattered into its slot after the switch, and the value
+                 the tick sends (one inbox value); branches read the buffers in place
+        read     a B's residual slot, copied out of a res buffer of several slots where the
+                 chunk's layers are a scan (`scanned_chunk`): the slot becomes the operand of the
+                 backward's while loop; a buffer of one slot is read in place (its dynamic index
+                 is the buffer)
+    Read off XLA's buffer assignment of tiny data=4,stage=2,schedule=1f1b,microbatches=4 (remat
+    none: the 6.5 MiB res value written once, its scores read out by dynamic-slice + copy), tiny
+    tensor=2,stage=4,schedule=1f1b,microbatches=2 (one layer per chunk: no read copy) and tiny
+    data=4,stage=2,schedule=1f1b,microbatches=1 (one res slot: none)."""
     slots = buffer_columns(grid)
-    total = values["inbox"]  # read, never written back
+    read = np.where(slots["res"] > 1, values["res"] * scanned_chunk(grid), 0.0)
+    total = values["inbox"] + read
     for name in BUFFERS[:-1]:
-        total = total + np.where(slots[name] > 1, values[name], 0.0) + values[name]
+        total = total + values[name]
     return np.where(grid.stage > 1, total, 0.0)
+
+
+def scanned_chunk(grid: Grid) -> np.ndarray:
+    """Whether a chunk's layers run as a lax.scan (pipeline._run_layers): more than one layer,
+    and not looped in Python (sp or seq inside stages unroll it, parallel.nested)."""
+    looped = (grid.sp > 0) | (grid.seq > 1)
+    return np.where(~looped & (grid.stage_layers / grid.virtual_stages > 1), 1.0, 0.0)
 
 
 def loop_grad_elements(sizes: ModelSizes, grid: Grid, stored) -> np.ndarray:
     """Gradient buffers of the tick loop beyond the step's gradients, in parameters' worth: the
-    executor's g_blocks and g_head carry and the switch's output copy of them, each the size of
-    this device's chunks (`stored`: the block parameters it stores) and of the embedding and
-    head gathered over the stages (parallel.pipeline._initial_state), and a B's gradient of one
-    chunk before it is added in. Read off tiny data=4,stage=2,schedule=1f1b,microbatches=4:
-    four gradient-sized copies of the stage's blocks in XLA's temp buffer, one of them the
-    step's gradients."""
+    switch's outputs, one chunk's d_blocks (`stored`, the block parameters this device stores,
+    over v) and a d_head delta the size of the embedding and head gathered over the stages
+    (parallel.pipeline._outputs), added into the carried g_blocks and g_head after the switch.
+    Read off tiny data=4,stage=2,schedule=1f1b,microbatches=4: one chunk-gradient-sized value
+    beside the carry."""
     tokens, positions = sizes.embedding
     unembed, final_norm = sizes.head
     head = (tokens + unembed) / grid.tensor + positions + final_norm
-    return np.where(grid.stage > 1, stored + head + stored / grid.virtual_stages, 0.0)
+    return np.where(grid.stage > 1, head + stored / grid.virtual_stages, 0.0)
 
 
 def _split_codes():
@@ -145,5 +153,5 @@ def _split_codes():
     return [SCHEDULES.index(name) for name in SPLIT]
 
 
-__all__ = ["cotangent_elements", "loop_grad_elements", "record_elements", "stash_bytes",
-           "window_bytes"]
+__all__ = ["cotangent_elements", "loop_grad_elements", "record_elements", "scanned_chunk",
+           "stash_bytes", "window_bytes"]
