@@ -108,10 +108,11 @@ def _executor_ticks(sizes, grid: Grid, chip: Chip, remat: str, act: int, seconds
     lockstep, busy, n_ticks = ticks.lockstep_compute(grid, compute["layers_per_microbatch"],
                                             compute["head_per_microbatch"], remat,
                                             cal.parallel_devices, time.unit_costs(grid, remat))
-    slots = stash.stash_bytes(sizes, grid, memory.xla_layer_elements(sizes, grid, remat),
-                              act)["value"]
+    values = stash.stash_bytes(sizes, grid, memory.xla_layer_elements(sizes, grid, remat),
+                               act, remat)["value"]
+    copied = stash.window_bytes(sizes, grid, values)
     hops = seconds.get("pipeline", np.zeros(len(grid)))
-    fixed, sends = ticks.tick_seconds(grid, n_ticks, cal, slots, chip.hbm_bandwidth, hops)
+    fixed, sends = ticks.tick_seconds(grid, n_ticks, cal, copied, chip.hbm_bandwidth, hops)
     return {"lockstep": lockstep, "busy": busy, "ticks": fixed, "sends": sends}
 
 

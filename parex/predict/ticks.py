@@ -1,10 +1,10 @@
 """A pipeline's step on the calibrated CPU mesh (`cpu-local`), tick by tick, as parex's executor
 runs it (parallel/pipeline.py): one scan over the schedule table's ticks; each tick every stage
-runs its op (or idles), reads and writes one slot of every buffer, and sends twice (ppermute),
-so no stage starts the next tick before every stage has finished this one.
+runs its op (or idles), writes what it produced into the stash slots, and sends twice
+(ppermute), so no stage starts the next tick before every stage has finished this one.
 
     compute = Σ_ticks max(d·S_t, P·M_t) · t_F / n  +  m · head / p
-    ticks   = n_ticks · (tick_s + copies · 2 · slot bytes / bandwidth)
+    ticks   = n_ticks · (tick_s + 2 · copied bytes / bandwidth)
     sends   = 2 · n_ticks · β · bytes     (the collective-permute fit without its α)
 
 S_t, M_t: the summed and the largest cost of tick t's ops over the stages in units of t_F, the
@@ -17,23 +17,19 @@ stage only: its m microbatches are 1/p of the mesh's work.
 
 tick_s is measured (`parex calibrate`, calibrate_pipeline.py: the executor on a probe model too
 small for arithmetic or bytes to count): the switch, the loop and every device's rendezvous at
-the sends, which the α of the collective-permute fit would otherwise stand for. Each windowed
-buffer's slot is copied out and back every tick (2 copies), the inbox's read once and written
-three times (4), each copy moving its bytes in and out at the measured copy bandwidth.
+the sends, which the α of the collective-permute fit would otherwise stand for. The bytes a tick
+copies around its switch are the memory model's (predict.stash.window_bytes), each copy moving
+them in and out at the measured copy bandwidth.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..parallel.plan import BUFFERS
 from .alpha_beta import calibrated_seconds
 from .flops import passes_per_layer
 from .schedule_stats import lockstep_columns
 from .shapes import Grid
-
-COPIES = {name: (4 if name == "inbox" else 2) for name in BUFFERS}  # per tick
-
 
 def lockstep_compute(grid: Grid, layers_per_micro, head_per_micro, remat: str, parallel: float,
                      unit_costs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,23 +48,17 @@ def lockstep_compute(grid: Grid, layers_per_micro, head_per_micro, remat: str, p
     return lock, busy, ticks
 
 
-def window_seconds(grid: Grid, slot_bytes: dict, bandwidth: float) -> np.ndarray:
-    """Seconds per tick of copying one slot of every buffer (slot_bytes: name -> bytes of one
-    value, predict.stash.stash_bytes' "value")."""
-    copied = sum(COPIES[name] * slot_bytes[name] for name in BUFFERS)
-    return 2 * copied / bandwidth
-
-
-def tick_seconds(grid: Grid, ticks, cal, slot_bytes: dict, bandwidth: float, hops
+def tick_seconds(grid: Grid, ticks, cal, copied, bandwidth: float, hops
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(seconds per step of the `ticks` of the executor beyond their ops' arithmetic: the fixed cost
-    of each tick and its window copies; of its two sends' bytes). `hops`: the pipeline term's
-    collective-permute seconds, α + β·S per send, of which the α is replaced by tick_s."""
+    of each tick and its copies, `copied` bytes per tick; of its two sends' bytes). `hops`: the
+    pipeline term's collective-permute seconds, α + β·S per send, of which the α is replaced by
+    tick_s."""
     alpha = calibrated_seconds("collective-permute", grid.stage, np.zeros(len(grid)), cal)
     sends = np.maximum(hops - 2 * ticks * alpha, 0.0)
-    per_tick = cal.pipeline_tick_s + window_seconds(grid, slot_bytes, bandwidth)
+    per_tick = cal.pipeline_tick_s + 2 * copied / bandwidth
     piped = grid.stage > 1
     return np.where(piped, ticks * per_tick, 0.0), np.where(piped, sends, 0.0)
 
 
-__all__ = ["lockstep_compute", "tick_seconds", "window_seconds"]
+__all__ = ["lockstep_compute", "tick_seconds"]
