@@ -56,9 +56,10 @@ EXPECTED = {
 # notebooks moved to the slow suite: 09 searches three clusters and compiles two programs per
 # stage of its MPMD run (80 s on 2 busy cores); 10 trains seven runs (about 90 s); 04 compiles
 # and times ten pipelines (50 s; tests/test_pipeline*.py cover each in the default suite); 02 and
-# 05 compile a dozen layouts each (30 s and 20 s; test_measure, test_context cover them)
-SLOW = {"02_data_parallel_zero", "04_pipeline_schedules", "05_long_sequences", "09_heterogeneous",
-        "10_low_communication"}
+# 05 compile a dozen layouts each (30 s and 20 s; test_measure, test_context cover them); 03
+# compiles its tensor and SP layouts (24 s; test_sequence_parallel covers each)
+SLOW = {"02_data_parallel_zero", "03_tensor_sequence", "04_pipeline_schedules",
+        "05_long_sequences", "09_heterogeneous", "10_low_communication"}
 
 
 def notebook_paths():

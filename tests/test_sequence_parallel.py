@@ -158,6 +158,7 @@ def test_sp_with_seq_needs_the_sequence_divisible_by_both_axes():
 
 # --- the long-sequence study ---------------------------------------------------------------------
 
+@pytest.mark.slow  # compiles a ring step per length (10 s; ring steps: test_context.py)
 def test_seqstudy_command_prints_table_and_writes_csv_and_chart(tmp_path, capsys):
     csv, svg = tmp_path / "seq.csv", tmp_path / "seq.svg"
     assert main(["seqstudy", "--lengths", "128,256", "--modes", "ring", "--devices", "2",
