@@ -9,7 +9,9 @@ Every way of splitting 1/4, 1/2, 1 and 2 times --devices over data × fsdp × se
 every pipeline schedule and many microbatch counts and virtual stages, kept where parex.validation
 would accept them, as numpy columns (`Grid.from_columns`), then one `predict_batch` call.
 Cold = the first call in a fresh process (it places and times every distinct schedule table, all
-at once: parallel.tables), warm = a second call (the tables' numbers are cached).
+at once: parallel.tables, unless an earlier process left their numbers in the table store,
+predict.table_store; `PAREX_TABLE_STORE=0` places them again), warm = a second call (the tables'
+numbers are cached in memory).
 A smaller run through `Grid.from_layouts` times the path that starts from Layout objects.
 """
 
