@@ -93,15 +93,21 @@ def buffer_columns(grid: Grid) -> dict[str, np.ndarray]:
     return {name: values[:, 2 + i] for i, name in enumerate(BUFFERS)}
 
 
+def _placed(keys: list[tuple]):
+    """(the tables of the keys' (code, p, m, v), each table key's row in them): the last tables
+    built, or these placed together when those lack one."""
+    needed = list(dict.fromkeys(k[:4] for k in keys))
+    if any(k not in _LAST["rows"] for k in needed):
+        _build(needed)
+    return _LAST["tables"], _LAST["rows"]
+
+
 def _time(keys: list[tuple]) -> None:
     """Makespans of (key, t_B, t_W) with t_F = 1, without and with the probe hop. A table may
     be timed for several (t_B, t_W) at once: cost sets 2j (no hop) and 2j + 1 (the probe)."""
     if not keys:
         return
-    tables_needed = list(dict.fromkeys(k[:4] for k in keys))
-    if any(k not in _LAST["rows"] for k in tables_needed):
-        _build(tables_needed)
-    tables, rows = _LAST["tables"], _LAST["rows"]
+    tables, rows = _placed(keys)
     column, used = {}, {}  # key -> its cost set j in its table; table -> sets used
     for key in keys:
         i = rows[key[:4]]
@@ -174,10 +180,7 @@ def _tick_costs(tables, combos: list[tuple[int, float, float]]) -> tuple[np.ndar
 def _lockstep(keys: list[tuple]) -> None:
     if not keys:
         return
-    tables_needed = list(dict.fromkeys(k[:4] for k in keys))
-    if any(k not in _LAST["rows"] for k in tables_needed):
-        _build(tables_needed)
-    tables, rows = _LAST["tables"], _LAST["rows"]
+    tables, rows = _placed(keys)
     combos = list(dict.fromkeys((rows[k[:4]], k[4], k[5]) for k in keys))
     index = {c: i for i, c in enumerate(combos)}
     total, largest, first, ticks = _tick_costs(tables, combos)
