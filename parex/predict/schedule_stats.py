@@ -125,6 +125,15 @@ def _time(keys: list[tuple]) -> None:
     table_store.save({}, {key: _MAKESPANS[key] for key in keys})
 
 
+def _with_costs(keys: list[tuple], inverse: np.ndarray, *columns) -> tuple[list, np.ndarray]:
+    """(distinct table key + per-row values, each row's index among them): rows of one table may
+    differ in their costs (t_B under remat, Ulysses' explicit backward), so each distinct
+    combination is a key of its own. `inverse`: each row's table key; `columns`: one per value."""
+    combos = np.stack([inverse, *columns], 1)
+    distinct, back = np.unique(combos, axis=0, return_inverse=True)
+    return [keys[int(c[0])] + tuple(float(x) for x in c[1:]) for c in distinct], back.ravel()
+
+
 def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(makespan with t_F = 1 and free hops, its growth per second of hop) per layout, for
@@ -133,12 +142,10 @@ def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
     rows, keys, inverse, _ = _distinct(grid)
     if len(rows):
         _read_store()
-        costs = np.stack([inverse, np.broadcast_to(t_b, len(grid))[rows],
-                          np.broadcast_to(t_w, len(grid))[rows]], 1)
-        distinct, back = np.unique(costs, axis=0, return_inverse=True)
-        timed = [keys[int(i)] + (float(b), float(w)) for i, b, w in distinct]
+        t_b, t_w = (np.broadcast_to(c, len(grid))[rows] for c in (t_b, t_w))
+        timed, back = _with_costs(keys, inverse, t_b, t_w)
         _time(_make_room(_MAKESPANS, timed, [k for k in timed if k not in _MAKESPANS]))
-        values = np.array([_MAKESPANS[k] for k in timed])[back.ravel()]
+        values = np.array([_MAKESPANS[k] for k in timed])[back]
         base[rows], per_hop[rows] = values[:, 0], values[:, 1]
     return base, per_hop
 
@@ -192,12 +199,6 @@ def _lockstep(keys: list[tuple]) -> None:
     _LOCKSTEP.update(zip(keys, sums.tolist()))
 
 
-def _ranks(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Each value's rank among the distinct values, and how many there are."""
-    distinct, rank = np.unique(values, return_inverse=True)
-    return rank.ravel(), len(distinct)
-
-
 def lockstep_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray, ratio: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ticks, Σ_t S_t, Σ_t max(S_t, ratio·M_t)) per layout, in units of t_F, over the table's
@@ -206,29 +207,18 @@ def lockstep_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray, ratio: np.nda
     slowest op when fewer busy devices than the P that run at once share them); ratio = P/d.
     Σ_t S_t is every op once, p·m·v·(1 + t_B + t_W); with ratio ≤ 1 the two sums agree (S_t ≥
     M_t), so only rows with ratio > 1 read the tables. Zeros without a pipeline."""
-    n = len(grid)
-    ticks, lock = np.zeros(n), np.zeros(n)
     busy = np.where(grid.stage > 1, grid.stage * grid.microbatches * grid.virtual_stages
                     * (1 + t_b + t_w), 0.0)
+    ticks = table_columns(grid)[0]
+    lock = busy.copy()
     rows, keys, inverse, _ = _distinct(grid)
-    if not len(rows):
-        return ticks, busy, lock
-    _build(_make_room(_TABLES, keys, [k for k in keys if k not in _TABLES]))
-    ticks[rows] = np.array([_TABLES[k][0] for k in keys], float)[inverse]
     r = np.round(np.asarray(ratio, float)[rows], 3)
-    lock[rows] = busy[rows]
     slow = r > 1
     if slow.any():
-        rows, inverse, r = rows[slow], inverse[slow], r[slow]
-        code = inverse.astype(np.int64)
-        for column in (t_b[rows], t_w[rows], r):  # t_B can differ per row of a table (remat)
-            rank, size = _ranks(column)
-            code = code * size + rank
-        _, pick, code = np.unique(code, return_index=True, return_inverse=True)
-        full = [keys[inverse[j]] + (float(t_b[rows[j]]), float(t_w[rows[j]]), float(r[j]))
-                for j in pick]
+        rows, inverse = rows[slow], inverse[slow]
+        full, back = _with_costs(keys, inverse, t_b[rows], t_w[rows], r[slow])
         _lockstep(_make_room(_LOCKSTEP, full, [k for k in full if k not in _LOCKSTEP]))
-        lock[rows] = np.array([_LOCKSTEP[k] for k in full])[code.ravel()]
+        lock[rows] = np.array([_LOCKSTEP[k] for k in full])[back]
     return ticks, busy, lock
 
 
