@@ -11,6 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["PAREX_CACHE"] = tempfile.mkdtemp(prefix="parex-test-cache-")
 
@@ -24,3 +26,21 @@ from parex.local_profile import PROFILE, profile_path  # noqa: E402
 _reference = json.loads((Path(HARDWARE_DIR) / "cpu-reference.json").read_text())
 profile_path().parent.mkdir(parents=True, exist_ok=True)
 profile_path().write_text(json.dumps(_reference | {"name": PROFILE}, indent=2))
+
+
+@pytest.fixture
+def stand_in_calibration(monkeypatch):
+    """`parex calibrate`'s subprocess replaced by one that writes the reference calibration
+    where it was asked to; the list of the targets it was called with."""
+    from parex import local_profile
+    from parex.hardware import load_chip, save_chip
+
+    calls = []
+
+    def stand_in(target, progress=True):
+        calls.append(target)
+        save_chip(load_chip("cpu-reference"), path=target)
+        return 0.0
+
+    monkeypatch.setattr(local_profile, "calibrate_in_subprocess", stand_in)
+    return calls

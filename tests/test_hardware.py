@@ -134,7 +134,8 @@ def test_reference_calibration_is_complete():
     assert 1 <= cal.parallel_devices <= cal.n_devices and 0 < cal.step_efficiency <= 2
 
 
-def test_cpu_local_is_this_machines_profile_from_the_cache(monkeypatch, tmp_path):
+def test_cpu_local_is_this_machines_profile_from_the_cache(monkeypatch, tmp_path,
+                                                           stand_in_calibration):
     """No tracked file is cpu-local: it comes from $PAREX_CACHE, keyed by this machine, and is
     calibrated (here: a stand-in that writes the reference) the first time it is missing."""
     assert not (HARDWARE_DIR / "cpu-local.json").exists()
@@ -143,14 +144,7 @@ def test_cpu_local_is_this_machines_profile_from_the_cache(monkeypatch, tmp_path
     path = local_profile.profile_path()
     assert path.parent == tmp_path / "hardware"
     assert path.name == f"cpu-local-{local_profile.fingerprint()}.json"
-    calls = []
-
-    def stand_in(target, progress=True):
-        calls.append(target)
-        save_chip(load_chip("cpu-reference"), path=target)
-        return 0.0
-
-    monkeypatch.setattr(local_profile, "calibrate_in_subprocess", stand_in)
+    calls = stand_in_calibration
     with pytest.raises(InputError, match="run `parex calibrate`"):
         local_profile.load_local(calibrate_if_missing=False)
     first = load_chip("cpu-local")  # calibrates: the file was missing

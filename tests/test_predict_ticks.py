@@ -11,7 +11,7 @@ import pytest
 from parex import local_profile
 from parex.config import TrainConfig, model_preset
 from parex.errors import InputError
-from parex.hardware import chip_from_json, load_chip, save_chip
+from parex.hardware import chip_from_json, load_chip
 from parex.layout import Layout
 from parex.predict import predict, predict_batch
 from parex.predict.schedule_stats import lockstep_columns, table_columns
@@ -90,7 +90,8 @@ def test_emulated_bubble_only_when_busy_devices_leave_cores_idle():
     assert wide["total"] - shared["total"] == pytest.approx(wide["bubble"])
 
 
-def test_profile_without_the_tick_cost_is_refused_and_recalibrated(monkeypatch, tmp_path):
+def test_profile_without_the_tick_cost_is_refused_and_recalibrated(monkeypatch, tmp_path,
+                                                                    stand_in_calibration):
     """A profile calibrated before the tick cost was measured is not used at 0 s: loading it
     raises, and cpu-local calibrates this machine again."""
     data = load_chip("cpu-reference").to_json()
@@ -101,14 +102,7 @@ def test_profile_without_the_tick_cost_is_refused_and_recalibrated(monkeypatch, 
     path = local_profile.profile_path()
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(data | {"name": "cpu-local"}))
-    calls = []
-
-    def stand_in(target, progress=True):
-        calls.append(target)
-        save_chip(load_chip("cpu-reference"), path=target)
-        return 0.0
-
-    monkeypatch.setattr(local_profile, "calibrate_in_subprocess", stand_in)
+    calls = stand_in_calibration
     assert local_profile.load_local().calibration.pipeline_tick_s > 0
     assert calls == [path]
 
