@@ -38,10 +38,10 @@ OUTER_DTYPES = ("f32", "bf16", "int8", "int4")  # DiLoCo's exchange (int: per-bl
 ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
 
 
-
 def divisors(n: int) -> list[int]:
     """The sizes an axis of n may take: every d that divides n, ascending."""
     return [d for d in range(1, n + 1) if n % d == 0]
+
 
 class LayoutError(ValueError):
     """An impossible layout; the message names the problem and the fix."""

@@ -166,10 +166,9 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         reduce = grad_bytes * (others + held) + 4 - manual
         # under ring attention the blocks' weight gradients are kept split over seq: a device
         # reduces its 1/s of them over the data axes, and gathers them whole for the update
-        sliced, blocks = _seq_sliced(sizes, grid), _elements(sizes, grid, embed=True, layers=True)
-        reduce = reduce - np.where(sliced, grad_bytes * blocks * (1 - 1 / grid.seq), 0.0)
-        out.append(Term("seq-grads", "all-gather", (Axis.SEQ,), 1.0 * sliced,
-                        grad_bytes * blocks))
+        reduce = reduce - grad_bytes * seq_sliced_grad_elements(sizes, grid)
+        out.append(Term("seq-grads", "all-gather", (Axis.SEQ,), 1.0 * _seq_sliced(sizes, grid),
+                        grad_bytes * _elements(sizes, grid, embed=True, layers=True)))
         reductions, batch_axes = per_step * (grid.dp > 1), (Axis.DATA, Axis.FSDP)
         out += _sp_weight_reduces(grid, per_step, manual)
     else:
@@ -216,6 +215,13 @@ def _seq_sliced(sizes, grid) -> np.ndarray:
     (xla-cpu) only: the ideal one all-reduces them over DP x CP at once."""
     return (grid.executor & (grid.cp == 1) & (grid.seq > 1) & (grid.stage == 1) & (grid.sp == 0)
             & (grid.fsdp == 1) & (grid.zero < 2) & (sizes.D % grid.seq == 0))
+
+
+def seq_sliced_grad_elements(sizes, grid) -> np.ndarray:
+    """Parameters' worth of the blocks' weight gradients a device does not hold where its step
+    keeps them split over seq (`_seq_sliced`): all but its 1/s; 0 elsewhere."""
+    blocks = _elements(sizes, grid, embed=True, layers=True)
+    return np.where(_seq_sliced(sizes, grid), blocks * (1 - 1 / grid.seq), 0.0)
 
 
 def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> list[Term]:
@@ -391,5 +397,6 @@ def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
     return totals
 
 
-__all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "convention", "terms"]
+__all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "convention",
+           "seq_sliced_grad_elements", "terms"]
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parallel.plan import BUFFERS
-from .comm import _elements, _seq_sliced
+from .comm import seq_sliced_grad_elements
 from .schedule_stats import table_columns
 from .stash import loop_grad_elements, stash_bytes, window_bytes
 from .shapes import GROUPS, Grid, ModelSizes, named
@@ -229,14 +229,6 @@ def update_bytes(sizes, grid, rec) -> np.ndarray:
     return rec.update_buffers * 4 * state_elements(sizes, grid, "opt")
 
 
-def seq_sliced_grad_bytes(sizes, grid, rec) -> np.ndarray:
-    """What a device does not hold of the blocks' weight gradients where parex's step keeps them
-    split over seq in the backward (comm._seq_sliced); the update gathers them whole, into a
-    buffer the size of `update_bytes`'s."""
-    blocks = rec.grad_bytes * _elements(sizes, grid, embed=True, layers=True)
-    return np.where(_seq_sliced(sizes, grid), blocks * (1 - 1 / grid.seq), 0.0)
-
-
 def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     """Every part of Prediction.memory_bytes_per_device, as columns. The step peaks either at
     the end of the backward (gradients + saved activations + the transients of the layer being
@@ -247,8 +239,8 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     optimizer = rec.optimizer_bytes * state_elements(sizes, grid, "opt") + rec.counters
     grads = rec.grad_bytes * state_elements(sizes, grid, "grad")
     # (xla-cpu) ring attention's step holds the blocks' weight gradients split over seq until
-    # the update gathers them
-    grads = grads - seq_sliced_grad_bytes(sizes, grid, rec)
+    # the update gathers them, into a buffer the size of update_bytes'
+    grads = grads - rec.grad_bytes * seq_sliced_grad_elements(sizes, grid)
     acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
     transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
                            sharded_layer_bytes(sizes, grid, rec))
