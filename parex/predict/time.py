@@ -138,15 +138,11 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
         hidden = not emulated and (overlap_grads or names != HIDE_BEHIND_BACKWARD)
         exposed = exposed + (np.maximum(t - window * (L - 1) / L, t / L) if hidden else t)
     hops = seconds.get("pipeline", np.zeros(len(grid)))
-    if emulated:  # the tick-synchronous executor (ticks.py): lockstep arithmetic, tick costs
-        bubble = np.zeros(len(grid))
-        if "lockstep" in compute:  # cpu-local: the lockstep's lost cores are its bubble
-            piped = grid.stage > 1
-            bubble = np.where(piped, compute["lockstep"] - compute["busy"], 0.0)
-            work = np.where(piped, compute["busy"], work)
-            exposed = exposed + np.where(piped, compute["sends"], hops)
-        else:
-            exposed = exposed + hops
+    if emulated:  # the tick-synchronous executor (ticks.py): the lockstep's lost cores are
+        piped = grid.stage > 1  # its bubble, its sends' bytes replace the hops' α + β·S
+        bubble = np.where(piped, compute["lockstep"] - compute["busy"], 0.0)
+        work = np.where(piped, compute["busy"], work)
+        exposed = exposed + np.where(piped, compute["sends"], hops)
     else:
         per_hop = hops / np.maximum(2 * m * grid.virtual_stages, 1)
         # the head runs on the last stage only: the fill and drain cross the other stages
