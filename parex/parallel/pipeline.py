@@ -212,32 +212,24 @@ def _backward(role, ctx: _Context, state, row, blocks):
     return _add_head(state, d_embedding), jnp.zeros_like(dx)
 
 
-def _weights(ctx: _Context, state, row, blocks):
+def _weights(ctx: _Context, state, row, blocks, like):
     """W: weight gradients of a split backward from its records and tap cotangents."""
     records = Stash.read(state["rec"], row["rec"])
     d_taps = Stash.read(state["dtap"], row["dtap"])
-    return state | {"d_blocks": weight_grads(blocks, records, d_taps, ctx.taps)}
+    return state | {"d_blocks": weight_grads(blocks, records, d_taps, ctx.taps)}, like
 
 
 def _writes(name: str, split: bool) -> frozenset:
-    """What branch `name` produces: stash buffers, "blocks" and "head_grads" for gradients (of
-    `head_keys`), "loss", and "out" when it sends a value on."""
+    """What branch `name` produces: stash buffers, and "blocks"/"head" for gradients."""
     kind, _, role = name.partition(".")
     if kind == "F":
         return frozenset({"res"} | ({"rec"} if split else set())
-                         | ({"emb", "out"} if role == "first" else set())
-                         | ({"head", "loss"} if role == "last" else set())
-                         | ({"out"} if role == "mid" else set()))
+                         | ({"emb"} if role == "first" else set())
+                         | ({"head"} if role == "last" else set()))
     if kind == "B":
         return frozenset(({"dtap"} if split else {"blocks"})
-                         | ({"head_grads"} if role in ("first", "last") else set())
-                         | ({"out"} if role != "first" else set()))
+                         | ({"head_grads"} if role in ("first", "last") else set()))
     return frozenset({"blocks"} if kind == "W" else set())
-
-
-def head_keys(role: str) -> tuple:
-    """The embedding's and head's parameters whose gradients a B of `role` produces."""
-    return {"first": EMBEDDING, "last": HEAD}.get(role, ())
 
 
 def _zeros_like_slot(buffer):
@@ -254,62 +246,46 @@ def _like(value, ref):
     return lax.pcast(value, missing, to="varying") if missing else value
 
 
-def _templates(state, act) -> dict:
-    """Per output of the switch (what a branch may produce), an array of its shape, dtype and
-    varying axes: one slot of each stash buffer, one chunk's d_blocks, each head gradient, the
-    loss and the value sent."""
-    out = {name: jax.tree.map(_zeros_like_slot, state[name])
-           for name in BUFFERS[:-1] if name in state}
-    out["d_blocks"] = jax.tree.map(_zeros_like_slot, state["g_blocks"])
-    out |= {"d_head/" + k: g for k, g in state["g_head"].items()}
-    return out | {"d_loss": state["loss"], "out": act}
+def _outputs(state, stashes, accumulators, out, like):
+    """A branch's result: (a value per stash buffer, d_blocks of one chunk, d_head, d_loss,
+    the value it sends), zeros for what it did not produce."""
+    puts = {name: jax.tree.map(_like, state["put." + name], jax.tree.map(_zeros_like_slot,
+                                                                         stashes[name]))
+            if "put." + name in state else jax.tree.map(_zeros_like_slot, stashes[name])
+            for name in stashes}
+    g_blocks, g_head, loss = accumulators
+    zeros_blocks = jax.tree.map(_zeros_like_slot, g_blocks)
+    d_blocks = (jax.tree.map(_like, state["d_blocks"], zeros_blocks) if "d_blocks" in state
+                else zeros_blocks)
+    got = state.get("d_head", {})
+    d_head = {k: jax.tree.map(_like, got[k], g) if k in got else jax.tree.map(jnp.zeros_like, g)
+              for k, g in g_head.items()}
+    d_loss = _like(state["d_loss"], loss) if "d_loss" in state else jnp.zeros_like(loss)
+    return puts, d_blocks, d_head, d_loss, _like(out, like)
 
 
-def _producers(branches: tuple, split: bool) -> dict:
-    """Per output of the switch, the indices of the branches that produce it."""
-    out = {}
-    for i, name in enumerate(branches):
-        writes = _writes(name, split)
-        names = {{"blocks": "d_blocks", "loss": "d_loss"}.get(w, w) for w in writes} - {
-            "head_grads"}
-        if "head_grads" in writes:
-            names |= {"d_head/" + k for k in head_keys(name.partition(".")[2])}
-        for n in names:
-            out.setdefault(n, set()).add(i)
-    return {n: frozenset(v) for n, v in out.items()}
-
-
-def _produced(state, templates: dict, out) -> dict:
-    """A branch's outputs, each in its template's dtype and varying axes: only what it made."""
-    got = {name: state["put." + name] for name in BUFFERS if "put." + name in state}
-    if "d_blocks" in state:
-        got["d_blocks"] = state["d_blocks"]
-    got |= {"d_head/" + k: g for k, g in state.get("d_head", {}).items()}
-    if "d_loss" in state:
-        got["d_loss"] = state["d_loss"]
-    if out is not None:
-        got["out"] = out
-    return {name: jax.tree.map(_like, value, templates[name]) for name, value in got.items()}
-
-
-def _branch(index: int, name: str, ctx: _Context, packer: Packer):
-    """The function one switch branch runs: (buffers, row) -> its outputs, packed
-    (packing.py)."""
+def _branch(name: str, ctx: _Context, like, packer: Packer):
+    """The function one switch branch runs: (buffers, accumulators, row) -> its outputs,
+    packed into a few flat arrays (packing.py)."""
     kind, _, role = name.partition(".")
-    sends = "out" in _writes(name, ctx.taps is not None)
 
-    def run(buffers, row):
-        state, out = dict(buffers), None
-        if kind != "idle":
-            blocks = _at(ctx.blocks, row["chunk"])
-            if kind == "F":
-                mask = None if ctx.mask is None else _at(ctx.mask, row["chunk"])
-                state, out = _forward(role, ctx, state, row, blocks, mask)
-            elif kind == "B":
-                state, out = _backward(role, ctx, state, row, blocks)
-            else:
-                state = _weights(ctx, state, row, blocks)
-        return packer.pack(index, _produced(state, packer.templates, out if sends else None))
+    def run(buffers, accumulators, row):
+        return packer.pack(outputs(buffers, accumulators, row))
+
+    def outputs(buffers, accumulators, row):
+        state = dict(buffers)
+        stashes = {k: v for k, v in buffers.items() if k != "inbox"}
+        if kind == "idle":
+            return _outputs(state, stashes, accumulators, like, like)
+        blocks = _at(ctx.blocks, row["chunk"])
+        if kind == "F":
+            mask = None if ctx.mask is None else _at(ctx.mask, row["chunk"])
+            state, out = _forward(role, ctx, state, row, blocks, mask)
+        elif kind == "B":
+            state, out = _backward(role, ctx, state, row, blocks)
+        else:
+            state, out = _weights(ctx, state, row, blocks, like)
+        return _outputs(state, stashes, accumulators, out, like)
 
     return run
 
@@ -365,33 +341,29 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
                    1.0 / (m * replicas), manual, taps)
     ctx = dataclasses.replace(ctx, specs=ctx.probe(act, table["mb"][0, 0]))
     state = _initial_state(plan, ctx, act, manual, blocks, head)
-    split = plan.schedule.split_backward
-    producers = _producers(plan.branches, split)
-    packer = Packer(_templates(state, act), producers)
-    branches = [_branch(i, name, ctx, packer) for i, name in enumerate(plan.branches)]
+    packer = Packer()
+    branches = [_branch(name, ctx, act, packer) for name in plan.branches]
     up = [(i, (i + 1) % p) for i in range(p)]
     down = [(i, (i - 1) % p) for i in range(p)]
-    made = {name: jnp.asarray([i in producers.get(name, ()) for i in range(len(branches))])
-            for name in packer.templates}  # (branches,) static flags: who produces what
+
+    writes = [_writes(name, plan.schedule.split_backward) for name in plan.branches]
+    produces = {key: jnp.asarray([key in w for w in writes])  # (branches,) static flags
+                for key in ("res", "emb", "head", "rec", "dtap", "blocks", "head_grads")}
 
     def tick(state, row):
-        # The switch reads the buffers and returns what its branch produces, packed; each value
-        # is scattered into its slot after it, or dropped (an out-of-range slot) when the branch
-        # did not produce it (then its bytes are another output's: never read).
+        # The switch reads the buffers and returns only what its branch produces; each value is
+        # scattered into its slot after it, or dropped (an out-of-range slot) when not produced.
         buffers = {name: state[name] for name in BUFFERS if name in state}
-        got = packer.unpack(lax.switch(row["branch"], branches, buffers, row))
-        mine = {name: flags[row["branch"]] for name, flags in made.items()}
-        for name in BUFFERS[:-1]:
-            if name in state:
-                slot = jnp.where(mine[name], row[name], plan.slots[name])
-                state = state | {name: _put(state[name], got[name], slot)}
-        chunk = jnp.where(mine["d_blocks"], row["chunk"], plan.schedule.v)
-        g_head = {k: jax.tree.map(lambda a, d: a + jnp.where(mine["d_head/" + k], d, 0), g,
-                                  got["d_head/" + k]) for k, g in state["g_head"].items()}
-        state = state | {"g_blocks": _put(state["g_blocks"], got["d_blocks"], chunk, add=True),
-                         "g_head": g_head,
-                         "loss": state["loss"] + jnp.where(mine["d_loss"], got["d_loss"], 0)}
-        out = got["out"]
+        accumulators = (state["g_blocks"], state["g_head"], state["loss"])
+        puts, d_blocks, d_head, d_loss, out = packer.unpack(
+            lax.switch(row["branch"], branches, buffers, accumulators, row))
+        for name, value in puts.items():
+            slot = jnp.where(produces[name][row["branch"]], row[name], plan.slots[name])
+            state = state | {name: _put(state[name], value, slot)}
+        chunk = jnp.where(produces["blocks"][row["branch"]], row["chunk"], plan.schedule.v)
+        state = state | {"g_blocks": _put(state["g_blocks"], d_blocks, chunk, add=True),
+                         "g_head": jax.tree.map(jnp.add, state["g_head"], d_head),
+                         "loss": state["loss"] + d_loss}
         # Outside the switch, so no collective is device-dependent; skipped on the ticks where
         # no stage sends that way (a predicate the same on every device: they all skip it).
         from_below = _send(row["any_up"], row["send"] == UP, out, up)
