@@ -44,7 +44,6 @@ from jax.sharding import PartitionSpec
 from .. import model as gpt
 from ..layout import Axis
 from .nested import layer_loop
-from .packing import Packer
 from .plan import BUFFERS, DOWN, UP, Plan, make_plan, stage_partition
 from .schedules import make_schedule
 from .split import BlockTaps, tapped_layers, weight_grads
@@ -264,15 +263,11 @@ def _outputs(state, stashes, accumulators, out, like):
     return puts, d_blocks, d_head, d_loss, _like(out, like)
 
 
-def _branch(name: str, ctx: _Context, like, packer: Packer):
-    """The function one switch branch runs: (buffers, accumulators, row) -> its outputs,
-    packed into a few flat arrays (packing.py)."""
+def _branch(name: str, ctx: _Context, like):
+    """The function one switch branch runs: (buffers, accumulators, row) -> its outputs."""
     kind, _, role = name.partition(".")
 
     def run(buffers, accumulators, row):
-        return packer.pack(outputs(buffers, accumulators, row))
-
-    def outputs(buffers, accumulators, row):
         state = dict(buffers)
         stashes = {k: v for k, v in buffers.items() if k != "inbox"}
         if kind == "idle":
@@ -291,13 +286,6 @@ def _branch(name: str, ctx: _Context, like, packer: Packer):
 
 
 # --- the per-device program ----------------------------------------------------------------------
-
-def _send(anyone, mine, out, perm):
-    """One cyclic ppermute of `out` (zeros from the devices that do not send it), run only on
-    ticks where some stage sends this way (`anyone`, tick-uniform); else nothing arrives."""
-    return lax.cond(anyone > 0, lambda o: lax.ppermute(jnp.where(mine, o, 0), STAGE, perm),
-                    jnp.zeros_like, out)
-
 
 def _initial_state(plan: Plan, ctx: _Context, act, manual, blocks32, head32):
     """Buffers sized from the table (plan.slots), each varying as the values stored in it."""
@@ -341,8 +329,7 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
                    1.0 / (m * replicas), manual, taps)
     ctx = dataclasses.replace(ctx, specs=ctx.probe(act, table["mb"][0, 0]))
     state = _initial_state(plan, ctx, act, manual, blocks, head)
-    packer = Packer()
-    branches = [_branch(name, ctx, act, packer) for name in plan.branches]
+    branches = [_branch(name, ctx, act) for name in plan.branches]
     up = [(i, (i + 1) % p) for i in range(p)]
     down = [(i, (i - 1) % p) for i in range(p)]
 
@@ -355,8 +342,8 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
         # scattered into its slot after it, or dropped (an out-of-range slot) when not produced.
         buffers = {name: state[name] for name in BUFFERS if name in state}
         accumulators = (state["g_blocks"], state["g_head"], state["loss"])
-        puts, d_blocks, d_head, d_loss, out = packer.unpack(
-            lax.switch(row["branch"], branches, buffers, accumulators, row))
+        puts, d_blocks, d_head, d_loss, out = lax.switch(row["branch"], branches, buffers,
+                                                         accumulators, row)
         for name, value in puts.items():
             slot = jnp.where(produces[name][row["branch"]], row[name], plan.slots[name])
             state = state | {name: _put(state[name], value, slot)}
@@ -364,10 +351,9 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
         state = state | {"g_blocks": _put(state["g_blocks"], d_blocks, chunk, add=True),
                          "g_head": jax.tree.map(jnp.add, state["g_head"], d_head),
                          "loss": state["loss"] + d_loss}
-        # Outside the switch, so no collective is device-dependent; skipped on the ticks where
-        # no stage sends that way (a predicate the same on every device: they all skip it).
-        from_below = _send(row["any_up"], row["send"] == UP, out, up)
-        from_above = _send(row["any_down"], row["send"] == DOWN, out, down)
+        # Outside the switch: every device sends every tick, so no collective is device-dependent.
+        from_below = lax.ppermute(jnp.where(row["send"] == UP, out, 0), STAGE, up)
+        from_above = lax.ppermute(jnp.where(row["send"] == DOWN, out, 0), STAGE, down)
         inbox = state["inbox"]
         for value, slot in ((from_below, row["in_up"]), (from_above, row["in_down"]),
                             (out, row["in_self"])):

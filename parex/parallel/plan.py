@@ -13,8 +13,6 @@ Buffers, each a set of slots per device, one per value alive at once (interval c
            their arrival to the F or B that reads them
 Every value produced for another virtual stage travels one way: up (stage s to s+1, cyclic), down
 (s to s−1) or stays on the device (V-shaped placement: virtual stages p−1 and p share a stage).
-`any_up` and `any_down` say whether some stage sends that way on a tick: the same on every stage,
-so the executor may skip a direction's ppermute on the ticks where nobody sends it.
 """
 
 from __future__ import annotations
@@ -166,7 +164,4 @@ def make_plan(schedule: Schedule, partition: tuple[int, ...]) -> Plan:
             arrays[inbox][op.tick, dest] = slot_of["inbox"][kind, op.microbatch, to]
         for field, value in row.items():
             arrays[field][op.tick, op.stage] = value
-    for name, way in (("any_up", UP), ("any_down", DOWN)):  # the same on every stage of a tick
-        arrays[name] = np.repeat((arrays["send"] == way).any(1, keepdims=True), s.p, 1)
-        arrays[name] = arrays[name].astype(np.int32)
     return Plan(s, tuple(partition), tuple(names), arrays, slots)
