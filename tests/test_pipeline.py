@@ -165,7 +165,6 @@ def test_uneven_partition_layer_index_and_mask():
     ("data=4,stage=2,schedule=1f1b,microbatches=1", None),
     ("data=8,schedule=1f1b", "stage=2 or more"),
     ("data=2,stage=4,schedule=zbv,microbatches=4", "set virtual=2"),
-    ("seq=2,cp=ring,stage=2,data=2", "cp=ulysses runs inside stages"),
     ("tensor=2,sp=on,seq=2,stage=2", "cp=ulysses"),
 ])
 def test_bad_pipelines_are_rejected_before_compile(layout, fix):
