@@ -18,6 +18,8 @@ ring (Liu et al. 2023, "Ring Attention"): every device keeps its queries and pas
     the ring again, recomputing each block's probabilities, with each block's dk, dv riding
     along back to its owner. So what a device holds falls as 1/s; differentiated by autodiff,
     the ring kept every hop's keys, values and probabilities, T·(s − 1)/s rows of each.
+    Inside pipeline stages (`per_group`) each hop is an all-to-all over the seq group instead of
+    a ppermute (`_shift_by_all_to_all`: the stages run different branches of the tick switch).
 ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): one all-to-all turns a sequence shard of all heads
     into the whole sequence of H/s heads; attention is local; a second all-to-all turns it back.
 """
