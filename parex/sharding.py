@@ -63,6 +63,14 @@ class MeshOps(Ops):
         manual = any(kind == AxisType.Manual for kind in self.mesh.axis_types)
         return manual and (self.layout.sp or self.layout.seq > 1)
 
+    @property
+    def in_pipeline_stage(self) -> bool:
+        """Whether these ops run inside the pipeline executor's shard_map (its `stage` axis is
+        manual), where each stage takes its own branch of the tick switch: a collective there
+        must rendezvous per group (ring attention's hops become all-to-alls)."""
+        kinds = dict(zip(self.mesh.axis_names, self.mesh.axis_types))
+        return kinds.get(Axis.STAGE.value) == AxisType.Manual
+
     def sharding(self, dims, kind: str = "act") -> NamedSharding:
         return NamedSharding(self.mesh, self.layout.spec(dims, kind))
 
@@ -169,7 +177,8 @@ class MeshOps(Ops):
     def attention(self, q, k, v):
         cp, seq = self.layout.cp, Axis.SEQ.value
         if cp == "ring":
-            core = partial(ring_attention, axis_name=seq, s=self.layout.seq)
+            core = partial(ring_attention, axis_name=seq, s=self.layout.seq,
+                           per_group=self.in_pipeline_stage)
         elif cp == "ulysses":
             core = partial(ulysses_attention, axis_name=seq)
         else:

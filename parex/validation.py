@@ -147,15 +147,10 @@ def executable_columns(model: ModelConfig, train: TrainConfig, grid) -> np.ndarr
 # --- the nearest layout that runs ----------------------------------------------------------------
 
 def nearest_executable(layout: Layout, model: ModelConfig, train: TrainConfig) -> Layout | None:
-    """A valid, executable layout on the same devices that differs least: ring attention in
-    stages becomes Ulysses (or the seq axis folds into data), then stages fold into data until
-    they divide the layers (an explicit partition made as even as possible for the new stage
-    count), with the most microbatches the batch still allows."""
+    """A valid, executable layout on the same devices that differs least: stages fold into data
+    until they divide the layers (an explicit partition made as even as possible for the new
+    stage count), with the most microbatches the batch still allows."""
     near = layout
-    if layout.stage > 1 and layout.cp == "ring":  # Ulysses runs in stages where heads allow
-        ulysses = near.replace(cp="ulysses")
-        near = (ulysses if _runs(ulysses, model, train) else
-                near.replace(data=near.data * near.seq, seq=1, cp="none"))
     for stage in reversed(divisors(layout.stage)):
         candidate = _with_stages(near, stage, model.layers)
         for m in range(candidate.microbatches, 0, -1):  # more replicas may need fewer

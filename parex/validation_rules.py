@@ -283,12 +283,6 @@ VALID_RULES = tuple(RULES)
 
 # --- what parex's executor cannot run yet (the predictor covers them) ---------------------------
 LIMITS: list[Rule] = []
-_rule(LIMITS, "ring-inside-pipeline",
-      lambda g, c: (g.stage == 1) | (g.cp != RING),
-      lambda l, c: ("parex's executor cannot run ring attention (cp=ring) inside pipeline "
-                    "stages: each stage takes its own branch of the tick switch, and XLA's CPU "
-                    "runtime pairs a collective-permute run by some stages with another stage's "
-                    "(wrong results, or an abort); cp=ulysses runs inside stages"))
 _rule(LIMITS, "stacked-layers-per-stage",
       lambda g, c: c.model.layers % _safe(g.stage) == 0,
       lambda l, c: (f"layers={c.model.layers} is not a multiple of stage={l.stage}: parex's "

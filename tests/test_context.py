@@ -3,6 +3,7 @@ all-to-all attention reproduce the single-device model, and the compiled step sh
 collectives."""
 
 from collections import Counter
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -94,6 +95,47 @@ def test_ring_custom_vjp_gradients_equal_those_of_attention_core():
     ref = jax.jit(grad)(q, k, v)
     for name, g, r in zip("qkv", got, ref):
         assert relative_error(g, zigzag(r, s)) < TOLERANCE, name
+
+
+@pytest.mark.slow
+def test_ring_hops_in_a_stage_switch_are_all_to_alls_per_seq_group():
+    """Inside pipeline stages each stage takes its own branch of the tick switch, and XLA's CPU
+    runtime meets a collective-permute with every device of the mesh: ppermute hops there wait
+    for the other stage and abort. With per_group the hops are all-to-alls, one replica group per
+    stage's seq group. Stage 0 differentiates the ring (forward and backward hops), stage 1 only
+    runs its forward (other collectives, fewer): both equal attention_core, and the compiled
+    program permutes nothing. s = 4, so the backward's middle hops run too."""
+    s, stage = 4, Axis.STAGE.value
+    mesh = make_mesh(Layout(stage=2, seq=s, cp="ring"))
+    (q, k, v), weights = _qkv(B=2, T=32, H=8, K=2, Dh=8), jax.random.normal(KEY, (2, 32, 8, 8))
+
+    def per_stage(q, k, v, weights):  # one sequence per stage, a quarter of it per device
+        attend = partial(ring_attention, axis_name=SEQ, s=s, per_group=True)
+
+        def grads(q, k, v):
+            value, pull = jax.vjp(lambda q, k, v: jnp.sum(attend(q, k, v) * weights), q, k, v)
+            return pull(jnp.ones_like(value))
+
+        def forward(q, k, v):  # the output in dq's place
+            return attend(q, k, v), jnp.zeros_like(k), jnp.zeros_like(v)
+
+        return jax.lax.switch(jax.lax.axis_index(stage), [grads, forward], q, k, v)
+
+    spec = P(stage, SEQ)
+    run = jax.jit(jax.shard_map(per_stage, mesh=mesh, in_specs=(spec,) * 4,
+                                out_specs=(spec,) * 3))
+    args = tuple(zigzag(x, s) for x in (q, k, v, weights))
+    compiled = run.lower(*args).compile()
+    got = compiled(*args)
+    loss = lambda q, k, v: jnp.sum(gpt.attention_core(q, k, v) * weights)
+    ref = jax.jit(jax.grad(loss, (0, 1, 2)))(q, k, v)
+    out = jax.jit(gpt.attention_core)(q, k, v)
+    assert relative_error(got[0][1], zigzag(out, s)[1]) < TOLERANCE  # stage 1: the forward
+    for name, g, r in zip("qkv", got, ref):  # stage 0: the gradients
+        assert relative_error(g[0], zigzag(r, s)[0]) < TOLERANCE, name
+    kinds = Counter(c.kind for c in parse_collectives(compiled.as_text(), mesh.devices.shape,
+                                                      mesh.axis_names))
+    assert kinds["all-to-all"] > 0 and kinds["collective-permute"] == 0
 
 
 # --- memory: the backward keeps no hop's blocks ---------------------------------------------------

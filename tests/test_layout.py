@@ -90,7 +90,8 @@ def _all_specs():
 
 # Pipelines store their blocks split over `stage` and the embedding and head split along embed
 PIPELINES = ("data=2,stage=4", "data=2,tensor=2,sp=on,stage=2", "data=2,seq=2,cp=ulysses,stage=2",
-             "fsdp=2,tensor=2,stage=2", "data=2,zero=1,stage=2,tensor=2")
+             "data=2,seq=2,cp=ring,stage=2", "fsdp=2,tensor=2,stage=2",
+             "data=2,zero=1,stage=2,tensor=2")
 
 
 def _flatten(tree, prefix=""):

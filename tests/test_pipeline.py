@@ -67,8 +67,10 @@ def test_every_schedule_matches_unpipelined_on_data2_tensor2_stage2(schedule, re
     check_parity(f"data=2,tensor=2,stage=2,{schedule_args(schedule)},microbatches=4", reference)
 
 
-# Inside stages: Megatron's sequence parallelism, Ulysses and fsdp, with data-parallel replicas.
-INSIDE = {"tp_sp": "tensor=2,sp=on", "ulysses": "seq=2,cp=ulysses", "fsdp": "fsdp=2,tensor=2"}
+# Inside stages: Megatron's sequence parallelism, Ulysses, ring attention (its hops as
+# all-to-alls) and fsdp, with data-parallel replicas.
+INSIDE = {"tp_sp": "tensor=2,sp=on", "ulysses": "seq=2,cp=ulysses", "ring": "seq=2,cp=ring",
+          "fsdp": "fsdp=2,tensor=2"}
 
 
 @pytest.mark.parametrize("inside,schedule", [("tp_sp", "zbh1"), ("ulysses", "1f1b")])
@@ -80,10 +82,23 @@ def test_sequence_and_context_parallelism_run_inside_stages(inside, schedule, re
 @pytest.mark.slow
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("inside", INSIDE)
-def test_every_schedule_with_sp_ulysses_and_fsdp_inside_stages(inside, schedule, reference):
+def test_every_schedule_with_sp_ulysses_ring_and_fsdp_inside_stages(inside, schedule, reference):
     data = "" if inside == "fsdp" else "data=2,"
     check_parity(f"{INSIDE[inside]},{data}stage=2,{schedule_args(schedule)},microbatches=4",
                  reference)
+
+
+def test_ring_attention_runs_inside_stages(reference):
+    """Its hops are all-to-alls inside stages (parallel.context._shift_by_all_to_all); under
+    1F1B one stage runs F while the other runs B. seq=4: the backward's middle hops, (k, v, dk,
+    dv) as one block, run too (seq=2 with data replicas, every schedule: the slow test above)."""
+    check_parity("seq=4,cp=ring,stage=2,schedule=1f1b,microbatches=2", reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["gpipe", "zbh1", "zbv"])
+def test_ring_of_four_inside_stages_matches_unpipelined(schedule, reference):
+    check_parity(f"seq=4,cp=ring,stage=2,{schedule_args(schedule)},microbatches=2", reference)
 
 
 def test_uneven_partition_matches_unpipelined(reference):
@@ -165,7 +180,6 @@ def test_uneven_partition_layer_index_and_mask():
     ("data=4,stage=2,schedule=1f1b,microbatches=1", None),
     ("data=8,schedule=1f1b", "stage=2 or more"),
     ("data=2,stage=4,schedule=zbv,microbatches=4", "set virtual=2"),
-    ("seq=2,cp=ring,stage=2,data=2", "cp=ulysses runs inside stages"),
     ("tensor=2,sp=on,seq=2,stage=2", "cp=ulysses"),
 ])
 def test_bad_pipelines_are_rejected_before_compile(layout, fix):

@@ -54,16 +54,9 @@ def test_impossible_layout_gets_the_validation_error():
     assert predict(model, train, Layout(data=16), "a100-80gb").hardware == "a100-80gb×2"
 
 
-def test_batch_flags_rows_validation_would_reject():
+def _verdicts_match(model, train, layouts) -> dict:
     from parex.validation import check_layout, check_valid
 
-    model, train = model_preset("tiny"), TrainConfig(global_batch=16)
-    layouts = [Layout(data=8), Layout(tensor=3), Layout(data=8, microbatches=4),
-               Layout(stage=2, schedule="interleaved", microbatches=2, virtual_stages=2),
-               Layout(stage=2, schedule="interleaved", microbatches=3, virtual_stages=2),
-               Layout(data=2, seq=4, cp="ring"), Layout(seq=4),
-               Layout(tensor=2, sp=True, stage=2),  # SP inside stages: runs
-               Layout(data=2, seq=2, cp="ring", stage=2)]  # ring inside stages: predicted only
     out = predict_batch(model, train, layouts, "a100-80gb")
     for i, layout in enumerate(layouts):
         verdicts = []
@@ -75,5 +68,21 @@ def test_batch_flags_rows_validation_would_reject():
                 verdicts.append(False)
         assert (out["valid"][i], out["executable"][i]) == tuple(verdicts), layout
         assert np.isnan(out["step_time_s"][i]) != verdicts[0]
+    return out
+
+
+def test_batch_flags_rows_validation_would_reject():
+    model, train = model_preset("tiny"), TrainConfig(global_batch=16)
+    layouts = [Layout(data=8), Layout(tensor=3), Layout(data=8, microbatches=4),
+               Layout(stage=2, schedule="interleaved", microbatches=2, virtual_stages=2),
+               Layout(stage=2, schedule="interleaved", microbatches=3, virtual_stages=2),
+               Layout(data=2, seq=4, cp="ring"), Layout(seq=4),
+               Layout(tensor=2, sp=True, stage=2),  # SP inside stages: runs
+               Layout(data=2, seq=2, cp="ring", stage=2)]  # ring inside stages: runs
+    out = _verdicts_match(model, train, layouts)
     assert out["valid"][-2] and out["executable"][-2]
-    assert out["valid"][-1] and not out["executable"][-1]
+    assert out["valid"][-1] and out["executable"][-1]
+    # 6 layers stored evenly over 4 stages: a real program that parex's executor cannot run
+    six = _verdicts_match(model.replace(layers=6), train,
+                          [Layout(data=2, stage=4, microbatches=4, layers_per_stage=(2, 2, 1, 1))])
+    assert six["valid"][0] and not six["executable"][0]

@@ -109,3 +109,37 @@ def test_pipeline_memory_matches_the_compiled_step(model_name, spec, remat):
     pmem = predict(model, train, layout, "cpu-local").memory_bytes_per_device
     assert pmem["argument"] == mem["argument"]
     assert pmem["total"] / mem["total"] == pytest.approx(1.0, abs=0.10)
+
+
+# ring attention inside pipeline stages: its hops are all-to-alls of s copies there, and the
+# nested attention's backward runs the ring's forward again. Checked: the all-to-alls (the
+# ring's only) and collective-permutes (the pipeline's) exactly, total memory within 10 %.
+# (The seq axis inside stages leaves XLA all-reduces and all-gathers that the predictor does
+# not model yet, under Ulysses too: those kinds are not compared here.)
+RING_IN_STAGES = [
+    pytest.param("tiny", "data=2,seq=2,cp=ring,stage=2,schedule=1f1b,microbatches=2", "none",
+                 marks=pytest.mark.slow),
+    pytest.param("tiny", "seq=4,cp=ring,stage=2,schedule=zbh1,microbatches=2", "none",
+                 marks=pytest.mark.slow),
+    pytest.param("tiny", "data=2,seq=2,cp=ring,stage=2,schedule=1f1b,microbatches=4", "full",
+                 marks=pytest.mark.slow),
+    pytest.param("tiny-llama", "data=2,seq=2,cp=ring,stage=2,schedule=gpipe,microbatches=2",
+                 "selective", marks=pytest.mark.slow),
+    pytest.param("small", "data=2,seq=2,cp=ring,stage=2,schedule=1f1b,microbatches=2", "none",
+                 marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("model_name, spec, remat", RING_IN_STAGES)
+def test_ring_inside_stages_matches_the_compiled_step(model_name, spec, remat):
+    p, measured = compare(model_name, spec, remat, None)
+    mem, pmem = measured["memory_bytes_per_device"], p.memory_bytes_per_device
+    assert pmem["argument"] == mem["argument"]
+    assert pmem["total"] / mem["total"] == pytest.approx(1.0, abs=0.10)
+    kinds = bytes_by_kind(measured["collectives"])
+    ring = [c for c in p.collectives if c["name"] == "cp-ring"]
+    assert ring and {c["kind"] for c in ring} == {"all-to-all"}
+    for kind in ("all-to-all", "collective-permute"):
+        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5), kind
+    gpu = predict(model_preset(model_name), TrainConfig(global_batch=16, remat=remat),
+                  Layout.parse(spec), "cpu-local", convention="gpu")  # the ideal program
+    assert {c["kind"] for c in gpu.collectives if c["name"] == "cp-ring"} == {"collective-permute"}

@@ -135,7 +135,7 @@ TRAIN_405B = TrainConfig(global_batch=2048, seq_len=8192, remat="full")
     ("data=8,tensor=8,stage=16,sp=on,schedule=1f1b,microbatches=16,partition=7:8*14:7",
      "not a multiple of stage=16"),  # Megatron TP + SP + PP, Llama 3's uneven first/last stage
     ("data=4,tensor=8,seq=2,cp=ring,stage=16,schedule=interleaved,virtual=2,microbatches=16,"
-     "partition=3:4*30:3", "ring attention"),  # Llama 3's TP + CP + PP + DP
+     "partition=3:4*30:3", "not a multiple of stage=16"),  # Llama 3's TP + CP + PP + DP
     ("data=64,tensor=8,stage=16,schedule=bfs,virtual=2,microbatches=16,partition=3:4*30:3",
      "not a multiple of stage=16"),
     ("data=64,tensor=8,stage=16,schedule=zbh1,microbatches=32,partition=7:8*14:7",

@@ -18,6 +18,8 @@ ring (Liu et al. 2023, "Ring Attention"): every device keeps its queries and pas
     the ring again, recomputing each block's probabilities, with each block's dk, dv riding
     along back to its owner. So what a device holds falls as 1/s; differentiated by autodiff,
     the ring kept every hop's keys, values and probabilities, T·(s − 1)/s rows of each.
+    Inside pipeline stages (`per_group`) each hop is an all-to-all over the seq group instead of
+    a ppermute (`_shift_by_all_to_all`: the stages run different branches of the tick switch).
 ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): one all-to-all turns a sequence shard of all heads
     into the whole sequence of H/s heads; attention is local; a second all-to-all turns it back.
 """
@@ -105,12 +107,12 @@ def _halves(x, axis: int = 1):
     return jax.lax.slice_in_dim(x, 0, c, axis=axis), jax.lax.slice_in_dim(x, c, None, axis=axis)
 
 
-def _ring_forward(q, k, v, axis_name, s):
+def _ring_forward(q, k, v, axis_name, s, per_group):
     """q (B, Tl, K, G, Dh), k, v (B, Tl, K, Dh) -> output (B, Tl, K, G, Dh) in v's dtype and the
     rows' log-sum-exp lse = m + log l (B, K, G, Tl), float32. s − 1 hops of k and of v, as a
     loop, so a device holds one visiting block at a time (unrolled, XLA's CPU scheduler issued
     every hop's sends first and held all their blocks)."""
-    i, send = jax.lax.axis_index(axis_name), _sender(axis_name, s)
+    i, send = jax.lax.axis_index(axis_name), _sender(axis_name, s, per_group)
 
     def hop(carry, h):
         acc, k, v = carry
@@ -123,10 +125,27 @@ def _ring_forward(q, k, v, axis_name, s):
     return out, m + jnp.log(l)
 
 
-def _sender(axis_name, s):
-    """ppermute to the next device of the ring: device d sends to d + 1."""
+def _sender(axis_name, s, per_group: bool):
+    """The hop to the next device of the ring, d -> d + 1, of an array or a tuple of arrays: a
+    ppermute, or with `per_group` an all-to-all (`_shift_by_all_to_all`)."""
+    if per_group:
+        return lambda x: jax.tree.map(partial(_shift_by_all_to_all, axis_name=axis_name, s=s), x)
     ring = [(d, (d + 1) % s) for d in range(s)]
     return partial(jax.lax.ppermute, axis_name=axis_name, perm=ring)
+
+
+def _shift_by_all_to_all(x, axis_name, s):
+    """x of device d arrives on d + 1, by an all-to-all of s copies of x (copy j goes to device
+    j) of which device i keeps the one from i − 1. Inside pipeline stages each stage takes its
+    own branch of the tick switch, and XLA's CPU runtime meets a collective-permute with every
+    device of its source-target pairs (the whole mesh), so a permute run by one stage waits for
+    the others (an abort) or pairs with another stage's; an all-to-all has a replica group per
+    seq group, which only that stage's devices join. For s = 2 it moves what the permute
+    would (one block each way); for s > 2 it sends s − 1 blocks, of which s − 2 are unused."""
+    copies = jnp.broadcast_to(x, (s, *x.shape))
+    arrived = jax.lax.all_to_all(copies, axis_name, 0, 0, tiled=True)  # copy j from device j
+    previous = (jax.lax.axis_index(axis_name) - 1) % s
+    return jax.lax.dynamic_index_in_dim(arrived, previous, 0, keepdims=False)
 
 
 # --- ring attention: the backward -------------------------------------------------------------
@@ -168,7 +187,7 @@ def _visiting_grads(rows1, rows2, k, v, before):
     return dq, dk, dv
 
 
-def _ring_backward(axis_name, s, residuals, d_out):
+def _ring_backward(axis_name, s, per_group, residuals, d_out):
     """Re-run the ring in float32. Hop 1 brings the (k, v) of device i − 1; from hop 2 on each
     visiting block travels with the (dk, dv) its earlier visits gave it, as one (4, ...) buffer
     (a loop, like the forward's); a last hop sends the (dk, dv) home: after s − 1 hops, device
@@ -180,7 +199,7 @@ def _ring_backward(axis_name, s, residuals, d_out):
     rows1, rows2 = zip(_halves(f32(q)), _halves(f32(d_out)), _halves(lse, 3),
                        _halves(delta, 3))
     dq, dk_own, dv_own = _own_grads(rows1, rows2, f32(k), f32(v))
-    i, send = jax.lax.axis_index(axis_name), _sender(axis_name, s)
+    i, send = jax.lax.axis_index(axis_name), _sender(axis_name, s, per_group)
 
     def visit(dq, block, h):  # block (k, v, ...) of device (i − h) mod s: + its (dk, dv)
         hop_dq, dk, dv = _visiting_grads(rows1, rows2, block[0], block[1], (i - h) % s < i)
@@ -200,26 +219,27 @@ def _ring_backward(axis_name, s, residuals, d_out):
             (dv_own + dv_home).astype(v.dtype))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _ring(q, k, v, axis_name, s):
-    return _ring_forward(q, k, v, axis_name, s)[0]
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _ring(q, k, v, axis_name, s, per_group):
+    return _ring_forward(q, k, v, axis_name, s, per_group)[0]
 
 
-def _ring_fwd(q, k, v, axis_name, s):
-    out, lse = _ring_forward(q, k, v, axis_name, s)
+def _ring_fwd(q, k, v, axis_name, s, per_group):
+    out, lse = _ring_forward(q, k, v, axis_name, s, per_group)
     return out, (q, k, v, out, lse)  # the backward's residuals: O(Tl) per row, no scores
 
 
 _ring.defvjp(_ring_fwd, _ring_backward)
 
 
-def ring_attention(q, k, v, axis_name: str, s: int):
+def ring_attention(q, k, v, axis_name: str, s: int, per_group: bool = False):
     """Causal attention on zig-zag shards. q (B, Tl, H, Dh); k, v (B, Tl, K, Dh) -> (B, Tl, H, Dh).
     Forward: s − 1 hops of (k, v) to the next device. Backward (custom VJP): the ring again, with
-    the visiting chunks' (dk, dv); it keeps only q, k, v, the output and lse per row."""
+    the visiting chunks' (dk, dv); it keeps only q, k, v, the output and lse per row. Each hop is
+    a ppermute, or with `per_group` (inside pipeline stages) an all-to-all over the seq group."""
     B, Tl, H, Dh = q.shape
     K = k.shape[2]
-    out = _ring(q.reshape(B, Tl, K, H // K, Dh), k, v, axis_name, s)  # head h uses kv h // G
+    out = _ring(q.reshape(B, Tl, K, H // K, Dh), k, v, axis_name, s, per_group)  # kv h // G
     return out.reshape(B, Tl, H, Dh)
 
 

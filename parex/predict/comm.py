@@ -27,7 +27,9 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     cross-entropy vocab-parallel loss: 3 all-reduces of (tokens,) float32 (max, sum, target)
     cp            ring: s − 1 hops of K and of V per block forward; the backward re-runs the ring
                   with (K, V, dK, dV), s permutes of 4(s − 1) float32 blocks in all; a forward
-                  more under either remat (the attention is recomputed);
+                  more under either remat (the attention is recomputed); xla-cpu, inside
+                  pipeline stages: each hop an all-to-all of s copies, and a forward more
+                  (the same one as a remat's);
                   ulysses: 4 all-to-alls per block forward (q, k, v in, output back), 4 backward;
                   a forward's worth more under full remat (the recomputed forward)
     pipeline      activations forward and cotangents backward between stages; the shared
@@ -351,16 +353,24 @@ def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
     """parex.parallel.context.ring_attention, per block and microbatch. Forward: k and v each
     s − 1 hops (again in the backward under either remat: the attention is recomputed). Its
     custom VJP re-runs the ring in float32: hop 1 sends (k, v), hops 2 … s − 1 send
-    (k, v, dk, dv) as one buffer, and a last hop sends (dk, dv) home."""
+    (k, v, dk, dv) as one buffer, and a last hop sends (dk, dv) home. Each hop is a
+    collective-permute, but inside parex's pipeline stages (xla-cpu) an all-to-all of s copies
+    of the block (context._shift_by_all_to_all), and the attention is a nested shard_map whose
+    backward runs the ring's forward once more (parallel.nested; under a remat XLA merges it with
+    the recomputed forward of the same branch)."""
     s, ring = grid.seq, (grid.cp == 1) & (grid.seq > 1)
     rings = grid.microbatches * grid.stage_layers * ring  # one per block and microbatch
-    forwards = 1 if remat == "none" else 2
+    staged = (grid.stage > 1) & grid.executor
+    forwards = np.where(staged | (remat != "none"), 2, 1)  # a remat's recompute is the same one
     block = grid.tokens * sizes.K * sizes.Dh / grid.tensor  # one device's k: (b, T/s, K/t, Dh)
-    axes = (Axis.SEQ,)
-    return [Term("cp-ring", "collective-permute", axes, forwards * 2 * (s - 1) * rings,
-                 block * act_bytes),
-            Term("cp-ring", "collective-permute", axes, 2.0 * rings, 2 * 4 * block),
-            Term("cp-ring", "collective-permute", axes, (s - 2) * rings, 4 * 4 * block)]
+    block = block * np.where(staged, s, 1)  # the all-to-all's operand: s copies
+    axes, out = (Axis.SEQ,), []
+    for kind, on in (("collective-permute", ~staged), ("all-to-all", staged)):
+        out += [Term("cp-ring", kind, axes, forwards * 2 * (s - 1) * rings * on,
+                     block * act_bytes),
+                Term("cp-ring", kind, axes, 2.0 * rings * on, 2 * 4 * block),
+                Term("cp-ring", kind, axes, (s - 2) * rings * on, 4 * 4 * block)]
+    return out
 
 
 def _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes) -> list[Term]:

@@ -193,7 +193,18 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
                      - head_state_elements(sizes, grid, grid.embed_shards("param")))
     loop = np.where(grid.executor, loop_grad_elements(sizes, grid, stored_blocks), 0.0)
     return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes)
+            + ring_hop_bytes(sizes, grid)
             + (accumulate * state_elements(sizes, grid, "param") + loop) * rec.grad_bytes)
+
+
+def ring_hop_bytes(sizes, grid) -> np.ndarray:
+    """Ring attention inside parex's pipeline stages sends each hop as an all-to-all of s copies
+    (parallel.context._shift_by_all_to_all): the backward's widest hop holds its s copies and
+    the s blocks that arrive, of (k, v, dk, dv) in float32 (for s = 2 only (k, v) or (dk, dv))."""
+    staged = (grid.cp == 1) & (grid.seq > 1) & (grid.stage > 1) & grid.executor
+    block = grid.tokens * sizes.K * sizes.Dh / grid.tensor  # one device's k: (b, T/s, K/t, Dh)
+    widest = np.where(grid.seq > 2, 4, 2) * block * 4
+    return np.where(staged, 2 * grid.seq * widest, 0.0)
 
 
 def windows(sizes, grid, remat, rec, act_bytes) -> np.ndarray:
