@@ -43,6 +43,15 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def grads_split_over_seq(ring, seq, stage, sp, fsdp, zero, hidden):
+    """Where parex's step keeps the blocks' weight gradients split over seq in the backward
+    (parex.step.TrainStep.grads_sharded_over_seq): ring attention without a pipeline, sp, fsdp
+    or ZeRO-2/3 (those shard or reduce the gradients themselves), and an embed dim that seq
+    divides. One rule for a Layout's fields and for the predictor's columns of them."""
+    return (ring & (seq > 1) & (stage == 1) & (sp == 0) & (fsdp == 1) & (zero < 2)
+            & (hidden % seq == 0))
+
+
 class LayoutError(ValueError):
     """An impossible layout; the message names the problem and the fix."""
 

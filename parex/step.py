@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import model as gpt
 from .config import ModelConfig, TrainConfig
-from .layout import Axis, Layout
+from .layout import Axis, Layout, grads_split_over_seq
 from .sharding import MeshOps
 from .validation import num_microbatches
 
@@ -104,11 +104,10 @@ class TrainStep:
 
     @property
     def grads_sharded_over_seq(self) -> bool:
-        """Ring attention without a pipeline, sp, fsdp or ZeRO-2/3 (those shard or reduce the
-        gradients themselves), and an embed dim that seq divides."""
-        layout = self.layout
-        return (layout.cp == "ring" and layout.seq > 1 and layout.stage == 1 and not layout.sp
-                and layout.fsdp == 1 and layout.zero < 2 and self.model.hidden % layout.seq == 0)
+        """parex.layout.grads_split_over_seq of this step's layout and model."""
+        ly = self.layout
+        return bool(grads_split_over_seq(ly.cp == "ring", ly.seq, ly.stage, ly.sp, ly.fsdp,
+                                         ly.zero, self.model.hidden))
 
     def backward_grad_shardings(self):
         """The gradients' sharding, the blocks' weight matrices' embed dim split over seq (the

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hlo import KINDS
-from ..layout import Axis
+from ..layout import CP_MODES, Axis, grads_split_over_seq
 from ..parallel.schedules import SCHEDULES, SPLIT
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
@@ -213,10 +213,11 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
 
 def _seq_sliced(sizes, grid) -> np.ndarray:
     """Layouts whose step keeps the blocks' weight gradients split over seq in the backward
-    (parex.step.TrainStep.grads_sharded_over_seq, the same conditions), in parex's program
-    (xla-cpu) only: the ideal one all-reduces them over DP x CP at once."""
-    return (grid.executor & (grid.cp == 1) & (grid.seq > 1) & (grid.stage == 1) & (grid.sp == 0)
-            & (grid.fsdp == 1) & (grid.zero < 2) & (sizes.D % grid.seq == 0))
+    (parex.layout.grads_split_over_seq), in parex's program (xla-cpu) only: the ideal one
+    all-reduces them over DP x CP at once."""
+    ring = grid.cp == CP_MODES.index("ring")
+    return grid.executor & grads_split_over_seq(ring, grid.seq, grid.stage, grid.sp, grid.fsdp,
+                                                grid.zero, sizes.D)
 
 
 def seq_sliced_grad_elements(sizes, grid) -> np.ndarray:
