@@ -257,7 +257,7 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
                 ("blocks", devices), ("blocks", 1), ("pipeline", devices)]
              + [("coll", (k, g, s)) for k in KINDS for g in (2, devices)
                 for s in COLLECTIVE_BYTES])
-    results: dict = {"matmul": [], "coll": {}}
+    results: dict = {"matmul": [], "coll": {}, "load": os.getloadavg()[0]}  # others' work
     _empty_loop_seconds.cache_clear()  # baselines are timed afresh in every calibration
     for done, (name, arg) in enumerate(tqdm(tasks, desc="calibrating", disable=not progress)):
         if on_task is not None:
@@ -300,7 +300,8 @@ def _profile(results: dict, devices: int) -> Chip:
                       step_overhead_s=results["overhead"], elementwise_rate=ew_rate,
                       optimizer_s_per_param=results["optimizer"],
                       pipeline_tick_s=results["pipeline"], n_devices=devices,
-                      cores=os.cpu_count() or 1, machine=fingerprint())
+                      cores=os.cpu_count() or 1, machine=fingerprint(),
+                      load_average=results.get("load"))
     peak = max(rate for _, rate in curve)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     shared = Link(bandwidth=bandwidth, latency=collectives["all-reduce"][str(devices)]["alpha"],

@@ -58,6 +58,7 @@ class Calibration:
     n_devices: int = 8  # emulated devices the calibration ran on
     cores: int = 1  # CPU cores seen
     machine: str = ""  # local_profile.fingerprint() of the machine measured
+    load_average: float | None = None  # 1-minute load average as the calibration began
 
     def matmul_rate(self, flops_per_matmul: float) -> float:
         """FLOP/s per device for one matmul of that size: log-linear interpolation of the curve,

@@ -78,6 +78,8 @@ def load_local(calibrate_if_missing: bool = True):
                              f"({machine_description()}) "
                              f"in {cache_dir()}: run `parex calibrate`")
         calibrate_in_subprocess(path)
+    else:
+        warn_if_load_changed(path)
     return chip_from_json(json.loads(path.read_text()))
 
 
@@ -86,7 +88,36 @@ def ensure_local(progress: bool = True) -> Path:
     path = profile_path()
     if not _current(path):
         calibrate_in_subprocess(path, progress)
+    else:
+        warn_if_load_changed(path)
     return path
+
+
+def load_changed(calibration, now: float | None = None) -> str | None:
+    """A one-line notice when other work on this machine now takes a core (or a quarter of the
+    cores) more or less than while the profile was measured: its rates are per device with the
+    cores the emulated mesh then had. None if not, or if the profile predates the record."""
+    then = calibration.load_average
+    now = os.getloadavg()[0] if now is None else now
+    if then is None or abs(now - then) < max(1.0, calibration.cores / 4):
+        return None
+    return (f"parex: the cpu-local profile was measured at load {then:.1f}, the load is "
+            f"{now:.1f} now on {calibration.cores} cores: predicted step times assume the "
+            f"calibration's load (`parex calibrate` measures this machine again)")
+
+
+_NOTIFIED: set = set()  # profiles whose load notice this process has printed
+
+
+def warn_if_load_changed(path: Path) -> None:
+    from .hardware import chip_from_json
+
+    if path in _NOTIFIED:
+        return
+    notice = load_changed(chip_from_json(json.loads(path.read_text())).calibration)
+    if notice:
+        _NOTIFIED.add(path)
+        print(notice, file=sys.stderr, flush=True)
 
 
 def _current(path: Path) -> bool:

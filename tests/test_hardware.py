@@ -1,5 +1,6 @@
 """Hardware profiles as data, clusters, and the calibration's pieces."""
 
+import dataclasses
 import json
 import math
 
@@ -157,6 +158,21 @@ def test_fingerprint_names_the_cpu_setup():
     assert "cores" in description and "GiB" in description
     assert len(local_profile.fingerprint()) == 12
     assert local_profile.fingerprint() == local_profile.fingerprint()
+
+
+def test_a_profile_measured_at_another_load_says_so_once(monkeypatch, tmp_path, capsys):
+    cal = Calibration(cores=2, load_average=12.0)
+    notice = local_profile.load_changed(cal, now=3.0)
+    assert "load 12.0" in notice and "3.0 now" in notice and "parex calibrate" in notice
+    assert local_profile.load_changed(cal, now=11.5) is None  # under one core's difference
+    assert local_profile.load_changed(Calibration(cores=2), now=9.0) is None  # no record
+    path = tmp_path / "cpu-local.json"
+    chip = load_chip("cpu-reference")
+    path.write_text(json.dumps(dataclasses.replace(
+        chip, calibration=dataclasses.replace(chip.calibration, load_average=50.0)).to_json()))
+    local_profile.warn_if_load_changed(path)
+    local_profile.warn_if_load_changed(path)
+    assert capsys.readouterr().err.count("measured at load 50.0") == 1
 
 
 @pytest.mark.slow
