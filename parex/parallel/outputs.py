@@ -36,7 +36,8 @@ class Output:
 
     @property
     def kind(self) -> tuple:
-        return (self.shape, jnp.dtype(self.dtype), self.axes)
+        """What a position holds: a flat array of so many elements of one dtype and axes."""
+        return ((_size(self.shape),), jnp.dtype(self.dtype), self.axes)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Positions:
     kinds: tuple  # (shape, dtype, axes) per position
     of: dict  # key -> position
     producers: dict  # key -> the indices of the branches that produce it
+    shapes: dict  # key -> its shape
 
     @classmethod
     def plan(cls, outputs: list[Output]) -> Positions:
@@ -64,7 +66,8 @@ class Positions:
                 users.append(frozenset())
             users[free] = users[free] | out.producers
             of[out.key] = free
-        return cls(tuple(kinds), of, {o.key: o.producers for o in outputs if o.producers})
+        return cls(tuple(kinds), of, {o.key: o.producers for o in outputs if o.producers},
+                   {o.key: o.shape for o in outputs})
 
     def fill(self, produced: dict) -> tuple:
         """A branch's outputs: its produced values (key -> array) in their positions, zeros in
@@ -73,12 +76,12 @@ class Positions:
         for key, value in produced.items():
             i = self.of[key]
             assert values[i] is None, f"{key} shares a position with a value of its branch"
-            values[i] = _as(value, self.kinds[i])
+            values[i] = _as(value.reshape(-1), self.kinds[i])
         return tuple(_zeros(kind) if v is None else v for v, kind in zip(values, self.kinds))
 
     def read(self, values: tuple, key):
         """The value at `key`'s position (what its producer wrote, when the tick's branch is one)."""
-        return values[self.of[key]]
+        return values[self.of[key]].reshape(self.shapes[key])
 
     @property
     def bytes(self) -> int:
