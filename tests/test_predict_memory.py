@@ -197,6 +197,17 @@ def test_pipeline_buffers_around_the_tick_switch_by_hand():
     one = stash_bytes(sizes, g1, M.xla_layer_elements(sizes, g1, "none"), 4)["value"]
     written = one["res"] + one["emb"] + one["head"] + one["inbox"]
     assert window_bytes(sizes, g1, one)[0] == pytest.approx(written[0])
+    # the gradient deltas share the positions of F's values (parallel.outputs): the largest
+    # branch's outputs are written, not their sum
+    forward = (one["res"] + one["emb"] + one["head"])[0]
+    assert window_bytes(sizes, g1, one, 0.5 * forward)[0] == pytest.approx(written[0])
+    assert window_bytes(sizes, g1, one, 2 * forward)[0] == pytest.approx(
+        written[0] + forward)
+    gz = grid(Layout(data=4, stage=2, schedule="zbh1", microbatches=2), train)  # B: dtap
+    z = stash_bytes(sizes, gz, M.xla_layer_elements(sizes, gz, "none"), 4)["value"]
+    assert 0 < z["dtap"][0] < (z["res"] + z["rec"])[0]
+    assert window_bytes(sizes, gz, z)[0] == pytest.approx(
+        (2 * z["res"] + z["rec"] + z["emb"] + z["head"] + z["inbox"])[0])
     g4 = grid(Layout(data=4, stage=2, schedule="1f1b", microbatches=4), train)  # 2 res slots
     four = stash_bytes(sizes, g4, M.xla_layer_elements(sizes, g4, "none"), 4)["value"]
     assert window_bytes(sizes, g4, four)[0] == pytest.approx(

@@ -44,6 +44,7 @@ from jax.sharding import PartitionSpec
 from .. import model as gpt
 from ..layout import Axis
 from .nested import layer_loop
+from .outputs import Positions, leaf_outputs
 from .plan import BUFFERS, DOWN, UP, Plan, make_plan, stage_partition
 from .schedules import make_schedule
 from .split import BlockTaps, tapped_layers, weight_grads
@@ -231,11 +232,41 @@ def _writes(name: str, split: bool) -> frozenset:
     return frozenset({"blocks"} if kind == "W" else set())
 
 
-def _zeros_like_slot(buffer):
-    """Zeros of one slot of `buffer` (its leading dim dropped), varying as the buffer does."""
-    zeros = jnp.zeros(buffer.shape[1:], buffer.dtype)
-    axes = tuple(sorted(varying_axes(buffer)))
-    return lax.pcast(zeros, axes, to="varying") if axes else zeros
+def _produced(state, buffers, accumulators) -> dict:
+    """What a branch produced, keyed as its switch outputs (outputs.Output keys): (buffer, leaf)
+    for the stash values, ("blocks", leaf) for a chunk's gradients, ("head_grads.<param>", leaf)
+    for the embedding's and head's."""
+    out = {}
+    for name in buffers:
+        if "put." + name in state:
+            out |= {(name, i): v for i, v in enumerate(jax.tree.leaves(state["put." + name]))}
+    if "d_blocks" in state:
+        out |= {("blocks", i): v for i, v in enumerate(jax.tree.leaves(state["d_blocks"]))}
+    for k, grads in state.get("d_head", {}).items():
+        out |= {("head_grads." + k, i): v for i, v in enumerate(jax.tree.leaves(grads))}
+    return out
+
+
+def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators) -> Positions:
+    """The switch's output positions (outputs.py): every stash value, one chunk's gradients and
+    the embedding's and head's, each with the branches that produce it (`_writes`)."""
+    split = plan.schedule.split_backward
+    writes = [_writes(name, split) for name in plan.branches]
+    g_blocks, g_head, _ = accumulators
+
+    def producers(what, role=None):
+        return frozenset(b for b, (w, name) in enumerate(zip(writes, plan.branches))
+                         if what in w and (role is None or name.endswith("." + role)))
+
+    outputs = []
+    for name, buffer in stashes.items():
+        outputs += leaf_outputs(name, buffer, producers(name))
+    outputs += leaf_outputs("blocks", g_blocks, producers("blocks"))
+    for k, g in g_head.items():
+        role = "first" if k in EMBEDDING else "last"
+        outputs += leaf_outputs("head_grads." + k, g, producers("head_grads", role),
+                                drop_leading=False)
+    return Positions.plan(outputs)
 
 
 def _like(value, ref):
@@ -245,42 +276,32 @@ def _like(value, ref):
     return lax.pcast(value, missing, to="varying") if missing else value
 
 
-def _outputs(state, stashes, accumulators, out, like):
-    """A branch's result: (a value per stash buffer, d_blocks of one chunk, d_head, d_loss,
-    the value it sends), zeros for what it did not produce."""
-    puts = {name: jax.tree.map(_like, state["put." + name], jax.tree.map(_zeros_like_slot,
-                                                                         stashes[name]))
-            if "put." + name in state else jax.tree.map(_zeros_like_slot, stashes[name])
-            for name in stashes}
-    g_blocks, g_head, loss = accumulators
-    zeros_blocks = jax.tree.map(_zeros_like_slot, g_blocks)
-    d_blocks = (jax.tree.map(_like, state["d_blocks"], zeros_blocks) if "d_blocks" in state
-                else zeros_blocks)
-    got = state.get("d_head", {})
-    d_head = {k: jax.tree.map(_like, got[k], g) if k in got else jax.tree.map(jnp.zeros_like, g)
-              for k, g in g_head.items()}
-    d_loss = _like(state["d_loss"], loss) if "d_loss" in state else jnp.zeros_like(loss)
-    return puts, d_blocks, d_head, d_loss, _like(out, like)
-
-
-def _branch(name: str, ctx: _Context, like):
-    """The function one switch branch runs: (buffers, accumulators, row) -> its outputs."""
+def _branch(index: int, name: str, ctx: _Context, positions: Positions, like):
+    """The function one switch branch runs: (buffers, accumulators, row) -> (its outputs in
+    their positions, d_loss, the value it sends)."""
     kind, _, role = name.partition(".")
+    expected = {key for key, who in positions.producers.items() if index in who}
 
     def run(buffers, accumulators, row):
         state = dict(buffers)
-        stashes = {k: v for k, v in buffers.items() if k != "inbox"}
-        if kind == "idle":
-            return _outputs(state, stashes, accumulators, like, like)
-        blocks = _at(ctx.blocks, row["chunk"])
-        if kind == "F":
-            mask = None if ctx.mask is None else _at(ctx.mask, row["chunk"])
-            state, out = _forward(role, ctx, state, row, blocks, mask)
-        elif kind == "B":
-            state, out = _backward(role, ctx, state, row, blocks)
-        else:
-            state, out = _weights(ctx, state, row, blocks, like)
-        return _outputs(state, stashes, accumulators, out, like)
+        stashes = [k for k in buffers if k != "inbox"]
+        out = like
+        if kind != "idle":
+            blocks = _at(ctx.blocks, row["chunk"])
+            if kind == "F":
+                mask = None if ctx.mask is None else _at(ctx.mask, row["chunk"])
+                state, out = _forward(role, ctx, state, row, blocks, mask)
+            elif kind == "B":
+                state, out = _backward(role, ctx, state, row, blocks)
+            else:
+                state, out = _weights(ctx, state, row, blocks, like)
+        produced = _produced(state, stashes, accumulators)
+        if set(produced) != expected:
+            raise RuntimeError(f"branch {name} produced {sorted(produced)}, its plan says "
+                               f"{sorted(expected)} (pipeline._writes)")
+        loss = accumulators[2]
+        d_loss = _like(state["d_loss"], loss) if "d_loss" in state else jnp.zeros_like(loss)
+        return positions.fill(produced), d_loss, _like(out, like)
 
     return run
 
@@ -329,28 +350,47 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
                    1.0 / (m * replicas), manual, taps)
     ctx = dataclasses.replace(ctx, specs=ctx.probe(act, table["mb"][0, 0]))
     state = _initial_state(plan, ctx, act, manual, blocks, head)
-    branches = [_branch(name, ctx, act) for name in plan.branches]
+    stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
+    positions = _switch_outputs(plan, ctx, stashes,
+                                (state["g_blocks"], state["g_head"], state["loss"]))
+    branches = [_branch(i, name, ctx, positions, act) for i, name in enumerate(plan.branches)]
     up = [(i, (i + 1) % p) for i in range(p)]
     down = [(i, (i - 1) % p) for i in range(p)]
 
-    writes = [_writes(name, plan.schedule.split_backward) for name in plan.branches]
-    produces = {key: jnp.asarray([key in w for w in writes])  # (branches,) static flags
-                for key in ("res", "emb", "head", "rec", "dtap", "blocks", "head_grads")}
+    def made(key, branch):  # whether the tick's branch produces output `key` (static flags)
+        who = positions.producers.get(key, frozenset())
+        return jnp.asarray([i in who for i in range(len(plan.branches))])[branch]
+
+    def read(values, name, tree):  # the tree of outputs (name, leaf) in their positions
+        leaves = [positions.read(values, (name, i)) for i in range(len(jax.tree.leaves(tree)))]
+        return jax.tree.unflatten(jax.tree.structure(tree), leaves)
 
     def tick(state, row):
-        # The switch reads the buffers and returns only what its branch produces; each value is
-        # scattered into its slot after it, or dropped (an out-of-range slot) when not produced.
+        # The switch reads the buffers and returns what its branch produces, in positions that
+        # outputs no branch produces together share (outputs.py); each value is scattered into
+        # its slot after it, or dropped (an out-of-range slot) when the branch did not produce
+        # it, so a value another branch left in a shared position is never stored.
         buffers = {name: state[name] for name in BUFFERS if name in state}
         accumulators = (state["g_blocks"], state["g_head"], state["loss"])
-        puts, d_blocks, d_head, d_loss, out = lax.switch(row["branch"], branches, buffers,
-                                                         accumulators, row)
-        for name, value in puts.items():
-            slot = jnp.where(produces[name][row["branch"]], row[name], plan.slots[name])
-            state = state | {name: _put(state[name], value, slot)}
-        chunk = jnp.where(produces["blocks"][row["branch"]], row["chunk"], plan.schedule.v)
-        state = state | {"g_blocks": _put(state["g_blocks"], d_blocks, chunk, add=True),
-                         "g_head": jax.tree.map(jnp.add, state["g_head"], d_head),
-                         "loss": state["loss"] + d_loss}
+        values, d_loss, out = lax.switch(row["branch"], branches, buffers, accumulators, row)
+        branch = row["branch"]
+        for name in stashes:
+            if (name, 0) in positions.of:
+                slot = jnp.where(made((name, 0), branch), row[name], plan.slots[name])
+                state = state | {name: _put(state[name], read(values, name, state[name]), slot)}
+        if ("blocks", 0) in positions.of:
+            chunk = jnp.where(made(("blocks", 0), branch), row["chunk"], plan.schedule.v)
+            state = state | {"g_blocks": _put(state["g_blocks"],
+                                              read(values, "blocks", state["g_blocks"]), chunk,
+                                              add=True)}
+        g_head = dict(state["g_head"])
+        for k, g in g_head.items():  # added at index 0 of a one-slot view, or dropped (1)
+            if ("head_grads." + k, 0) in positions.of:
+                at = jnp.where(made(("head_grads." + k, 0), branch), 0, 1)
+                one = jax.tree.map(lambda a: a[None], g)
+                g_head[k] = jax.tree.map(lambda a: a[0], _put(
+                    one, read(values, "head_grads." + k, g), at, add=True))
+        state = state | {"g_head": g_head, "loss": state["loss"] + d_loss}
         # Outside the switch: every device sends every tick, so no collective is device-dependent.
         from_below = lax.ppermute(jnp.where(row["send"] == UP, out, 0), STAGE, up)
         from_above = lax.ppermute(jnp.where(row["send"] == DOWN, out, 0), STAGE, down)

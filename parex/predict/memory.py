@@ -23,8 +23,9 @@ Activations, two formulas:
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
 table (Schedule.peak_in_flight); parex's executor keeps them in slot buffers (predict.stash: the
 chunks' residuals, the embedding's and head's, a split backward's records and tap cotangents,
-the inbox); each tick's switch writes one new value of each (stash.window_bytes) and one chunk's
-gradient delta (stash.loop_grad_elements), on top of one layer's working set.
+the inbox); each tick's switch writes new values of them and one chunk's gradient delta
+(stash.loop_grad_elements) in shared positions (stash.window_bytes), on top of one layer's
+working set.
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
 gradient accumulation keeps a running sum of the gradients; where gradients are sharded (fsdp,
@@ -192,9 +193,10 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     stored_blocks = (state_elements(sizes, grid, "param")
                      - head_state_elements(sizes, grid, grid.embed_shards("param")))
     loop = np.where(grid.executor, loop_grad_elements(sizes, grid, stored_blocks), 0.0)
-    return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes)
+    return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes,
+                                                loop * rec.grad_bytes)
             + ring_hop_bytes(sizes, grid)
-            + (accumulate * state_elements(sizes, grid, "param") + loop) * rec.grad_bytes)
+            + accumulate * state_elements(sizes, grid, "param") * rec.grad_bytes)
 
 
 def ring_hop_bytes(sizes, grid) -> np.ndarray:
@@ -207,14 +209,15 @@ def ring_hop_bytes(sizes, grid) -> np.ndarray:
     return np.where(staged, 2 * grid.seq * widest, 0.0)
 
 
-def windows(sizes, grid, remat, rec, act_bytes) -> np.ndarray:
-    """parex's pipeline switch returns one new value of each buffer, scattered into its slot
-    after it (parallel.pipeline): the copies around the switch, predict.stash.window_bytes."""
+def windows(sizes, grid, remat, rec, act_bytes, grads=0.0) -> np.ndarray:
+    """parex's pipeline switch returns new values of the buffers and gradient deltas (`grads`
+    bytes), scattered into their slots after it (parallel.pipeline): the copies around the
+    switch, predict.stash.window_bytes."""
     if rec.activations != "xla":
         return np.zeros(len(grid))
     one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes,
                       remat)["value"]
-    return np.where(grid.executor, window_bytes(sizes, grid, one), 0.0)
+    return np.where(grid.executor, window_bytes(sizes, grid, one, grads), 0.0)
 
 
 # --- the two peaks: the end of the backward, and the optimizer update ----------------------------
