@@ -6,12 +6,12 @@
 
 Every branch of a `lax.switch` returns the same structure, so a branch writes zeros into every
 output it does not produce (XLA materialises them: a conditional's outputs are buffers of their
-own). Outputs of one shape, dtype and varying axes that no single branch produces together (F's
+own). Outputs of one size, dtype and varying axes that no single branch produces together (F's
 residual and record leaves, B's tap cotangents, W's weight gradients) can use one position: each
 branch then zero-fills only the positions it does not use. The puts after the switch read their
 output's position and keep dropping it (an out-of-range slot) on ticks whose branch does not
 produce it, so what another branch left in a shared position is never stored. Nothing is
-concatenated or reshaped: a position is one output's array.
+concatenated: a position is one flat array, an output its reshape (no copy).
 """
 
 from __future__ import annotations
