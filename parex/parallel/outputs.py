@@ -11,7 +11,8 @@ residual and record leaves, B's tap cotangents, W's weight gradients) can use on
 branch then zero-fills only the positions it does not use. The puts after the switch read their
 output's position and keep dropping it (an out-of-range slot) on ticks whose branch does not
 produce it, so what another branch left in a shared position is never stored. Nothing is
-concatenated: a position is one flat array, an output its reshape (no copy).
+concatenated: a position is one flat array, an output its reshape (no copy); where XLA partitions
+axes inside the stage, each output keeps its own position and shape (`Positions.plan`).
 """
 
 from __future__ import annotations
@@ -51,18 +52,22 @@ class Positions:
     shapes: dict  # key -> its shape
 
     @classmethod
-    def plan(cls, outputs: list[Output]) -> Positions:
+    def plan(cls, outputs: list[Output], share: bool = True) -> Positions:
         """Greedy colouring per kind: an output takes the first position of its kind that holds
-        no output sharing a producer with it (outputs produced by one branch never share)."""
+        no output sharing a producer with it (outputs produced by one branch never share).
+        `share` False, where XLA partitions axes inside the stage (tensor, seq, fsdp): every
+        output keeps a position of its own shape, since flattening a value sharded over such an
+        axis would be a collective inside the device-dependent switch (an abort on CPU)."""
         kinds, of, users = [], {}, []  # users: per position, the producers of its outputs
         for out in outputs:
             if not out.producers:
                 continue
-            free = next((i for i, kind in enumerate(kinds)
-                         if kind == out.kind and not users[i] & out.producers), None)
+            kind = out.kind if share else (out.shape, jnp.dtype(out.dtype), out.axes)
+            free = next((i for i, k in enumerate(kinds)
+                         if share and k == kind and not users[i] & out.producers), None)
             if free is None:
                 free = len(kinds)
-                kinds.append(out.kind)
+                kinds.append(kind)
                 users.append(frozenset())
             users[free] = users[free] | out.producers
             of[out.key] = free
@@ -76,7 +81,7 @@ class Positions:
         for key, value in produced.items():
             i = self.of[key]
             assert values[i] is None, f"{key} shares a position with a value of its branch"
-            values[i] = _as(value.reshape(-1), self.kinds[i])
+            values[i] = _as(value.reshape(self.kinds[i][0]), self.kinds[i])
         return tuple(_zeros(kind) if v is None else v for v, kind in zip(values, self.kinds))
 
     def read(self, values: tuple, key):

@@ -247,9 +247,18 @@ def _produced(state, buffers, accumulators) -> dict:
     return out
 
 
-def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators) -> Positions:
+def _partitioned_inside(layout, manual_data: bool) -> bool:
+    """Whether XLA's partitioner splits values inside a stage: over tensor, seq or fsdp, or over
+    data where it is not manual (ZeRO-3)."""
+    return (layout.tensor > 1 or layout.seq > 1 or layout.fsdp > 1
+            or (layout.data > 1 and not manual_data))
+
+
+def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators,
+                    share: bool) -> Positions:
     """The switch's output positions (outputs.py): every stash value, one chunk's gradients and
-    the embedding's and head's, each with the branches that produce it (`_writes`)."""
+    the embedding's and head's, each with the branches that produce it (`_writes`); shared
+    between branches unless XLA partitions axes inside the stage (`share`)."""
     split = plan.schedule.split_backward
     writes = [_writes(name, split) for name in plan.branches]
     g_blocks, g_head, _ = accumulators
@@ -266,7 +275,7 @@ def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators) -> P
         role = "first" if k in EMBEDDING else "last"
         outputs += leaf_outputs("head_grads." + k, g, producers("head_grads", role),
                                 drop_leading=False)
-    return Positions.plan(outputs)
+    return Positions.plan(outputs, share)
 
 
 def _like(value, ref):
@@ -352,7 +361,8 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
     state = _initial_state(plan, ctx, act, manual, blocks, head)
     stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
     positions = _switch_outputs(plan, ctx, stashes,
-                                (state["g_blocks"], state["g_head"], state["loss"]))
+                                (state["g_blocks"], state["g_head"], state["loss"]),
+                                share=not _partitioned_inside(ops.layout, bool(data)))
     branches = [_branch(i, name, ctx, positions, act) for i, name in enumerate(plan.branches)]
     up = [(i, (i + 1) % p) for i in range(p)]
     down = [(i, (i - 1) % p) for i in range(p)]

@@ -109,10 +109,11 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict, grads=0.0) -> np.n
     value of each buffer (`stash_bytes(...)["value"]`) and the gradient deltas (`grads` bytes:
     one chunk's and the embedding's and head's, loop_grad_elements):
         written  the switch's output positions (parallel.outputs): outputs of one size and dtype
-                 that no branch produces together share one, so it is about the largest
-                 branch's: F's values (res, rec, emb, head), B's (dtap, and the gradients when
-                 not split) or W's (the gradients); plus the value the tick sends (one inbox
-                 value); branches read the buffers in place
+                 that no branch produces together share one (`shared_positions`; else every
+                 output has its own), so it is about the largest branch's: F's values (res,
+                 rec, emb, head), B's (dtap, and the gradients when not split) or W's (the
+                 gradients); plus the value the tick sends (one inbox value); branches read
+                 the buffers in place
         read     a B's residual slot, copied out of a res buffer of several slots where the
                  chunk's layers are a scan (`scanned_chunk`): the slot becomes the operand of the
                  backward's while loop; a buffer of one slot is read in place (its dynamic index
@@ -128,8 +129,16 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict, grads=0.0) -> np.n
     split = np.isin(grid.schedule, _split_codes())
     forward = values["res"] + values["rec"] + values["emb"] + values["head"]
     backward = values["dtap"] + np.where(split, 0.0, grads)
-    written = np.maximum(np.maximum(forward, backward), np.where(split, grads, 0.0))
+    shared = np.maximum(np.maximum(forward, backward), np.where(split, grads, 0.0))
+    written = np.where(shared_positions(grid), shared, forward + values["dtap"] + grads)
     return np.where(grid.stage > 1, values["inbox"] + read + written, 0.0)
+
+
+def shared_positions(grid: Grid) -> np.ndarray:
+    """Where the switch's outputs share positions (parallel.outputs): unless XLA partitions
+    values inside the stage, over tensor, seq, fsdp, or data under ZeRO-3."""
+    return ((grid.tensor == 1) & (grid.seq == 1) & (grid.fsdp == 1)
+            & ((grid.zero < 3) | (grid.data == 1)))
 
 
 def scanned_chunk(grid: Grid) -> np.ndarray:
