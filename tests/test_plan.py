@@ -204,4 +204,5 @@ def test_fits_agree_with_xla_on_200_compiled_layouts():
         calls += [(r["predicted_bytes"] <= cap, r["measured_bytes"] <= cap)
                   for r in result["rows"]]
     total = agreement_of(*zip(*calls))
+    print(f"fits agree with XLA on {total['agreement']:.1%} of {total['n']} layouts: {total}")
     assert total["n"] == 200 and total["agreement"] >= 0.95, total
