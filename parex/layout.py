@@ -52,6 +52,13 @@ def grads_split_over_seq(ring, seq, stage, sp, fsdp, zero, hidden):
             & (hidden % seq == 0))
 
 
+def partitioned_inside_stages(tensor, seq, fsdp, data, zero):
+    """Whether XLA's partitioner splits values inside a pipeline stage (parex.parallel.pipeline
+    keeps only stage, and data under ZeRO < 3, manual): over tensor, seq or fsdp, or over data
+    under ZeRO-3. Layout fields or the predictor's columns of them."""
+    return (tensor > 1) | (seq > 1) | (fsdp > 1) | ((data > 1) & (zero >= 3))
+
+
 class LayoutError(ValueError):
     """An impossible layout; the message names the problem and the fix."""
 

@@ -71,20 +71,16 @@ def load_local(calibrate_if_missing: bool = True):
     from .errors import InputError
     from .hardware import chip_from_json
 
-    path = profile_path()
-    if not _current(path):
-        if not calibrate_if_missing:
-            raise InputError(f"no current cpu-local profile for this machine "
-                             f"({machine_description()}) "
-                             f"in {cache_dir()}: run `parex calibrate`")
-        calibrate_in_subprocess(path)
-    else:
-        warn_if_load_changed(path)
-    return chip_from_json(json.loads(path.read_text()))
+    if not calibrate_if_missing and not _current(profile_path()):
+        raise InputError(f"no current cpu-local profile for this machine "
+                         f"({machine_description()}) "
+                         f"in {cache_dir()}: run `parex calibrate`")
+    return chip_from_json(json.loads(ensure_local().read_text()))
 
 
 def ensure_local(progress: bool = True) -> Path:
-    """The path of this machine's profile, calibrated now if missing (demo, compare)."""
+    """The path of this machine's profile, calibrated now if missing (demo, compare); a profile
+    measured at another load says so (load_changed)."""
     path = profile_path()
     if not _current(path):
         calibrate_in_subprocess(path, progress)

@@ -42,7 +42,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from .. import model as gpt
-from ..layout import Axis
+from ..layout import Axis, partitioned_inside_stages
 from .nested import layer_loop
 from .outputs import Positions, leaf_outputs
 from .plan import BUFFERS, DOWN, UP, Plan, make_plan, stage_partition
@@ -247,13 +247,6 @@ def _produced(state, buffers, accumulators) -> dict:
     return out
 
 
-def _partitioned_inside(layout, manual_data: bool) -> bool:
-    """Whether XLA's partitioner splits values inside a stage: over tensor, seq or fsdp, or over
-    data where it is not manual (ZeRO-3)."""
-    return (layout.tensor > 1 or layout.seq > 1 or layout.fsdp > 1
-            or (layout.data > 1 and not manual_data))
-
-
 def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators,
                     share: bool) -> Positions:
     """The switch's output positions (outputs.py): every stash value, one chunk's gradients and
@@ -360,9 +353,11 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
     ctx = dataclasses.replace(ctx, specs=ctx.probe(act, table["mb"][0, 0]))
     state = _initial_state(plan, ctx, act, manual, blocks, head)
     stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
+    ly = ops.layout
+    split_by_xla = partitioned_inside_stages(ly.tensor, ly.seq, ly.fsdp, ly.data, ly.zero)
     positions = _switch_outputs(plan, ctx, stashes,
                                 (state["g_blocks"], state["g_head"], state["loss"]),
-                                share=not _partitioned_inside(ops.layout, bool(data)))
+                                share=not split_by_xla)
     branches = [_branch(i, name, ctx, positions, act) for i, name in enumerate(plan.branches)]
     up = [(i, (i + 1) % p) for i in range(p)]
     down = [(i, (i - 1) % p) for i in range(p)]

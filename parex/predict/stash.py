@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layout import CP_MODES, partitioned_inside_stages
 from .schedule_stats import buffer_columns
 from .shapes import Grid, ModelSizes
 
@@ -82,8 +83,6 @@ def nested_scores(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     backward keeps only the op's inputs and recomputes the rest (remat none; selective and full
     keep no scores anyway). tiny tensor=2,seq=2,stage=2,cp=ulysses,schedule=1f1b,
     microbatches=2: the res slots and their two window copies are 4 MiB each short of them."""
-    from ..layout import CP_MODES
-
     ulysses = grid.cp == CP_MODES.index("ulysses")
     scores = 2 * sizes.H / grid.tensor * grid.T if remat == "none" else 0.0
     return np.where(ulysses & (grid.stage > 1), scores, 0.0)
@@ -136,9 +135,8 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict, grads=0.0) -> np.n
 
 def shared_positions(grid: Grid) -> np.ndarray:
     """Where the switch's outputs share positions (parallel.outputs): unless XLA partitions
-    values inside the stage, over tensor, seq, fsdp, or data under ZeRO-3."""
-    return ((grid.tensor == 1) & (grid.seq == 1) & (grid.fsdp == 1)
-            & ((grid.zero < 3) | (grid.data == 1)))
+    values inside the stage (parex.layout.partitioned_inside_stages)."""
+    return ~partitioned_inside_stages(grid.tensor, grid.seq, grid.fsdp, grid.data, grid.zero)
 
 
 def scanned_chunk(grid: Grid) -> np.ndarray:
