@@ -361,10 +361,9 @@ def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
     the recomputed forward of the same branch)."""
     s, ring = grid.seq, (grid.cp == 1) & (grid.seq > 1)
     rings = grid.microbatches * grid.stage_layers * ring  # one per block and microbatch
-    staged = (grid.stage > 1) & grid.executor
+    staged = ring_hops_are_all_to_alls(grid)
     forwards = np.where(staged | (remat != "none"), 2, 1)  # a remat's recompute is the same one
-    block = grid.tokens * sizes.K * sizes.Dh / grid.tensor  # one device's k: (b, T/s, K/t, Dh)
-    block = block * np.where(staged, s, 1)  # the all-to-all's operand: s copies
+    block = ring_block_elements(sizes, grid) * np.where(staged, s, 1)  # all-to-all: s copies
     axes, out = (Axis.SEQ,), []
     for kind, on in (("collective-permute", ~staged), ("all-to-all", staged)):
         out += [Term("cp-ring", kind, axes, forwards * 2 * (s - 1) * rings * on,
@@ -372,6 +371,17 @@ def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
                 Term("cp-ring", kind, axes, 2.0 * rings * on, 2 * 4 * block),
                 Term("cp-ring", kind, axes, (s - 2) * rings * on, 4 * 4 * block)]
     return out
+
+
+def ring_block_elements(sizes, grid) -> np.ndarray:
+    """One device's k (or v) block of ring attention: (b, T/s, K/t, Dh) elements."""
+    return grid.tokens * sizes.K * sizes.Dh / grid.tensor
+
+
+def ring_hops_are_all_to_alls(grid) -> np.ndarray:
+    """Ring attention inside parex's pipeline stages (xla-cpu): its hops are all-to-alls of s
+    copies (parallel.context._shift_by_all_to_all), not collective-permutes."""
+    return (grid.cp == 1) & (grid.seq > 1) & (grid.stage > 1) & grid.executor
 
 
 def _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes) -> list[Term]:
@@ -409,5 +419,6 @@ def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
 
 
 __all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "convention",
-           "seq_sliced_grad_elements", "terms"]
+           "ring_block_elements", "ring_hops_are_all_to_alls", "seq_sliced_grad_elements",
+           "terms"]
 

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parallel.plan import BUFFERS
-from .comm import seq_sliced_grad_elements
+from .comm import (ring_block_elements, ring_hops_are_all_to_alls,
+                   seq_sliced_grad_elements)
 from .schedule_stats import table_columns
 from .stash import loop_grad_elements, stash_bytes, window_bytes
 from .shapes import GROUPS, Grid, ModelSizes, named
@@ -203,10 +204,8 @@ def ring_hop_bytes(sizes, grid) -> np.ndarray:
     """Ring attention inside parex's pipeline stages sends each hop as an all-to-all of s copies
     (parallel.context._shift_by_all_to_all): the backward's widest hop holds its s copies and
     the s blocks that arrive, of (k, v, dk, dv) in float32 (for s = 2 only (k, v) or (dk, dv))."""
-    staged = (grid.cp == 1) & (grid.seq > 1) & (grid.stage > 1) & grid.executor
-    block = grid.tokens * sizes.K * sizes.Dh / grid.tensor  # one device's k: (b, T/s, K/t, Dh)
-    widest = np.where(grid.seq > 2, 4, 2) * block * 4
-    return np.where(staged, 2 * grid.seq * widest, 0.0)
+    widest = np.where(grid.seq > 2, 4, 2) * ring_block_elements(sizes, grid) * 4
+    return np.where(ring_hops_are_all_to_alls(grid), 2 * grid.seq * widest, 0.0)
 
 
 def windows(sizes, grid, remat, rec, act_bytes, grads=0.0) -> np.ndarray:
