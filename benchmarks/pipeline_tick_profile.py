@@ -7,8 +7,10 @@ Each compiled step runs `--runs` times under jax.profiler.trace; every XLA:CPU t
 assigned to the part of the program its instruction sits in: a branch kind of the tick switch
 (idle, F, B, W), the tick's own ops outside the switch ("tick": scatters into the stash slots,
 gradient adds, the ppermutes' selects), the ppermutes, or outside the loop. Printed per device
-and step: thunks run, and the sum of each op's fastest duration times its calls ("min-work",
-robust to the machine's load, unlike the durations themselves), per part and schedule.
+and step, per part and schedule: the sum of each op's fastest duration times its calls
+("min-work", robust to the machine's load), the traced durations themselves (inflated when a
+device thread loses its core mid-thunk; the ppermutes' include the wait for the other stages),
+and the thunks run.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ def profile(name: str, runs: int) -> dict:
     from parex.studies_pipeline import _timer, compile_layout
 
     model, train = model_preset("tiny").replace(layers=8), TrainConfig(global_batch=16)
-    layout = Layout.parse(f"data=2,stage=4,schedule={name},microbatches=8")
+    virtual = ",virtual=2" if name == "zbv" else ""
+    layout = Layout.parse(f"data=2,stage=4,schedule={name},microbatches=8{virtual}")
     step, compiled, _ = compile_layout(model, train, layout, None)
     plan = plan_for(step)
     where = parts(compiled.as_text(), plan.branches, plan.schedule.n_ticks)
@@ -80,20 +83,23 @@ def profile(name: str, runs: int) -> dict:
             for _ in range(runs):
                 run()
         groups = _device_events(load_trace(scratch))
-    fastest, calls = {}, collections.Counter()
+    fastest, calls, spent = {}, collections.Counter(), collections.Counter()
     for events in groups.values():
         for e in events:
             if e["_leaf_op"]:
                 op = e["args"]["hlo_op"]
                 fastest[op] = min(fastest.get(op, float("inf")), e.get("dur", 0))
                 calls[op] += 1
-    work, thunks = collections.Counter(), collections.Counter()
+                spent[op] += e.get("dur", 0)
+    work, thunks, busy = collections.Counter(), collections.Counter(), collections.Counter()
+    per_step = len(groups) * runs
     for op, n in calls.items():
         label = "ppermute" if op.startswith(("ppermute", "collective-permute")) else \
             where.get(op, "outside")
-        work[label] += fastest[op] * n / len(groups) * 1e-3  # ms per device-step
-        thunks[label] += n / len(groups)
-    return {"work": work, "thunks": thunks, "ticks": plan.schedule.n_ticks}
+        work[label] += fastest[op] * n / per_step * 1e-3  # ms per device-step
+        busy[label] += spent[op] / per_step * 1e-3
+        thunks[label] += n / per_step
+    return {"work": work, "busy": busy, "thunks": thunks, "ticks": plan.schedule.n_ticks}
 
 
 def main(argv=None) -> int:
@@ -107,15 +113,15 @@ def main(argv=None) -> int:
     names = args.schedules.split(",")
     got = {n: profile(n, args.runs) for n in names}
     labels = ["idle", "F", "B", "W", "tick", "ppermute", "outside"]
-    print("per device and step: min-work ms (thunks)   ticks: "
+    print("per device and step: min-work ms, traced ms (thunks)   ticks: "
           + ", ".join(f"{n} {got[n]['ticks']}" for n in names))
     for label in labels + ["total"]:
         cells = []
         for n in names:
-            w, t = got[n]["work"], got[n]["thunks"]
-            ms, k = (sum(w.values()), sum(t.values())) if label == "total" else (w[label],
-                                                                                  t[label])
-            cells.append(f"{ms:8.1f} ({k:6.0f})")
+            w, b, t = got[n]["work"], got[n]["busy"], got[n]["thunks"]
+            ms, real, k = ((sum(w.values()), sum(b.values()), sum(t.values()))
+                           if label == "total" else (w[label], b[label], t[label]))
+            cells.append(f"{ms:8.1f} {real:8.1f} ({k:6.0f})")
         print(f"{label:9s}" + "  ".join(cells))
     return 0
 

@@ -78,35 +78,40 @@ def bubble_study(model: ModelConfig, p: int = 2, ms=(2, 4, 8), schedules=("1f1b"
                  microbatch: int = 1, seq_len: int | None = None, repeats: int = 7,
                  progress: bool = False, trace: bool = False) -> pd.DataFrame:
     """One row per (schedule, m): median step times of the pipeline and of one stage's work,
-    timed alternately `repeats` times, and the three bubbles (module docstring). Needs p
-    devices; run it with one emulated device per free core. With `trace`, also the bubble read
-    from a profiler trace of 3 more pipelined steps (parex.pipeline_trace): `bubble_traced`
-    (mean over devices of wait / step), `bubble_traced_max`, and the traced step's split into
-    `traced_compute_s`, `traced_wait_s`, `traced_other_s`."""
+    and the three bubbles (module docstring). Per m, every schedule's pipeline and the one
+    stage-alone baseline they share are timed alternately `repeats` times, so that the
+    schedules' bubbles differ exactly as their step times do and a change of load hits all of
+    them alike. Needs p devices; run it with one emulated device per free core. With `trace`,
+    also the bubble read from a profiler trace of 3 more pipelined steps
+    (parex.pipeline_trace): `bubble_traced` (mean over devices of wait / step),
+    `bubble_traced_max`, and the traced step's split into `traced_compute_s`, `traced_wait_s`,
+    `traced_other_s`."""
     from tqdm.auto import tqdm
 
     devices = jax.devices()[:p]
     alone_model = model.replace(layers=model.layers // p)
     rows = []
-    cases = [(name, m) for m in ms for name in schedules]
-    for name, m in tqdm(cases, desc=f"bubble p={p}", disable=not progress):
+    for m in tqdm(ms, desc=f"bubble p={p}", disable=not progress):
         train = TrainConfig(global_batch=m * microbatch, seq_len=seq_len)
-        v = 2 if name in LOOPING + VEE else 1
-        piped = Layout(stage=p, schedule=name, virtual_stages=v, microbatches=m)
         alone = train.replace(global_batch=p * m * microbatch)  # m microbatches per device
-        timers = {"pipeline": _timer(model, train, piped, devices),
-                  "alone": _timer(alone_model, alone, Layout(data=p, microbatches=m), devices)}
+        layouts = {name: Layout(stage=p, schedule=name, microbatches=m,
+                                virtual_stages=2 if name in LOOPING + VEE else 1)
+                   for name in schedules}
+        timers = {name: _timer(model, train, piped, devices) for name, piped in layouts.items()}
+        timers["alone"] = _timer(alone_model, alone, Layout(data=p, microbatches=m), devices)
         times = {key: [] for key in timers}
-        for _ in range(repeats):  # alternated, so that the machine's load hits both alike
+        for _ in range(repeats):  # alternated, so that the machine's load hits all alike
             for key, run in timers.items():
                 times[key].append(run())
-        t_pipe, t_alone = (statistics.median(times[k]) for k in ("pipeline", "alone"))
-        table, lockstep = table_bubbles(name, p, m)
-        row = {"schedule": name, "p": p, "m": m, "layout": str(piped),
-               "step_time_s": t_pipe, "stage_alone_s": t_alone,
-               "bubble_measured": 1 - t_alone / t_pipe, "bubble_table": table,
-               "bubble_lockstep": lockstep, "bubble_predicted": predicted_bubble(p, m)}
-        rows.append(row | (_traced(timers["pipeline"]) if trace else {}))
+        t_alone = statistics.median(times["alone"])
+        for name, piped in layouts.items():
+            t_pipe = statistics.median(times[name])
+            table, lockstep = table_bubbles(name, p, m)
+            row = {"schedule": name, "p": p, "m": m, "layout": str(piped),
+                   "step_time_s": t_pipe, "stage_alone_s": t_alone,
+                   "bubble_measured": 1 - t_alone / t_pipe, "bubble_table": table,
+                   "bubble_lockstep": lockstep, "bubble_predicted": predicted_bubble(p, m)}
+            rows.append(row | (_traced(timers[name]) if trace else {}))
     return pd.DataFrame(rows)
 
 

@@ -128,11 +128,10 @@ def tapped_layers(blocks, x, taps, mask, cfg, ops, remat: str, spec: BlockTaps):
 
 
 def weight_grads(blocks, records, cotangents, spec: BlockTaps):
-    """dW of every layer of the chunk from its records and tap cotangents (module docstring):
-    a scan over layers, each the gradient of Σ_i ⟨fn_i(x_i, w), dY_i⟩."""
-    def layer(_, xs):
-        p, recs, dys = xs
-
+    """dW of every layer of the chunk from its records and tap cotangents (module docstring),
+    each the gradient of Σ_i ⟨fn_i(x_i, w), dY_i⟩. The layers are independent, so they are
+    batched (vmap: one batched matmul per weight, no loop) unless their ops nest shard_maps."""
+    def layer(p, recs, dys):
         def pairing(p):
             total = jnp.zeros((), jnp.float32)
             for op, x, dy in zip(spec.ops, recs, dys):
@@ -141,9 +140,12 @@ def weight_grads(blocks, records, cotangents, spec: BlockTaps):
                                     for a, b in zip(jax.tree.leaves(y), jax.tree.leaves(dy)))
             return total
 
-        return None, jax.grad(pairing)(p)
+        return jax.grad(pairing)(p)
 
-    return layer_loop(layer, None, (blocks, records, cotangents), unroll=spec.unroll)[1]
+    if not spec.unroll:
+        return jax.vmap(layer)(blocks, records, cotangents)
+    return layer_loop(lambda _, xs: (None, layer(*xs)), None, (blocks, records, cotangents),
+                      unroll=True)[1]
 
 
 __all__ = ["BlockTaps", "TapOps", "WeightedOp", "tapped_layers", "weight_grads"]
