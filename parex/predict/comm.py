@@ -7,6 +7,9 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     grad-reduce   gradients over the batch axes (data, fsdp, seq)   all-reduce, or reduce-scatter
                   where gradients are sharded (ZeRO-2/3, fsdp)
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
+    seq-embedding xla-cpu, seq inside pipeline stages: per microbatch the embedding's backward
+                  gathers its token ids and output cotangent over seq (ring: the zig-zag
+                  position rows' cotangent too), as the tables are whole on every seq device
     seq-grads     xla-cpu, ring attention: the blocks' weight gradients, held split over seq
                   in the backward (each slice reduced over data), gathered for the update
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
@@ -160,11 +163,18 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         # reductions (sp-grads, sp-positions)
         over_seq = over_seq - grid.sp * grad_bytes * (sizes.hidden_params
                                                       + positions * (grid.cp == 1))
-        # in a pipeline `seq` stays with XLA, which reduces each backward op's gradients
+        # in a pipeline `seq` stays with XLA, which reduces each backward op's chunk gradients
+        # (the blocks' alone: the embedding's backward gathers its cotangent over seq instead,
+        # seq-embedding); the embedding's and head's are summed once, whole, after the loop
         seq_steps = np.where(grid.stage > 1, m * grid.virtual_stages, per_step)
+        piped = (grid.stage > 1) & (grid.sp == 0)
+        chunk = grad_bytes * _elements(sizes, grid, layers=True) / grid.virtual_stages
+        over_seq = np.where(piped, chunk, over_seq)
         out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), seq_steps * (grid.seq > 1),
                         over_seq))
+        out += _seq_embedding_gathers(sizes, grid, act_bytes, grad_bytes)
         held = positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
+        held = np.where(piped & (grid.cp == CP_MODES.index("ring")), positions, held)
         reduce = grad_bytes * (others + held) + 4 - manual
         # under ring attention the blocks' weight gradients are kept split over seq: a device
         # reduces its 1/s of them over the data axes, and gathers them whole for the update
@@ -209,6 +219,24 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     out += _context_terms(sizes, grid, remat, conv, act_bytes)
     out += _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes)
     return out
+
+
+def _seq_embedding_gathers(sizes, grid, act_bytes, grad_bytes) -> list[Term]:
+    """xla-cpu, seq inside pipeline stages (no SP): the first virtual stage's backward
+    scatter-adds into the embedding tables whole on every seq device, so per microbatch XLA
+    all-gathers over seq the token ids (int32) and the embedding's output cotangent, and under
+    ring attention (GPT) the zig-zag position rows' cotangent with its 2s chunk offsets."""
+    on = grid.executor & (grid.stage > 1) & (grid.seq > 1) & (grid.sp == 0)
+    count = grid.microbatches * on
+    gathered = grid.tokens * grid.seq  # b · T per microbatch
+    ring = grid.cp == CP_MODES.index("ring")
+    rows = grid.T * sizes.D * grad_bytes * (sizes.family == "gpt") * np.ones(len(grid))
+    return [Term("seq-embedding", "all-gather", (Axis.SEQ,), 1.0 * count, 4 * gathered),
+            Term("seq-embedding", "all-gather", (Axis.SEQ,), 1.0 * count,
+                 gathered * sizes.D * act_bytes),
+            Term("seq-embedding", "all-gather", (Axis.SEQ,), count * ring * (rows > 0), rows),
+            Term("seq-embedding", "all-gather", (Axis.SEQ,), count * ring * (rows > 0),
+                 4 * 2 * grid.seq)]
 
 
 def _seq_sliced(sizes, grid) -> np.ndarray:
@@ -344,10 +372,21 @@ def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
     out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), a2a * L * m * ulysses, qkvo))
     if conv.xla_embedding and sizes.family == "gpt":  # XLA gathers GPT's position table
         table = 4.0 * sizes.T_max * sizes.D * np.ones(len(grid))
-        # (under SP the table is gathered over seq and tensor at once: sp-positions)
-        out.append(Term("cp-positions", "all-gather", (Axis.SEQ,), 1.0 * ulysses * (grid.sp == 0),
-                        table))
+        # (under SP the table is gathered over seq and tensor at once: sp-positions); inside
+        # stages with data replicas it moves the T/s looked-up rows instead
+        moved = _ulysses_in_stages(grid) & (grid.dp > 1)
+        out.append(Term("cp-positions", "all-gather", (Axis.SEQ,),
+                        1.0 * ulysses * (grid.sp == 0) * ~moved, table))
+        rows = 4.0 * grid.T * sizes.D / s
+        for kind in ("all-to-all", "collective-permute"):
+            out.append(Term("cp-positions", kind, (Axis.SEQ,), 1.0 * moved, rows))
     return out
+
+
+def _ulysses_in_stages(grid) -> np.ndarray:
+    """xla-cpu: Ulysses with seq inside pipeline stages, without SP."""
+    return (grid.executor & (grid.stage > 1) & (grid.seq > 1) & (grid.sp == 0)
+            & (grid.cp == CP_MODES.index("ulysses")))
 
 
 def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
@@ -403,6 +442,11 @@ def _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes) -> list
     # reduction when there is a batch axis too)
     shared = grad_bytes * _elements(sizes, grid, layers=False)
     alone = piped & (grid.dp * grid.seq == 1)
+    if conv.name == "xla-cpu":  # seq stays with XLA, which reduces only the blocks over it
+        alone = alone | (piped & (grid.dp == 1) & (grid.sp == 0))
+        # Ulysses leaves each seq device the position rows it looked up (T/s of them)
+        rows = grid.T * sizes.D * (sizes.family == "gpt") * (1 - 1 / grid.seq)
+        shared = shared - grad_bytes * rows * _ulysses_in_stages(grid)
     out.append(Term("pipeline-shared", "all-reduce", (Axis.STAGE,), 1.0 * alone, shared))
     if conv.name == "xla-cpu":  # parex stores them split over stages and gathers them first
         tables = param_bytes * (_elements(sizes, grid, embed=True, layers=False)
