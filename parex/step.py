@@ -12,6 +12,7 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -139,13 +140,43 @@ class TrainStep:
                                     transform_non_params=lambda _: replicated)
         return {"params": self.state_shardings("param"), "opt": opt}
 
+    # --- the blocks' storage order ------------------------------------------------------------
+    @property
+    def block_order(self):
+        """The order the train state stores the stacked blocks in: a pipeline with v > 1 even
+        chunks per stage keeps each stage's chunks in its own rows, so that the step regroups
+        them without communication (parallel.plan.storage_order); None: the model's order."""
+        from .parallel.plan import storage_order
+        from .parallel.schedules import VEE
+
+        ly = self.layout
+        if ly.stage == 1:
+            return None
+        return storage_order(self.model.layers, ly.stage, ly.virtual_stages,
+                             ly.schedule in VEE, ly.layers_per_stage)
+
+    def to_storage(self, params):
+        """Parameters in the model's layer order -> the train state's (`block_order`)."""
+        order = self.block_order
+        return params if order is None else params | {"blocks": jax.tree.map(
+            lambda w: w[order], params["blocks"])}
+
+    def natural_params(self, params):
+        """The train state's parameters (or gradients) -> the model's layer order."""
+        order = self.block_order
+        if order is None:
+            return params
+        back = np.argsort(order)
+        return params | {"blocks": jax.tree.map(lambda w: w[back], params["blocks"])}
+
     # --- functions ------------------------------------------------------------------------------
     def init_state(self, seed: int | None = None):
-        """Parameters and optimizer state, created directly in their shardings."""
+        """Parameters and optimizer state, created directly in their shardings (the blocks in
+        `block_order`: the same values as the model's, stored per stage)."""
         key = jax.random.key(self.train.seed if seed is None else seed)
 
         def init(key):
-            params = gpt.init_params(self.model, key)
+            params = self.to_storage(gpt.init_params(self.model, key))
             return {"params": params, "opt": self.optimizer.init(params)}
 
         return jax.jit(init, out_shardings=self.train_state_shardings())(key)
@@ -154,7 +185,8 @@ class TrainStep:
         return gpt.loss_fn(params, batch, self.model, ops or self.ops, self.train.remat)
 
     def loss_and_grads(self, params, batch):
-        """Mean loss and gradient over the global batch, accumulated over m microbatches."""
+        """Mean loss and gradient over the global batch, accumulated over m microbatches;
+        parameters and gradients in the train state's order (`block_order`)."""
         if self.layout.stage > 1:  # the schedule table decides the order of microbatches
             from .parallel.pipeline import pipeline_loss_and_grads
 
@@ -221,9 +253,14 @@ class TrainStep:
                        donate_argnums=0)
 
     def jitted_loss_and_grads(self):
+        """(params, batch) -> (loss, grads), both trees in the model's layer order (what the
+        parity tests compare; the train step itself works in `block_order`)."""
+        def run(params, batch):
+            loss, grads = self.loss_and_grads(self.to_storage(params), batch)
+            return loss, self.natural_params(grads)
+
         batch = {"inputs": self.batch_sharding, "targets": self.batch_sharding}
-        return jax.jit(self.loss_and_grads,
-                       in_shardings=(self.state_shardings("param"), batch))
+        return jax.jit(run, in_shardings=(self.state_shardings("param"), batch))
 
     def abstract_batch(self):
         shape = jax.ShapeDtypeStruct((self.train.global_batch, self.seq_len), jnp.int32,

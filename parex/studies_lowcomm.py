@@ -114,7 +114,7 @@ def _plain(study: _Study, run: StudyRun) -> list:
             state, loss = fn(state, place(batch, step.batch_sharding))
             losses.append(float(loss))
         rows.append(study.row(run, t, float(np.mean(losses)), per_step * t,
-                              lambda: jax.device_get(state["params"])))
+                              lambda: jax.device_get(step.natural_params(state["params"]))))
     return rows
 
 
@@ -139,7 +139,8 @@ def _diloco(study: _Study, run: StudyRun) -> list:
     rows, cross = [], 0.0
 
     def mean_params():  # after a full sync this is θ_sync itself
-        params = [jax.device_get(s["params"]) for s in state.states.values()]
+        params = [jax.device_get(dl.inner[r].natural_params(s["params"]))
+                  for r, s in state.states.items()]
         return jax.tree.map(lambda *p: np.mean(p, 0), *params)
 
     for t in range(1, study.train.steps + 1):

@@ -165,6 +165,35 @@ def test_uneven_partition_layer_index_and_mask():
     assert plan.layer_mask.sum() == 8 and not plan.layer_mask[1, 0, 1:].any()
 
 
+@pytest.mark.parametrize("name,p,v", [("interleaved", 2, 2), ("bfs", 4, 2), ("zbv", 4, 2),
+                                        ("zbv", 2, 2)])
+def test_storage_order_makes_each_stage_rows_its_chunks(name, p, v):
+    """Stored in `storage_order`, stage s's contiguous rows are its chunks: the regrouping
+    (p, v, Lmax) is a reshape that equals the gather of the model's order."""
+    from parex.parallel.plan import storage_order
+
+    plan = make_plan(make_schedule(name, p, 2 * p, v), stage_partition(8, p, v, None))
+    order = storage_order(8, p, v, name in VEE, None)
+    assert sorted(order.tolist()) == list(range(8))
+    assert (order.reshape(plan.layer_index.shape) == plan.layer_index).all()
+    assert storage_order(8, p, 1, False, None) is None  # one chunk per stage: already so
+    assert storage_order(8, 2, 2, False, (3, 1, 2, 2)) is None  # uneven: padded, gathered
+
+
+def test_zbv_train_state_holds_the_models_parameters_per_stage():
+    """The train state stores the blocks per stage (TrainStep.block_order); natural_params
+    gives back the model's initial parameters (up to the compiled initialiser's rounding), and
+    to_storage inverts it exactly."""
+    layout = Layout.parse("data=2,stage=4,schedule=zbv,virtual=2,microbatches=4")
+    step = TrainStep(MODEL, TRAIN, layout, make_mesh(layout))
+    stored = step.init_state()["params"]
+    natural = init_params(MODEL, jax.random.key(TRAIN.seed))
+    assert step.block_order is not None
+    assert relative_error(step.natural_params(stored), natural) < 1e-6
+    assert relative_error(step.to_storage(step.natural_params(stored)), stored) == 0.0
+    assert relative_error(stored["blocks"], natural["blocks"]) > 0.1  # really reordered
+
+
 # --- validation before compile -------------------------------------------------------------------
 
 @pytest.mark.parametrize("layout,fix", [

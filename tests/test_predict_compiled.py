@@ -125,7 +125,12 @@ RING_IN_STAGES = [
     pytest.param("tiny-llama", "data=2,seq=2,cp=ring,stage=2,schedule=gpipe,microbatches=2",
                  "selective", marks=pytest.mark.slow),
     pytest.param("small", "data=2,seq=2,cp=ring,stage=2,schedule=1f1b,microbatches=2", "none",
-                 marks=pytest.mark.slow)]
+                 marks=pytest.mark.slow),
+    # virtual stages: chunks stored per stage (TrainStep.block_order), regrouped by a reshape
+    pytest.param("tiny", "data=2,seq=2,cp=ring,stage=2,schedule=zbv,virtual=2,microbatches=2",
+                 "none", marks=pytest.mark.slow),
+    pytest.param("tiny", "data=2,seq=2,cp=ring,stage=2,schedule=interleaved,virtual=2,"
+                 "microbatches=2", "selective", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("model_name, spec, remat", RING_IN_STAGES)
@@ -147,14 +152,18 @@ def test_ring_inside_stages_matches_the_compiled_step(model_name, spec, remat):
 
 # Ulysses inside stages, every kind: the position rows XLA leaves with each seq device (T/s of
 # them; with data replicas it moves them by an all-to-all and a permute instead of gathering
-# the table, comm.cp-positions). Not yet modelled: virtual stages (ZB-V, interleaved), whose
-# non-contiguous chunks XLA regroups with collectives of their own, with or without seq.
+# the table, comm.cp-positions), GQA's smaller K and V, full remat's one more all-to-all, and
+# ZB-V's head beside the embedding on stage 0 (comm.seq-head); ZB-V without seq too.
 @pytest.mark.slow
-@pytest.mark.parametrize("model_name, spec", [
-    ("tiny", "seq=4,cp=ulysses,stage=2,schedule=1f1b,microbatches=2"),
-    ("small", "data=2,seq=2,cp=ulysses,stage=2,schedule=zbh1,microbatches=2")])
-def test_ulysses_inside_stages_matches_the_compiled_step(model_name, spec):
-    p, measured = compare(model_name, spec, "none", None)
+@pytest.mark.parametrize("model_name, spec, remat", [
+    ("tiny", "seq=4,cp=ulysses,stage=2,schedule=1f1b,microbatches=2", "none"),
+    ("small", "data=2,seq=2,cp=ulysses,stage=2,schedule=zbh1,microbatches=2", "none"),
+    ("tiny", "data=2,seq=2,cp=ulysses,stage=2,schedule=1f1b,microbatches=2", "full"),
+    ("tiny-llama", "seq=4,cp=ulysses,stage=2,schedule=zbv,virtual=2,microbatches=4", "none"),
+    ("tiny-llama", "data=2,seq=2,cp=ulysses,stage=2,schedule=1f1b,microbatches=4", "full"),
+    ("tiny", "data=2,stage=2,schedule=zbv,virtual=2,microbatches=2", "none")])
+def test_ulysses_and_zbv_inside_stages_match_the_compiled_step(model_name, spec, remat):
+    p, measured = compare(model_name, spec, remat, None)
     kinds = bytes_by_kind(measured["collectives"])
     for kind in KINDS:
         assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5,

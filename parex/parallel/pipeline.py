@@ -427,12 +427,13 @@ def plan_for(step) -> Plan:
 
 
 def _regroup_blocks(blocks, plan: Plan, step):
-    """(L, ...) stacked blocks -> (p, v, Lmax, ...) chunks per device, sharded over `stage`."""
+    """(L, ...) stacked blocks, in the step's storage order (step.block_order) -> (p, v, Lmax,
+    ...) chunks per device, sharded over `stage`: a reshape for even chunks, else a gather."""
     s, index = plan.schedule, plan.layer_index
     dims = gpt.param_dims(step.model)["blocks"]
 
     def regroup(w, dims):
-        y = w.reshape(s.p, 1, -1, *w.shape[1:]) if plan.contiguous else w[index]
+        y = w.reshape(s.p, s.v, -1, *w.shape[1:]) if plan.even else w[index]
         return lax.with_sharding_constraint(
             y, step.sharding(("layers", None, None) + dims[1:], "param"))
 
@@ -449,7 +450,8 @@ def _gather_over_stages(head, step):
 
 def pipeline_loss_and_grads(step, params, batch):
     """Mean loss and gradients of the global batch, run as `step.layout`'s pipeline schedule.
-    `step` is a parex.step.TrainStep; the result matches its unpipelined loss_and_grads."""
+    `step` is a parex.step.TrainStep; params and gradients have the blocks in the step's
+    storage order (TrainStep.block_order); the result matches its unpipelined loss_and_grads."""
     plan = plan_for(step)
     m = plan.schedule.m
     head = _gather_over_stages({k: v for k, v in params.items() if k != "blocks"}, step)

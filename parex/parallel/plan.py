@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .schedules import Schedule
+from .tables import virtual_stage
 
 BUFFERS = ("res", "emb", "head", "rec", "dtap", "inbox")
 NONE, UP, DOWN, SELF = range(4)  # where the value a tick produces goes
@@ -67,9 +68,10 @@ class Plan:
         return mask
 
     @property
-    def contiguous(self) -> bool:
-        """Stage s holds layers s·L/p … (s+1)·L/p − 1 in order: regrouping is a reshape."""
-        return self.schedule.v == 1 and len(set(self.partition)) == 1
+    def even(self) -> bool:
+        """Every chunk has the same layer count: in their storage order (`storage_order`)
+        stage s's rows s·L/p … (s+1)·L/p − 1 are its chunks, so regrouping is a reshape."""
+        return len(set(self.partition)) == 1
 
 
 def stage_partition(layers: int, p: int, v: int, partition: tuple[int, ...] | None):
@@ -77,6 +79,23 @@ def stage_partition(layers: int, p: int, v: int, partition: tuple[int, ...] | No
     if partition is None:
         return (layers // (p * v),) * (p * v)
     return tuple(partition)
+
+
+def storage_order(layers: int, p: int, v: int, vee: bool,
+                  partition: tuple[int, ...] | None) -> np.ndarray | None:
+    """The order in which to store the stacked layers so that stage s's contiguous L/p rows
+    are its chunks' layers, chunk by chunk: regrouping them per device (p, v, Lmax) is then a
+    reshape, where in the natural order XLA would move each chunk to its stage by collectives
+    every step. Rows stored[i] = natural[order[i]]. None where the natural order already is
+    that (one chunk per stage, even) or no order can be (uneven chunks: stages hold different
+    layer counts, so the regrouping pads them and gathers)."""
+    even = partition is None or len(set(partition)) == 1
+    if v == 1 or not even:
+        return None
+    n = layers // (p * v)
+    order = [virtual_stage(np.asarray(s), np.asarray(c), p, vee) * n + i
+             for s in range(p) for c in range(v) for i in range(n)]
+    return np.asarray(order, np.int64)
 
 
 def _slots(intervals: list[tuple[int, int, int, tuple]], p: int) -> tuple[dict, int]:

@@ -10,6 +10,8 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     seq-embedding xla-cpu, seq inside pipeline stages: per microbatch the embedding's backward
                   gathers its token ids and output cotangent over seq (ring: the zig-zag
                   position rows' cotangent too), as the tables are whole on every seq device
+    seq-head      the same: per microbatch the last virtual stage's loss and head gradients
+                  all-reduced over seq (reported where that stage moves more, or under ZB-V)
     seq-grads     xla-cpu, ring attention: the blocks' weight gradients, held split over seq
                   in the backward (each slice reduced over data), gathered for the update
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
@@ -58,7 +60,7 @@ import numpy as np
 
 from ..hlo import KINDS
 from ..layout import CP_MODES, Axis, grads_split_over_seq
-from ..parallel.schedules import SCHEDULES, SPLIT
+from ..parallel.schedules import SCHEDULES, SPLIT, VEE
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
 
@@ -172,7 +174,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         over_seq = np.where(piped, chunk, over_seq)
         out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), seq_steps * (grid.seq > 1),
                         over_seq))
-        out += _seq_embedding_gathers(sizes, grid, act_bytes, grad_bytes)
+        out += _seq_embedding_and_head(sizes, grid, act_bytes, grad_bytes)
         held = positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
         held = np.where(piped & (grid.cp == CP_MODES.index("ring")), positions, held)
         reduce = grad_bytes * (others + held) + 4 - manual
@@ -221,22 +223,32 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     return out
 
 
-def _seq_embedding_gathers(sizes, grid, act_bytes, grad_bytes) -> list[Term]:
-    """xla-cpu, seq inside pipeline stages (no SP): the first virtual stage's backward
-    scatter-adds into the embedding tables whole on every seq device, so per microbatch XLA
+def _seq_embedding_and_head(sizes, grid, act_bytes, grad_bytes) -> list[Term]:
+    """xla-cpu, seq inside pipeline stages (no SP), per microbatch. The first virtual stage's
+    backward scatter-adds into the embedding tables, whole on every seq device, so XLA
     all-gathers over seq the token ids (int32) and the embedding's output cotangent, and under
-    ring attention (GPT) the zig-zag position rows' cotangent with its 2s chunk offsets."""
+    ring attention (GPT) the zig-zag position rows' cotangent with its 2s chunk offsets. The
+    last virtual stage all-reduces over seq its loss and the head's gradients (unembedding and
+    final norm). Both run on stage 0 under ZB-V; otherwise on different stages, of which the
+    measured step (measure.compiled_stats) reports the one that moves more."""
     on = grid.executor & (grid.stage > 1) & (grid.seq > 1) & (grid.sp == 0)
-    count = grid.microbatches * on
     gathered = grid.tokens * grid.seq  # b · T per microbatch
     ring = grid.cp == CP_MODES.index("ring")
     rows = grid.T * sizes.D * grad_bytes * (sizes.family == "gpt") * np.ones(len(grid))
-    return [Term("seq-embedding", "all-gather", (Axis.SEQ,), 1.0 * count, 4 * gathered),
-            Term("seq-embedding", "all-gather", (Axis.SEQ,), 1.0 * count,
-                 gathered * sizes.D * act_bytes),
-            Term("seq-embedding", "all-gather", (Axis.SEQ,), count * ring * (rows > 0), rows),
-            Term("seq-embedding", "all-gather", (Axis.SEQ,), count * ring * (rows > 0),
-                 4 * 2 * grid.seq)]
+    first = [(4 * gathered, 1), (gathered * sizes.D * act_bytes, 1),
+             (rows, ring * (rows > 0)), (4 * 2 * grid.seq, ring * (rows > 0))]
+    unembed, norm = sizes.head
+    head = grad_bytes * (unembed / grid.tensor + norm) * np.ones(len(grid))
+    last = [(head, 1), (4 * np.ones(len(grid)), 1)]
+    vee = np.isin(grid.schedule, [SCHEDULES.index(name) for name in VEE])
+    moved = [sum(b * c for b, c in terms) for terms in (first, last)]
+    takes = [vee | (moved[0] >= moved[1]), vee | (moved[0] < moved[1])]
+    m = grid.microbatches * on
+    return [Term(name, kind, (Axis.SEQ,), 1.0 * m * on_stage * c, b)
+            for name, kind, terms, on_stage in
+            (("seq-embedding", "all-gather", first, takes[0]),
+             ("seq-head", "all-reduce", last, takes[1]))
+            for b, c in terms]
 
 
 def _seq_sliced(sizes, grid) -> np.ndarray:
@@ -364,12 +376,18 @@ def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
     passes = 3 if remat == "full" else 2  # forward, backward, and the recomputed forward
     out = _ring_terms(sizes, grid, remat, act_bytes)
     ulysses = (grid.cp == 2) & (s > 1)
-    qkvo = grid.tokens * (2 * sizes.H + 2 * sizes.K) * sizes.Dh / grid.tensor * act_bytes / 4
+    head = grid.tokens * sizes.Dh / grid.tensor * act_bytes  # one head's (b, T/s) slice
+    qkvo = head * (2 * sizes.H + 2 * sizes.K) / 4  # the mean of q, k, v and o
     # inside parex's pipeline stages the attention is a nested shard_map whose backward runs
-    # its forward again without the output's all-to-all (parallel.nested): 4 + 3 + 4 per layer
+    # its forward again without the output's all-to-all (parallel.nested): 4 + 3 + 4 per
+    # layer, q k v o, then q k v, then dO dq dk dv: (5H + 6K) heads; full remat's recomputed
+    # forward adds only the output's (H heads: the nested backward reruns the rest anyway)
     nested = (grid.stage > 1) & grid.executor
-    a2a = np.where(nested, 11 + 4 * (passes - 2), 4 * passes)
-    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), a2a * L * m * ulysses, qkvo))
+    a2a = np.where(nested, 11 + (passes - 2), 4 * passes)
+    moved = np.where(nested, head * (5 * sizes.H + 6 * sizes.K + (passes - 2) * sizes.H),
+                     passes * 4 * qkvo)
+    out.append(Term("cp-ulysses", "all-to-all", (Axis.SEQ,), a2a * L * m * ulysses,
+                    moved / a2a))
     if conv.xla_embedding and sizes.family == "gpt":  # XLA gathers GPT's position table
         table = 4.0 * sizes.T_max * sizes.D * np.ones(len(grid))
         # (under SP the table is gathered over seq and tensor at once: sp-positions); inside
