@@ -4,9 +4,11 @@
 
 Shape of the computation (JAX_NOTES "Pipelines"):
 - The stacked blocks (L, ...) are regrouped per device as (p, v, Lmax, ...) — v chunks of at most
-  Lmax layers, padded for uneven partitions and skipped by a per-layer mask. The `stage` axis is
-  manual (shard_map); fsdp, seq and tensor (and data under ZeRO-3) stay with XLA's partitioner
-  inside each stage, so sequence, context and tensor parallelism run inside stages.
+  Lmax layers, padded for uneven partitions and skipped by a per-layer mask. With even chunks
+  the train state already stores them in that order (TrainStep.block_order), so this is a
+  reshape; uneven ones are gathered. The `stage` axis is manual (shard_map); fsdp, seq and
+  tensor (and data under ZeRO-3) stay with XLA's partitioner inside each stage, so sequence,
+  context and tensor parallelism run inside stages.
 - One `lax.scan` over the table's ticks. Each tick every device looks up its op and runs one branch
   of a `lax.switch`: idle, or F, B or W of its first, a middle or its last virtual stage. What a
   branch produces travels up, down or stays on the device (plan.py), by two cyclic `ppermute`s
