@@ -241,14 +241,14 @@ def _seq_embedding_and_head(sizes, grid, act_bytes, grad_bytes) -> list[Term]:
     head = grad_bytes * (unembed / grid.tensor + norm) * np.ones(len(grid))
     last = [(head, 1), (4 * np.ones(len(grid)), 1)]
     vee = np.isin(grid.schedule, [SCHEDULES.index(name) for name in VEE])
-    moved = [sum(b * c for b, c in terms) for terms in (first, last)]
+    moved = [sum(b * c for b, c in parts) for parts in (first, last)]
     takes = [vee | (moved[0] >= moved[1]), vee | (moved[0] < moved[1])]
     m = grid.microbatches * on
     return [Term(name, kind, (Axis.SEQ,), 1.0 * m * on_stage * c, b)
-            for name, kind, terms, on_stage in
+            for name, kind, parts, on_stage in
             (("seq-embedding", "all-gather", first, takes[0]),
              ("seq-head", "all-reduce", last, takes[1]))
-            for b, c in terms]
+            for b, c in parts]
 
 
 def _seq_sliced(sizes, grid) -> np.ndarray:
