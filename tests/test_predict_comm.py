@@ -210,3 +210,22 @@ def test_every_term_adds_up():
     assert p.memory_bytes_per_device["total"] == pytest.approx(
         sum(p.memory_bytes_per_device[k] for k in ("argument", "grads", "activations", "temp")))
     assert 0 < p.mfu < p.hfu < 1
+
+
+@pytest.mark.parametrize("convention", ["xla-cpu", "gpu"])
+def test_every_collective_family_has_a_place_in_the_step_time(convention):
+    """No family's seconds are silently dropped: each is exposed, hidden behind a window of
+    work, or timed apart (ring behind half the work, the pipeline by its own term)."""
+    timed = set(time_model.EXPOSED + time_model.HIDE_BEHIND_BACKWARD
+                + time_model.HIDE_BEHIND_COMPUTE + time_model.TIMED_APART)
+    layouts = ["data=8,zero=1", "fsdp=8", "data=2,tensor=4,sp=on", "data=2,seq=4,cp=ring",
+               "data=2,seq=2,cp=ulysses,tensor=2", "data=2,seq=2,cp=ring,stage=2,microbatches=2",
+               "seq=4,cp=ulysses,stage=2,schedule=zbv,virtual=2,microbatches=4",
+               "fsdp=2,tensor=2,stage=2,schedule=zbh1,microbatches=2"]
+    names = set()
+    for text in layouts:
+        p = predict(model_preset("tiny"), TrainConfig(), Layout.parse(text), "cpu-local",
+                    convention=convention)
+        names |= {c["name"] for c in p.collectives}
+    assert {"seq-embedding", "seq-head", "seq-grads", "cp-ring", "pipeline"} & names
+    assert names <= timed, names - timed
