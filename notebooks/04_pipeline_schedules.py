@@ -124,10 +124,12 @@ for run in runs:
 # ## The bubble, where it is physical
 # Emulated devices share the real cores: with more devices than cores an idle stage lends its core
 # to a busy one and wall time hides the bubble. So the bubble is measured with p = 2 stages on two
-# devices, one per core of a two-core machine: the pipelined step against the same work done by
-# one stage alone (L/2 layers on one device, the same m microbatches), timed alternately.
-# bubble = 1 − t(alone) / t(pipeline), beside the table's bubble with T_F = T_B = T_W (for 1F1B
-# (p−1)/(m+p−1)). ZB-H1's bubble sits below 1F1B's.
+# devices, one per core of a two-core machine: the pipelined step against one stage's work done
+# alone (the L/2-layer model as data=2 on the same two devices, m microbatches each), every
+# schedule and that one baseline timed alternately. bubble = 1 − t(alone) / t(pipeline), beside
+# the table's bubble with T_F = T_B = T_W (for 1F1B (p−1)/(m+p−1)). On a quiet machine ZB-H1's
+# bubble sat below 1F1B's at every m in three of four runs (README, "Pipelines"): the shared
+# cores' run-to-run scatter is as large as the gap, so look at several runs.
 
 # %%
 study = bubble_study(model, p=2, ms=bubble_ms, schedules=("1f1b", "zbh1"),
