@@ -36,7 +36,7 @@ class LayoutValues:
         self.schedule = SCHEDULES.index(layout.schedule) if layout.schedule in SCHEDULES else -1
         self.microbatches = num_microbatches(layout, train)
         stats = partition_stats(layout.layers_per_stage, layout.stage)
-        self.partition_n, self.partition_min, self.partition_sum = stats[1:]
+        self.partition_n, self.partition_min, self.partition_sum, self.partition_max = stats[1:]
         self.dp, self.n_devices = layout.data_parallel, layout.n_devices
         self._layout = layout
 
@@ -47,14 +47,14 @@ class LayoutValues:
         return self._layout.shard_count("embed", kind)
 
 
-def partition_stats(parts, p: int) -> tuple[int, int, int, int]:
-    """(layers of the busiest stage, entries, smallest entry, sum) of a partition, whose entry
-    k = c·p + s is chunk c of stage s; all 0 without one."""
+def partition_stats(parts, p: int) -> tuple[int, int, int, int, int]:
+    """(layers of the busiest stage, entries, smallest entry, sum, largest entry) of a
+    partition, whose entry k = c·p + s is chunk c of stage s; all 0 without one."""
     if not parts:
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, 0
     p = max(p, 1)
     busiest = max(sum(parts[k] for k in range(s, len(parts), p)) for s in range(p))
-    return busiest, len(parts), min(parts), sum(parts)
+    return busiest, len(parts), min(parts), sum(parts), max(parts)
 
 
 def _fail(message: str):

@@ -12,6 +12,8 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   position rows' cotangent too), as the tables are whole on every seq device
     seq-head      the same: per microbatch the last virtual stage's loss and head gradients
                   all-reduced over seq (reported where that stage moves more, or under ZB-V)
+    stage-regroup xla-cpu, uneven pipeline chunks: the step's gather of the padded chunks (an
+                  all-reduce over stage) and its gradients' way back (a permute)
     seq-grads     xla-cpu, ring attention: the blocks' weight gradients, held split over seq
                   in the backward (each slice reduced over data), gathered for the update
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
@@ -470,7 +472,25 @@ def _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes) -> list
         tables = param_bytes * (_elements(sizes, grid, embed=True, layers=False)
                                 / grid.embed_shards("param"))
         out.append(Term("stage-gather", "all-gather", (Axis.STAGE,), 1.0 * piped, tables))
+        out += _uneven_regroup(sizes, grid, param_bytes, grad_bytes)
     return out
+
+
+def _uneven_regroup(sizes, grid, param_bytes, grad_bytes) -> list[Term]:
+    """xla-cpu, uneven chunks: stages hold different layer counts, so the train state cannot
+    store each stage's chunks in its own rows (TrainStep.block_order) and the step gathers them
+    into the padded (p, v, Lmax) chunks: XLA all-reduces those over stage and permutes the
+    gradients of the L layers back. (Checked with the parameters whole over the batch axes;
+    with fsdp or ZeRO-3 inside stages XLA's collectives differ, even with even chunks.)"""
+    uneven = (grid.stage > 1) & (grid.partition_n > 0) & (grid.partition_min != grid.partition_max)
+    uneven = uneven & (grid.fsdp == 1) & ~((grid.zero >= 3) & (grid.data > 1))
+    layers = np.maximum(grid.partition_sum, 1)
+    per_layer = _elements(sizes, grid, layers=True) * grid.stage / layers  # on one device
+    padded = grid.stage * grid.virtual_stages * grid.partition_max
+    return [Term("stage-regroup", "all-reduce", (Axis.STAGE,), 1.0 * uneven,
+                 param_bytes * per_layer * padded),
+            Term("stage-regroup", "collective-permute", (Axis.STAGE,), 1.0 * uneven,
+                 grad_bytes * per_layer * layers)]
 
 
 def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:

@@ -106,6 +106,7 @@ class Grid:
     partition_n: np.ndarray  # entries of an explicit partition (0: none, layers split evenly)
     partition_min: np.ndarray  # its smallest entry (0 without one)
     partition_sum: np.ndarray  # the layers it covers (0 without one)
+    partition_max: np.ndarray  # its largest entry (0 without one)
     B: int  # global batch (sequences per step)
     T: int  # tokens per sequence
     executor: bool = True  # the program parex's executor compiles (xla-cpu), not the ideal one
@@ -157,16 +158,17 @@ class Grid:
         cols["schedule"] = _codes(columns.get("schedule", "gpipe"), _SCHEDULE_CODE, n)
         cols["microbatches"] = _resolved_microbatches(cols, train)
         parts = columns.get("partition")
-        stats = np.zeros((4, n), np.int64)  # stage_layers, n, min, sum
+        stats = np.zeros((5, n), np.int64)  # stage_layers, n, min, sum, max
         if parts is not None:
             stats = np.array([partition_stats(pt, int(p)) for pt, p in zip(parts, cols["stage"])],
-                             np.int64).reshape(n, 4).T
+                             np.int64).reshape(n, 5).T
         lmax = columns.get("stage_layers", None)
         if lmax is None:
             even = -(-model.layers // _at_least_1(cols["stage"]))
             lmax = np.where(stats[1] > 0, stats[0], even)
         cols["stage_layers"] = np.broadcast_to(np.asarray(lmax, dtype=np.int64), (n,))
-        for i, name in enumerate(("partition_n", "partition_min", "partition_sum"), 1):
+        for i, name in enumerate(("partition_n", "partition_min", "partition_sum",
+                                  "partition_max"), 1):
             cols[name] = stats[i]
         return cls(B=train.global_batch, T=train.seq_len or model.seq_len, **cols)
 
