@@ -221,11 +221,13 @@ def test_every_collective_family_has_a_place_in_the_step_time(convention):
     layouts = ["data=8,zero=1", "fsdp=8", "data=2,tensor=4,sp=on", "data=2,seq=4,cp=ring",
                "data=2,seq=2,cp=ulysses,tensor=2", "data=2,seq=2,cp=ring,stage=2,microbatches=2",
                "seq=4,cp=ulysses,stage=2,schedule=zbv,virtual=2,microbatches=4",
-               "fsdp=2,tensor=2,stage=2,schedule=zbh1,microbatches=2"]
+               "fsdp=2,tensor=2,stage=2,schedule=zbh1,microbatches=2",
+               "data=4,stage=2,partition=3:1,microbatches=4"]
     names = set()
     for text in layouts:
         p = predict(model_preset("tiny"), TrainConfig(), Layout.parse(text), "cpu-local",
                     convention=convention)
         names |= {c["name"] for c in p.collectives}
-    assert {"seq-embedding", "seq-head", "seq-grads", "cp-ring", "pipeline"} & names
+    assert {"seq-embedding", "seq-head", "seq-grads", "cp-ring", "pipeline",
+            "stage-regroup"} & names
     assert names <= timed, names - timed
