@@ -40,7 +40,8 @@ from .shapes import Grid, ModelSizes
 
 EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses", "zero-gather",
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
-           "embedding-table", "cp-positions", "seq-grads", "seq-embedding", "seq-head", "stage-regroup")
+           "embedding-table", "cp-positions", "seq-grads", "seq-embedding", "seq-head",
+           "stage-regroup")
 HIDE_BEHIND_BACKWARD = ("grad-reduce",)
 HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather", "tp-beside-wgrad")  # prefetched, or
 #   beside the backward's dx (SP's re-gathers) or dW GEMMs (comm.Convention.overlaps_tp_backward)
@@ -133,7 +134,7 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
     exposed = sum(seconds.get(k, 0.0) for k in EXPOSED)  # includes the critical ones
     work = compute["per_microbatch"] * m
     windows = ((HIDE_BEHIND_BACKWARD, work * 2 / 3), (HIDE_BEHIND_COMPUTE, work),
-               (TIMED_APART[:1], work / 2))
+               (("cp-ring",), work / 2))
     for names, window in windows:
         t = sum(seconds.get(k, 0.0) for k in names)
         hidden = not emulated and (overlap_grads or names != HIDE_BEHIND_BACKWARD)
