@@ -71,13 +71,9 @@ def check(p, measured, pipeline=False):
     else:  # the busiest stage's matmuls, the head's share included
         assert p.hardware_flops_per_device / measured["matmul_flops_per_device"] == \
             pytest.approx(1.0, abs=0.02)
-    kinds = bytes_by_kind(measured["collectives"])
     # equal, up to the few loss scalars XLA reduces beside (or fused into) the gradients (a
     # pipeline also sums its loss and counters over the stages)
-    scalars = 128 if pipeline else 64
-    for kind in KINDS:
-        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5,
-                                                              abs=scalars), kind
+    assert_every_kind(p, measured, scalars=128 if pipeline else 64)
 
 
 @pytest.mark.parametrize("model_name, spec, remat, microbatch", FAST)
@@ -177,8 +173,9 @@ def test_uneven_chunks_regroup_as_predicted(model_name, spec):
     assert_every_kind(p, measured)
 
 
-def assert_every_kind(p, measured):
+def assert_every_kind(p, measured, scalars=128):
+    """Predicted bytes of every collective kind equal the compiled step's, up to `scalars`."""
     kinds = bytes_by_kind(measured["collectives"])
     for kind in KINDS:
         assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5,
-                                                              abs=128), kind
+                                                              abs=scalars), kind

@@ -461,9 +461,7 @@ def pipeline_loss_and_grads(step, params, batch):
 
     def split(x):  # (B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... as in step.py
         x = x.reshape(x.shape[0] // m, m, *x.shape[1:]).swapaxes(0, 1)
-        # split over seq too, so that the embedding and the loss run on each device's positions
-        # (left whole, XLA gathers every microbatch's logits over seq in the head)
-        return step.constrain(x, (None, "batch", "seq"))
+        return step.constrain(x, (None, "batch", None))
 
     # positions in the layout's order (zig-zag under ring attention), as parex.model.loss_fn does
     tokens, targets = (split(step.ops.seq_order(batch[k])) for k in ("inputs", "targets"))

@@ -53,11 +53,7 @@ class Plan:
     def layer_index(self) -> np.ndarray:
         """(p, v, Lmax) index into the stacked layers; padding repeats layer 0 (masked out)."""
         s = self.schedule
-        starts = np.cumsum((0,) + self.partition)
-        index = np.zeros((s.p, s.v, max(self.partition)), np.int32)
-        for k, (stage, chunk, n) in enumerate(self._chunks()):
-            index[stage, chunk, :n] = np.arange(starts[k], starts[k] + n)
-        return index
+        return chunk_layers(self.partition, s.p, s.v, s.vee)
 
     @property
     def layer_mask(self) -> np.ndarray:
@@ -81,6 +77,18 @@ def stage_partition(layers: int, p: int, v: int, partition: tuple[int, ...] | No
     return tuple(partition)
 
 
+def chunk_layers(partition: tuple[int, ...], p: int, v: int, vee: bool) -> np.ndarray:
+    """(p, v, Lmax): the stacked layers chunk c of stage s runs, virtual stage k holding
+    partition[k] consecutive layers; padding repeats layer 0 (masked out)."""
+    starts = np.cumsum((0,) + tuple(partition))
+    index = np.zeros((p, v, max(partition)), np.int32)
+    for stage in range(p):
+        for chunk in range(v):
+            k = int(virtual_stage(np.asarray(stage), np.asarray(chunk), p, vee))
+            index[stage, chunk, :partition[k]] = np.arange(starts[k], starts[k + 1])
+    return index
+
+
 def storage_order(layers: int, p: int, v: int, vee: bool,
                   partition: tuple[int, ...] | None) -> np.ndarray | None:
     """The order in which to store the stacked layers so that stage s's contiguous L/p rows
@@ -89,13 +97,10 @@ def storage_order(layers: int, p: int, v: int, vee: bool,
     every step. Rows stored[i] = natural[order[i]]. None where the natural order already is
     that (one chunk per stage, even) or no order can be (uneven chunks: stages hold different
     layer counts, so the regrouping pads them and gathers)."""
-    even = partition is None or len(set(partition)) == 1
-    if v == 1 or not even:
+    partition = stage_partition(layers, p, v, partition)
+    if v == 1 or len(set(partition)) > 1:
         return None
-    n = layers // (p * v)
-    order = [virtual_stage(np.asarray(s), np.asarray(c), p, vee) * n + i
-             for s in range(p) for c in range(v) for i in range(n)]
-    return np.asarray(order, np.int64)
+    return chunk_layers(partition, p, v, vee).reshape(-1).astype(np.int64)
 
 
 def _slots(intervals: list[tuple[int, int, int, tuple]], p: int) -> tuple[dict, int]:

@@ -171,7 +171,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         # (the blocks' alone: the embedding's backward gathers its cotangent over seq instead,
         # seq-embedding); the embedding's and head's are summed once, whole, after the loop
         seq_steps = np.where(grid.stage > 1, m * grid.virtual_stages, per_step)
-        piped = (grid.stage > 1) & (grid.sp == 0)
+        piped = _seq_in_stages(grid)
         chunk = grad_bytes * _elements(sizes, grid, layers=True) / grid.virtual_stages
         over_seq = np.where(piped, chunk, over_seq)
         out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), seq_steps * (grid.seq > 1),
@@ -233,7 +233,7 @@ def _seq_embedding_and_head(sizes, grid, act_bytes, grad_bytes) -> list[Term]:
     last virtual stage all-reduces over seq its loss and the head's gradients (unembedding and
     final norm). Both run on stage 0 under ZB-V; otherwise on different stages, of which the
     measured step (measure.compiled_stats) reports the one that moves more."""
-    on = grid.executor & (grid.stage > 1) & (grid.seq > 1) & (grid.sp == 0)
+    on = _seq_in_stages(grid)
     gathered = grid.tokens * grid.seq  # b · T per microbatch
     ring = grid.cp == CP_MODES.index("ring")
     rows = grid.T * sizes.D * grad_bytes * (sizes.family == "gpt") * np.ones(len(grid))
@@ -403,10 +403,13 @@ def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:
     return out
 
 
+def _seq_in_stages(grid) -> np.ndarray:
+    """xla-cpu: seq inside pipeline stages, without SP (XLA's partitioner keeps seq there)."""
+    return grid.executor & (grid.stage > 1) & (grid.seq > 1) & (grid.sp == 0)
+
+
 def _ulysses_in_stages(grid) -> np.ndarray:
-    """xla-cpu: Ulysses with seq inside pipeline stages, without SP."""
-    return (grid.executor & (grid.stage > 1) & (grid.seq > 1) & (grid.sp == 0)
-            & (grid.cp == CP_MODES.index("ulysses")))
+    return _seq_in_stages(grid) & (grid.cp == CP_MODES.index("ulysses"))
 
 
 def _ring_terms(sizes, grid, remat, act_bytes) -> list[Term]:
