@@ -1,6 +1,7 @@
 """Benchmark: pipeline schedules against each other, measured.
 
-    python benchmarks/pipeline_bubble.py [--model tiny] [--ms 2,4,8] [--repeats 7] [--out DIR]
+    python benchmarks/pipeline_bubble.py [--model tiny] [--ms 2,4,8] [--repeats 7] [--batch 16]
+                                         [--out DIR]
 
 Two parts, each in its own process (the emulated device count is fixed per process):
 1. Equal work: ZB-H1 and ZB-V against 1F1B at p = 4, m = 8 on 8 emulated devices (data = 2), step
@@ -24,11 +25,13 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
-def equal_work(model_name: str, repeats: int) -> dict:
-    """Median step times of 1F1B, ZB-H1 and ZB-V at p = 4, m = 8, alternated."""
+def equal_work(model_name: str, repeats: int, batch: int = 16) -> dict:
+    """Median step times (wall, and this process's CPU time) of 1F1B, ZB-H1 and ZB-V at
+    p = 4, m = 8, alternated."""
     from parex.config import model_preset
     from parex.mesh import emulate_devices
 
@@ -38,16 +41,20 @@ def equal_work(model_name: str, repeats: int) -> dict:
     from parex.layout import Layout
 
     model = model_preset(model_name).replace(layers=8)
-    train = TrainConfig(global_batch=16)
+    train = TrainConfig(global_batch=batch)
     layouts = {"1f1b": "data=2,stage=4,schedule=1f1b,microbatches=8",
                "zbh1": "data=2,stage=4,schedule=zbh1,microbatches=8",
                "zbv": "data=2,stage=4,schedule=zbv,virtual=2,microbatches=8"}
     timers = {k: _timer(model, train, Layout.parse(v), None) for k, v in layouts.items()}
     times = {k: [] for k in timers}
+    cpu = {k: [] for k in timers}
     for _ in range(repeats):
         for k, run in timers.items():
+            start = time.process_time()
             times[k].append(run())
-    return {k: statistics.median(v) for k, v in times.items()}
+            cpu[k].append(time.process_time() - start)
+    return {k: statistics.median(v) for k, v in times.items()} | {
+        "cpu_" + k: statistics.median(v) for k, v in cpu.items()}
 
 
 def physical_bubble(model_name: str, ms, repeats: int, out: Path) -> None:
@@ -85,23 +92,29 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", default="artifacts")
     parser.add_argument("--part", choices=["equal-work", "bubble"], default=None)
+    parser.add_argument("--batch", type=int, default=16,
+                        help="global batch of the equal-work part (16: one sequence per "
+                             "microbatch and replica, so per-op overheads weigh most)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.part == "equal-work":
-        print(json.dumps(equal_work(args.model, args.repeats)))
+        print(json.dumps(equal_work(args.model, args.repeats, args.batch)))
         return 0
     if args.part == "bubble":
         physical_bubble(args.model, [int(m) for m in args.ms.split(",")], args.repeats, out)
         return 0
     me = [sys.executable, __file__, "--model", args.model, "--repeats", str(args.repeats),
           "--out", args.out, "--ms", args.ms]
-    result = subprocess.run(me + ["--part", "equal-work"], capture_output=True, text=True,
+    result = subprocess.run(me + ["--part", "equal-work", "--batch", str(args.batch)],
+                            capture_output=True, text=True,
                             env=os.environ | {"PYTHONWARNINGS": "ignore"}, check=True)
     times = json.loads(result.stdout.strip().splitlines()[-1])
-    print(f"p=4, m=8, 8 emulated devices: median step 1F1B {times['1f1b'] * 1e3:.1f} ms, "
-          f"ZB-H1/1F1B {times['zbh1'] / times['1f1b']:.3f}, ZB-V/1F1B "
-          f"{times['zbv'] / times['1f1b']:.3f} (equal matmul FLOPs)")
+    for kind, key in (("wall", ""), ("CPU", "cpu_")):
+        base = times[key + "1f1b"]
+        print(f"p=4, m=8, 8 emulated devices, batch {args.batch}: median {kind} time per step "
+              f"1F1B {base * 1e3:.1f} ms, ZB-H1/1F1B {times[key + 'zbh1'] / base:.3f}, "
+              f"ZB-V/1F1B {times[key + 'zbv'] / base:.3f} (equal matmul FLOPs)")
     subprocess.run(me + ["--part", "bubble"], check=True)
     return 0
 

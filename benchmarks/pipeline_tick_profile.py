@@ -1,8 +1,10 @@
 """Profile: where a pipeline step's device time goes, per part of the tick loop.
 
-    python benchmarks/pipeline_tick_profile.py [--schedules 1f1b,zbh1] [--runs 3]
+    python benchmarks/pipeline_tick_profile.py [--schedules 1f1b,zbh1] [--runs 3] [--model tiny]
+                                               [--batch 16]
 
-At p = 4, m = 8 (tiny, layers = 8, data = 2, 8 emulated devices), as pipeline_bubble.py part 1.
+At p = 4, m = 8 (the model with layers = 8, data = 2, 8 emulated devices), as pipeline_bubble.py
+part 1.
 Each compiled step runs `--runs` times under jax.profiler.trace; every XLA:CPU thunk event is
 assigned to the part of the program its instruction sits in: a branch kind of the tick switch
 (idle, F, B, W), the tick's own ops outside the switch ("tick": scatters into the stash slots,
@@ -63,7 +65,7 @@ def parts(text: str, branches: tuple[str, ...], n_ticks: int) -> dict[str, str]:
     return part
 
 
-def profile(name: str, runs: int) -> dict:
+def profile(name: str, runs: int, model_name: str = "tiny", batch: int = 16) -> dict:
     import jax
     from parex.config import TrainConfig, model_preset
     from parex.layout import Layout
@@ -71,7 +73,7 @@ def profile(name: str, runs: int) -> dict:
     from parex.pipeline_trace import _device_events, load_trace
     from parex.studies_pipeline import _timer, compile_layout
 
-    model, train = model_preset("tiny").replace(layers=8), TrainConfig(global_batch=16)
+    model, train = model_preset(model_name).replace(layers=8), TrainConfig(global_batch=batch)
     virtual = ",virtual=2" if name == "zbv" else ""
     layout = Layout.parse(f"data=2,stage=4,schedule={name},microbatches=8{virtual}")
     step, compiled, _ = compile_layout(model, train, layout, None)
@@ -106,12 +108,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", default="1f1b,zbh1")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args(argv)
     from parex.mesh import emulate_devices
 
     emulate_devices(8)
     names = args.schedules.split(",")
-    got = {n: profile(n, args.runs) for n in names}
+    got = {n: profile(n, args.runs, args.model, args.batch) for n in names}
     labels = ["idle", "F", "B", "W", "tick", "ppermute", "outside"]
     print("per device and step: min-work ms, traced ms (thunks)   ticks: "
           + ", ".join(f"{n} {got[n]['ticks']}" for n in names))

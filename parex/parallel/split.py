@@ -3,7 +3,8 @@ gradients, and neither recomputes the other's matmuls.
 
 Every place where a block's parameters meet an activation goes through `Ops.weighted(fn, x, w)`,
 with `fn` linear or affine in w (a norm's scale and bias, a projection and its bias). Here those
-calls are *tapped*: y = fn(x, w) + tap with tap = 0, and x is recorded.
+calls are *tapped*: y = fn(x, w) + tap with tap = 0 (an identity whose backward gives the tap
+y's cotangent, so F adds nothing), and x is recorded.
 - F differentiates the tapped layers with respect to (x, taps) only, the weights held fixed: its
   residuals are what dx needs, and the records (each op's input) are kept for W.
 - B's backward returns dx and, for every tap, dY: the cotangent of that op's output.
@@ -24,6 +25,24 @@ from jax import lax
 from .. import model as gpt
 from .nested import layer_loop
 from .stash import zeros_like_aval
+
+
+@jax.custom_vjp
+def _tap(y, tap):
+    """y itself, where y + tap (tap = 0) would add zeros in F; its backward hands y's cotangent
+    dY to the tap as well."""
+    return y
+
+
+def _tap_forward(y, tap):
+    return y, None
+
+
+def _tap_backward(_, dy):
+    return dy, dy
+
+
+_tap.defvjp(_tap_forward, _tap_backward)
 
 
 @dataclass(frozen=True)
@@ -64,7 +83,7 @@ class TapOps:
             self.calls.append((fn, params))
             self.outputs.append(y)
         else:
-            y = jax.tree.map(jnp.add, y, self.taps[len(self.records)])
+            y = jax.tree.map(_tap, y, self.taps[len(self.records)])
         self.records.append(x)
         return y
 
