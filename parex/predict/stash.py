@@ -3,9 +3,9 @@ executor's buffers (parex.parallel.plan), each a number of slots times the bytes
 
     res    a chunk's residuals, F to B: its layers' saved activations (memory.xla_layer_elements;
            under a split backward without the weighted ops' inputs, which the records keep; a
-           split backward under full remat keeps each layer's input and its zero taps instead,
-           the checkpointed layer's inputs that its recompute in B reads; layers looped in
-           Python also keep their weights, and Ulysses' nested attention no scores)
+           split backward under full remat keeps each layer's input, as the unsplit one: its
+           zero taps are not read by the recompute in B, split._tap; layers looped in Python
+           also keep their weights, and Ulysses' nested attention no scores)
     emb    the embedding's residuals (its token ids), on the first virtual stage
     head   the head's and loss's: the final norm's input and output, the float32 logits
     rec    a split backward's records: each weighted op's input, F to W
@@ -56,10 +56,8 @@ def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int,
     split = np.isin(grid.schedule, _split_codes())
     rec = record_elements(sizes, grid)
     # split: the records hold the weighted ops' inputs; under full remat the checkpointed layer
-    # keeps its inputs, the block input (layer_elements) and one zero tap per weighted op
-    # (fsdp=2,seq=2,stage=2,cp=ulysses,schedule=zbh1,microbatches=8: 2·F + 3·D per token)
-    split_residual = (layer_elements + cotangent_elements(sizes, grid) if remat == "full"
-                      else layer_elements - rec)
+    # keeps only the block input (layer_elements), as unsplit
+    split_residual = layer_elements if remat == "full" else layer_elements - rec
     residual = np.where(split, split_residual, layer_elements) - nested_scores(sizes, grid, remat)
     per_value = {  # bytes of one value of each buffer
         "res": (layers * residual * tokens * act_bytes
