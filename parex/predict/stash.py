@@ -3,9 +3,9 @@ executor's buffers (parex.parallel.plan), each a number of slots times the bytes
 
     res    a chunk's residuals, F to B: its layers' saved activations (memory.xla_layer_elements;
            under a split backward without the weighted ops' inputs, which the records keep; a
-           split backward under full remat keeps each layer's input, as the unsplit one: its
-           zero taps are not read by the recompute in B, split._tap; layers looped in Python
-           also keep their weights, and Ulysses' nested attention no scores)
+           split backward under full remat keeps each layer's input, as the unsplit one does,
+           since B's recompute does not read the zero taps (split._tap); layers looped in
+           Python also keep their weights, and Ulysses' nested attention no scores)
     emb    the embedding's residuals (its token ids), on the first virtual stage
     head   the head's and loss's: the final norm's input and output, the float32 logits
     rec    a split backward's records: each weighted op's input, F to W
