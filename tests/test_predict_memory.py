@@ -181,8 +181,9 @@ def test_ring_attention_keeps_one_log_sum_exp_per_row_and_head_not_scores():
 def test_pipeline_buffers_around_the_tick_switch_by_hand():
     """predict.stash: a split backward under full remat keeps each layer's input, as unsplit (its
     taps are an identity the recompute does not read; not a negative residual); the tick's switch
-    writes one value of every stash buffer and the value it sends, and a B copies its residual slot out only where the chunk's layers are a
-    scan (more than one, not looped in Python) and res has several slots."""
+    writes one value of every stash buffer and the value it sends, and a B copies its residual
+    slot out only where the chunk's layers are a scan (more than one, not looped in Python) and
+    res has several slots."""
     from parex.predict.stash import loop_grad_elements, stash_bytes, window_bytes
 
     sizes, train = model_sizes(TINY), TrainConfig(global_batch=16)
