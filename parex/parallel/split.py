@@ -3,8 +3,8 @@ gradients, and neither recomputes the other's matmuls.
 
 Every place where a block's parameters meet an activation goes through `Ops.weighted(fn, x, w)`,
 with `fn` linear or affine in w (a norm's scale and bias, a projection and its bias). Here those
-calls are *tapped*: y = fn(x, w) + tap with tap = 0 (an identity whose backward gives the tap
-y's cotangent, so F adds nothing), and x is recorded.
+calls are *tapped*: y = _tap(fn(x, w), tap) with tap = 0, which is y + tap in value but adds
+nothing in F (an identity whose backward gives the tap y's cotangent), and x is recorded.
 - F differentiates the tapped layers with respect to (x, taps) only, the weights held fixed: its
   residuals are what dx needs, and the records (each op's input) are kept for W.
 - B's backward returns dx and, for every tap, dY: the cotangent of that op's output.
