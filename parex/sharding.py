@@ -47,14 +47,17 @@ class MeshOps(Ops):
     def __init__(self, layout: Layout, mesh: Mesh):
         self.layout, self.mesh = layout, mesh
 
-    def inside(self, manual_data: bool = False) -> MeshOps:
+    def inside(self, manual_data: bool = False, manual_fsdp: bool = False) -> MeshOps:
         """These ops as seen inside a shard_map (the pipeline's over `stage`, the accumulation
         loop's over `data`): constraints and nested shard_maps name only the axes still auto,
-        and with `data` manual each replica's layout has data=1."""
+        and with `data` (`fsdp`) manual each device's layout has data=1 (fsdp=1: the pipeline
+        hands the ops whole weights, parallel.fsdp_stage)."""
         inner = copy.copy(self)
         inner.mesh = jax.sharding.get_abstract_mesh()
         if manual_data:
-            inner.layout = self.layout.replace(data=1, zero=0)
+            inner.layout = inner.layout.replace(data=1, zero=0)
+        if manual_fsdp:
+            inner.layout = inner.layout.replace(fsdp=1)
         return inner
 
     @property

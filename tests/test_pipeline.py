@@ -110,6 +110,11 @@ def test_uneven_partition_matches_unpipelined(reference):
     "data=2,tensor=2,stage=2,schedule=interleaved,virtual=2,partition=3:1:2:2,microbatches=2",
     "fsdp=2,tensor=2,stage=2,schedule=1f1b,microbatches=2",  # an XLA abort before the fix
     "data=2,zero=3,stage=4,schedule=bfs,virtual=2,microbatches=4",  # data stays automatic
+    # fsdp manual in the pipeline (parallel.fsdp_stage), with data, SP, ring and Ulysses
+    "data=2,fsdp=2,stage=2,schedule=zbh1,microbatches=2",
+    "fsdp=2,tensor=2,sp=on,stage=2,schedule=1f1b,microbatches=2",
+    "fsdp=2,seq=2,cp=ring,stage=2,schedule=gpipe,microbatches=2",
+    "fsdp=2,seq=2,cp=ulysses,stage=2,schedule=zbv,virtual=2,microbatches=2",
 ])
 def test_more_3d_layouts_match_unpipelined(layout, reference):
     check_parity(layout, reference)

@@ -231,3 +231,21 @@ def test_every_collective_family_has_a_place_in_the_step_time(convention):
     assert {"seq-embedding", "seq-head", "seq-grads", "cp-ring", "pipeline",
             "stage-regroup"} & names
     assert names <= timed, names - timed
+
+
+@pytest.mark.parametrize("spec", [
+    "fsdp=2,stage=2", "data=2,fsdp=2,stage=2,schedule=zbh1", "fsdp=2,tensor=2,stage=2",
+    "fsdp=2,tensor=2,sp=on,stage=2", "fsdp=2,seq=2,cp=ring,stage=2", "fsdp=8",
+    "data=2,zero=3,stage=2,fsdp=2", "data=4,stage=2"])
+def test_the_predictor_runs_fsdp_by_hand_where_the_pipeline_does(spec):
+    """comm._fsdp_in_stages's terms (its embedding and head sum over stage, data and fsdp at
+    once) exactly where the executor's rule (parallel.fsdp_stage.manual_fsdp) makes fsdp a
+    manual axis of a pipeline."""
+    from parex.parallel.fsdp_stage import manual_fsdp
+
+    layout = Layout.parse(spec)
+    p = predict(model_preset("tiny"), TrainConfig(global_batch=16), layout, "cpu-local",
+                convention="xla-cpu")
+    by_hand = [c for c in p.collectives if c["name"] == "pipeline-shared"
+               and c["axes"] == ["stage", "data", "fsdp"] and c["count"] > 0]
+    assert bool(by_hand) == (layout.stage > 1 and manual_fsdp(layout) > 1)

@@ -179,3 +179,18 @@ def assert_every_kind(p, measured, scalars=128):
     for kind in KINDS:
         assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5,
                                                               abs=scalars), kind
+
+
+# fsdp inside pipeline stages, run by hand (parallel.fsdp_stage): each op gathers its chunk and
+# each backward op reduce-scatters the chunk's gradients (comm._fsdp_in_stages)
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name, spec, remat", [
+    ("tiny", "fsdp=2,stage=2,microbatches=2", "none"),
+    ("tiny", "fsdp=2,data=2,stage=2,schedule=zbh1,microbatches=4", "none"),
+    ("tiny", "fsdp=2,tensor=2,stage=2,schedule=1f1b,microbatches=2", "none"),
+    ("tiny-llama", "fsdp=2,data=2,stage=2,microbatches=2", "none"),
+    ("tiny", "fsdp=4,stage=2,schedule=zbv,virtual=2,microbatches=4", "none")])
+def test_fsdp_inside_stages_matches_the_compiled_step(model_name, spec, remat):
+    p, measured = compare(model_name, spec, remat, None)
+    assert {c["kind"] for c in p.collectives if c["name"] == "grad-reduce"} >= {"reduce-scatter"}
+    check(p, measured, pipeline=True)

@@ -6,9 +6,11 @@ Shape of the computation (JAX_NOTES "Pipelines"):
 - The stacked blocks (L, ...) are regrouped per device as (p, v, Lmax, ...) — v chunks of at most
   Lmax layers, padded for uneven partitions and skipped by a per-layer mask. With even chunks
   the train state already stores them in that order (TrainStep.block_order), so this is a
-  reshape; uneven ones are gathered. The `stage` axis is manual (shard_map); fsdp, seq and
-  tensor (and data under ZeRO-3) stay with XLA's partitioner inside each stage, so sequence,
-  context and tensor parallelism run inside stages.
+  reshape; uneven ones are gathered. The `stage` axis is manual (shard_map), and so are data
+  (ZeRO < 3) and fsdp (fsdp_stage.manual_fsdp: each op gathers its chunk's fsdp shards, each
+  backward op reduce-scatters their gradients). seq and tensor (and data under ZeRO-3, fsdp
+  with SP or seq) stay with XLA's partitioner inside each stage, so sequence, context and
+  tensor parallelism run inside stages.
 - One `lax.scan` over the table's ticks. Each tick every device looks up its op and runs one branch
   of a `lax.switch`: idle, or F, B or W of its first, a middle or its last virtual stage. What a
   branch produces travels up, down or stays on the device (plan.py), by two cyclic `ppermute`s
@@ -45,6 +47,7 @@ from jax.sharding import PartitionSpec
 
 from .. import model as gpt
 from ..layout import Axis, partitioned_inside_stages
+from . import fsdp_stage
 from .nested import layer_loop
 from .outputs import Positions, leaf_outputs
 from .plan import BUFFERS, DOWN, UP, Plan, make_plan, stage_partition
@@ -113,10 +116,19 @@ class _Context:
     cfg: object
     ops: object
     remat: str
-    seed: float  # d(mean loss)/d(one microbatch's loss) = 1/(m · replicas)
-    manual: tuple  # the shard_map's manual axes: stage, and data when it is manual too
+    seed: float  # d(mean loss)/d(one microbatch's loss) = 1/(m · replicas · manual fsdp)
+    manual: tuple  # the shard_map's manual axes: stage, and data and fsdp when manual too
     taps: BlockTaps | None  # the split backward's taps (zero-bubble schedules), else None
+    shards: fsdp_stage.ChunkShards | None  # manual fsdp: how the chunks are split, else None
     specs: dict | None = None  # piece -> Residuals ("embedding", "layers", "head")
+
+    def chunk(self, i):
+        """Chunk i's weights as its ops use them: gathered over fsdp when it is manual."""
+        return _gathered(_at(self.blocks, i), self.shards, self.manual)
+
+    def block_grads(self, grads):
+        """A chunk's weight gradients as the accumulator holds them (fsdp: its shards)."""
+        return grads if self.shards is None else self.shards.scatter(grads)
 
     def embed(self, tokens):
         def piece(params):  # the table's FSDP/ZeRO-3 shards are gathered first (vocab stays
@@ -150,7 +162,7 @@ class _Context:
         mask = None if self.mask is None else _at(self.mask, i)
         tokens, targets = _at(self.tokens, i), _at(self.targets, i)
         return {"embedding": Residuals.probe(self.embed(tokens), self.embedding, ()),
-                "layers": Residuals.probe(self.layers(mask), _at(self.blocks, i),
+                "layers": Residuals.probe(self.layers(mask), self.chunk(i),
                                           self.layer_args(x), wrt_params=self.taps is None,
                                           has_aux=self.taps is not None),
                 "head": Residuals.probe(self.head_loss(targets), self.head, (x,))}
@@ -203,7 +215,7 @@ def _backward(role, ctx: _Context, state, row, blocks):
     kept = Stash.read(state["res"], row["res"])
     if ctx.taps is None:
         d_blocks, dx = specs["layers"].backward(kept, blocks, g)
-        state = state | {"d_blocks": d_blocks}
+        state = state | {"d_blocks": ctx.block_grads(d_blocks)}
     else:
         dx, d_taps = specs["layers"].backward(kept, blocks, g)
         state = _store(state, "dtap", d_taps, row["dtap"])
@@ -218,7 +230,8 @@ def _weights(ctx: _Context, state, row, blocks, like):
     """W: weight gradients of a split backward from its records and tap cotangents."""
     records = Stash.read(state["rec"], row["rec"])
     d_taps = Stash.read(state["dtap"], row["dtap"])
-    return state | {"d_blocks": weight_grads(blocks, records, d_taps, ctx.taps)}, like
+    d_blocks = weight_grads(blocks, records, d_taps, ctx.taps)
+    return state | {"d_blocks": ctx.block_grads(d_blocks)}, like
 
 
 def _writes(name: str, split: bool) -> frozenset:
@@ -291,7 +304,7 @@ def _branch(index: int, name: str, ctx: _Context, positions: Positions, like):
         stashes = [k for k in buffers if k != "inbox"]
         out = like
         if kind != "idle":
-            blocks = _at(ctx.blocks, row["chunk"])
+            blocks = ctx.chunk(row["chunk"])
             if kind == "F":
                 mask = None if ctx.mask is None else _at(ctx.mask, row["chunk"])
                 state, out = _forward(role, ctx, state, row, blocks, mask)
@@ -329,34 +342,55 @@ def _initial_state(plan: Plan, ctx: _Context, act, manual, blocks32, head32):
     return state
 
 
-def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, tokens, targets,
-                table):
+def _vary_missing(tree, axes):
+    """Mark each value varying over those of `axes` it does not vary over yet."""
+    def one(a):
+        missing = tuple(a_ for a_ in axes if a_ not in varying_axes(a))
+        return lax.pcast(a, missing, to="varying") if missing else a
+    return jax.tree.map(one, tree)
+
+
+def _gathered(chunk, shards, manual):
+    """A chunk's weights whole over a manual fsdp axis, varying over every manual axis (so that
+    its vjp returns this device's partial gradients, reduced by fsdp_stage.scatter)."""
+    if shards is None:
+        return chunk
+    return _vary_missing(shards.gather(chunk), manual)
+
+
+def _per_device(plan: Plan, cfg, ops, remat, replicas, fsdp, blocks, mask, head, tokens,
+                targets, table):
     """The shard_map body: this device's slice of every argument; returns (loss, grads).
-    `replicas` is the data-parallel size when `data` is manual here (1 when it is not)."""
+    `replicas` is the data-parallel size when `data` is manual here (1 when it is not), `fsdp`
+    the fsdp size when `fsdp` is (fsdp_stage.manual_fsdp)."""
     p, m = plan.schedule.p, plan.schedule.m
     data = (DATA,) if replicas > 1 else ()
-    manual = (STAGE,) + data
+    shards = (fsdp_stage.FSDP,) if fsdp > 1 else ()
+    manual = (STAGE,) + data + shards
     blocks, mask = jax.tree.map(lambda a: a[0], (blocks, mask))  # drop the stage dim
     mask = None if plan.layer_mask.all() else mask  # no padding: no per-layer cond
-    blocks = vary(blocks, data) if data else blocks  # already varying over stage
+    blocks = _vary_missing(blocks, manual)  # already varying over stage (and fsdp's shards)
     head = vary(head, manual)
     compute = jnp.dtype(cfg.dtype)
-    inner = ops.inside(bool(data))
+    inner = ops.inside(bool(data), manual_fsdp=bool(shards))
+    split = fsdp_stage.ChunkShards.of(cfg, inner) if shards else None
     b, T = tokens.shape[1:]
     act = vary(jnp.zeros((b, T, cfg.hidden), compute), manual)  # one activation or cotangent
     cast = gpt.cast(blocks, compute)
     taps = None
     if plan.schedule.split_backward:
-        taps = BlockTaps.probe(cfg, inner, remat, _at(_at(cast, 0), 0), act)
+        first = _at(_gathered(_at(cast, 0), split, manual), 0)  # one layer's weights
+        taps = BlockTaps.probe(cfg, inner, remat, first, act)
     cast_head = gpt.cast(head, compute)
     ctx = _Context(cast, mask, {k: cast_head[k] for k in EMBEDDING if k in cast_head},
                    {k: cast_head[k] for k in HEAD}, tokens, targets, cfg, inner, remat,
-                   1.0 / (m * replicas), manual, taps)
+                   1.0 / (m * replicas * fsdp), manual, taps, split)
     ctx = dataclasses.replace(ctx, specs=ctx.probe(act, table["mb"][0, 0]))
     state = _initial_state(plan, ctx, act, manual, blocks, head)
     stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
     ly = ops.layout
-    split_by_xla = partitioned_inside_stages(ly.tensor, ly.seq, ly.fsdp, ly.data, ly.zero)
+    split_by_xla = partitioned_inside_stages(ly.tensor, ly.seq, 1 if shards else ly.fsdp,
+                                             ly.data, ly.zero)
     positions = _switch_outputs(plan, ctx, stashes,
                                 (state["g_blocks"], state["g_head"], state["loss"]),
                                 share=not split_by_xla)
@@ -410,9 +444,11 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, blocks, mask, head, token
     state = lax.scan(tick, state, {k: a[:, 0] for k, a in table.items()})[0]
     # One reduction each after the loop: the embedding's and head's gradients come from the first
     # and last virtual stages only; the data replicas' partial gradients are summed once.
-    loss = lax.psum(state["loss"], manual) / (m * replicas)
+    loss = lax.psum(state["loss"], manual) / (m * replicas * fsdp)
     g_head = lax.psum(state["g_head"], manual)
     g_blocks = lax.psum(state["g_blocks"], data) if data else state["g_blocks"]
+    if shards:  # the shards are reduced already (B, W); the leaves fsdp does not split are not
+        g_blocks = split.sum_unsharded(g_blocks)
     return loss, jax.tree.map(lambda a: a[None], g_blocks), g_head
 
 
@@ -468,13 +504,17 @@ def pipeline_loss_and_grads(step, params, batch):
     table = {k: jnp.asarray(a) for k, a in plan.arrays.items()}
     # With replicated parameters (ZeRO < 3) the data axis is manual too, so each replica keeps
     # its partial gradients until one psum after the loop; otherwise XLA reduces them per op.
+    # fsdp is manual too where fsdp_stage.manual_fsdp says so: each device takes its rows
     replicas = step.layout.data if step.layout.zero < 3 else 1
-    body = partial(_per_device, plan, step.model, step.ops, step.train.remat, replicas)
+    fsdp = fsdp_stage.manual_fsdp(step.layout)
+    batch = ((DATA,) if replicas > 1 else ()) + ((fsdp_stage.FSDP,) if fsdp > 1 else ())
+    body = partial(_per_device, plan, step.model, step.ops, step.train.remat, replicas, fsdp)
     stage, everywhere = PartitionSpec(STAGE), PartitionSpec()
-    rows = PartitionSpec(None, DATA) if replicas > 1 else everywhere  # (m, b, T)
+    rows = PartitionSpec(None, batch) if batch else everywhere  # (m, b, T)
+    chunks = fsdp_stage.block_specs(step.model, STAGE, fsdp)
     run = jax.shard_map(
-        body, mesh=step.mesh, axis_names={STAGE} | ({DATA} if replicas > 1 else set()),
-        in_specs=(stage, stage, everywhere, rows, rows, PartitionSpec(None, STAGE)),
-        out_specs=(everywhere, stage, everywhere))
+        body, mesh=step.mesh, axis_names={STAGE, *batch},
+        in_specs=(chunks, stage, everywhere, rows, rows, PartitionSpec(None, STAGE)),
+        out_specs=(everywhere, chunks, everywhere))
     loss, g_staged, g_head = run(staged, jnp.asarray(plan.layer_mask), head, tokens, targets, table)
     return loss, {**g_head, "blocks": unstage(g_staged)[0]}

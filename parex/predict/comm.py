@@ -6,6 +6,8 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
 
     grad-reduce   gradients over the batch axes (data, fsdp, seq)   all-reduce, or reduce-scatter
                   where gradients are sharded (ZeRO-2/3, fsdp)
+                  (xla-cpu, fsdp inside pipeline stages: each backward op reduce-scatters its
+                  chunk's gradients over fsdp, parallel.fsdp_stage; the rest is summed after)
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
     seq-embedding xla-cpu, seq inside pipeline stages: per microbatch the embedding's backward
                   gathers its token ids and output cotangent over seq (ring: the zig-zag
@@ -136,8 +138,9 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     # (not inside parex's per-replica accumulation loop, where the table is whole)
     per_replica = ((grid.data > 1) & (grid.fsdp == 1) & (grid.zero < 3) & (grid.sp == 0)
                    & (grid.seq == 1) & (grid.stage == 1) & (m > 1))
+    fsdp_piped = (conv.name == "xla-cpu") & fsdp_in_stages(grid)
     xla_embed = (conv.xla_embedding & grads_sharded & (batch_group > 1) & (grid.tensor == 1)
-                 & ~per_replica)
+                 & ~per_replica & ~fsdp_piped)
     x_bytes = grid.tokens * sizes.D * act_bytes  # one microbatch's (b, T/s, D) on a device
     out: list[Term] = []
 
@@ -189,8 +192,10 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         out += _sp_weight_reduces(grid, per_step, manual)
     else:
         reductions = per_step * (batch_group > 1)
+    reductions = reductions * ~fsdp_piped  # their own terms: _fsdp_in_stages
     out.append(Term("grad-reduce", "all-reduce", batch_axes, reductions * ~rs, reduce))
     out.append(Term("grad-reduce", "reduce-scatter", batch_axes, reductions * rs, reduce))
+    out += _fsdp_in_stages(sizes, grid, grad_bytes, fsdp_piped)
     ids = 4 * grid.B // m * grid.T
     out.append(Term("embedding-ids", "all-gather", batch_axes, m * xla_embed, ids * one))
     lookups = np.where(grid.fsdp > 1, 2, 1) * m * xla_embed  # forward (fsdp) and backward
@@ -213,7 +218,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
         head_w = head_w - param_bytes * sp * sizes.D * (sizes.T_max - held)
     head_w = head_w - np.where(xla_embed, param_bytes * table, 0)  # the lookup moved instead
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp, head_w))
-    table_tp = conv.xla_embedding & fsdp & (grid.tensor > 1) & (grid.sp == 0)
+    table_tp = conv.xla_embedding & fsdp & (grid.tensor > 1) & (grid.sp == 0) & ~fsdp_piped
     shard = 4.0 * sizes.V * sizes.D / (grid.tensor * grid.fsdp)
     out.append(Term("embedding-table", "collective-permute", (Axis.FSDP, Axis.TENSOR),
                     2.0 * table_tp, shard))
@@ -223,6 +228,31 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     out += _context_terms(sizes, grid, remat, conv, act_bytes)
     out += _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes)
     return out
+
+
+def fsdp_in_stages(grid) -> np.ndarray:
+    """Where the pipeline runs fsdp by hand (parallel.fsdp_stage.manual_fsdp)."""
+    return ((grid.stage > 1) & (grid.fsdp > 1) & (grid.zero < 3) & (grid.sp == 0)
+            & (grid.seq == 1))
+
+
+def _fsdp_in_stages(sizes, grid, grad_bytes, on) -> list[Term]:
+    """xla-cpu, fsdp manual inside pipeline stages (parallel.fsdp_stage): each backward op (B,
+    or W when split) reduce-scatters its chunk's sharded gradients over fsdp; after the loop
+    the shards and the unsharded leaves (biases, norms) are summed over data, the unsharded
+    ones over fsdp, and the embedding's and head's over stage and the batch axes at once. (Its
+    forward and backward gathers are fsdp-gather's, by chunk instead of by layer.)"""
+    sharded = grad_bytes * _elements(sizes, grid, embed=True, layers=True)
+    unsharded = grad_bytes * _elements(sizes, grid, embed=False, layers=True)
+    ops = grid.microbatches * grid.virtual_stages
+    shared = grad_bytes * _elements(sizes, grid, layers=False) + 4  # + the loss
+    return [Term("grad-reduce", "reduce-scatter", (Axis.FSDP,), ops * on,
+                 sharded / grid.virtual_stages),
+            Term("grad-reduce", "all-reduce", (Axis.DATA,), 1.0 * on * (grid.data > 1),
+                 sharded / grid.fsdp + unsharded),
+            Term("grad-reduce", "all-reduce", (Axis.FSDP,), 1.0 * on, unsharded),
+            Term("pipeline-shared", "all-reduce", (Axis.STAGE, Axis.DATA, Axis.FSDP), 1.0 * on,
+                 shared)]
 
 
 def _seq_embedding_and_head(sizes, grid, act_bytes, grad_bytes) -> list[Term]:
