@@ -42,12 +42,20 @@ def manual_fsdp(layout) -> int:
     return layout.fsdp if by_hand else 1
 
 
+def _is_dim(d) -> bool:
+    return d is None or isinstance(d, int)
+
+
+def _is_dims(d) -> bool:
+    return isinstance(d, tuple)
+
+
 def embed_dims(cfg) -> dict:
     """The blocks' pytree with each leaf's embed dim (the one fsdp splits) or None, counted in
     a chunk's (Lmax, ...) leaves, as in the stacked (L, ...) parameters."""
     def index(dims):
         return dims.index("embed") if "embed" in dims else None
-    return jax.tree.map(index, gpt.param_dims(cfg)["blocks"], is_leaf=lambda d: isinstance(d, tuple))
+    return jax.tree.map(index, gpt.param_dims(cfg)["blocks"], is_leaf=_is_dims)
 
 
 def block_specs(cfg, stage: str, fsdp: int) -> dict:
@@ -58,10 +66,6 @@ def block_specs(cfg, stage: str, fsdp: int) -> dict:
             entries[2 + dim] = FSDP
         return PartitionSpec(*entries)
     return jax.tree.map(spec, embed_dims(cfg), is_leaf=_is_dim)
-
-
-def _is_dim(d) -> bool:
-    return d is None or isinstance(d, int)
 
 
 def _leaves(fn, tree, dims):
@@ -93,7 +97,7 @@ class ChunkShards:
         free = frozenset(name for name, kind in zip(ops.mesh.axis_names, ops.mesh.axis_types)
                          if kind != AxisType.Manual and sizes.get(name, 1) > 1)
         specs = jax.tree.map(lambda d: ops.layout.spec((None,) + tuple(d[1:]), "param"),
-                             gpt.param_dims(cfg)["blocks"], is_leaf=lambda d: isinstance(d, tuple))
+                             gpt.param_dims(cfg)["blocks"], is_leaf=_is_dims)
         return cls(embed_dims(cfg), specs, free, ops.mesh)
 
     def _local(self, fn, tree):
