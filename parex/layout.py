@@ -52,11 +52,19 @@ def grads_split_over_seq(ring, seq, stage, sp, fsdp, zero, hidden):
             & (hidden % seq == 0))
 
 
+def fsdp_by_hand(fsdp, zero, sp, seq):
+    """Whether a pipeline runs fsdp as a manual axis (parex.parallel.fsdp_stage): ZeRO < 3 (the
+    data axis does not shard the weights too), and no SP or seq, whose nested regions gather
+    the weight shards themselves. Layout fields or the predictor's columns of them."""
+    return (fsdp > 1) & (zero < 3) & (sp == 0) & (seq == 1)
+
+
 def partitioned_inside_stages(tensor, seq, fsdp, data, zero):
     """Whether XLA's partitioner splits values inside a pipeline stage (parex.parallel.pipeline
-    keeps only stage, and data under ZeRO < 3, manual): over tensor, seq or fsdp, or over data
-    under ZeRO-3. Layout fields or the predictor's columns of them."""
-    return (tensor > 1) | (seq > 1) | (fsdp > 1) | ((data > 1) & (zero >= 3))
+    keeps stage manual, data under ZeRO < 3 and fsdp where `fsdp_by_hand`): over tensor or seq,
+    or over fsdp and data under ZeRO-3 (fsdp with SP or seq comes with tensor or seq > 1).
+    Layout fields or the predictor's columns of them."""
+    return (tensor > 1) | (seq > 1) | (((fsdp > 1) | (data > 1)) & (zero >= 3))
 
 
 class LayoutError(ValueError):
@@ -299,4 +307,4 @@ LAYOUT_PRESETS = {
 }
 
 __all__ = ["Axis", "CP_MODES", "OUTER_DTYPES", "Layout", "LayoutError", "LAYOUT_PRESETS",
-           "MESH_AXES", "DTYPES", "REMAT_POLICIES"]
+           "MESH_AXES", "DTYPES", "REMAT_POLICIES", "fsdp_by_hand"]

@@ -29,16 +29,16 @@ from jax import lax
 from jax.sharding import AxisType, PartitionSpec
 
 from .. import model as gpt
-from ..layout import Axis
+from ..layout import Axis, fsdp_by_hand
 
 FSDP = Axis.FSDP.value
 
 
 def manual_fsdp(layout) -> int:
-    """The fsdp size the pipeline runs by hand; 1: none, or left to XLA (ZeRO-3, and SP or seq,
-    whose nested regions gather the weight shards themselves: their layers are unrolled, and a
-    whole weight sliced from a gathered chunk would be stashed per microbatch in flight)."""
-    by_hand = layout.fsdp > 1 and layout.zero < 3 and not layout.sp and layout.seq == 1
+    """The fsdp size the pipeline runs by hand (layout.fsdp_by_hand); 1: none, or left to XLA.
+    (SP's and seq's nested regions gather the shards themselves: their layers are unrolled, and
+    a whole weight sliced from a gathered chunk would be stashed per microbatch in flight.)"""
+    by_hand = fsdp_by_hand(layout.fsdp, layout.zero, layout.sp, layout.seq)
     return layout.fsdp if by_hand else 1
 
 

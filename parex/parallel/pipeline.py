@@ -80,9 +80,12 @@ def nests(ops) -> bool:
 
 
 def vary(tree, axes):
-    """Mark values invariant over `axes` as varying, so that vjp does not insert a psum inside
-    the loop and scan carries and switch branches agree on their types."""
-    return jax.tree.map(lambda a: lax.pcast(a, axes, to="varying"), tree)
+    """Mark values varying over `axes` (those they do not vary over yet), so that vjp does not
+    insert a psum inside the loop and scan carries and switch branches agree on their types."""
+    def one(a):
+        missing = tuple(axis for axis in axes if axis not in varying_axes(a))
+        return lax.pcast(a, missing, to="varying") if missing else a
+    return jax.tree.map(one, tree)
 
 
 def _at(tree, i):
@@ -288,9 +291,7 @@ def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators,
 
 def _like(value, ref):
     """value in ref's dtype, varying over (at least) the axes ref varies over."""
-    value = value.astype(ref.dtype)
-    missing = tuple(sorted(varying_axes(ref) - varying_axes(value)))
-    return lax.pcast(value, missing, to="varying") if missing else value
+    return vary(value.astype(ref.dtype), tuple(sorted(varying_axes(ref))))
 
 
 def _branch(index: int, name: str, ctx: _Context, positions: Positions, like):
@@ -342,20 +343,12 @@ def _initial_state(plan: Plan, ctx: _Context, act, manual, blocks32, head32):
     return state
 
 
-def _vary_missing(tree, axes):
-    """Mark each value varying over those of `axes` it does not vary over yet."""
-    def one(a):
-        missing = tuple(a_ for a_ in axes if a_ not in varying_axes(a))
-        return lax.pcast(a, missing, to="varying") if missing else a
-    return jax.tree.map(one, tree)
-
-
 def _gathered(chunk, shards, manual):
     """A chunk's weights whole over a manual fsdp axis, varying over every manual axis (so that
     its vjp returns this device's partial gradients, reduced by fsdp_stage.scatter)."""
     if shards is None:
         return chunk
-    return _vary_missing(shards.gather(chunk), manual)
+    return vary(shards.gather(chunk), manual)
 
 
 def _per_device(plan: Plan, cfg, ops, remat, replicas, fsdp, blocks, mask, head, tokens,
@@ -369,7 +362,7 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, fsdp, blocks, mask, head,
     manual = (STAGE,) + data + shards
     blocks, mask = jax.tree.map(lambda a: a[0], (blocks, mask))  # drop the stage dim
     mask = None if plan.layer_mask.all() else mask  # no padding: no per-layer cond
-    blocks = _vary_missing(blocks, manual)  # already varying over stage (and fsdp's shards)
+    blocks = vary(blocks, manual)  # already varying over stage (and fsdp's shards)
     head = vary(head, manual)
     compute = jnp.dtype(cfg.dtype)
     inner = ops.inside(bool(data), manual_fsdp=bool(shards))
@@ -389,8 +382,7 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, fsdp, blocks, mask, head,
     state = _initial_state(plan, ctx, act, manual, blocks, head)
     stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
     ly = ops.layout
-    split_by_xla = partitioned_inside_stages(ly.tensor, ly.seq, 1 if shards else ly.fsdp,
-                                             ly.data, ly.zero)
+    split_by_xla = partitioned_inside_stages(ly.tensor, ly.seq, ly.fsdp, ly.data, ly.zero)
     positions = _switch_outputs(plan, ctx, stashes,
                                 (state["g_blocks"], state["g_head"], state["loss"]),
                                 share=not split_by_xla)

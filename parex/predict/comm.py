@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hlo import KINDS
-from ..layout import CP_MODES, Axis, grads_split_over_seq
+from ..layout import CP_MODES, Axis, fsdp_by_hand, grads_split_over_seq
 from ..parallel.schedules import SCHEDULES, SPLIT, VEE
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named
@@ -231,9 +231,8 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
 
 
 def fsdp_in_stages(grid) -> np.ndarray:
-    """Where the pipeline runs fsdp by hand (parallel.fsdp_stage.manual_fsdp)."""
-    return ((grid.stage > 1) & (grid.fsdp > 1) & (grid.zero < 3) & (grid.sp == 0)
-            & (grid.seq == 1))
+    """Where the pipeline runs fsdp by hand (parallel.fsdp_stage)."""
+    return (grid.stage > 1) & fsdp_by_hand(grid.fsdp, grid.zero, grid.sp, grid.seq)
 
 
 def _fsdp_in_stages(sizes, grid, grad_bytes, on) -> list[Term]:
