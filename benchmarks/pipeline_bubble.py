@@ -1,12 +1,14 @@
 """Benchmark: pipeline schedules against each other, measured.
 
     python benchmarks/pipeline_bubble.py [--model tiny] [--ms 2,4,8] [--repeats 7] [--batch 16]
-                                         [--out DIR]
+                                         [--processes 3] [--out DIR]
 
 Two parts, each in its own process (the emulated device count is fixed per process):
 1. Equal work: ZB-H1 and ZB-V against 1F1B at p = 4, m = 8 on 8 emulated devices (data = 2), step
-   times alternated in one run. Their matmul FLOPs are equal, and with more emulated devices than
-   cores an idle stage's core serves another stage, so the step times should be too (ratio ≈ 1).
+   times alternated in one process, in each of `--processes` processes (one process's ratio
+   scatters by a few per cent: the median over processes is the figure). Their matmul FLOPs are
+   equal, and with more emulated devices than cores an idle stage's core serves another stage,
+   so the step times should be too (ratio ≈ 1).
 2. The bubble where it is physical: p = 2 stages on 2 emulated devices, one per core of a 2-core
    machine. Per schedule and m: the pipelined step against one stage's work done alone on one
    device (parex.studies_pipeline), so bubble = 1 − t(alone)/t(pipeline), beside the table's
@@ -92,6 +94,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", default="artifacts")
     parser.add_argument("--part", choices=["equal-work", "bubble"], default=None)
+    parser.add_argument("--processes", type=int, default=3,
+                        help="equal-work processes (each alternates the schedules; a process's "
+                             "ratio scatters by a few per cent between processes)")
     parser.add_argument("--batch", type=int, default=16,
                         help="global batch of the equal-work part (16: one sequence per "
                              "microbatch and replica, so per-op overheads weigh most)")
@@ -106,15 +111,23 @@ def main(argv=None) -> int:
         return 0
     me = [sys.executable, __file__, "--model", args.model, "--repeats", str(args.repeats),
           "--out", args.out, "--ms", args.ms]
-    result = subprocess.run(me + ["--part", "equal-work", "--batch", str(args.batch)],
-                            capture_output=True, text=True,
-                            env=os.environ | {"PYTHONWARNINGS": "ignore"}, check=True)
-    times = json.loads(result.stdout.strip().splitlines()[-1])
+    ratios = []  # per process: {"zbh1", "zbv", "cpu_zbh1", "cpu_zbv"} over 1F1B
+    for i in range(args.processes):
+        result = subprocess.run(me + ["--part", "equal-work", "--batch", str(args.batch)],
+                                capture_output=True, text=True,
+                                env=os.environ | {"PYTHONWARNINGS": "ignore"}, check=True)
+        times = json.loads(result.stdout.strip().splitlines()[-1])
+        base = {k: times[("cpu_" if k.startswith("cpu_") else "") + "1f1b"] for k in times}
+        ratios.append({k: v / base[k] for k, v in times.items() if not k.endswith("1f1b")})
+        print(f"equal work, process {i + 1}/{args.processes}: 1F1B {times['1f1b'] * 1e3:.1f} ms, "
+              + ", ".join(f"{k} {r:.3f}" for k, r in ratios[-1].items()), flush=True)
     for kind, key in (("wall", ""), ("CPU", "cpu_")):
-        base = times[key + "1f1b"]
-        print(f"p=4, m=8, 8 emulated devices, batch {args.batch}: median {kind} time per step "
-              f"1F1B {base * 1e3:.1f} ms, ZB-H1/1F1B {times[key + 'zbh1'] / base:.3f}, "
-              f"ZB-V/1F1B {times[key + 'zbv'] / base:.3f} (equal matmul FLOPs)")
+        zbh1, zbv = ([r[key + name] for r in ratios] for name in ("zbh1", "zbv"))
+        print(f"p=4, m=8, 8 emulated devices, batch {args.batch}, {kind} time per step over 1F1B's "
+              f"(median of {args.processes} processes, each the median of {args.repeats} "
+              f"alternated runs; range): ZB-H1 {statistics.median(zbh1):.3f} "
+              f"({min(zbh1):.3f}–{max(zbh1):.3f}), ZB-V {statistics.median(zbv):.3f} "
+              f"({min(zbv):.3f}–{max(zbv):.3f}) (equal matmul FLOPs)")
     subprocess.run(me + ["--part", "bubble"], check=True)
     return 0
 

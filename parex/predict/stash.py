@@ -53,7 +53,7 @@ def stash_bytes(sizes: ModelSizes, grid: Grid, layer_elements, act_bytes: int,
     per token, what one layer keeps for its unsplit backward (memory.xla_layer_elements)."""
     slots = buffer_columns(grid)
     tokens, layers = grid.tokens, grid.stage_layers / grid.virtual_stages
-    split = np.isin(grid.schedule, _split_codes())
+    split = split_backward(grid)
     rec = record_elements(sizes, grid)
     # split: the records hold the weighted ops' inputs; under full remat the checkpointed layer
     # keeps only the block input (layer_elements), as unsplit
@@ -123,7 +123,7 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict, grads=0.0) -> np.n
     and 3.0 off ZB-H1's (the model: 3.4, its gradients and tap cotangents)."""
     slots = buffer_columns(grid)
     read = np.where(slots["res"] > 1, values["res"] * scanned_chunk(grid), 0.0)
-    split = np.isin(grid.schedule, _split_codes())
+    split = split_backward(grid)
     forward = values["res"] + values["rec"] + values["emb"] + values["head"]
     backward = values["dtap"] + np.where(split, 0.0, grads)
     shared = np.maximum(np.maximum(forward, backward), np.where(split, grads, 0.0))
@@ -157,6 +157,11 @@ def loop_grad_elements(sizes: ModelSizes, grid: Grid, stored) -> np.ndarray:
     return np.where(grid.stage > 1, head + stored / grid.virtual_stages, 0.0)
 
 
+def split_backward(grid: Grid) -> np.ndarray:
+    """Where the schedule splits the backward into B and W (parallel.schedules.SPLIT)."""
+    return np.isin(grid.schedule, _split_codes())
+
+
 def _split_codes():
     from ..parallel.schedules import SCHEDULES, SPLIT
 
@@ -164,4 +169,4 @@ def _split_codes():
 
 
 __all__ = ["cotangent_elements", "loop_grad_elements", "record_elements", "scanned_chunk",
-           "stash_bytes", "window_bytes"]
+           "split_backward", "stash_bytes", "window_bytes"]
