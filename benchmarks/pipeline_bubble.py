@@ -111,14 +111,14 @@ def main(argv=None) -> int:
         return 0
     me = [sys.executable, __file__, "--model", args.model, "--repeats", str(args.repeats),
           "--out", args.out, "--ms", args.ms]
-    ratios = []  # per process: {"zbh1", "zbv", "cpu_zbh1", "cpu_zbv"} over 1F1B
+    ratios = []  # per process: wall ("zbh1", "zbv") and CPU ("cpu_zbh1", ...) time over 1F1B's
     for i in range(args.processes):
         result = subprocess.run(me + ["--part", "equal-work", "--batch", str(args.batch)],
                                 capture_output=True, text=True,
                                 env=os.environ | {"PYTHONWARNINGS": "ignore"}, check=True)
         times = json.loads(result.stdout.strip().splitlines()[-1])
-        base = {k: times[("cpu_" if k.startswith("cpu_") else "") + "1f1b"] for k in times}
-        ratios.append({k: v / base[k] for k, v in times.items() if not k.endswith("1f1b")})
+        ratios.append({key + name: times[key + name] / times[key + "1f1b"]
+                       for key in ("", "cpu_") for name in ("zbh1", "zbv")})
         print(f"equal work, process {i + 1}/{args.processes}: 1F1B {times['1f1b'] * 1e3:.1f} ms, "
               + ", ".join(f"{k} {r:.3f}" for k, r in ratios[-1].items()), flush=True)
     for kind, key in (("wall", ""), ("CPU", "cpu_")):

@@ -226,16 +226,24 @@ def grads_sharded(grid) -> np.ndarray:
     return (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
 
 
+def chunks_gathered_by_hand(grid) -> np.ndarray:
+    """Where parex's pipeline gathers each chunk over fsdp itself (parallel.fsdp_stage), not
+    layer by layer as XLA does elsewhere."""
+    return grid.executor & fsdp_in_stages(grid)
+
+
 def sharded_layer_bytes(sizes, grid, rec) -> np.ndarray:
     """Where gradients are sharded, the layer being differentiated holds its weights whole and
     its gradient before the reduction that shards it: one layer's parameters (split only by
-    tensor) in the stored and the gradient dtypes."""
+    tensor) in the stored and the gradient dtypes. A pipeline that gathers its chunks by hand
+    holds a whole chunk instead (gathered_chunk_bytes)."""
     layer = sizes.layer_params / grid.tensor
-    return np.where(grads_sharded(grid), (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
+    by_layer = grads_sharded(grid) & ~chunks_gathered_by_hand(grid)
+    return np.where(by_layer, (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
 
 
 def gathered_chunk_bytes(sizes, grid, act_bytes) -> np.ndarray:
-    """fsdp inside pipeline stages, by hand (parallel.fsdp_stage): each op gathers its whole
+    """fsdp inside pipeline stages, by hand (chunks_gathered_by_hand): each op gathers its whole
     chunk over fsdp, and the op that forms the chunk's gradients holds them whole before it
     reduce-scatters them, both in the compute dtype, on top of the stash and the switch's
     windows. B holds both; split, B holds the weights and W the gradients. A chunk is
@@ -244,7 +252,7 @@ def gathered_chunk_bytes(sizes, grid, act_bytes) -> np.ndarray:
     small fsdp=2,data=2,stage=2,schedule=1f1b,microbatches=4 (0.67, now 1.01)."""
     chunk = sizes.layer_params * grid.stage_layers / (grid.virtual_stages * grid.tensor)
     held = np.where(split_backward(grid), 1.0, 2.0)
-    return np.where(grid.executor & fsdp_in_stages(grid), held * act_bytes * chunk, 0.0)
+    return np.where(chunks_gathered_by_hand(grid), held * act_bytes * chunk, 0.0)
 
 
 def update_bytes(sizes, grid, rec) -> np.ndarray:
