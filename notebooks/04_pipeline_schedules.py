@@ -128,9 +128,10 @@ for run in runs:
 # alone (the L/2-layer model as data=2 on the same two devices, m microbatches each), every
 # schedule and that one baseline timed alternately. bubble = 1 − t(alone) / t(pipeline), beside
 # the table's bubble with T_F = T_B = T_W (for 1F1B (p−1)/(m+p−1)). ZB-H1's bubble sat below
-# 1F1B's at every m in three of the benchmark's four runs, but the slow `zero-bubble` figure read
-# it above in two of its four runs (README, "Pipelines"): the shared cores' run-to-run scatter is
-# as large as the gap, so the ordering is not reliable yet; look at several runs.
+# 1F1B's in 14 of the benchmark's 15 (run, m) points and in all but one of the slow `zero-bubble`
+# figure's runs on a quiet machine; on a loaded one the figure read it above (README,
+# "Pipelines"): the shared cores' run-to-run scatter is as large as the gap, so look at several
+# runs.
 
 # %%
 study = bubble_study(model, p=2, ms=bubble_ms, schedules=("1f1b", "zbh1"),

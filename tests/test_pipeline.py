@@ -141,6 +141,37 @@ def test_plan_buffers_hold_what_the_table_keeps_in_flight(name):
     assert sent == 2 * 8 * (4 * v - 1)  # every F but the last's, every B but the first's
 
 
+@pytest.mark.parametrize("family", ["gpt", "llama"])
+def test_split_backward_leaves_the_norms_weight_gradients_to_b(family):
+    """W's records and tap cotangents are the projections' only: the norms' scales (and GPT's
+    biases) are differentiated in B (split.BlockTaps.early), which needs no stash for them."""
+    from parex.model import SINGLE_DEVICE
+    from parex.parallel.split import BlockTaps
+
+    cfg = ModelConfig("split", family=family, layers=2, hidden=32, heads=4, kv_heads=2,
+                      vocab=64, seq_len=8)
+    layer = jax.tree.map(lambda a: a[0], init_params(cfg, jax.random.key(0))["blocks"])
+    x = jnp.zeros((2, cfg.seq_len, cfg.hidden))
+    taps = BlockTaps.probe(cfg, SINGLE_DEVICE, "none", layer, x)
+    assert taps.early == ("norm1", "norm2")
+    assert {path[0] for op in taps.ops for _, path in op.paths} == {"attn", "mlp"}
+    # QKV, W_o, the MLP input (one op for SwiGLU's two matrices) and W_out
+    assert len(taps.records) == len(taps.ops) == 4
+
+
+def test_llama_zero_bubble_matches_unpipelined():
+    """RMSNorm's scale (no bias) differentiated in B, GQA and SwiGLU projections in W."""
+    model = ModelConfig("pipe-llama", family="llama", layers=4, hidden=32, heads=4, kv_heads=2,
+                        vocab=64, seq_len=8)
+    params = init_params(model, jax.random.key(0))
+    tokens = jax.random.randint(jax.random.key(1), (8, model.seq_len), 0, model.vocab)
+    batch = {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
+    ref_loss, ref_grads = reference_loss_and_grads(model, TRAIN, params, batch)
+    loss, grads = pipelined("data=2,stage=4,schedule=zbh1,microbatches=4", params, batch, model)
+    assert abs(float(loss) - float(ref_loss)) <= TOL * abs(float(ref_loss))
+    assert relative_error(grads, ref_grads) < TOL
+
+
 def test_gpipe_keeps_every_microbatch_and_1f1b_at_most_p():
     for m in (4, 16):
         gpipe = make_plan(make_schedule("gpipe", 4, m), (2,) * 4)

@@ -95,11 +95,13 @@ def test_gpipe_holds_every_microbatch_and_1f1b_at_most_p(compiled):
 
 
 def test_zbh1_memory_is_1f1b_plus_its_weight_gradient_stash(compiled):
-    """Beside 1F1B's residuals, ZB-H1 keeps each weighted op's input (5·D + F per token) from F
-    to W, and each op's output cotangent (7·D + F) from B to W, for the slots its table needs."""
+    """Beside 1F1B's residuals, ZB-H1 keeps each projection's input (3·D + F per token) from F
+    to W, and its output cotangent (5·D + F) from B to W, for the slots its table needs (the
+    norms' weight gradients are formed in B; test_pipeline.py checks that they stash nothing).
+    Measured: 0.55 of that bound (0.63 when the norms were tapped too)."""
     plan, _ = compiled["zbh1", M]
     T, D, F = MODEL.seq_len, MODEL.hidden, MODEL.ffn
-    w_stash = 4 * T * (plan.slots["rec"] * (5 * D + F) + plan.slots["dtap"] * (7 * D + F))
+    w_stash = 4 * T * (plan.slots["rec"] * (3 * D + F) + plan.slots["dtap"] * (5 * D + F))
     extra = temp(compiled, ("zbh1", M)) - temp(compiled, ("1f1b", M))
     assert 0 < extra <= 1.1 * w_stash
 

@@ -101,12 +101,15 @@ class ChunkShards:
         return cls(embed_dims(cfg), specs, free, ops.mesh)
 
     def _local(self, fn, tree):
-        """fn on each leaf, in a shard_map over the automatic axes when there are any: XLA's
-        partitioner meeting a collective on a tensor-sharded operand gathers it whole first."""
+        """fn on each leaf of a blocks tree (or of some of its top-level keys), in a shard_map
+        over the automatic axes when there are any: XLA's partitioner meeting a collective on
+        a tensor-sharded operand gathers it whole first."""
+        dims = {k: self.dims[k] for k in tree}  # tree may hold some of the block's keys
         if not self.free:
-            return _leaves(fn, tree, self.dims)
-        return jax.shard_map(lambda t: _leaves(fn, t, self.dims), mesh=self.mesh,
-                             in_specs=(self.specs,), out_specs=self.specs,
+            return _leaves(fn, tree, dims)
+        specs = {k: self.specs[k] for k in tree}
+        return jax.shard_map(lambda t: _leaves(fn, t, dims), mesh=self.mesh,
+                             in_specs=(specs,), out_specs=specs,
                              axis_names=set(self.free))(tree)
 
     def gather(self, chunk):

@@ -24,8 +24,9 @@ Shape of the computation (JAX_NOTES "Pipelines"):
   recomputed, exactly as in the unpipelined step; GPipe holds m microbatches' residuals and 1F1B at
   most p.
 - Zero-bubble schedules split the backward (split.py): F runs the layers with every weighted op
-  tapped and keeps each op's input; B returns dx and the taps' cotangents dY; W forms the weight
-  gradients from those. Each matmul runs once in F, once in B and once in W, as in 1F1B.
+  tapped and keeps each op's input; B returns dx, the taps' cotangents dY and the norms' weight
+  gradients; W forms the other weight gradients from the records and dY. Each matmul runs once in
+  F, once in B and once in W, as in 1F1B.
 - The embedding and head are stored sharded over `stage` too (their parameters, gradients and
   optimizer state fall with p): XLA gathers them before the loop, and their gradients, produced on
   the first and last virtual stages, are summed over stages after it.
@@ -142,18 +143,29 @@ class _Context:
     def layers(self, mask):
         if self.taps is None:
             return lambda blocks, x: _run_layers(x, blocks, mask, self.cfg, self.ops, self.remat)
-        return lambda blocks, x, taps: tapped_layers(blocks, x, taps, mask, self.cfg, self.ops,
-                                                     self.remat, self.taps)
+
+        def split(blocks, x, taps, early):  # differentiated: x, the taps and B's parameters
+            late, _ = self.taps.split(blocks)
+            return tapped_layers(late | early, x, taps, mask, self.cfg, self.ops, self.remat,
+                                 self.taps)
+        return split
 
     def head_loss(self, targets):
         return lambda params, y: gpt.cross_entropy(gpt.unembed(params, y, self.cfg, self.ops),
                                                    targets)
 
-    def layer_args(self, x):
-        """The layers piece's differentiated inputs: x, and the taps when split."""
+    def layer_args(self, x, blocks):
+        """The layers piece's differentiated inputs: x, and when split the taps and the
+        parameters whose gradients B forms (split.BlockTaps.early)."""
         if self.taps is None:
             return (x,)
-        return (x, self.taps.zero_taps(self.blocks_layers))
+        return (x, self.taps.zero_taps(self.blocks_layers), self.taps.split(blocks)[1])
+
+    def grad_kind(self, key: str) -> str:
+        """Which op forms the gradient of the blocks' parameters `key`: "blocks.early" (B) or
+        "blocks.late" (W, or B when the backward is not split)."""
+        early = self.taps is not None and key in self.taps.early
+        return "blocks.early" if early else "blocks.late"
 
     @property
     def blocks_layers(self) -> int:
@@ -163,10 +175,11 @@ class _Context:
         """The residual structure of each piece, traced abstractly for microbatch and chunk i
         (a traced index, as the branches use, so that both trace the same program)."""
         mask = None if self.mask is None else _at(self.mask, i)
-        tokens, targets = _at(self.tokens, i), _at(self.targets, i)
+        tokens, targets, chunk = _at(self.tokens, i), _at(self.targets, i), self.chunk(i)
         return {"embedding": Residuals.probe(self.embed(tokens), self.embedding, ()),
-                "layers": Residuals.probe(self.layers(mask), self.chunk(i),
-                                          self.layer_args(x), wrt_params=self.taps is None,
+                "layers": Residuals.probe(self.layers(mask), chunk,
+                                          lambda blocks: self.layer_args(x, blocks),
+                                          wrt_params=self.taps is None,
                                           has_aux=self.taps is not None),
                 "head": Residuals.probe(self.head_loss(targets), self.head, (x,))}
 
@@ -194,7 +207,8 @@ def _forward(role, ctx: _Context, state, row, blocks, mask):
         state = _store(state, "emb", kept, row["emb"])
     else:
         x = _at(state["inbox"], row["inbox"])
-    y, records, kept = specs["layers"].forward(ctx.layers(mask), blocks, ctx.layer_args(x))
+    y, records, kept = specs["layers"].forward(ctx.layers(mask), blocks,
+                                               ctx.layer_args(x, blocks))
     state = _store(state, "res", kept, row["res"])
     if ctx.taps is not None:
         state = _store(state, "rec", records, row["rec"])
@@ -220,8 +234,9 @@ def _backward(role, ctx: _Context, state, row, blocks):
         d_blocks, dx = specs["layers"].backward(kept, blocks, g)
         state = state | {"d_blocks": ctx.block_grads(d_blocks)}
     else:
-        dx, d_taps = specs["layers"].backward(kept, blocks, g)
-        state = _store(state, "dtap", d_taps, row["dtap"])
+        dx, d_taps, d_early = specs["layers"].backward(kept, blocks, g)
+        state = _store(state, "dtap", d_taps, row["dtap"]) | {
+            "d_blocks": ctx.block_grads(d_early)}
     if role != "first":
         return state, dx
     kept = Stash.read(state["emb"], row["emb"])
@@ -233,35 +248,37 @@ def _weights(ctx: _Context, state, row, blocks, like):
     """W: weight gradients of a split backward from its records and tap cotangents."""
     records = Stash.read(state["rec"], row["rec"])
     d_taps = Stash.read(state["dtap"], row["dtap"])
-    d_blocks = weight_grads(blocks, records, d_taps, ctx.taps)
+    d_blocks = weight_grads(ctx.taps.split(blocks)[0], records, d_taps, ctx.taps)
     return state | {"d_blocks": ctx.block_grads(d_blocks)}, like
 
 
 def _writes(name: str, split: bool) -> frozenset:
-    """What branch `name` produces: stash buffers, and "blocks"/"head" for gradients."""
+    """What branch `name` produces: stash buffers, and for gradients "blocks.early" (those of
+    the parameters B differentiates when split, _Context.grad_kind), "blocks.late" (the
+    others) and "head_grads"."""
     kind, _, role = name.partition(".")
     if kind == "F":
         return frozenset({"res"} | ({"rec"} if split else set())
                          | ({"emb"} if role == "first" else set())
                          | ({"head"} if role == "last" else set()))
     if kind == "B":
-        return frozenset(({"dtap"} if split else {"blocks"})
+        return frozenset(({"dtap", "blocks.early"} if split else {"blocks.early", "blocks.late"})
                          | ({"head_grads"} if role in ("first", "last") else set()))
-    return frozenset({"blocks"} if kind == "W" else set())
+    return frozenset({"blocks.late"} if kind == "W" else set())
 
 
 def _produced(state, buffers, accumulators) -> dict:
     """What a branch produced, keyed as its switch outputs (outputs.Output keys): (buffer, leaf)
-    for the stash values, ("blocks", leaf) for a chunk's gradients, ("head_grads.<param>", leaf)
-    for the embedding's and head's."""
+    for the stash values, ("blocks.<key>", leaf) for a chunk's gradients (each top-level key of
+    the block), ("head_grads.<param>", leaf) for the embedding's and head's."""
     out = {}
     for name in buffers:
         if "put." + name in state:
             out |= {(name, i): v for i, v in enumerate(jax.tree.leaves(state["put." + name]))}
-    if "d_blocks" in state:
-        out |= {("blocks", i): v for i, v in enumerate(jax.tree.leaves(state["d_blocks"]))}
-    for k, grads in state.get("d_head", {}).items():
-        out |= {("head_grads." + k, i): v for i, v in enumerate(jax.tree.leaves(grads))}
+    for prefix, grads in (("blocks.", state.get("d_blocks", {})),
+                          ("head_grads.", state.get("d_head", {}))):
+        for k, g in grads.items():
+            out |= {(prefix + k, i): v for i, v in enumerate(jax.tree.leaves(g))}
     return out
 
 
@@ -281,7 +298,8 @@ def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators,
     outputs = []
     for name, buffer in stashes.items():
         outputs += leaf_outputs(name, buffer, producers(name))
-    outputs += leaf_outputs("blocks", g_blocks, producers("blocks"))
+    for k, g in g_blocks.items():
+        outputs += leaf_outputs("blocks." + k, g, producers(ctx.grad_kind(k)))
     for k, g in g_head.items():
         role = "first" if k in EMBEDDING else "last"
         outputs += leaf_outputs("head_grads." + k, g, producers("head_grads", role),
@@ -411,11 +429,12 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, fsdp, blocks, mask, head,
             if (name, 0) in positions.of:
                 slot = jnp.where(made((name, 0), branch), row[name], plan.slots[name])
                 state = state | {name: _put(state[name], read(values, name, state[name]), slot)}
-        if ("blocks", 0) in positions.of:
-            chunk = jnp.where(made(("blocks", 0), branch), row["chunk"], plan.schedule.v)
-            state = state | {"g_blocks": _put(state["g_blocks"],
-                                              read(values, "blocks", state["g_blocks"]), chunk,
-                                              add=True)}
+        g_blocks = dict(state["g_blocks"])
+        for k, g in g_blocks.items():  # added at the chunk's index, or dropped (v)
+            if ("blocks." + k, 0) in positions.of:
+                chunk = jnp.where(made(("blocks." + k, 0), branch), row["chunk"],
+                                  plan.schedule.v)
+                g_blocks[k] = _put(g, read(values, "blocks." + k, g), chunk, add=True)
         g_head = dict(state["g_head"])
         for k, g in g_head.items():  # added at index 0 of a one-slot view, or dropped (1)
             if ("head_grads." + k, 0) in positions.of:
@@ -423,7 +442,7 @@ def _per_device(plan: Plan, cfg, ops, remat, replicas, fsdp, blocks, mask, head,
                 one = jax.tree.map(lambda a: a[None], g)
                 g_head[k] = jax.tree.map(lambda a: a[0], _put(
                     one, read(values, "head_grads." + k, g), at, add=True))
-        state = state | {"g_head": g_head, "loss": state["loss"] + d_loss}
+        state = state | {"g_blocks": g_blocks, "g_head": g_head, "loss": state["loss"] + d_loss}
         # Outside the switch: every device sends every tick, so no collective is device-dependent.
         from_below = lax.ppermute(jnp.where(row["send"] == UP, out, 0), STAGE, up)
         from_above = lax.ppermute(jnp.where(row["send"] == DOWN, out, 0), STAGE, down)

@@ -11,6 +11,11 @@ nothing in F (an identity whose backward gives the tap y's cotangent), and x is 
 - W needs only those: dW = ∂/∂w Σ_i ⟨fn_i(x_i, w), dY_i⟩, which for a matmul is x_iᵀ·dY_i, one
   matmul; the forward fn_i(x_i, w) feeds nothing that is kept, so XLA drops it. Under sequence
   parallelism fn_i all-gathers x_i again first, as Megatron does for its weight gradients.
+- An op whose parameters are all vectors (a norm's scale and bias) is not tapped: its weight
+  gradient is a reduction over tokens of what its input gradient reads anyway (dscale = Σ dY·x̂),
+  so B forms it, as an unsplit backward does, instead of keeping the op's input and dY for W
+  (2·D fewer elements per token and layer in each of the W stash's two buffers). F
+  differentiates with respect to those parameters too (`BlockTaps.early`).
 """
 
 from __future__ import annotations
@@ -73,12 +78,16 @@ class TapOps:
         self.calls: list[tuple[Callable, dict]] = []  # probe: (fn, params) per call
         self.outputs: list = []  # probe: each call's output (the taps' structure)
         self.records: list = []  # each call's input x
+        self.untapped: list = []  # the parameters of the ops B differentiates (reduced_in_b)
 
     def __getattr__(self, name):
         return getattr(self.base, name)
 
     def weighted(self, fn, x, params):
         y = fn(x, params)
+        if reduced_in_b(params):
+            self.untapped.append(params)
+            return y
         if self.mode == "probe":
             self.calls.append((fn, params))
             self.outputs.append(y)
@@ -88,15 +97,27 @@ class TapOps:
         return y
 
 
+def reduced_in_b(params) -> bool:
+    """Whether an op's weight gradient is formed in B: all its parameters are vectors (module
+    docstring)."""
+    return all(leaf.ndim == 1 for leaf in jax.tree.leaves(params))
+
+
 @dataclass(frozen=True)
 class BlockTaps:
-    """One block's weighted ops in call order, and the avals of their outputs (the taps) and
-    inputs (the records) for one layer."""
+    """One block's tapped ops in call order, the avals of their outputs (the taps) and inputs
+    (the records) for one layer, and the block's parameters whose gradients B forms."""
 
     ops: tuple[WeightedOp, ...]
     taps: tuple
     records: tuple
     unroll: bool  # the layers are looped in Python: their ops nest shard_maps (parallel.nested)
+    early: tuple[str, ...]  # the block's top-level keys that no tapped op reads: B's gradients
+
+    def split(self, blocks) -> tuple[dict, dict]:
+        """(late, early): a chunk's parameters W differentiates, and those B does."""
+        return ({k: v for k, v in blocks.items() if k not in self.early},
+                {k: v for k, v in blocks.items() if k in self.early})
 
     @classmethod
     def probe(cls, cfg, ops, remat: str, layer_params, x) -> BlockTaps:
@@ -106,10 +127,19 @@ class BlockTaps:
             tops = TapOps(ops, "probe")
             gpt.block(x, p, cfg, tops, remat)
             found["ops"] = tuple(WeightedOp(fn, _paths(p, params)) for fn, params in tops.calls)
+            found["untapped"] = {path[0] for params in tops.untapped
+                                 for _, path in _paths(p, params)}
             return tuple(tops.outputs), tuple(tops.records)
 
         taps, records = jax.eval_shape(run, layer_params, x)
-        return cls(found["ops"], taps, records, getattr(ops, "nests_shard_maps", False))
+        read = {path[0] for op in found["ops"] for _, path in op.paths}
+        early = tuple(k for k in layer_params if k not in read)
+        if not found["untapped"] <= set(early):  # B would not differentiate them, nor W
+            raise NotImplementedError(
+                f"block parameters {sorted(found['untapped'] - set(early))} hold both an op's "
+                f"matrix and a vector-only op's parameters; the split backward needs each "
+                f"top-level key of the block read by tapped ops only or by vector ops only")
+        return cls(found["ops"], taps, records, getattr(ops, "nests_shard_maps", False), early)
 
     def zero_taps(self, layers: int):
         """Zero taps for a chunk of `layers` scanned layers (leading dim), varying as needed."""
@@ -148,7 +178,8 @@ def tapped_layers(blocks, x, taps, mask, cfg, ops, remat: str, spec: BlockTaps):
 
 def weight_grads(blocks, records, cotangents, spec: BlockTaps):
     """dW of every layer of the chunk from its records and tap cotangents (module docstring),
-    each the gradient of Σ_i ⟨fn_i(x_i, w), dY_i⟩. The layers are independent, so they are
+    each the gradient of Σ_i ⟨fn_i(x_i, w), dY_i⟩: the gradients of the tapped ops' parameters
+    (`blocks` holds those only, BlockTaps.split). The layers are independent, so they are
     batched (vmap: one batched matmul per weight, no loop) unless their ops nest shard_maps."""
     def layer(p, recs, dys):
         def pairing(p):
@@ -167,4 +198,4 @@ def weight_grads(blocks, records, cotangents, spec: BlockTaps):
                       unroll=True)[1]
 
 
-__all__ = ["BlockTaps", "TapOps", "WeightedOp", "tapped_layers", "weight_grads"]
+__all__ = ["BlockTaps", "TapOps", "WeightedOp", "reduced_in_b", "tapped_layers", "weight_grads"]

@@ -60,18 +60,21 @@ class Residuals:
     has_aux: bool
 
     @classmethod
-    def probe(cls, f: Callable, params, args: tuple, *, wrt_params: bool = True,
+    def probe(cls, f: Callable, params, args: tuple | Callable, *, wrt_params: bool = True,
               has_aux: bool = False) -> Residuals:
-        """Trace f's vjp abstractly (no computation) and record its residual structure."""
+        """Trace f's vjp abstractly (no computation) and record its residual structure. `args`
+        may be a function of params, for arguments that hold some of the parameters
+        themselves: built from the traced params, they are forwarded as in `forward`."""
         found = {}
 
-        def run(params, args):
-            _, pull, _ = _vjp(f, params, args, wrt_params, has_aux)
+        def run(params, fixed):
+            _, pull, _ = _vjp(f, params, args(params) if callable(args) else fixed, wrt_params,
+                              has_aux)
             leaves, found["treedef"] = jax.tree.flatten(pull)
             found["forwarded"] = _forwarded(leaves, params)
             return tuple(leaf for leaf, i in zip(leaves, found["forwarded"]) if i is None)
 
-        stashed = jax.eval_shape(run, params, args)
+        stashed = jax.eval_shape(run, params, () if callable(args) else args)
         return cls(found["treedef"], found["forwarded"], tuple(stashed), wrt_params, has_aux)
 
     def forward(self, f: Callable, params, args: tuple):

@@ -14,9 +14,10 @@ executor's buffers (parex.parallel.plan), each a number of slots times the bytes
 Slots are the most values one stage holds at once (schedule_stats.buffer_columns). Every device
 allocates every buffer (one program for all stages), so the per-device total is the same on each.
 
-Per token per layer, with h the residual width (D/t under SP, else D), t the tensor size:
-    records   4·h + H·Dh/t + F/t           (norm1, QKV, W_o, norm2, MLP input, W_out inputs)
-    cotangents 4·h + (H + 2K)·Dh/t + n·F/t  (their outputs; n MLP input matrices)
+Per token per layer, with h the residual width (D/t under SP, else D), t the tensor size, for the
+tapped ops only (the norms' weight gradients are formed in B, parex.parallel.split):
+    records   2·h + H·Dh/t + F/t           (QKV, W_o, MLP input and W_out inputs)
+    cotangents 2·h + (H + 2K)·Dh/t + n·F/t  (their outputs; n MLP input matrices)
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ HEAD_PER_TOKEN = 4  # the final norm's (b, T, D) input, output and two statistic
 def record_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     """Inputs of a block's weighted ops, per token (module docstring)."""
     t, h = grid.tensor, residual_width(sizes, grid)
-    return 4 * h + sizes.H * sizes.Dh / t + sizes.F / t
+    return 2 * h + sizes.H * sizes.Dh / t + sizes.F / t
 
 
 def cotangent_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     """Outputs of a block's weighted ops, per token (module docstring)."""
     t, h = grid.tensor, residual_width(sizes, grid)
-    return 4 * h + (sizes.H + 2 * sizes.K) * sizes.Dh / t + sizes.n_mlp_in * sizes.F / t
+    return 2 * h + (sizes.H + 2 * sizes.K) * sizes.Dh / t + sizes.n_mlp_in * sizes.F / t
 
 
 def residual_width(sizes: ModelSizes, grid: Grid) -> np.ndarray:
