@@ -144,11 +144,11 @@ class _Context:
         if self.taps is None:
             return lambda blocks, x: _run_layers(x, blocks, mask, self.cfg, self.ops, self.remat)
 
-        def split(blocks, x, taps, early):  # differentiated: x, the taps and B's parameters
-            late, _ = self.taps.split(blocks)
+        def tapped(blocks, x, taps, early):  # differentiated: x, the taps and B's parameters,
+            late, _ = self.taps.split(blocks)  # which replace the chunk's own copies
             return tapped_layers(late | early, x, taps, mask, self.cfg, self.ops, self.remat,
                                  self.taps)
-        return split
+        return tapped
 
     def head_loss(self, targets):
         return lambda params, y: gpt.cross_entropy(gpt.unembed(params, y, self.cfg, self.ops),

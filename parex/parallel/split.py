@@ -78,7 +78,7 @@ class TapOps:
         self.calls: list[tuple[Callable, dict]] = []  # probe: (fn, params) per call
         self.outputs: list = []  # probe: each call's output (the taps' structure)
         self.records: list = []  # each call's input x
-        self.untapped: list = []  # the parameters of the ops B differentiates (reduced_in_b)
+        self.untapped: list = []  # probe: the parameters of the ops B differentiates
 
     def __getattr__(self, name):
         return getattr(self.base, name)
@@ -86,7 +86,8 @@ class TapOps:
     def weighted(self, fn, x, params):
         y = fn(x, params)
         if reduced_in_b(params):
-            self.untapped.append(params)
+            if self.mode == "probe":
+                self.untapped.append(params)
             return y
         if self.mode == "probe":
             self.calls.append((fn, params))
@@ -112,7 +113,7 @@ class BlockTaps:
     taps: tuple
     records: tuple
     unroll: bool  # the layers are looped in Python: their ops nest shard_maps (parallel.nested)
-    early: tuple[str, ...]  # the block's top-level keys that no tapped op reads: B's gradients
+    early: tuple[str, ...]  # the block's top-level keys the untapped ops read: B's gradients
 
     def split(self, blocks) -> tuple[dict, dict]:
         """(late, early): a chunk's parameters W differentiates, and those B does."""
@@ -132,13 +133,13 @@ class BlockTaps:
             return tuple(tops.outputs), tuple(tops.records)
 
         taps, records = jax.eval_shape(run, layer_params, x)
-        read = {path[0] for op in found["ops"] for _, path in op.paths}
-        early = tuple(k for k in layer_params if k not in read)
-        if not found["untapped"] <= set(early):  # B would not differentiate them, nor W
+        tapped = {path[0] for op in found["ops"] for _, path in op.paths}
+        if found["untapped"] & tapped:  # B and W each differentiate whole top-level keys
             raise NotImplementedError(
-                f"block parameters {sorted(found['untapped'] - set(early))} hold both an op's "
+                f"block parameters {sorted(found['untapped'] & tapped)} hold both an op's "
                 f"matrix and a vector-only op's parameters; the split backward needs each "
                 f"top-level key of the block read by tapped ops only or by vector ops only")
+        early = tuple(k for k in layer_params if k in found["untapped"])
         return cls(found["ops"], taps, records, getattr(ops, "nests_shard_maps", False), early)
 
     def zero_taps(self, layers: int):
