@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     from parex.config import TrainConfig, model_preset
-    from parex.report import human_bytes, table
-    from parex.studies_lowcomm import default_runs, final_gaps, loss_study
+    from parex.measure.report import human_bytes, table
+    from parex.lowcomm.studies import default_runs, final_gaps, loss_study
 
     model = model_preset(args.model)
     train = TrainConfig(global_batch=args.global_batch, seq_len=args.seq, steps=args.steps)

@@ -42,7 +42,7 @@ def child(model_name: str, steps: int) -> dict:
     emulate_devices(8)
     from parex.config import TrainConfig, model_preset
     from parex.layout import Layout
-    from parex.studies_pipeline import _timer
+    from parex.studies.pipeline import _timer
 
     model, train = model_preset(model_name).replace(layers=8), TrainConfig(global_batch=16)
     out = {}

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from parex.charts.records import save
     from parex.charts.sequence import long_sequence_chart
     from parex.config import model_preset
-    from parex.studies_sequence import long_sequence_study, study_table
+    from parex.studies.sequence import long_sequence_study, study_table
 
     lengths = [int(t) for t in args.lengths.split(",")]
     df = long_sequence_study(model_preset(args.model), lengths, n=args.devices, progress=True)

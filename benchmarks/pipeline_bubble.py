@@ -11,9 +11,9 @@ Two parts, each in its own process (the emulated device count is fixed per proce
    so the step times should be too (ratio ≈ 1).
 2. The bubble where it is physical: p = 2 stages on 2 emulated devices, one per core of a 2-core
    machine. Per schedule and m: the pipelined step against one stage's work done alone on one
-   device (parex.studies_pipeline), so bubble = 1 − t(alone)/t(pipeline), beside the table's
+   device (parex.studies.pipeline), so bubble = 1 − t(alone)/t(pipeline), beside the table's
    bubble (T_F = T_B = T_W) and the lockstep executor's. ZB-H1's should be below 1F1B's.
-   Beside them the bubble read from a per-device profiler trace (parex.pipeline_trace): the
+   Beside them the bubble read from a per-device profiler trace (parex.measure.trace): the
    share of each device's step spent waiting in collectives, and the wall-time bubble split into
    that idle time and the rest (per-tick overhead, imbalance, the baseline's differences).
 Prints medians and ratios; writes DIR/pipeline_bubble.csv and the chart.
@@ -38,7 +38,7 @@ def equal_work(model_name: str, repeats: int, batch: int = 16) -> dict:
     from parex.mesh import emulate_devices
 
     emulate_devices(8)
-    from parex.studies_pipeline import _timer
+    from parex.studies.pipeline import _timer
     from parex.config import TrainConfig
     from parex.layout import Layout
 
@@ -64,7 +64,7 @@ def physical_bubble(model_name: str, ms, repeats: int, out: Path) -> None:
 
     emulate_devices(2)
     from parex.config import model_preset
-    from parex.studies_pipeline import bubble_study
+    from parex.studies.pipeline import bubble_study
 
     df = bubble_study(model_preset(model_name), p=2, ms=ms, schedules=("gpipe", "1f1b", "zbh1"),
                       repeats=repeats, progress=True, trace=True)

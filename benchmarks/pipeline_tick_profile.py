@@ -70,8 +70,8 @@ def profile(name: str, runs: int, model_name: str = "tiny", batch: int = 16) -> 
     from parex.config import TrainConfig, model_preset
     from parex.layout import Layout
     from parex.parallel.pipeline import plan_for
-    from parex.pipeline_trace import _device_events, load_trace
-    from parex.studies_pipeline import _timer, compile_layout
+    from parex.measure.trace import _device_events, load_trace
+    from parex.studies.pipeline import _timer, compile_layout
 
     model, train = model_preset(model_name).replace(layers=8), TrainConfig(global_batch=batch)
     virtual = ",virtual=2" if name == "zbv" else ""

@@ -39,13 +39,14 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 import numpy as np  # noqa: E402
 
-from parex import calibrate  # noqa: E402
+from parex.calibrate import run as calibrate
 from parex.config import TrainConfig, model_preset  # noqa: E402
 from parex.hardware import load_chip  # noqa: E402
-from parex.hlo import KINDS  # noqa: E402
+from parex.measure.hlo import KINDS
 from parex.layout import LAYOUT_PRESETS, Layout  # noqa: E402
 from parex.predict import predict, published, published_runs, shared_fields  # noqa: E402
-from parex.report import table  # noqa: E402
+from parex.measure.report import table
+from parex.validation import validate
 
 EXTRA_LAYOUTS = ("data=2,tensor=4,sp=on", "data=4,tensor=2,zero=1")
 
@@ -55,7 +56,7 @@ def measure_round_robin(model, train, layouts, references=()) -> tuple[list, lis
     so that the load of other processes on the shared cores hits every layout alike; the
     `references` (jitted function, arguments) are timed in the same rotation."""
     from parex.data import Batches
-    from parex.measure import compile_layout, compiled_stats
+    from parex.measure.compiled import compile_layout, compiled_stats
     from parex.record import Measurement
 
     runs = []
@@ -101,7 +102,7 @@ def emulated(models, steps: int, hardware: str) -> dict:
         for spec in list(LAYOUT_PRESETS) + list(EXTRA_LAYOUTS):
             layout = Layout.parse(spec, 8)
             try:
-                layout.validate(model, train, layout.n_devices)
+                validate(layout, model, train, layout.n_devices)
                 layouts.append(layout)
             except ValueError as err:
                 print(f"skip {name} {spec}: {err}")
@@ -158,7 +159,7 @@ def fresh_clone(models, steps: int) -> dict:
     from pathlib import Path
 
     from parex.hardware import chip_from_json
-    from parex.local_profile import calibrate_in_subprocess
+    from parex.calibrate.local import calibrate_in_subprocess
 
     with tempfile.TemporaryDirectory() as cache:
         path = Path(cache) / "cpu-local-fresh.json"
@@ -177,7 +178,7 @@ def fresh_clone(models, steps: int) -> dict:
             for spec in specs:
                 layout = Layout.parse(spec, 8)
                 try:
-                    layout.validate(model, train, layout.n_devices)
+                    validate(layout, model, train, layout.n_devices)
                     chosen.append((group, layout))
                 except ValueError as err:
                     print(f"skip {name} {spec}: {str(err)[:90]}")

@@ -30,7 +30,7 @@ from parex.layout import CP_MODES
 from parex.parallel.schedules import SCHEDULES
 from parex.predict import predict_batch
 from parex.predict.shapes import Grid
-from parex.validation import valid_columns
+from parex.validation.checks import valid_columns
 
 
 def splits(n_devices: int, max_stage: int):

@@ -44,7 +44,7 @@ layout_text = "data=2,tensor=4"
 from parex import charts
 from parex.predict import predict, shared_fields
 from parex.record import records_frame
-from parex.report import measurement_report
+from parex.measure.report import measurement_report
 
 if offline:
     charts.enable_offline()
@@ -59,7 +59,7 @@ if offline:
 # %%
 model = parex.model_preset(model_name)
 train = parex.TrainConfig(steps=steps, global_batch=16)
-layout = parex.Layout.parse(layout_text).validate(model, train, n_devices=8)
+layout = parex.validate(parex.Layout.parse(layout_text), model, train, n_devices=8)
 print(f"{model.name}: {model.n_params / 1e6:.2f}M parameters, layout {layout}")
 parex.make_mesh(layout).shape
 
@@ -69,7 +69,7 @@ parex.make_mesh(layout).shape
 
 # %%
 try:
-    parex.Layout.parse("tensor=16").validate(model, train, n_devices=16)
+    parex.validate(parex.Layout.parse("tensor=16"), model, train, n_devices=16)
 except parex.LayoutError as error:
     print(error)
 

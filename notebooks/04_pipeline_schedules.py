@@ -48,7 +48,7 @@ bubble_repeats = 5
 # %%
 from parex import charts
 from parex.parallel import make_schedule
-from parex.studies_pipeline import bubble_study
+from parex.studies.pipeline import bubble_study
 
 if offline:
     charts.enable_offline()
@@ -89,7 +89,7 @@ pd.DataFrame([{"schedule": s.name, "v": s.v, "ticks": s.n_ticks,
 # ## In predicted time
 # The predictor times the same tables with per-op costs. On a GPU profile (GPT-2 medium on H100s,
 # bfloat16) t_F is the forward time for which the table idles exactly as long as the predicted
-# bubble, with t_B = 2·t_F: the grey is the predicted bubble. (`parex.widgets.Explorer` draws
+# bubble, with t_B = 2·t_F: the grey is the predicted bubble. (`parex.explorer.widget.Explorer` draws
 # this for any layout in its *pipeline and mesh* panel.)
 
 # %%

@@ -38,7 +38,7 @@ from parex.plan import plan
 from parex.plan.report import chart_frame, plan_report
 from parex.plan.verify import verify, verify_report
 from parex.sweep import load
-from parex.widgets_planner import Planner
+from parex.explorer.planner import Planner
 
 if offline:
     charts.enable_offline()

@@ -135,7 +135,7 @@ from parex.cluster import cluster_from_dict  # noqa: E402
 from parex.config import ModelConfig  # noqa: E402
 from parex.data import Batches  # noqa: E402
 from parex.hetero import HeteroPlan  # noqa: E402
-from parex.measure import relative_error  # noqa: E402
+from parex.measure import relative_error
 from parex.parallel.mpmd import MpmdRunner  # noqa: E402
 from parex.step import reference_loss_and_grads  # noqa: E402
 

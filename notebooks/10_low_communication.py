@@ -47,9 +47,9 @@ wan_gbps = 1.0
 # %%
 from parex import charts
 from parex.charts.lowcomm import loss_chart, wan_chart
-from parex.predict.lowcomm import scale_models, wan_link, wan_sweep
-from parex.report import human_bytes
-from parex.studies_lowcomm import default_runs, final_gaps, loss_study
+from parex.lowcomm.predict import scale_models, wan_link, wan_sweep
+from parex.measure.report import human_bytes
+from parex.lowcomm.studies import default_runs, final_gaps, loss_study
 
 if offline:
     charts.enable_offline()

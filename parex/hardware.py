@@ -12,7 +12,7 @@ of those kernel rates a training step sustains, fitted once on named published r
 parex.predict.published_runs).
 
 The local CPU gets a profile too (`cpu-local`), written by `parex calibrate` into the user's cache
-(one per machine: local_profile.py); its `calibration` block holds what was measured on the
+(one per machine: parex.machine); its `calibration` block holds what was measured on the
 emulated mesh: matmul rate against size, per-kind collective α-β costs (every kind: a profile
 that lacks one is refused, never costed at 0 s), per-step overhead and how many emulated devices
 really run at once.
@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
+from .machine import cache_dir, machine_description, profile_path
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
-LOCAL = "cpu-local"  # this machine's profile, kept in the user's cache (local_profile.py)
+LOCAL = "cpu-local"  # this machine's profile, kept in the user's cache (parex.machine)
 COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                     "collective-permute")  # what a calibration must time (hlo.KINDS)
 
@@ -57,7 +58,7 @@ class Calibration:
     pipeline_tick_s: float = 0.0  # the pipeline executor's fixed cost per tick (switch, rendezvous)
     n_devices: int = 8  # emulated devices the calibration ran on
     cores: int = 1  # CPU cores seen
-    machine: str = ""  # local_profile.fingerprint() of the machine measured
+    machine: str = ""  # parex.machine.fingerprint() of the machine measured
     load_average: float | None = None  # 1-minute load average as the calibration began
 
     def matmul_rate(self, flops_per_matmul: float) -> float:
@@ -171,17 +172,38 @@ def known_hardware(directory: Path = HARDWARE_DIR) -> list[str]:
 
 def load_chip(name: str, directory: Path = HARDWARE_DIR) -> Chip:
     """The profile called `name` (case-insensitive); an unknown name lists the known ones.
-    `cpu-local` is this machine's calibration from the user's cache (local_profile.py),
-    measured first if this machine has none."""
+    `cpu-local` is this machine's calibration from the user's cache (load_local: read, never
+    measured here)."""
     if name.lower() == LOCAL and Path(directory) == HARDWARE_DIR:
-        from .local_profile import load_local
-
         return load_local()
     path = Path(directory) / f"{name.lower()}.json"
     if not path.exists():
         raise InputError(f"unknown hardware {name!r}; known hardware: "
                          f"{', '.join(known_hardware(directory))}")
     return chip_from_json(json.loads(path.read_text()))
+
+
+def load_local() -> Chip:
+    """This machine's cpu-local profile, read from the user's cache (parex.machine). It never
+    calibrates: with no current profile it says how to make one."""
+    path = profile_path()
+    if not profile_is_current(path):
+        raise InputError(f"no current cpu-local profile for this machine "
+                         f"({machine_description()}) in {cache_dir()}: run `parex calibrate` "
+                         f"(or parex.calibrate.ensure_local() from Python)")
+    return chip_from_json(json.loads(path.read_text()))
+
+
+def profile_is_current(path: Path) -> bool:
+    """Whether `path` holds a profile with everything this version of parex measures (one
+    written before a new measurement was added is calibrated again)."""
+    if not path.exists():
+        return False
+    try:
+        chip_from_json(json.loads(path.read_text()))
+    except (InputError, ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def load_cluster(name: str, nodes: int = 1, directory: Path = HARDWARE_DIR) -> Cluster:

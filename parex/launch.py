@@ -16,7 +16,6 @@ environment (SLURM_*, OMPI_*, the TPU metadata), so nothing else needs installin
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import subprocess
@@ -64,14 +63,6 @@ def join_from_env() -> int:
                 int(get(ENV["devices"])), float(get(ENV["timeout"], "60")))
 
 
-def child_main(argv: list[str]) -> int:
-    """What `python -m parex.launch CMD ...` runs in each launched process."""
-    join_from_env()
-    from .cli import main
-
-    return main(argv)
-
-
 # --- the launcher ----------------------------------------------------------------------------
 
 def free_port() -> int:
@@ -93,7 +84,7 @@ def launch_local(argv: list[str], processes: int, devices_per_process: int, *,
                  port: int | None = None, init_timeout_s: float = 60.0,
                  timeout_s: float | None = None, program: list[str] | None = None,
                  stdout=None) -> int:
-    """Run `program + argv` (default: `python -m parex.launch` + a parex command) in
+    """Run `program + argv` (default: `python -m parex.cli.child` + a parex command) in
     `processes` local processes that form one mesh. Returns the first non-zero exit code, or 0;
     a failed or timed-out process stops the others."""
     if processes < 1 or devices_per_process < 1:
@@ -103,7 +94,7 @@ def launch_local(argv: list[str], processes: int, devices_per_process: int, *,
         port = free_port()
     else:
         check_port(port)
-    program = program or [sys.executable, "-m", "parex.launch"]
+    program = program or [sys.executable, "-m", "parex.cli.child"]
     children, logs = [], []
     for i in range(processes):
         env = os.environ | {ENV["coordinator"]: f"127.0.0.1:{port}",
@@ -165,45 +156,3 @@ def _tail(log, lines: int = 15) -> str:
     log.seek(0)
     text = log.read().decode(errors="replace").strip().splitlines()
     return "\n".join("    " + line for line in text[-lines:]) or "    (nothing)"
-
-
-# --- parex launch ----------------------------------------------------------------------------
-
-def cmd_launch(args) -> int:
-    command = list(args.command)
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise InputError("parex launch needs a command after --, e.g. "
-                         "parex launch --processes 2 --devices-per-process 4 -- run --layout dp")
-    if args.cluster:  # this process is one of those the cluster started
-        join(timeout_s=args.init_timeout)
-        from .cli import main
-
-        return main(command)
-    return launch_local(command, args.processes, args.devices_per_process, port=args.port,
-                        init_timeout_s=args.init_timeout, timeout_s=args.timeout)
-
-
-def add_launch(sub) -> None:
-    p = sub.add_parser("launch", help="run a parex command in several processes that form one "
-                                      "mesh (jax.distributed)")
-    p.add_argument("--processes", type=int, default=2, help="local processes (default 2)")
-    p.add_argument("--devices-per-process", type=int, default=4,
-                   help="emulated CPU devices in each process (default 4)")
-    p.add_argument("--port", type=int, default=None,
-                   help="coordinator port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--init-timeout", type=float, default=60.0,
-                   help="seconds a process waits for the others to join (default 60)")
-    p.add_argument("--timeout", type=float, default=None,
-                   help="stop every process after this many seconds (default: none)")
-    p.add_argument("--cluster", action="store_true",
-                   help="join a real cluster's processes (SLURM, MPI, TPU environment) instead "
-                        "of starting local ones")
-    p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="the parex command to run, after --: run, sweep, compare, ...")
-    p.set_defaults(func=cmd_launch)
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1:]))

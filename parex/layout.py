@@ -15,6 +15,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from .config import DTYPES, REMAT_POLICIES, ModelConfig, TrainConfig
@@ -89,7 +90,7 @@ class Layout:
     microbatches: int = 1  # m, microbatches per step (gradient accumulation, pipeline fill)
     layers_per_stage: tuple[int, ...] | None = None  # layers per chunk (3, 1); key `partition`,
     # written 3:1, or with repeats: 7:8*14:7 is 7, fourteen 8s, 7 (Llama 3 405B's 16 stages)
-    # --- low-communication training (DiLoCo, parex.parallel.diloco) ---------------------------
+    # --- low-communication training (DiLoCo, parex.lowcomm.diloco) ---------------------------
     replica: int = 1  # R model replicas on the outermost axis, synchronised every H steps
     inner_steps: int = 1  # H, inner AdamW steps of each replica between outer synchronisations
     outer_lr: float = 0.7  # outer Nesterov-SGD learning rate on the mean pseudo-gradient
@@ -213,17 +214,6 @@ class Layout:
     def replace(self, **changes) -> "Layout":
         return dataclasses.replace(self, **changes)
 
-    # --- validation ----------------------------------------------------------------------------
-    def validate(self, model: ModelConfig, train: TrainConfig, n_devices: int,
-                 executable: bool = True) -> "Layout":
-        """Raise LayoutError naming the problem and the fix; return self when the layout is a
-        real program for (model, train) on n_devices and, with `executable`, parex's executor
-        runs it today (validation.py has both levels). Runs before anything is traced."""
-        from .validation import check_layout, check_valid  # one module per concern
-
-        (check_layout if executable else check_valid)(self, model, train, n_devices)
-        return self
-
 
 # Short keys of the string form, where they differ from the field names.
 _KEY_OF_FIELD = {"virtual_stages": "virtual", "layers_per_stage": "partition"}
@@ -306,5 +296,29 @@ LAYOUT_PRESETS = {
     "fsdp_tp": lambda n: Layout(fsdp=_two_way(n, "fsdp_tp")[0], tensor=_two_way(n, "fsdp_tp")[1]),
 }
 
+
+def example_partition(layers: int, chunks: int) -> tuple[int, ...]:
+    """An as-even-as-possible split of `layers` into `chunks`."""
+    base, extra = divmod(layers, chunks)
+    return tuple(base + (i < extra) for i in range(chunks))
+
+
+def resolved_microbatches(m, dp, global_batch: int, microbatch: int | None):
+    """The microbatch count, the one rule the executor and the predictor share: the layout's m,
+    or B / (dp · b) when the layout leaves m at 1 and TrainConfig.microbatch sets b. Scalars or
+    numpy columns (the predictor resolves a whole grid at once)."""
+    if microbatch is None or microbatch < 1:
+        return m
+    implied = global_batch // np.maximum(dp, 1) // microbatch
+    return np.where((m != 1) | (dp < 1), m, implied)
+
+
+def num_microbatches(layout: Layout, train: TrainConfig) -> int:
+    """m for one layout (resolved_microbatches)."""
+    return int(resolved_microbatches(layout.microbatches, layout.data_parallel,
+                                     train.global_batch, train.microbatch))
+
+
 __all__ = ["Axis", "CP_MODES", "OUTER_DTYPES", "Layout", "LayoutError", "LAYOUT_PRESETS",
-           "MESH_AXES", "DTYPES", "REMAT_POLICIES", "fsdp_by_hand"]
+           "MESH_AXES", "DTYPES", "REMAT_POLICIES", "example_partition", "fsdp_by_hand",
+           "num_microbatches", "resolved_microbatches"]

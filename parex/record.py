@@ -11,7 +11,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from .hlo import KINDS, Collective, bytes_by_kind
+from .measure.hlo import KINDS, Collective, bytes_by_kind
 
 MEMORY_PARTS = ("argument", "output", "alias", "temp", "total")
 
@@ -36,7 +36,7 @@ class Measurement:
     collectives: list[Collective] = field(default_factory=list)
     tokens_per_step: int = 0
     diloco: dict | None = None  # DiLoCo layouts: inner_steps, cross_replica_bytes_per_step,
-    # outer_bytes_per_sync, inner_bytes_per_device_per_step, ... (parex.measure_diloco)
+    # outer_bytes_per_sync, inner_bytes_per_device_per_step, ... (parex.lowcomm.measure)
 
     @property
     def tokens_per_s(self) -> float:
@@ -114,7 +114,7 @@ class Prediction:
     convention: str = "gpu"  # "xla-cpu" (what the emulated mesh compiles) or "gpu" (ideal)
     hardware_flops_per_device: float = 0.0  # true count with recompute, every loop iteration (HFU)
     diloco: dict | None = None  # DiLoCo layouts: the outer sync over the WAN
-    # (parex.predict.lowcomm); the other fields describe one replica's inner step
+    # (parex.lowcomm.predict); the other fields describe one replica's inner step
     executable: bool = True  # parex's executor runs this layout on a mesh today
     executable_reason: str = ""  # why not, and the nearest layout that runs (validation.py)
 

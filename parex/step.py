@@ -18,9 +18,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import model as gpt
 from .config import ModelConfig, TrainConfig
-from .layout import Axis, Layout, grads_split_over_seq
+from .layout import Axis, Layout, grads_split_over_seq, num_microbatches
 from .sharding import MeshOps
-from .validation import num_microbatches
+from .validation import validate
 
 
 def make_optimizer(train: TrainConfig, model: ModelConfig,
@@ -70,7 +70,7 @@ class TrainStep:
     optimizer: optax.GradientTransformation = field(init=False)
 
     def __post_init__(self):
-        self.layout.validate(self.model, self.train, self.mesh.size)
+        validate(self.layout, self.model, self.train, self.mesh.size)
         self.optimizer = make_optimizer(self.train, self.model,
                                         clip=not self.grads_sharded_over_seq)
         self.microbatches = num_microbatches(self.layout, self.train)

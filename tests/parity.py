@@ -10,6 +10,7 @@ from parex.layout import Layout
 from parex.measure import relative_error
 from parex.mesh import make_mesh
 from parex.step import TrainStep, reference_loss_and_grads
+from parex.validation import validate
 
 TOLERANCE = 1e-5
 
@@ -33,7 +34,7 @@ class Reference:
     def check(self, layout: Layout, train: TrainConfig | None = None):
         """Assert parity for `layout`; return (TrainStep, compiled loss-and-gradients)."""
         train = train or self.train
-        layout.validate(self.model, train, layout.n_devices)
+        validate(layout, self.model, train, layout.n_devices)
         step = TrainStep(self.model, train, layout, make_mesh(layout))
         compiled = step.jitted_loss_and_grads().lower(self.params, self.batch).compile()
         loss, grads = compiled(self.params, self.batch)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from parex.cli import main
+from parex.cli.main import main
 
 JSON_KEYS = {"losses", "step_time_s", "compile_time_s", "memory_bytes_per_device",
              "flops_per_device", "collectives", "layout", "n_devices"}
@@ -103,7 +103,7 @@ def test_bad_flags_are_one_line_and_exit_2(capsys, args, words):
 
 
 def test_an_internal_error_keeps_its_traceback_and_exits_1():
-    code = ("import sys, parex.cli_predict as c\n"
+    code = ("import sys, parex.cli.predict as c\n"
             "def broken(*args): raise ValueError('a bug, not bad input')\n"
             "c.prediction_report = broken\n"
             "from parex.cli import main\n"

@@ -90,7 +90,7 @@ def test_a_dying_process_stops_the_others(capfd):
 NEVER_JOINS = ("import os, sys\n"
                "if os.environ['PAREX_PROCESS_ID'] == '1':\n"
                "    sys.exit(0)\n"  # leaves without joining
-               "from parex.launch import child_main\n"
+               "from parex.cli.child import child_main\n"
                "sys.exit(child_main(['run', '--steps', '1']))\n")
 
 

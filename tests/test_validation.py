@@ -6,6 +6,7 @@ import pytest
 
 from parex.config import ModelConfig, TrainConfig, model_preset
 from parex.layout import Layout, LayoutError
+from parex.validation import validate
 
 TINY = model_preset("tiny")  # 4 layers, hidden 128, 8 heads, ffn 512, vocab 256, seq 128
 TRAIN = TrainConfig(global_batch=16)
@@ -43,7 +44,7 @@ CASES = [
                          ids=[c[0] + "|" + c[4][0][:30] for c in CASES])
 def test_invalid_configuration_is_explained(text, model, train, devices, words):
     with pytest.raises(LayoutError) as err:
-        Layout.parse(text).validate(model, train, devices)
+        validate(Layout.parse(text), model, train, devices)
     for word in words:
         assert word in str(err.value)
 
@@ -53,7 +54,7 @@ def test_invalid_configuration_is_explained(text, model, train, devices, words):
     ("data=4,microbatches=2", 4)])
 def test_valid_layouts_pass(text, devices):
     layout = Layout.parse(text)
-    assert layout.validate(TINY, TRAIN, devices) is layout
+    assert validate(layout, TINY, TRAIN, devices) is layout
 
 
 def test_validation_is_cheap_enough_for_a_planner():
@@ -61,5 +62,5 @@ def test_validation_is_cheap_enough_for_a_planner():
     layout = Layout.parse("data=2,tensor=4,zero=1,sp=on")
     start = time.perf_counter()
     for _ in range(2000):
-        layout.validate(TINY, TRAIN, 8)
+        validate(layout, TINY, TRAIN, 8)
     assert (time.perf_counter() - start) / 2000 < 1e-3

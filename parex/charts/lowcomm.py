@@ -1,5 +1,5 @@
-"""Charts of low-communication training: the loss study (parex.studies_lowcomm) and the
-predicted wall clock over a WAN (parex.predict.lowcomm).
+"""Charts of low-communication training: the loss study (parex.lowcomm.studies) and the
+predicted wall clock over a WAN (parex.lowcomm.predict).
 
     loss_chart(frame)       training loss against tokens, eval loss against bytes sent
     wan_chart(rows)         predicted step time against H, one line per method

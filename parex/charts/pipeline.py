@@ -3,7 +3,7 @@
     gantt_chart(make_schedule("1f1b", 4, 8))                      # ticks on x
     gantt_chart(schedule, costs={"t_f": 1.0, "t_b": 2.0})         # predicted seconds on x
     gantt_stack([gpipe, one_f_one_b, zbh1])                       # several, each its own legend
-    bubble_chart(parex.studies_pipeline.bubble_study(...))        # measured vs (p−1)/(m+p−1)
+    bubble_chart(parex.studies.pipeline.bubble_study(...))        # measured vs (p−1)/(m+p−1)
 
 Each stage's row is shaded grey from the first tick to the last, under its ops: whatever grey
 shows is the bubble, drawn from the same table the executor runs. Ops keep one colour each
@@ -119,12 +119,12 @@ def gantt_stack(schedules, costs: dict | None = None, width: int = 560) -> alt.V
 def bubble_chart(df: pd.DataFrame, width: int = 360, height: int = 240) -> alt.HConcatChart:
     """Left: measured step time over m. Right: the measured bubble (solid) beside each
     schedule's table (`bubble_table`, dashed) or, without it, (p−1)/(m+p−1). `df` is a frame of
-    parex.studies_pipeline.bubble_study."""
+    parex.studies.pipeline.bubble_study."""
     needed = {"m", "step_time_s", "bubble_measured", "bubble_predicted"}
     missing = needed - set(df.columns)
     if missing:
         raise ValueError(f"bubble_chart needs columns {', '.join(sorted(missing))}; pass the "
-                         f"frame of parex.studies_pipeline.bubble_study")
+                         f"frame of parex.studies.pipeline.bubble_study")
     frame = df.assign(schedule=df.get("schedule", "pipeline"))
     name, size = seconds_unit(float(frame["step_time_s"].max()))
     frame["step_time"] = frame["step_time_s"] / size

@@ -1,4 +1,4 @@
-"""Charts of the long-sequence study (parex.studies_sequence): per-device activation memory and
+"""Charts of the long-sequence study (parex.studies.sequence): per-device activation memory and
 collective bytes against sequence length, one line per way of splitting the sequence.
 
 Both axes are logarithmic, so a memory that grows as T² (scores of unsplit attention) has twice

@@ -1,6 +1,6 @@
 """The Explorer's compare mode and sweep: a pinned baseline with other layouts beside it (their
 deltas on axes that stay put while controls move), and one control swept over its values (a
-predicted line, measured points). A mixin of parex.widgets.Explorer."""
+predicted line, measured points). A mixin of parex.explorer.widget.Explorer."""
 
 from __future__ import annotations
 

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from ..charts.style import format_bytes, format_count, format_flops, format_seconds
 from ..config import ModelConfig, TrainConfig
-from ..layout import Layout
+from ..layout import Layout, num_microbatches
 from ..parallel.schedules import make_schedule
 from ..predict import RECIPES
 from ..record import Prediction
-from ..validation import num_microbatches
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers around the loss: logits, softmax, gradient

@@ -1,6 +1,6 @@
 """The Explorer's live view: the status line with its fit badge and regime, the notes on what a
 profile hides, the suggestion buttons, and the overview, pipeline-and-mesh and explain panels.
-A mixin of parex.widgets.Explorer."""
+A mixin of parex.explorer.widget.Explorer."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Explorer's Measure button and history: runs in a background thread (so the button is
 disabled at once and a second click is ignored rather than queued), a progress bar over the
 compile and each step, and repeated runs of one setup pooled into one row (median, spread, n).
-A mixin of parex.widgets.Explorer."""
+A mixin of parex.explorer.widget.Explorer."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..predict import predict
 from ..record import records_frame
 from .measuring import Run, measure_run, pooled_row, ratio_text
 
-LOCAL_HARDWARE = "cpu-local"  # this machine's profile (local_profile.py: calibrated on first use)
+LOCAL_HARDWARE = "cpu-local"  # this machine's profile (parex.machine: calibrated on first use)
 # Measuring runs the model for real on this host: 16 bytes of fp32 model state per parameter
 # (weights, gradients, two Adam moments) across the emulated devices, plus activations.
 MAX_MEASURE_PARAMS = 50_000_000

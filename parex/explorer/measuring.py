@@ -21,7 +21,7 @@ import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
-from ..measure import compile_layout, compiled_stats, time_steps
+from ..measure.compiled import compile_layout, compiled_stats, time_steps
 from ..record import Measurement, Prediction
 
 WARMUP = 1  # steps run before timing starts, as parex.measure.measure

@@ -13,6 +13,7 @@ import shlex
 
 from ..config import ModelConfig, TrainConfig, model_preset
 from ..layout import Axis, Layout, LayoutError
+from ..validation import validate
 
 SPLIT_AXES = (Axis.FSDP, Axis.TENSOR, Axis.SEQ, Axis.STAGE)  # data takes the devices left over
 DIMS = ("layers", "hidden", "heads", "seq_len")
@@ -73,7 +74,7 @@ def resolve(values: dict) -> tuple[ModelConfig, TrainConfig, Layout]:
     """(model, train, layout), validated for the device count; LayoutError (or ValueError)
     names the problem when they cannot run."""
     model, train, layout = model_of(values), train_of(values), layout_of(values)
-    layout.validate(model, train, values["devices"])
+    validate(layout, model, train, values["devices"])
     return model, train, layout
 
 

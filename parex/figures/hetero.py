@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..predict.published import read_reference
+from ..predict.references import read_reference
 from .core import Figure, Row, Tolerance, figure
 
 # (label, cluster file, inter-group Gb/s override or None, model, global batch, sequence)

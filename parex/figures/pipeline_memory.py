@@ -26,7 +26,7 @@ HEAD = ("the stashes of the embedding and head count with the activations: 1F1B'
 def compiled_temps(ms=MS) -> pd.DataFrame:
     """XLA temp bytes per device of GPipe and 1F1B at p = 4 for each m."""
     from ..layout import Layout
-    from ..measure import compile_layout, compiled_stats
+    from ..measure.compiled import compile_layout, compiled_stats
 
     rows = []
     for name in ("gpipe", "1f1b"):

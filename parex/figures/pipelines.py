@@ -1,7 +1,7 @@
 """Pipeline schedules beside their papers: the bubble against m (GPipe, 1F1B), zero-bubble
 against 1F1B, and the interleaved schedule's bubble against v.
 
-    pipeline-bubble      measured at p = 2 (one emulated device per core, parex.studies_pipeline:
+    pipeline-bubble      measured at p = 2 (one emulated device per core, parex.studies.pipeline:
                          1 − t(one stage alone) / t(pipeline)), with the schedule table's bubble
                          (T_F = T_B = T_W) and the lockstep executor's, against (p−1)/(m+p−1)
     zero-bubble          ZB-H1 and ZB-V against 1F1B at p = 2: bubble time and step time,
@@ -18,7 +18,7 @@ import os
 import pandas as pd
 
 from ..parallel.schedules import LOOPING, VEE, make_schedule
-from ..predict.published import read_reference
+from ..predict.references import read_reference
 from .core import Figure, Row, Tolerance, figure
 from .tables import evaluate_formula
 
@@ -51,7 +51,7 @@ def _study(schedules, ms, repeats: int = 5) -> pd.DataFrame:
 
     from ..config import model_preset
     from ..layout import LayoutError
-    from ..studies_pipeline import bubble_study
+    from ..studies.pipeline import bubble_study
 
     if len(jax.devices()) < P:
         raise LayoutError(f"the measured pipeline figures need {P} devices: run them through "

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..hardware import Chip, load_chip
-from ..predict.published import read_reference
+from ..predict.references import read_reference
 from .core import Figure, Row, Tolerance, figure
 
 LLAMA3_70B_FFN = 28672  # the curves' F for tensor parallelism (Llama 3 70B), Y = 8

@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from ..report import table
+from ..measure.report import table
 from .core import FigureResult, from_json
 
 STATUS = {"passed": "✅ pass", "failed": "❌ fail", "missing": "⬜ missing",

@@ -1,6 +1,6 @@
 """Ring attention and DeepSpeed-Ulysses: memory and communication against sequence length, read
 from the compiled steps of the tiny model, one sequence split over n = 4 devices
-(parex.studies_sequence), beside the papers' numbers:
+(parex.studies.sequence), beside the papers' numbers:
 
     Ulysses   all-to-all per layer, forward: 3·N·h for Q, K, V and N·h for the output, over P
               devices, "an aggregate communication volume per link of 4Nh/P" (Jacobs et al.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..config import model_preset
-from ..predict.published import read_reference
+from ..predict.references import read_reference
 from .core import Figure, Row, Tolerance, figure
 
 N_DEVICES, LENGTHS = 4, (512, 1024, 2048)
@@ -35,7 +35,7 @@ def study(model, lengths=LENGTHS, n: int = N_DEVICES) -> pd.DataFrame:
     one device at each length / n (the memory row's reference)."""
     import jax
 
-    from ..studies_sequence import measure_point, study_points
+    from ..studies.sequence import measure_point, study_points
 
     devices = jax.devices()
     points = study_points(model, lengths, ("single", "tp+sp", "ring", "ulysses"), n)

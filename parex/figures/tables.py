@@ -13,7 +13,7 @@ import ast
 import csv
 import operator
 
-from ..predict.published import REFERENCE_DIR, read_reference
+from ..predict.references import REFERENCE_DIR, read_reference
 from .core import Figure, Row, Tolerance, figure
 
 

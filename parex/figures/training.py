@@ -2,16 +2,16 @@
 activation ratios measured.
 
     diloco              loss against bytes exchanged: sync DP (data = 8) and DiLoCo (4 replicas
-                        of data = 2, H inner steps) on the same tokens (parex.studies_lowcomm)
+                        of data = 2, H inner steps) on the same tokens (parex.lowcomm.studies)
     korthikanti-measured  each configuration's activation bytes per layer over no parallelism's,
-                        measured on the emulated mesh (parex.studies_activation), against the
+                        measured on the emulated mesh (parex.studies.activation), against the
                         paper's Table 2 ratios without the dropout terms (parex has no dropout)
 """
 
 from __future__ import annotations
 
 from ..config import TrainConfig, model_preset
-from ..predict.published import read_reference
+from ..predict.references import read_reference
 from .core import Figure, Row, Tolerance, figure
 
 # --- DiLoCo ---------------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ def diloco_rows(gaps, hs=DILOCO_HS) -> list[Row]:
         slow=True, devices=8)
 def diloco() -> Figure:
     from ..layout import Layout
-    from ..studies_lowcomm import StudyRun, final_gaps, loss_study
+    from ..lowcomm.studies import StudyRun, final_gaps, loss_study
 
     model = model_preset("tiny")
     train = TrainConfig(global_batch=16, seq_len=64, steps=DILOCO_STEPS)
@@ -67,11 +67,11 @@ def diloco() -> Figure:
 # --- Korthikanti et al., measured ---------------------------------------------------------------
 
 KORTHIKANTI_LENGTHS = (1024, 2048)
-# The two modes whose layer parex stores differently from Megatron's (parex.studies_activation,
-# tests/test_studies_activation.py): a known deviation at every length, whatever its ratio.
+# The two modes whose layer parex stores differently from Megatron's (parex.studies.activation,
+# tests/test_studies/activation.py): a known deviation at every length, whatever its ratio.
 UNSPLIT_LAYER = ("parex's unsplit layer keeps 36 h-sized and 2 score-sized float32 values per "
                  "token where Megatron's keeps 16 and 1, so the ratios of the modes that "
-                 "recompute differ from the paper's (parex.studies_activation)")
+                 "recompute differ from the paper's (parex.studies.activation)")
 KNOWN_MODES = ("tp+sp+selective", "full")
 
 
@@ -80,7 +80,7 @@ KNOWN_MODES = ("tp+sp+selective", "full")
         source="Korthikanti et al. 2022 (arXiv:2205.05198), Table 2, without the dropout terms",
         tolerance=Tolerance(0.9, 1.1, "within 10 %"), slow=True, devices=8)
 def korthikanti_measured() -> Figure:
-    from ..studies_activation import activation_study
+    from ..studies.activation import activation_study
 
     df = activation_study(model_preset("tiny"), lengths=KORTHIKANTI_LENGTHS, t=4)
     rows = []

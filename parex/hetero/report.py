@@ -4,7 +4,7 @@ the homogeneous planner's shape: `layouts_considered`, `layouts_per_s`, `top` wi
 
 from __future__ import annotations
 
-from ..report import human_bytes, table
+from ..measure.report import human_bytes, table
 from .baselines import Comparison
 from .draw import plan_text
 from .predict import HeteroPrediction

@@ -31,7 +31,7 @@ def compiled_total(model, train: TrainConfig, layout) -> int:
     """XLA's total memory per device (argument + output − alias + temp) of the compiled step."""
     import jax
 
-    from ..measure import compile_layout, memory_stats
+    from ..measure.compiled import compile_layout, memory_stats
 
     _, compiled, _ = compile_layout(model, train, layout, jax.devices()[:layout.n_devices])
     return memory_stats(compiled)["total"]

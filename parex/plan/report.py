@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..report import human_bytes, table
+from ..measure.report import human_bytes, table
 
 if TYPE_CHECKING:
     import pandas as pd

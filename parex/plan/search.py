@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..hardware import Cluster
 from ..layout import Layout, LayoutError
 from ..predict import Grid, predict_batch
-from ..validation import check_layout, check_valid, valid_columns
+from ..validation.checks import check_layout, check_valid, valid_columns
 from . import rank
 from .candidates import COLUMNS, DATA, FSDP, Candidates, layout_at
 from .names import cluster_of

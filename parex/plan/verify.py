@@ -106,7 +106,7 @@ def summarise(table: list[dict]) -> dict:
 
 
 def verify_report(result: dict) -> str:
-    from ..report import human_bytes, table
+    from ..measure.report import human_bytes, table
 
     rows = [[r["layout"], r["remat"], r["chosen"], r.get("predicted_rank", ""),
              r.get("measured_rank", "-"), f"{r['predicted_step_s'] * 1e3:.1f}",

@@ -1,6 +1,6 @@
 """Predicted communication: the collectives of a step, as bytes per kind.
 
-Bytes follow parex.hlo's convention (the full logical buffer: the all-reduced array, the gathered
+Bytes follow parex.measure.hlo's convention (the full logical buffer: the all-reduced array, the gathered
 result, the unscattered input, the array sent). Each `Term` is one family of collectives with its
 kind, mesh axes, count per step and bytes per op, as columns over the layouts:
 
@@ -62,8 +62,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..hlo import KINDS
 from ..layout import CP_MODES, Axis, fsdp_by_hand, grads_split_over_seq
+from ..measure.hlo import KINDS
 from ..parallel.schedules import SCHEDULES, SPLIT, VEE
 from .schedule_stats import table_columns
 from .shapes import GROUPS, Grid, ModelSizes, named

@@ -12,21 +12,13 @@ Each returns a pandas DataFrame with the paper's value, parex's value and their 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
+from .references import megatron_flops, read_reference
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
 STATE_PARTS = ("params", "grads", "optimizer")
-
-
-def read_reference(name: str):
-    import pandas as pd
-
-    return pd.read_csv(REFERENCE_DIR / f"{name}.csv", comment="#", skipinitialspace=True)
 
 
 def _gpt(name, layers, hidden, heads, seq=2048, vocab=51200) -> ModelConfig:
@@ -40,7 +32,7 @@ def zero_state_gb(model: ModelConfig, n_d: int, stage: int, psi: float,
                   hardware: str = "a100-80gb") -> float:
     """predict()'s model state per device (params + grads + optimizer, mixed recipe) for data
     parallelism over n_d devices at ZeRO `stage`, per parameter × ψ, in GB."""
-    from . import predict
+    from .core import predict_synchronous as predict
 
     layout = Layout(data=n_d, zero=stage if n_d > 1 else 0)
     p = predict(model, TrainConfig(global_batch=n_d), layout, hardware, recipe="mixed")
@@ -87,7 +79,7 @@ def predicted_layer_bytes(model: ModelConfig, t: int, sp: bool, remat: str,
                           hardware: str = "a100-80gb") -> float:
     """predict()'s activation memory per layer (mixed recipe: the Korthikanti path used for
     accelerator predictions) for one sequence on a tensor-parallel group of t."""
-    from . import predict
+    from .core import predict_synchronous as predict
 
     train = TrainConfig(global_batch=1, remat=remat)
     p = predict(model, train, Layout(tensor=t, sp=sp), hardware, recipe="mixed")
@@ -110,12 +102,6 @@ def korthikanti_table(s: int = 2048, b: int = 1):
 
 
 # --- Megatron-LM, Table 1 ------------------------------------------------------------------------
-
-def megatron_flops(row, s: int = 2048, V: int = 51200) -> float:
-    """The paper's FLOPs per iteration (full recompute): 96·B·s·l·h²·(1 + s/6h + V/16lh)."""
-    B, l, h = row.global_batch, row.layers, row.hidden
-    return 96 * B * s * l * h ** 2 * (1 + s / (6 * h) + V / (16 * l * h))
-
 
 def megatron_table1(hardware: str = "a100-80gb"):
     """Achieved TFLOP/s per GPU: the paper's FLOP count over parex's predicted step time (so both

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from ..hardware import Cluster, load_chip
-from .published import megatron_flops, read_reference
+from .references import megatron_flops, read_reference
 
 FIT_SET, TEST_SET, ADDED_SET, OTHER_SET = ("megatron_table1", "heldout_runs", "added_runs",
                                            "other_runs")
@@ -94,8 +94,8 @@ def megatron_row_setup(row):
 
 def predict_run(run, chip) -> dict:
     """Predicted step-time parts (seconds) of one run on `chip` (a Chip)."""
-    from . import columns
     from .comm import convention
+    from .core import columns
     from .memory import recipe
     from .shapes import Grid
 

@@ -20,10 +20,10 @@ import jax
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
-from ..layout import CP_MODES, Layout
+from ..layout import CP_MODES, Layout, resolved_microbatches
 from ..model import param_table
 from ..parallel.schedules import SCHEDULES
-from ..validation import partition_stats
+from ..validation.checks import partition_stats
 
 TENSOR_DIMS = ("heads", "kv_heads", "mlp", "vocab")
 GROUPS = tuple((e, t, l) for e in (0, 1) for t in (0, 1) for l in (0, 1))  # (embed, tensor, layers)
@@ -101,7 +101,7 @@ class Grid:
     sp: np.ndarray  # 0/1
     cp: np.ndarray  # index into CP_MODES
     schedule: np.ndarray  # index into SCHEDULES
-    microbatches: np.ndarray  # m, resolved as validation.num_microbatches does
+    microbatches: np.ndarray  # m, layout.resolved_microbatches
     stage_layers: np.ndarray  # layers the busiest pipeline stage computes (all its chunks)
     partition_n: np.ndarray  # entries of an explicit partition (0: none, layers split evenly)
     partition_min: np.ndarray  # its smallest entry (0 without one)
@@ -156,7 +156,8 @@ class Grid:
         cols["sp"] = np.broadcast_to(np.asarray(columns.get("sp", 0), dtype=np.int64), (n,))
         cols["cp"] = _codes(columns.get("cp", "none"), _CP_CODE, n)
         cols["schedule"] = _codes(columns.get("schedule", "gpipe"), _SCHEDULE_CODE, n)
-        cols["microbatches"] = _resolved_microbatches(cols, train)
+        cols["microbatches"] = resolved_microbatches(cols["microbatches"], cols["data"] * cols["fsdp"],
+                                                   train.global_batch, train.microbatch)
         parts = columns.get("partition")
         stats = np.zeros((5, n), np.int64)  # stage_layers, n, min, sum, max
         if parts is not None:
@@ -199,17 +200,6 @@ def _codes(value, table: dict, n: int) -> np.ndarray:
 
 def _at_least_1(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 1)
-
-
-def _resolved_microbatches(cols: dict, train: TrainConfig) -> np.ndarray:
-    """validation.num_microbatches as columns: the Layout's m, or B / (dp · b) when the Layout
-    leaves it at 1 and TrainConfig.microbatch sets b."""
-    m, b = cols["microbatches"], train.microbatch
-    if b is None or b < 1:
-        return m
-    dp = cols["data"] * cols["fsdp"]
-    implied = train.global_batch // _at_least_1(dp) // b
-    return np.where((m != 1) | (dp < 1), m, implied)
 
 
 __all__ = ["GROUPS", "Grid", "ModelSizes", "model_sizes"]

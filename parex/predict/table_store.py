@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..local_profile import cache_dir
+from ..machine import cache_dir
 
 # modules whose code decides the stored numbers (relative to the package root)
 SOURCES = ("parallel/schedules.py", "parallel/tables.py", "parallel/plan.py",

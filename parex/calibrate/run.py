@@ -1,0 +1,365 @@
+"""`parex calibrate`: measure this machine's emulated mesh and write its `cpu-local` profile
+(into the user's cache, one file per machine: parex.machine).
+
+What is measured (each a median over repeats, all devices busy at once, as in a sharded step):
+- matmul rate per device against size (FLOPs of one matmul -> FLOP/s), float32; bfloat16 once;
+- elementwise rate: a fused norm-and-activation kernel, in the FLOPs XLA's cost analysis counts
+  (the unit of predict.flops.ELEMENTWISE), and memory bandwidth from a large copy;
+- every collective kind (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute)
+  over groups of 2 and of all devices at several sizes, fitted to α + β·bytes (hlo.py's bytes);
+  each timed as a chain of dependent collectives inside one jitted loop, so dispatch cost is out;
+- the fixed cost of one jitted step call, and the optimizer's cost per parameter;
+- two real parex.model GPT blocks, forward and backward, on every device and on one: how fast
+  real blocks run against what the kernel rates above predict (`step_efficiency`, covering copies,
+  layouts and skew between devices that kernel timings miss), and how many emulated devices
+  really run at once (`parallel_devices`: one device alone already uses every core it can);
+- the pipeline executor's fixed cost per tick, on a probe model (calibrate_pipeline.py).
+Takes well under two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import statistics
+import time
+from functools import partial
+
+import numpy as np
+
+from ..errors import InputError
+from ..hardware import Calibration, Chip, Link, save_chip
+
+MATMUL_SIZES = (32, 64, 128, 192, 256, 384, 512, 768)
+COLLECTIVE_BYTES = (16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+CHAIN = 8  # collectives per timed loop
+
+
+def _timed(fn, *args, repeats: int = 5) -> float:
+    """Median seconds of fn(*args) after one warm-up call (compilation)."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _mesh(shape: tuple[int, ...], names: tuple[str, ...]):
+    import jax
+    from jax.sharding import AxisType
+
+    return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
+
+
+def _sharded(mesh, shape, spec, dtype="float32"):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal(shape, np.float32), dtype)
+    return jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+
+def matmul_rate(n: int, devices: int, dtype: str = "float32") -> float:
+    """FLOP/s per device for an (n, n) @ (n, n) matmul on each of `devices` devices at once."""
+    import jax
+    import jax.numpy as jnp
+
+    mesh = _mesh((devices,), ("d",))
+    a = _sharded(mesh, (devices, n, n), ("d",), dtype)
+    reps = max(1, int(2e8 // (2 * n ** 3)))  # enough work per call to dwarf dispatch
+
+    @jax.jit
+    def run(a):
+        def body(_, x):
+            return jnp.einsum("bij,bjk->bik", x, a) * (1.0 / n)
+        return jax.lax.fori_loop(0, reps, body, a)
+
+    return reps * 2 * n ** 3 / _timed(run, a)
+
+
+def elementwise_rate(devices: int, tokens: int = 512, width: int = 512) -> tuple[float, float]:
+    """(elementwise FLOP/s per device as XLA counts them, copy bandwidth per device in B/s)."""
+    import jax
+
+    mesh = _mesh((devices,), ("d",))
+    x = _sharded(mesh, (devices, tokens, width), ("d",))
+
+    def norm_gelu(x):  # the kind of fused elementwise work a block does
+        mu = x.mean(-1, keepdims=True)
+        y = (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+        return jax.nn.gelu(y) * 0.5 + x * 0.5
+
+    reps = 20
+    run = jax.jit(lambda x: jax.lax.fori_loop(0, reps, lambda _, y: norm_gelu(y), x))
+    flops = jax.jit(norm_gelu).lower(x).compile().cost_analysis()
+    flops = (flops[0] if isinstance(flops, (list, tuple)) else flops)["flops"]  # per device
+    rate = reps * flops / _timed(run, x)
+    big = _sharded(mesh, (devices, 2048, 2048), ("d",))
+    copy = jax.jit(lambda x: x * 1.0001)
+    bandwidth = 2 * big.nbytes / devices / _timed(copy, big)
+    return rate, bandwidth
+
+
+def _collective_fn(kind: str, axis: str, group: int):
+    """One collective on a local block x, returning a block of x's shape (so it can chain)."""
+    import jax
+    import jax.numpy as jnp
+
+    if kind == "all-reduce":
+        return lambda x: jax.lax.psum(x, axis) * (1.0 / group)
+    if kind == "all-gather":
+        return lambda x: jax.lax.all_gather(x, axis, tiled=True)[: x.shape[0]] * 0.5
+    if kind == "reduce-scatter":
+        return lambda x: jnp.tile(jax.lax.psum_scatter(x, axis, tiled=True), group) * 0.5
+    if kind == "all-to-all":
+        return lambda x: jax.lax.all_to_all(x, axis, 0, 0, tiled=True) * 0.5
+    perm = [(i, (i + 1) % group) for i in range(group)]
+    return lambda x: jax.lax.ppermute(x, axis, perm) * 0.5
+
+
+def collective_seconds(kind: str, group: int, n_bytes: int, devices: int) -> float:
+    """Seconds of one collective of `n_bytes` (hlo.py's convention) over groups of `group`."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh((devices // group, group), ("rest", "g"))
+    # the per-device block: the gathered result of an all-gather has n_bytes, so its input 1/g
+    elems = n_bytes // 4 // (group if kind == "all-gather" else 1)
+    elems = max(group, elems // group * group)
+    x = _sharded(mesh, (devices * elems,), (("rest", "g"),))
+    op = _collective_fn(kind, "g", group)
+
+    def chain(x):
+        return jax.lax.fori_loop(0, CHAIN, lambda _, y: op(y), x)
+
+    spec = P(("rest", "g"))
+    manual = partial(jax.shard_map, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    run = jax.jit(manual(chain))
+    return max(_timed(run, x) - _empty_loop_seconds(group, elems, devices), 1e-7) / CHAIN
+
+
+@functools.lru_cache(maxsize=None)
+def _empty_loop_seconds(group: int, elems: int, devices: int) -> float:
+    """The chain's loop without its collectives (the same for every kind of one size)."""
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh((devices // group, group), ("rest", "g"))
+    x = _sharded(mesh, (devices * elems,), (("rest", "g"),))
+    spec = P(("rest", "g"))
+    empty = jax.shard_map(lambda x: jax.lax.fori_loop(0, CHAIN, lambda _, y: y * 0.5, x),
+                          mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    return _timed(jax.jit(empty), x)
+
+
+def fit_alpha_beta(sizes, seconds) -> dict:
+    """Least-squares α + β·S with both terms kept non-negative."""
+    S, t = np.asarray(sizes, float), np.asarray(seconds, float)
+    beta, alpha = np.polyfit(S, t, 1)
+    if alpha < 0:
+        alpha, beta = 0.0, float(np.dot(S, t) / np.dot(S, S))
+    return {"alpha": float(alpha), "beta": float(max(beta, 0.0))}
+
+
+BLOCK_SEQUENCES = 2  # per device, of 128 tokens
+
+
+def _block_config():
+    from ..config import ModelConfig
+
+    return ModelConfig("calibration", layers=2, hidden=128, heads=8, vocab=256, seq_len=128)
+
+
+def block_step(n: int):
+    """Forward and backward of two parex.model GPT blocks (the kernels a step runs, without
+    embedding, loss or optimizer) on each of n devices, BLOCK_SEQUENCES sequences of 128 tokens
+    per device: (jitted function, its arguments)."""
+    import jax
+    import jax.numpy as jnp
+
+    from .. import model as gpt
+
+    cfg = _block_config()
+    blocks = jax.jit(lambda key: gpt.init_params(cfg, key)["blocks"])(jax.random.key(0))
+    x = _sharded(_mesh((n,), ("d",)), (n * BLOCK_SEQUENCES, cfg.seq_len, cfg.hidden), ("d",))
+
+    def loss(blocks, x):
+        return jnp.mean(gpt.run_blocks(x, blocks, cfg) ** 2)
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1))), (blocks, x)  # every matmul 3 times
+
+
+def recalibrated(chip: Chip, t_all: float, t_one: float) -> Chip:
+    """The profile with step_efficiency and parallel_devices from block_step timings on all
+    devices (t_all) and on one (t_one), e.g. taken between measured steps under the same load:
+    efficiency = what predict.time says the blocks take at the kernel rates / what they took."""
+    from ..config import TrainConfig
+    from ..predict.shapes import Grid, model_sizes
+    from ..predict.time import cpu_layer_seconds
+
+    cal, cfg = chip.calibration, _block_config()
+    grid = Grid.from_columns(TrainConfig(global_batch=BLOCK_SEQUENCES), cfg)
+    kernels = cfg.layers * cpu_layer_seconds(model_sizes(cfg), grid, "none", cal,
+                                             chip.hbm_bandwidth)[0]
+    busy = max(t_all - cal.step_overhead_s, 1e-6)
+    cal = dataclasses.replace(
+        cal, step_efficiency=float(np.clip(kernels / busy, 0.05, 2.0)),
+        parallel_devices=float(np.clip(cal.n_devices * t_one / t_all, 1.0, cal.n_devices)))
+    return dataclasses.replace(chip, calibration=cal)
+
+
+def optimizer_seconds(devices: int, params: int = 1 << 20) -> float:
+    """Seconds per parameter of an optimizer update like parex's (global-norm clipping, AdamW
+    with decay), every device updating its own `params` parameters at once."""
+    import jax
+    import optax
+
+    mesh = _mesh((devices,), ("d",))
+    tree = {"w": _sharded(mesh, (devices, params // 1024, 1024), ("d",))}
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, b2=0.95))
+    state = jax.jit(opt.init)(tree)
+
+    @jax.jit
+    def update(tree, state):
+        updates, state = opt.update(tree, state, tree)
+        return optax.apply_updates(tree, updates), state
+
+    return _timed(update, tree, state, repeats=7) / params
+
+
+def step_overhead(devices: int) -> float:
+    """Seconds of a trivial jitted call on every device: dispatch and synchronisation."""
+    import jax
+
+    mesh = _mesh((devices,), ("d",))
+    x = _sharded(mesh, (devices, 8), ("d",))
+    return _timed(jax.jit(lambda x: x + 1.0), x, repeats=20)
+
+
+def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
+    """Measure everything and return the cpu-local Chip (not yet saved); `on_task(done,
+    total)` is called after each measurement."""
+    import jax
+    from tqdm.auto import tqdm
+
+    if len(jax.devices()) < devices:
+        raise InputError(f"calibration needs {devices} devices, JAX has {len(jax.devices())}: "
+                         f"call parex.emulate_devices({devices}) first")
+    tasks = ([("matmul", n) for n in MATMUL_SIZES]
+             + [("bf16", 256), ("elementwise", 0), ("overhead", 0), ("optimizer", 0),
+                ("blocks", devices), ("blocks", 1), ("pipeline", devices)]
+             + [("coll", (k, g, s)) for k in KINDS for g in (2, devices)
+                for s in COLLECTIVE_BYTES])
+    results: dict = {"matmul": [], "coll": {}, "load": os.getloadavg()[0]}  # others' work
+    _empty_loop_seconds.cache_clear()  # baselines are timed afresh in every calibration
+    for done, (name, arg) in enumerate(tqdm(tasks, desc="calibrating", disable=not progress)):
+        if on_task is not None:
+            on_task(done, len(tasks))
+        if name == "matmul":
+            results["matmul"].append((2.0 * arg ** 3, matmul_rate(arg, devices)))
+        elif name == "blocks":
+            fn, args = block_step(arg)
+            results[f"blocks{arg}"] = _timed(fn, *args, repeats=7)
+        elif name == "bf16":
+            results["bf16"] = matmul_rate(arg, devices, "bfloat16")
+        elif name == "elementwise":
+            results["elementwise"] = elementwise_rate(devices)
+        elif name == "pipeline":
+            from .pipeline import tick_seconds
+
+            results["pipeline"] = tick_seconds(arg)
+        elif name == "optimizer":
+            results["optimizer"] = optimizer_seconds(devices)
+        elif name == "overhead":
+            results["overhead"] = step_overhead(devices)
+        else:
+            kind, group, size = arg
+            results["coll"].setdefault((kind, group), []).append(
+                (size, collective_seconds(kind, group, size, devices)))
+    if on_task is not None:
+        on_task(len(tasks), len(tasks))
+    return _profile(results, devices)
+
+
+def _profile(results: dict, devices: int) -> Chip:
+    curve = tuple(results["matmul"])
+    collectives: dict = {}
+    for (kind, group), points in results["coll"].items():
+        collectives.setdefault(kind, {})[str(group)] = fit_alpha_beta(*zip(*points))
+    ew_rate, bandwidth = results["elementwise"]
+    from ..machine import fingerprint, machine_description
+
+    cal = Calibration(matmul_curve=curve, collectives=collectives,
+                      step_overhead_s=results["overhead"], elementwise_rate=ew_rate,
+                      optimizer_s_per_param=results["optimizer"],
+                      pipeline_tick_s=results["pipeline"], n_devices=devices,
+                      cores=os.cpu_count() or 1, machine=fingerprint(),
+                      load_average=results.get("load"))
+    peak = max(rate for _, rate in curve)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    shared = Link(bandwidth=bandwidth, latency=collectives["all-reduce"][str(devices)]["alpha"],
+                  name="shared memory between emulated devices")
+    chip = Chip(name="cpu-local", description=f"this machine's CPU as {devices} emulated devices "
+                f"on {cal.cores} cores (parex calibrate)",
+                peak_flops={"float32": peak, "bfloat16": results["bf16"]},
+                hbm_bytes=float(memory) / devices, hbm_bandwidth=bandwidth, intra_node=shared,
+                inter_node=shared, devices_per_node=devices, scaleup_domain=devices,
+                matmul_efficiency=1.0, network_efficiency=1.0,
+                sources=(f"measured by `parex calibrate` on {time.strftime('%Y-%m-%d')} on "
+                         f"{machine_description()} (JAX {_jax_version()})",
+                         "peak = the best measured matmul rate per device with all devices busy; "
+                         "HBM = physical memory / devices"),
+                calibration=cal)
+    return recalibrated(chip, results[f"blocks{devices}"], results["blocks1"])
+
+
+def _jax_version() -> str:
+    import jax
+
+    return jax.__version__
+
+
+def run(devices: int = 8, directory=None, progress: bool = True, on_task=None,
+        path=None) -> tuple[Chip, str, float]:
+    """Calibrate, save, and return (profile, path, seconds taken). The profile goes to `path`,
+    else `directory`/cpu-local.json, else this machine's file in the user's cache
+    (parex.machine.profile_path); never to the tracked data/hardware/."""
+    from ..machine import profile_path
+
+    start = time.perf_counter()
+    chip = calibrate(devices, progress, on_task)
+    if path is None and directory is None:
+        path = profile_path()
+    path = save_chip(chip, directory, path)
+    return chip, str(path), time.perf_counter() - start
+
+
+def summary(chip: Chip) -> str:
+    cal = chip.calibration
+    lines = [f"{chip.description}",
+             f"matmul      peak {chip.peak('float32') / 1e9:.2f} GFLOP/s per device "
+             f"(bf16 {chip.peak('bfloat16') / 1e9:.2f}); "
+             + ", ".join(f"{int(round(f ** (1 / 3) / 2 ** (1 / 3)))}³: {r / 1e9:.2f}"
+                         for f, r in cal.matmul_curve),
+             f"elementwise {cal.elementwise_rate / 1e9:.2f} GFLOP/s per device · copy "
+             f"{chip.hbm_bandwidth / 1e9:.2f} GB/s per device",
+             f"step        {cal.step_overhead_s * 1e3:.2f} ms fixed · "
+             f"{cal.parallel_devices:.2f} of {cal.n_devices} devices run at once · a step runs "
+             f"at {cal.step_efficiency:.0%} of the kernel rates · a pipeline tick "
+             f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed"]
+    for kind, groups in cal.collectives.items():
+        fits = ", ".join(f"g={g}: α {v['alpha'] * 1e6:.0f} µs, "
+                         f"{1 / max(v['beta'], 1e-15) / 1e9:.2f} GB/s"
+                         for g, v in sorted(groups.items(), key=lambda kv: int(kv[0])))
+        lines.append(f"{kind:18s} {fits}")
+    return "\n".join(lines)
+
+
+__all__ = ["calibrate", "collective_seconds", "fit_alpha_beta", "matmul_rate", "run", "summary"]

@@ -1,0 +1,7 @@
+"""`python -m parex.cli ...` is the `parex` command."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,202 @@
+"""`parex predict`, `parex calibrate` and `parex compare`: the analytic model on the command line.
+
+    parex predict --model gpt3-175b --layout data=8,tensor=8,stage=8,schedule=1f1b,microbatches=16 \
+        --hardware a100-80gb --nodes 64 --global-batch 1024 --remat full
+    parex predict --model llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
+        --vocab 128256 --seq 8192 --layout fsdp=8 --hardware h100-sxm --json
+    parex calibrate                      # this machine's cpu-local profile, in ~/.cache/parex
+    parex compare --model tiny --layout dp_tp     # measured and predicted on the emulated mesh
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..calibrate.local import ready
+from ..config import ModelConfig
+from ..layout import Layout
+from ..measure.report import human_bytes, table
+from ..validation import validate
+from .args import (
+    DEFAULT_DEVICES,
+    add_device_args,
+    add_predict_model_args,
+    at_least,
+    configs_from_args,
+    model_from_args,
+    setup_devices,
+)
+
+
+def prediction_report(p, model: ModelConfig, cluster) -> str:
+    st, mem = p.step_time_s, p.memory_bytes_per_device
+    capacity = cluster.chip.hbm_bytes
+    counted = "as XLA's cost analysis counts them" if p.convention == "xla-cpu" else "hardware"
+    fits = ("fits" if p.fits else
+            f"DOES NOT FIT: {p.over_capacity_bytes / 1e9:.2f} GB over")
+    lines = [
+        f"parex predict · {model.name} ({_count(model.n_params)} parameters) · layout "
+        f"{p.layout} · {cluster.name} ({p.n_devices} of {cluster.n_devices} devices) · "
+        f"convention {p.convention}",
+        f"step time    {st['total']:.4g} s = compute {st['compute']:.4g} + exposed comm "
+        f"{st['exposed_comm']:.4g} + bubble {st['bubble']:.4g}",
+        f"throughput   {p.tokens_per_s:,.0f} tokens/s · {p.tflops_per_device:.4g} TFLOP/s per "
+        f"device · MFU {p.mfu:.1%} · HFU {p.hfu:.1%}",
+        f"FLOPs/dev    {p.flops_per_device:.4g} per step ({counted}; model "
+        f"{p.model_flops_per_device:.4g})",
+        "memory/dev   " + " · ".join(f"{k} {human_bytes(mem[k])}" for k in
+                                     ("params", "grads", "optimizer", "activations", "temp")),
+        f"             argument {human_bytes(mem['argument'])} · total {human_bytes(mem['total'])}"
+        f" of {human_bytes(capacity)}: {fits}"]
+    if not p.executable:
+        lines.append(f"executable   no, predicted only: {p.executable_reason}")
+    lines.append("")
+    if p.collectives:
+        rows = [[c["name"], c["kind"], ",".join(c["axes"]), f"{c['count']:g}",
+                 human_bytes(c["bytes"]), f"{c['seconds'] * 1e3:.3g} ms"] for c in p.collectives]
+        lines.append(table(rows, ["collective", "kind", "axes", "count", "bytes", "time"]))
+    else:
+        lines.append("no collectives")
+    return "\n".join(lines)
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
+
+
+# --- parex predict --------------------------------------------------------------------------------
+
+def cmd_predict(args) -> int:
+    from ..hardware import load_chip
+    from ..predict import as_cluster, predict
+
+    model, train = model_from_args(args)
+    ready(args.hardware, progress=not args.json)  # calibrate this machine on first use
+    chip = load_chip(args.hardware)
+    nodes = args.nodes
+    if nodes is None:
+        probe = args.layout if args.layout.strip() not in _layout_presets() else None
+        n = Layout.parse(probe).n_devices if probe else chip.devices_per_node
+        nodes = max(1, -(-n // chip.devices_per_node))
+    cluster = as_cluster(_cluster(chip, nodes))
+    layout = Layout.parse(args.layout, cluster.n_devices)
+    from .lowcomm import diloco_report, wan_from_args
+
+    p = predict(model, train, layout, cluster, convention=args.convention, recipe=args.recipe,
+                dtype=args.dtype, wan=wan_from_args(args))
+    print(json.dumps(p.to_json(), indent=2) if args.json else prediction_report(p, model, cluster))
+    if p.diloco and not args.json:
+        print(diloco_report(p.diloco))
+    return 0
+
+
+def _cluster(chip, nodes):
+    from ..hardware import Cluster
+
+    return Cluster(chip, nodes)
+
+
+def _layout_presets():
+    from ..layout import LAYOUT_PRESETS
+
+    return LAYOUT_PRESETS
+
+
+def add_predict(sub) -> None:
+    p = sub.add_parser("predict", help="predict step time, memory, FLOPs and communication")
+    add_predict_model_args(p)
+    p.add_argument("--layout", default="dp", help="e.g. data=8,tensor=8,stage=4 or a preset name")
+    p.add_argument("--hardware", default="a100-80gb", help="hardware profile (data/hardware/)")
+    p.add_argument("--nodes", type=at_least(1), default=None,
+                   help="nodes in the cluster (default: enough for the layout)")
+    p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"],
+                   help="gpu: the ideal program; xla-cpu: what the emulated mesh compiles "
+                   "(default: xla-cpu for cpu-local, else gpu)")
+    p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
+                   help="bytes of model state: parex (fp32 weights, grads, Adam) or mixed "
+                   "(ZeRO's 2 + 2 + 12; the default on accelerator profiles, parex on cpu-local)")
+    from .lowcomm import add_wan_args
+
+    add_wan_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_predict)
+
+
+# --- parex calibrate ----------------------------------------------------------------------------
+
+def cmd_calibrate(args) -> int:
+    from ..mesh import emulate_devices
+
+    emulate_devices(args.devices)
+    from ..calibrate import run as calibrate
+
+    chip, path, seconds = calibrate.run(args.devices, progress=not args.json)
+    if args.json:
+        print(json.dumps(chip.to_json(), indent=2))
+    else:
+        print(calibrate.summary(chip))
+        print(f"\nwrote {path} in {seconds:.0f} s")
+    return 0
+
+
+def add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="measure this machine and write its cpu-local profile "
+                       "(to $PAREX_CACHE or ~/.cache/parex)")
+    p.add_argument("--devices", type=at_least(2), default=DEFAULT_DEVICES,
+                   help=f"emulated devices (default {DEFAULT_DEVICES})")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.set_defaults(func=cmd_calibrate)
+
+
+# --- parex compare ------------------------------------------------------------------------------
+
+def cmd_compare(args) -> int:
+    n = setup_devices(args, args.layout)
+    model, train = configs_from_args(args)
+    layout = Layout.parse(args.layout, n)
+    validate(layout, model, train, n)
+    import jax
+
+    from ..measure import measure
+    from ..predict import predict, shared_fields
+
+    if args.hardware.lower() == "cpu-local":
+        ready(args.hardware, progress=not args.json)  # calibrate this machine on first use
+    p = predict(model, train, layout, args.hardware, convention=args.convention)
+    m = measure(model, train, layout, devices=jax.devices()[:n], progress=not args.json)
+    fields = shared_fields(m, p)
+    if args.json:
+        print(json.dumps({"convention": p.convention, "hardware": p.hardware, "fields": fields,
+                          "prediction": p.to_json(), "measurement": m.to_json()}, indent=2))
+        return 0
+    rows = [[f["field"], _fmt(f["field"], f["predicted"]), _fmt(f["field"], f["measured"]),
+             f"{f['ratio']:.3f}" if f["measured"] else "-"] for f in fields]
+    print(f"parex compare · {model.name} · layout {layout} · {n} devices · predicted on "
+          f"{p.hardware} under the {p.convention} convention\n")
+    print(table(rows, ["field", "predicted", "measured", "ratio"]))
+    return 0
+
+
+def _fmt(field: str, value: float) -> str:
+    if field.endswith("_bytes"):
+        return human_bytes(value)
+    if field == "step_time_s":
+        return f"{value * 1e3:.2f} ms"
+    return f"{value:,.4g}"
+
+
+def add_compare(sub) -> None:
+    from .args import add_model_args
+
+    p = sub.add_parser("compare", help="measure and predict one layout on the emulated mesh")
+    add_model_args(p)
+    add_device_args(p)
+    p.add_argument("--layout", default="dp", help="e.g. data=2,tensor=4 or a preset name")
+    p.add_argument("--steps", type=at_least(1), default=6)
+    p.add_argument("--hardware", default="cpu-local", help="profile to predict with")
+    p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_compare)
+
+
+COMMANDS = [add_predict, add_calibrate, add_compare]

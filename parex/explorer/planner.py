@@ -1,0 +1,151 @@
+"""The Planner widget: model, cluster, batch and memory cap in; the ranked layouts, a chart of
+predicted step time against memory per device (Pareto front highlighted) out. Each row's button
+loads that layout into an Explorer, where it can be changed by hand and measured.
+
+    from parex.explorer.planner import Planner
+    planner = Planner(model="tiny", hardware="cpu-local")
+    planner                      # the controls, the ranked table and the chart
+    planner.explorer             # the Explorer the rows load into
+
+Like the Explorer, everything it shows is readable from Python (`plan`, `error`,
+`table_frame()`, `chart_data()`), so tests drive it without a browser.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+import altair as alt
+import ipywidgets as w
+import pandas as pd
+
+from ..calibrate.local import ready
+from ..charts.planner import pareto_chart
+from ..config import TrainConfig, preset_names
+from ..layout import LayoutError
+from ..plan import OBJECTIVES, NoFit, plan
+from ..plan.report import chart_frame, plan_frame
+from .widget import Explorer, _dropdown, _hardware_names, _int_text, _seconds, _spec_rows
+
+COLUMNS = ("layout", "remat", "microbatch", "step_total_s", "step_compute_s",
+           "step_exposed_comm_s", "step_bubble_s", "memory_total_bytes", "mfu", "bottleneck")
+
+
+class Planner:
+    """Controls → parex.plan.plan → ranked rows and the Pareto chart; a row's button →
+    Explorer.load."""
+
+    def __init__(self, model: str = "tiny", hardware: str = "cpu-local", nodes: int = 1,
+                 global_batch: int = 16, memory_cap_gb: float = 0.0, objective: str = "time",
+                 top: int = 8, explorer: Explorer | None = None):
+        ready(hardware)  # this machine's profile, calibrated on first use
+        self.plan = None  # the last Plan, when planning worked
+        self.error: str | None = None  # why it did not, with the nearest setting that works
+        self._explorer = explorer
+        c = self.controls = {
+            "model": _dropdown("model", preset_names(), model),
+            "hardware": _dropdown("hardware", _hardware_names(), hardware),
+            "nodes": _int_text("nodes", nodes),
+            "global_batch": _int_text("batch", global_batch),
+            "memory_cap_gb": w.BoundedFloatText(value=memory_cap_gb, min=0, max=1e6,
+                                                description="cap GB (0=HBM)",
+                                                style={"description_width": "90px"},
+                                                layout=w.Layout(width="210px")),
+            "objective": _dropdown("objective", OBJECTIVES, objective),
+            "top": _int_text("top K", top),
+        }
+        self.plan_button = w.Button(description="Plan", button_style="primary", icon="search")
+        self.plan_button.on_click(lambda _: self.run())
+        self.status = w.HTML()
+        self.table = w.VBox()
+        self.chart = alt.JupyterChart(alt.Chart(pd.DataFrame()).mark_point(),
+                                      embed_options={"renderer": "svg"})
+        self.widget = w.VBox([w.HBox([w.VBox(list(c.values())[:4]),
+                                      w.VBox(list(c.values())[4:] + [self.plan_button])]),
+                              self.status, self.table, self.chart])
+        self.run()
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def set(self, **values) -> "Planner":
+        """Set controls by name and plan again."""
+        for name, value in values.items():
+            self.controls[name].value = value
+        self.run()
+        return self
+
+    @property
+    def explorer(self) -> Explorer:
+        """The Explorer rows load into (made on first use, on this plan's hardware)."""
+        if self._explorer is None:
+            c = self.controls
+            self._explorer = Explorer(model=c["model"].value, hardware=c["hardware"].value,
+                                      global_batch=c["global_batch"].value)
+        return self._explorer
+
+    # --- planning ---------------------------------------------------------------------------
+    def run(self) -> None:
+        """Plan with the current controls; show the ranked rows and the chart, or the error."""
+        c = self.controls
+        cap = c["memory_cap_gb"].value * 1e9 or None
+        try:
+            from ..plan.names import model_named
+
+            model = model_named(c["model"].value)
+            if c["hardware"].value != "cpu-local":
+                model = model.replace(dtype="bfloat16")
+            self.plan = plan(model, TrainConfig(global_batch=c["global_batch"].value),
+                             c["hardware"].value, c["nodes"].value, memory_cap=cap,
+                             objective=c["objective"].value, top=c["top"].value)
+            self.error = None
+        except (NoFit, LayoutError, ValueError) as exc:
+            self.plan, self.error = None, str(exc)
+            self.status.value = f"<div style='color:#b00020'>{escape(self.error)}</div>"
+            self.table.children = ()
+            return
+        p = self.plan
+        self.status.value = (f"<div style='color:#1b5e20'>{p.layouts_considered:,} layouts "
+                             f"considered, {int(p.fits.sum()):,} fit under "
+                             f"{p.memory_cap / 1e9:,.3g} GB per device; planned in "
+                             f"{p.seconds:.2f} s</div>")
+        self.table.children = self._rows()
+        self.chart.chart = pareto_chart(chart_frame(p), p.memory_cap)
+
+    def table_frame(self) -> pd.DataFrame:
+        """The ranked rows the table shows."""
+        return plan_frame(self.plan, self.plan.top)[list(COLUMNS)] if self.plan else \
+            pd.DataFrame()
+
+    def chart_data(self) -> pd.DataFrame:
+        return _spec_rows(self.chart.spec)
+
+    def _rows(self) -> tuple:
+        df = self.table_frame()
+        header = w.HTML("<b>" + " · ".join(["rank", "layout", "remat", "b", "step",
+                                             "memory/dev", "MFU", "bottleneck"]) + "</b>")
+        rows = [header]
+        for rank, r in enumerate(df.itertuples(), start=1):
+            button = w.Button(description=f"#{rank} → Explorer", layout=w.Layout(width="130px"),
+                              tooltip="load this layout into the Explorer")
+            button.on_click(lambda _, rank=rank: self.load(rank))
+            text = (f"<code>{escape(r.layout)}</code> · {r.remat} · b={r.microbatch} · "
+                    f"{_seconds(r.step_total_s)} · {r.memory_total_bytes / 1e9:,.3g} GB · "
+                    f"{r.mfu:.0%} · {r.bottleneck}")
+            rows.append(w.HBox([button, w.HTML(text)]))
+        return tuple(rows)
+
+    def load(self, rank: int) -> Explorer:
+        """Load the layout ranked `rank` (1 = best) into the Explorer."""
+        p = self.plan
+        i = p.top[rank - 1]
+        layout, train = p.layout(i), p.train_of(i)
+        if layout.layers_per_stage:
+            raise LayoutError(f"{layout} has an uneven partition, which the Explorer has no "
+                              f"control for; run it with `parex run --layout {layout}`")
+        settings = {"remat": train.remat, "global_batch": train.global_batch,
+                    "hardware": p.cluster.chip.name, "dtype": p.model.dtype}
+        return self.explorer.load(p.model.name, layout, p.cluster.n_devices, **settings)
+
+
+__all__ = ["Planner"]

@@ -1,0 +1,115 @@
+"""The pieces of a measurement: compile a layout's step, read what XLA did (memory, FLOPs,
+collectives, per device) and time steps (perf_counter around the call plus block_until_ready)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+from tqdm.auto import tqdm
+
+from ..config import ModelConfig, TrainConfig
+from ..data import Batches
+from ..layout import Layout, LayoutError
+from ..mesh import make_mesh
+from ..step import TrainStep
+from ..validation import validate
+from .hlo import matmul_flops, parse_collectives
+
+
+def memory_stats(compiled) -> dict[str, int]:
+    """Per-device bytes. On the CPU `peak_memory_in_bytes` is unreliable, so the total is
+    argument + output − alias (donated buffers reused) + temp."""
+    m = compiled.memory_analysis()
+    parts = {"argument": m.argument_size_in_bytes, "output": m.output_size_in_bytes,
+             "alias": m.alias_size_in_bytes, "temp": m.temp_size_in_bytes}
+    parts["total"] = parts["argument"] + parts["output"] - parts["alias"] + parts["temp"]
+    return {k: int(v) for k, v in parts.items()}
+
+
+def cost_stats(compiled) -> tuple[float, float]:
+    """(FLOPs, bytes accessed) per device from XLA's cost analysis."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older JAX returned one dict per device
+        cost = cost[0] if cost else {}
+    return float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+
+
+def state_bytes_on_host(model: ModelConfig, layout: Layout) -> float:
+    """Bytes of float32 parameters, gradients and AdamW's two moments summed over all devices:
+    what an emulated mesh holds in host memory at the least (activations come on top)."""
+    per_device = sum(copies * 4 * model.n_params / layout.shard_count("embed", kind)
+                     for kind, copies in (("param", 1), ("grad", 1), ("opt", 2)))
+    return per_device * layout.n_devices
+
+
+def check_fits_host(model: ModelConfig, layout: Layout, devices) -> None:
+    """Refuse, before compiling, a model whose state alone exceeds this machine's memory when the
+    devices are emulated CPUs (they all share the host's RAM)."""
+    platform = (devices[0] if devices else jax.devices()[0]).platform
+    if platform != "cpu":
+        return
+    need, have = state_bytes_on_host(model, layout), _host_memory_bytes()
+    if need > 0.8 * have:
+        raise LayoutError(
+            f"{model.name} ({model.n_params / 1e9:.2f}B parameters) needs at least "
+            f"{need / 1e9:.1f} GB for parameters, gradients and optimizer state on "
+            f"{layout.n_devices} emulated devices with layout {layout}, and this machine has "
+            f"{have / 1e9:.1f} GB: use `parex predict` for models this size, or a smaller preset "
+            f"(tiny, small)")
+
+
+def _host_memory_bytes() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None):
+    """(TrainStep, compiled step, seconds spent lowering and compiling). Validation errors
+    raise here, before anything is traced."""
+    validate(layout, model, train, layout.n_devices if devices is None else len(devices))
+    check_fits_host(model, layout, devices)
+    step = TrainStep(model, train, layout, make_mesh(layout, devices))
+    start = time.perf_counter()
+    compiled = step.lower().compile()
+    return step, compiled, time.perf_counter() - start
+
+
+def compiled_stats(compiled, step: TrainStep) -> dict:
+    """Memory, FLOPs and collectives of a compiled step, per device, without running it. Under
+    a pipeline each stage takes a different branch of the tick switch on each tick: the
+    collectives and matmul FLOPs are the busiest stage's, each branch counted on the ticks that
+    take it (Plan.branch_shares)."""
+    flops, bytes_accessed = cost_stats(compiled)
+    text, mesh = compiled.as_text(), step.mesh
+    shares = [None]
+    if step.layout.stage > 1:
+        from ..parallel.pipeline import plan_for
+
+        shares = plan_for(step).branch_shares()
+    collectives = max((parse_collectives(text, mesh.devices.shape, mesh.axis_names, s)
+                       for s in shares), key=lambda cs: sum(c.total_bytes for c in cs))
+    return {"memory_bytes_per_device": memory_stats(compiled), "flops_per_device": flops,
+            "matmul_flops_per_device": max(matmul_flops(text, s) for s in shares),
+            "bytes_accessed_per_device": bytes_accessed, "collectives": collectives}
+
+
+def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=None,
+               on_step=None) -> tuple[list, list]:
+    """(losses, seconds) for `train.steps` steps from `state` (default: the initial state);
+    `on_step(i)` is called after step i."""
+    train, model = step.train, step.model
+    batches = Batches(data, train.global_batch, step.seq_len, model.vocab, train.seed)
+    state = step.init_state() if state is None else state
+    losses, times = [], []
+    for i in tqdm(range(train.steps), desc=f"{model.name} {step.layout}", disable=not progress,
+                  leave=False):
+        batch = batches.on_mesh(i, step.batch_sharding)
+        start = time.perf_counter()
+        state, loss = compiled(state, batch)
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - start)
+        losses.append(float(loss))
+        if on_step is not None:
+            on_step(i)
+    return losses, times

@@ -1,0 +1,20 @@
+"""The papers' numbers as parex reads them: the reference tables (data/reference/*.csv) and the
+FLOP count Megatron-LM reports its throughput with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REFERENCE_DIR = Path(__file__).resolve().parents[2] / "data" / "reference"
+
+
+def read_reference(name: str):
+    import pandas as pd
+
+    return pd.read_csv(REFERENCE_DIR / f"{name}.csv", comment="#", skipinitialspace=True)
+
+
+def megatron_flops(row, s: int = 2048, V: int = 51200) -> float:
+    """The paper's FLOPs per iteration (full recompute): 96·B·s·l·h²·(1 + s/6h + V/16lh)."""
+    B, l, h = row.global_batch, row.layers, row.hidden
+    return 96 * B * s * l * h ** 2 * (1 + s / (6 * h) + V / (16 * l * h))

@@ -1,0 +1,248 @@
+"""Durable sweeps: many configurations, each measured in its own subprocess, every finished
+record appended to a JSONL store that survives the sweep being killed.
+
+    configs = [SweepConfig("tiny", "data=2,tensor=4", steps=5), ...]   # or grid_configs(toml)
+    run_sweep(configs, "results.jsonl", resume=True, timeout=600)
+    df = load("results.jsonl")                # the tidy DataFrame the charts read
+
+Each configuration runs `parex run --json` (parex.measure.measure) in a fresh Python process, so
+an XLA abort or a hang (cut at `timeout` seconds) costs one record, not the sweep. A record is one
+line: the config, its stable `key`, `status` (ok, error, timeout, invalid), the Measurement's
+to_json() or the error, and timings. Lines are written whole, flushed and fsynced; a line torn by
+a kill mid-write is dropped on the next resume, which skips every key already in the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import TrainConfig
+from ..errors import InputError
+from ..layout import Layout, LayoutError
+from ..record import Measurement, collectives_from_json
+from ..validation import validate
+
+STATUSES = ("ok", "error", "timeout", "invalid")
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the child imports this same parex
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """One measurement: what `parex run` is given."""
+
+    model: str  # model preset
+    layout: str  # Layout string (a preset name needs `devices`)
+    global_batch: int = 16
+    microbatch: int | None = None  # sequences per replica per microbatch
+    seq_len: int | None = None  # None: the model's
+    steps: int = 5
+    remat: str = "none"
+    dtype: str | None = None  # None: the preset's
+    devices: int | None = None  # None: what the layout uses
+    data: str = "corpus"  # or "synthetic"
+
+    def key(self) -> str:
+        """A stable name for resume: a hash of the config's canonical JSON."""
+        text = json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def n_devices(self) -> int:
+        """`devices`, else what the layout uses (a preset: `parex run`'s default count)."""
+        from ..defaults import DEVICES as DEFAULT_DEVICES
+
+        if self.devices:
+            return self.devices
+        return Layout.parse(self.layout, DEFAULT_DEVICES).n_devices
+
+    def check(self) -> None:
+        """Validation before launching: LayoutError / ValueError naming the fix."""
+        from ..config import model_preset
+
+        model = model_preset(self.model)
+        train = TrainConfig(global_batch=self.global_batch, microbatch=self.microbatch,
+                            seq_len=self.seq_len, steps=self.steps, remat=self.remat)
+        n = self.n_devices()
+        validate(Layout.parse(self.layout, n), model, train, n)
+
+    def argv(self) -> list[str]:
+        """The `parex run --json` command that measures this config."""
+        args = [sys.executable, "-m", "parex.cli", "run", "--json", "--model", self.model,
+                "--layout", self.layout, "--devices", str(self.n_devices()),
+                "--global-batch", str(self.global_batch), "--steps", str(self.steps),
+                "--remat", self.remat, "--data", self.data]
+        for flag, value in (("--microbatch", self.microbatch), ("--seq", self.seq_len),
+                            ("--dtype", self.dtype)):
+            if value is not None:
+                args += [flag, str(value)]
+        return args
+
+
+# --- the store -----------------------------------------------------------------------------------
+
+def read_records(path) -> list[dict]:
+    """Every whole record in the store, in order; a torn last line is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill mid-write
+    return records
+
+
+def repair_tail(path) -> None:
+    """Cut a last line that a kill left without its newline, so appends start on a new line."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            os.fsync(f.fileno())
+
+
+def append_record(path, record: dict) -> None:
+    """One line, flushed and fsynced before returning."""
+    line = json.dumps(record, sort_keys=True) + "\n"
+    new = not Path(path).exists()
+    with open(path, "a") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+    if new:  # make the file's own directory entry durable too
+        fd = os.open(Path(path).resolve().parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --- running one config --------------------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """Linux: the measuring child gets SIGKILL when the sweep dies, so none is left running."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT)] + [p for p in env.get(
+        "PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def measure_in_subprocess(argv: list[str], timeout: float | None) -> tuple[str, dict | None, str]:
+    """(status, Measurement JSON or None, error text) of one `parex run --json` child."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env=child_env(), preexec_fn=_die_with_parent)
+    except subprocess.TimeoutExpired:
+        return "timeout", None, f"killed after the {timeout:g} s timeout"
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-20:])
+        return "error", None, f"exit status {done.returncode}: {tail}"
+    try:
+        return "ok", json.loads(done.stdout), ""
+    except json.JSONDecodeError:
+        return "error", None, f"the child printed no JSON: {done.stdout[-500:]!r}"
+
+
+def run_config(config: SweepConfig, timeout: float | None, argv_of=SweepConfig.argv) -> dict:
+    """The record of one config: checked first (an impossible layout never starts a child)."""
+    start, started_at = time.perf_counter(), time.time()
+    try:
+        config.check()
+        status, measurement, error = measure_in_subprocess(argv_of(config), timeout)
+    except (LayoutError, ValueError) as exc:
+        status, measurement, error = "invalid", None, str(exc)
+    return {"key": config.key(), "config": dataclasses.asdict(config), "status": status,
+            "measurement": measurement, "error": error or None, "started_at": started_at,
+            "elapsed_s": time.perf_counter() - start}
+
+
+def run_sweep(configs, out, *, resume: bool = False, timeout: float | None = None,
+              retry_failed: bool = False, progress: bool = True,
+              argv_of=SweepConfig.argv) -> dict:
+    """Measure every config not yet in the store `out`; returns counts by status (and
+    `skipped`). Without `resume` an existing store is refused rather than extended."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    if out.exists() and out.stat().st_size and not resume:
+        raise InputError(f"{out} already holds results: pass --resume to continue that sweep "
+                         f"(finished configs are skipped), or choose another --out")
+    repair_tail(out)
+    done = {r["key"] for r in read_records(out) if not retry_failed or r["status"] == "ok"}
+    unique = list({c.key(): c for c in configs}.values())
+    todo = [c for c in unique if c.key() not in done]
+    counts = dict.fromkeys(STATUSES, 0) | {"skipped": len(unique) - len(todo)}
+    bar = tqdm(todo, desc="sweep", unit="config", disable=not progress)
+    for config in bar:
+        bar.set_postfix_str(f"{config.model} {config.layout}")
+        record = run_config(config, timeout, argv_of)
+        append_record(out, record)
+        counts[record["status"]] += 1
+    bar.close()
+    return counts
+
+
+# --- reading results back ------------------------------------------------------------------------
+
+MEASUREMENT_FIELDS = {f.name for f in dataclasses.fields(Measurement)}
+
+
+def measurement_of(data: dict) -> Measurement:
+    """A Measurement from its to_json()."""
+    fields = {k: v for k, v in data.items() if k in MEASUREMENT_FIELDS}
+    fields["collectives"] = collectives_from_json(data.get("collectives", []))
+    return Measurement(**fields)
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """The last record of each key, in the order keys first appeared."""
+    by_key: dict = {}
+    for r in records:
+        by_key[r["key"]] = r  # a dict keeps each key where it first appeared
+    return list(by_key.values())
+
+
+def load(path):
+    """The store as a tidy DataFrame: one row per config (its latest record) with the config's
+    train settings, the status and error, and Measurement.to_row()'s columns (NaN for
+    failures)."""
+    import pandas as pd
+
+    rows = []
+    for r in latest(read_records(path)):
+        c = r["config"]
+        row = {"key": r["key"], "status": r["status"], "error": r["error"],
+               "elapsed_s": r["elapsed_s"], "source": "measured", "model": c["model"],
+               "layout": c["layout"]}
+        row |= {f"train_{k}": c[k] for k in ("global_batch", "microbatch", "seq_len", "steps",
+                                              "remat", "dtype")}
+        if r["status"] == "ok":
+            row |= measurement_of(r["measurement"]).to_row()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+__all__ = ["STATUSES", "SweepConfig", "append_record", "latest", "load", "measurement_of",
+           "read_records", "run_config", "run_sweep"]

@@ -1,0 +1,32 @@
+"""Is a layout a real training program, and does parex's executor run it? Two levels, each rule
+written once on columns (rules.py) so that one layout and a planner's hundred thousand get the
+same verdict (checks.py).
+
+    validate(layout, model, train, n_devices)   -> layout, or LayoutError naming the fix
+"""
+
+from __future__ import annotations
+
+from ..config import ModelConfig, TrainConfig
+from ..layout import Layout
+from .checks import (
+    check_layout,
+    check_valid,
+    executable_columns,
+    executable_reason,
+    nearest_executable,
+    valid_columns,
+)
+
+
+def validate(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int,
+             executable: bool = True) -> Layout:
+    """Raise LayoutError naming the problem and the fix; return `layout` when it is a real
+    program for (model, train) on n_devices and, with `executable`, parex's executor runs it
+    today. Runs before anything is traced."""
+    (check_layout if executable else check_valid)(layout, model, train, n_devices)
+    return layout
+
+
+__all__ = ["check_layout", "check_valid", "executable_columns", "executable_reason",
+           "nearest_executable", "valid_columns", "validate"]

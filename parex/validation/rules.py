@@ -1,0 +1,302 @@
+"""The checks of parex.validation, each written once: a test on columns and a message.
+
+A `Rule`'s `holds(g, c)` reads a predict.shapes.Grid `g` (numpy columns, one entry per layout;
+`cp` and `schedule` are codes, -1 for an unknown name; `partition_n/min/sum` summarise an
+explicit partition, n = 0 for none) and a Context `c` (the model, the train config, the device
+count of a single check), and returns a boolean column or a scalar for model-level checks.
+`message(layout, c)` names the problem and the fix for one layout that fails it. Rules run in
+list order and a layout is reported by its first failure, so a later rule may assume that the
+earlier ones hold.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
+from ..layout import (
+    CP_MODES,
+    MESH_AXES,
+    Axis,
+    Layout,
+    divisors,
+    example_partition,
+    num_microbatches,
+)
+from ..parallel.schedules import LOOPING, SCHEDULES, VEE, check_schedule
+
+INTERLEAVED, LOOPING_CODES = SCHEDULES.index("interleaved"), [SCHEDULES.index(s) for s in LOOPING]
+VEE_CODES = [SCHEDULES.index(s) for s in VEE]  # two chunks per device, placed V-wise
+RING, ULYSSES = CP_MODES.index("ring"), CP_MODES.index("ulysses")
+# a Grid is one replica's layout: the replica axis is checked by validation._check_replica
+GRID_AXES = tuple(a for a in MESH_AXES if a is not Axis.REPLICA)
+MODEL_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
+
+
+@dataclass(frozen=True)
+class Context:
+    model: ModelConfig
+    train: TrainConfig
+    n_devices: int | None  # the devices available to one layout; None: each layout's own
+
+    @property
+    def T(self) -> int:
+        return self.train.seq_len or self.model.seq_len
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    holds: Callable  # (Grid, Context) -> bool column or scalar
+    message: Callable  # (Layout, Context) -> str
+
+
+def _rule(rules: list, name: str, holds, message) -> None:
+    rules.append(Rule(name, holds, message))
+
+
+def _safe(x):
+    """A divisor that is never 0 (rows where it was fail an earlier rule)."""
+    return np.maximum(x, 1)
+
+
+def _size_text(layout: Layout) -> str:
+    return " × ".join(f"{a.value}={s}" for a, s in layout.axis_sizes().items() if s > 1)
+
+
+def _schedule_text(layout: Layout, c: Context) -> str:
+    try:
+        check_schedule(layout.schedule, layout.stage, num_microbatches(layout, c.train),
+                       layout.virtual_stages)
+    except ValueError as error:
+        return str(error)
+    raise RuntimeError(f"a schedule rule rejects {layout} but check_schedule accepts it: the "
+                       f"two must agree")
+
+
+def _even_split_hint(L: int, chunks: int) -> str:
+    return ":".join(map(str, example_partition(L, chunks)))
+
+
+RULES: list[Rule] = []
+
+# --- the mesh -----------------------------------------------------------------------------------
+_rule(RULES, "axes-positive",
+      lambda g, c: functools.reduce(operator.and_, [getattr(g, a.value) >= 1
+                                                    for a in GRID_AXES]),
+      lambda l, c: next(f"mesh axis {a.value}={s}: every axis size must be at least 1"
+                        for a, s in l.axis_sizes().items() if s < 1))
+_rule(RULES, "device-count",
+      lambda g, c: True if c.n_devices is None else g.n_devices == c.n_devices,
+      lambda l, c: (f"the mesh {_size_text(l) or 'single'} uses {l.n_devices} devices but "
+                    f"{c.n_devices} are available: change the axis sizes so that their product "
+                    f"is {c.n_devices}, or run on {l.n_devices} devices (--devices "
+                    f"{l.n_devices})"))
+_rule(RULES, "zero-stage", lambda g, c: (g.zero >= 0) & (g.zero <= 3),
+      lambda l, c: (f"zero={l.zero}: the ZeRO stage is 0, 1 (optimizer state), 2 (+ gradients) "
+                    f"or 3 (+ parameters)"))
+
+# --- the model and the batch, whatever the layout -----------------------------------------------
+_rule(RULES, "family", lambda g, c: c.model.family in FAMILIES,
+      lambda l, c: f"unknown model family {c.model.family!r}; use one of {', '.join(FAMILIES)}")
+_rule(RULES, "dtype", lambda g, c: c.model.dtype in DTYPES,
+      lambda l, c: f"unknown dtype {c.model.dtype!r}; use one of {', '.join(DTYPES)}")
+_rule(RULES, "remat", lambda g, c: c.train.remat in REMAT_POLICIES,
+      lambda l, c: (f"unknown remat policy {c.train.remat!r}; use one of "
+                    f"{', '.join(REMAT_POLICIES)}"))
+for _dim in MODEL_DIMS:
+    _rule(RULES, f"model-{_dim}", lambda g, c, d=_dim: getattr(c.model, d) >= 1,
+          lambda l, c, d=_dim: f"{d}={getattr(c.model, d)}: a model needs {d} >= 1")
+_rule(RULES, "head-dim", lambda g, c: c.model.hidden % c.model.heads == 0,
+      lambda l, c: (f"hidden={c.model.hidden} is not divisible by heads={c.model.heads}: pick "
+                    f"a hidden size that is a multiple of the head count"))
+_rule(RULES, "kv-groups", lambda g, c: c.model.heads % c.model.kv_heads == 0,
+      lambda l, c: (f"heads={c.model.heads} is not a multiple of kv_heads={c.model.kv_heads}: "
+                    f"grouped-query attention shares each KV head among heads/kv_heads query "
+                    f"heads"))
+_rule(RULES, "rotary-pairs",
+      lambda g, c: c.model.family != "llama" or c.model.head_dim % 2 == 0,
+      lambda l, c: f"head_dim={c.model.head_dim} is odd; rotary embeddings rotate pairs of "
+                   f"features")
+_rule(RULES, "seq-range", lambda g, c: 1 <= c.T <= c.model.seq_len,
+      lambda l, c: (f"sequence length {c.T} must be between 1 and the model's "
+                    f"seq_len={c.model.seq_len}"))
+_rule(RULES, "global-batch", lambda g, c: c.train.global_batch >= 1,
+      lambda l, c: f"global batch {c.train.global_batch}: a step needs at least one sequence")
+
+# --- tensor parallelism -------------------------------------------------------------------------
+for _name in ("heads", "kv_heads", "ffn", "vocab"):
+    _rule(RULES, f"tensor-{_name}", lambda g, c, n=_name: getattr(c.model, n) % g.tensor == 0,
+          lambda l, c, n=_name: (
+              f"{n}={getattr(c.model, n)} is not divisible by tensor={l.tensor}: Megatron "
+              f"tensor parallelism splits {n} across the tensor axis; choose tensor from the "
+              f"divisors of {getattr(c.model, n)}"))
+_rule(RULES, "sp-needs-tensor", lambda g, c: (g.sp == 0) | (g.tensor > 1),
+      lambda l, c: ("sp=on needs tensor > 1: sequence parallelism splits the LayerNorm regions "
+                    "over the tensor axis; set tensor=2 or more, or sp=off"))
+_rule(RULES, "sp-sequence", lambda g, c: (g.sp == 0) | (c.T % g.tensor == 0),
+      lambda l, c: (f"sequence length {c.T} is not divisible by tensor={l.tensor}, which sp=on "
+                    f"requires; pick a sequence length that is a multiple of {l.tensor}"))
+
+# --- ZeRO / FSDP: the embed dim of every weight is what they split (W_in[D_fsdp, F]) -------------
+_rule(RULES, "state-shards", lambda g, c: c.model.hidden % g.embed_shards("opt") == 0,
+      lambda l, c: (
+          f"hidden={c.model.hidden} is not divisible by the {l.shard_count('embed', 'opt')} "
+          f"shards of {'fsdp' if l.zero == 0 else 'data × fsdp'} that FSDP/ZeRO cut each weight "
+          f"into; choose sizes whose product divides {c.model.hidden}"))
+
+# --- the batch ----------------------------------------------------------------------------------
+_rule(RULES, "batch-replicas", lambda g, c: c.train.global_batch % g.dp == 0,
+      lambda l, c: (f"global batch {c.train.global_batch} is not divisible by the "
+                    f"{l.data_parallel} data-parallel replicas (data × fsdp): use a global batch "
+                    f"that is a multiple of {l.data_parallel}"))
+_rule(RULES, "microbatch-size",
+      lambda g, c: (c.train.microbatch is None
+                    or (c.train.microbatch >= 1)
+                    & (c.train.global_batch // g.dp % max(c.train.microbatch, 1) == 0)),
+      lambda l, c: (f"microbatch={c.train.microbatch} must divide the "
+                    f"{c.train.global_batch // l.data_parallel} sequences each of the "
+                    f"{l.data_parallel} replicas gets per step"))
+_rule(RULES, "microbatches-positive", lambda g, c: g.microbatches >= 1,
+      lambda l, c: f"microbatches={l.microbatches}: use at least 1")
+_rule(RULES, "microbatch-agreement",
+      lambda g, c: (c.train.microbatch is None
+                    or g.microbatches == c.train.global_batch // g.dp // c.train.microbatch),
+      lambda l, c: (
+          f"microbatches={l.microbatches} and microbatch={c.train.microbatch} disagree: "
+          f"{c.train.global_batch}/({l.data_parallel}·{c.train.microbatch}) = "
+          f"{c.train.global_batch // l.data_parallel // c.train.microbatch} microbatches; set "
+          f"only one of them"))
+
+
+def _batch_message(l: Layout, c: Context) -> str:
+    B, dp, m = c.train.global_batch, l.data_parallel, num_microbatches(l, c.train)
+    return (f"global batch {B} is too small or uneven for {m} microbatches on {dp} replicas: "
+            f"it must be a multiple of data × fsdp × microbatches = {dp * m}; raise the batch "
+            f"to {dp * m * max(1, -(-B // (dp * m)))} or lower microbatches")
+
+
+_rule(RULES, "batch-microbatches",
+      lambda g, c: c.train.global_batch % (g.dp * g.microbatches) == 0, _batch_message)
+
+# --- pipelines ----------------------------------------------------------------------------------
+_rule(RULES, "pipeline-knobs",
+      lambda g, c: (g.stage > 1) | ((g.schedule == 0) & (g.virtual_stages == 1)
+                                    & (g.partition_n == 0)),
+      lambda l, c: ("schedule, virtual and partition apply to pipelines: set stage=2 or more, "
+                    "or leave them at their defaults"))
+_rule(RULES, "schedule-known", lambda g, c: g.schedule >= 0, _schedule_text)
+_rule(RULES, "virtual-positive", lambda g, c: g.virtual_stages >= 1, _schedule_text)
+_rule(RULES, "vee-two-chunks",
+      lambda g, c: functools.reduce(operator.and_, [(g.schedule != k) | (g.virtual_stages == 2)
+                                                    for k in VEE_CODES]), _schedule_text)
+_rule(RULES, "virtual-needs-looping",
+      lambda g, c: functools.reduce(operator.or_, [g.schedule == k for k in LOOPING_CODES
+                                                   + VEE_CODES], g.virtual_stages == 1),
+      _schedule_text)
+_rule(RULES, "interleaved-chunks",
+      lambda g, c: (g.schedule != INTERLEAVED) | (g.virtual_stages >= 2), _schedule_text)
+_rule(RULES, "interleaved-groups",
+      lambda g, c: (g.schedule != INTERLEAVED) | (g.microbatches % _safe(g.stage) == 0),
+      _schedule_text)
+_rule(RULES, "chunks-have-layers",
+      lambda g, c: (g.partition_n > 0) | (g.stage * g.virtual_stages <= c.model.layers),
+      lambda l, c: (f"stage × virtual = {l.stage * l.virtual_stages} pipeline chunks but the "
+                    f"model has only layers={c.model.layers}: lower virtual to at most "
+                    f"{max(1, c.model.layers // l.stage)}"))
+
+
+def _even_message(l: Layout, c: Context) -> str:
+    L, chunks = c.model.layers, l.stage * l.virtual_stages
+    return (f"layers={L} do not split evenly into stage × virtual = {chunks} pipeline chunks: "
+            f"choose stage × virtual from {divisors(L)}, or give the layers per chunk explicitly, "
+            f"e.g. partition={_even_split_hint(L, chunks)}")
+
+
+_rule(RULES, "even-chunks",
+      lambda g, c: (g.partition_n > 0) | (c.model.layers % _safe(g.stage * g.virtual_stages)
+                                          == 0), _even_message)
+_rule(RULES, "partition-entries",
+      lambda g, c: (g.partition_n == 0) | (g.partition_n == g.stage * g.virtual_stages),
+      lambda l, c: (
+          f"partition={_format_parts(l)} has {len(l.layers_per_stage)} entries but the "
+          f"pipeline has {l.stage * l.virtual_stages} chunks (stage={l.stage} × "
+          f"virtual={l.virtual_stages}): give one layer count per chunk, e.g. "
+          f"partition={_even_split_hint(c.model.layers, l.stage * l.virtual_stages)}"))
+_rule(RULES, "partition-layers",
+      lambda g, c: (g.partition_n == 0) | ((g.partition_min >= 1)
+                                           & (g.partition_sum == c.model.layers)),
+      lambda l, c: (
+          f"partition={_format_parts(l)} must give every chunk at least one layer and sum to "
+          f"the model's layers={c.model.layers} (it sums to {sum(l.layers_per_stage)}), e.g. "
+          f"partition={_even_split_hint(c.model.layers, len(l.layers_per_stage))}"))
+
+
+def _format_parts(l: Layout) -> str:
+    return ":".join(map(str, l.layers_per_stage))
+
+
+# --- context parallelism ------------------------------------------------------------------------
+_rule(RULES, "cp-known", lambda g, c: g.cp >= 0,
+      lambda l, c: (f"unknown context-parallel mode cp={l.cp!r}; use one of "
+                    f"{', '.join(CP_MODES)}"))
+_rule(RULES, "seq-needs-cp", lambda g, c: (g.seq == 1) | (g.cp > 0),
+      lambda l, c: (f"seq={l.seq} splits the sequence but cp=none says nothing about how "
+                    f"attention crosses the shards: set cp=ring (keys and values passed around "
+                    f"the ring) or cp=ulysses (all-to-all between sequence and head shards), or "
+                    f"seq=1"))
+_rule(RULES, "cp-needs-seq", lambda g, c: (g.seq > 1) | (g.cp == 0),
+      lambda l, c: (f"cp={l.cp} needs a sequence split: set seq=2 or more (and shrink another "
+                    f"axis to keep the device count), or cp=none"))
+
+
+def _chunks_message(l: Layout, c: Context) -> str:
+    chunks = 2 * l.seq if l.cp == "ring" else l.seq
+    why = ("the zig-zag split of ring attention cuts it into 2·seq" if l.cp == "ring"
+           else "Ulysses cuts it into seq")
+    return (f"sequence length {c.T} is not divisible by {chunks}: {why} = {chunks} equal "
+            f"chunks; use a multiple of {chunks}, e.g. {max(chunks, c.T // chunks * chunks)}")
+
+
+_rule(RULES, "cp-chunks",
+      lambda g, c: (g.seq == 1) | (c.T % (g.seq * (1 + (g.cp == RING))) == 0),
+      _chunks_message)
+_rule(RULES, "sp-with-cp", lambda g, c: (g.seq == 1) | (g.sp == 0) | (c.T % (g.seq * g.tensor)
+                                                                    == 0),
+      lambda l, c: (f"sequence length {c.T} is not divisible by seq × tensor = "
+                    f"{l.seq * l.tensor}, which sp=on with seq={l.seq} requires (the residual "
+                    f"stream is split over both); use a multiple of {l.seq * l.tensor}"))
+for _name in ("heads", "kv_heads"):
+    _rule(RULES, f"ulysses-{_name}",
+          lambda g, c, n=_name: ((g.seq == 1) | (g.cp != ULYSSES)
+                                 | (getattr(c.model, n) % (g.seq * g.tensor) == 0)),
+          lambda l, c, n=_name: (
+              f"{n}={getattr(c.model, n)} is not divisible by tensor × seq = {l.tensor} × "
+              f"{l.seq}: Ulysses gives each device whole heads after its all-to-all; choose "
+              f"seq from the divisors of {n}/tensor = {getattr(c.model, n) // l.tensor}, or "
+              f"use cp=ring"))
+
+VALID_RULES = tuple(RULES)
+
+# --- what parex's executor cannot run yet (the predictor covers them) ---------------------------
+LIMITS: list[Rule] = []
+_rule(LIMITS, "stacked-layers-per-stage",
+      lambda g, c: c.model.layers % _safe(g.stage) == 0,
+      lambda l, c: (f"layers={c.model.layers} is not a multiple of stage={l.stage}: parex's "
+                    f"executor stores the stacked layers' parameters and optimizer state split "
+                    f"evenly over the stage axis (a partition only sets which stage computes "
+                    f"which layers)"))
+_rule(LIMITS, "tables-split-over-stages",
+      lambda g, c: c.model.hidden % _safe(g.embed_shards("opt") * g.stage) == 0,
+      lambda l, c: (f"hidden={c.model.hidden} is not divisible by the "
+                    f"{l.shard_count('embed', 'opt') * l.stage} shards that parex's executor "
+                    f"cuts the embedding and head into over the pipeline's stage={l.stage} (and "
+                    f"fsdp/ZeRO) axes; choose sizes whose product divides {c.model.hidden}"))
+EXECUTOR_LIMITS = tuple(LIMITS)
+
+__all__ = ["Context", "EXECUTOR_LIMITS", "Rule", "VALID_RULES"]

@@ -1,0 +1,161 @@
+"""The papers' tables (data/reference/) against the predictor's real path, and the published runs:
+the one fitted constant comes from the fit set only, the held-out set is scored as committed."""
+
+import numpy as np
+import pytest
+
+from parex.hardware import load_chip
+from parex.predict import published, references
+from parex.predict import published_runs as runs
+
+
+def _half_unit(value: float) -> float:
+    text = f"{value:g}"
+    return 0.5 * 10 ** -(len(text.split(".")[1]) if "." in text else 0)
+
+
+def _zero_by_hand(n, r, n_d, stage, psi):
+    """ZeRO's 2 + 2 + 12 bytes per parameter over N_d devices for the n − r parameters parex
+    shards (those with an embed dim), the r others (biases on heads and MLP, norms) replicated,
+    per parameter × ψ, in GB."""
+    shard = {kind: n_d if stage >= s else 1 for kind, s in (("p", 3), ("g", 2), ("o", 1))}
+    state = sum(b * ((n - r) / shard[k] + r) for k, b in (("p", 2), ("g", 2), ("o", 12)))
+    return state / n * psi / 1e9
+
+
+def test_zero_table1_through_predicts_state_memory():
+    table = published.zero_table1()
+    assert len(table) == 54  # 3 models × 6 data-parallel degrees × 3 stages
+    models = references.read_reference("zero_models").set_index("model")
+    off = []
+    for row in table.itertuples():
+        m = models.loc[row.model]
+        model = published._gpt(row.model, m.layers, m.hidden, m.heads)
+        # replicated by hand: per block b_qkv (3h), b_in (4h), b_o and b_out (2h), two
+        # LayerNorms (4h); the final LayerNorm (2h)
+        r = m.layers * 13 * m.hidden + 2 * m.hidden
+        expected = _zero_by_hand(model.n_params, r, row.n_d, row.stage, row.params)
+        assert row.parex_gb == pytest.approx(expected, rel=1e-9), row
+        if abs(row.parex_gb - row.gb_per_device) > max(0.01 * row.gb_per_device,
+                                                        _half_unit(row.gb_per_device)):
+            off.append((row.model, row.n_d, row.stage))
+    # the paper's value within 1 % or its rounding everywhere except where ZeRO-3 leaves so
+    # little per device that parex's replicated biases and norms show (ZeRO flattens and
+    # shards every parameter)
+    assert off == [("7.5B", 64, 3), ("7.5B", 256, 3), ("7.5B", 1024, 3), ("1T", 256, 3),
+                   ("1T", 1024, 3)]
+
+
+def test_korthikanti_table2_through_the_activation_model():
+    table = published.korthikanti_table()
+    assert len(table) == 6 * 4  # six configurations for the paper's four models
+    assert np.allclose(table.ratio, 1.0, rtol=1e-12, atol=0)
+    # the component sum is the paper's Table 2 formula, e.g. 175B with TP + SP + selective:
+    # 34·s·b·h/t bytes, 107 MB per layer
+    sel = table[(table.model == "175B") & (table.configuration ==
+                                           "tensor + sequence parallel + selective recompute")]
+    assert sel.paper_bytes.item() == pytest.approx(34 * 2048 * 12288 / 8)
+
+
+def test_fit_and_held_out_sets_are_disjoint_and_sourced():
+    fit, held, added = runs.fit_runs(), runs.heldout_runs(), runs.added_runs()
+    other = runs.other_runs()
+    assert len(fit) == 10 and len(held) == 11 and len(added) == 6 and len(other) == 1
+    names = [set(fit.run), set(held.run), set(added.run), set(other.run)]
+    assert sum(map(len, names)) == len(set().union(*names))  # no run in two sets
+    header = (references.REFERENCE_DIR / "heldout_runs.csv").read_text().splitlines()[:40]
+    assert any("arXiv:2205.05198" in line for line in header)  # Korthikanti et al. 2022
+    assert any("arXiv:2201.11990" in line for line in header)  # MT-NLG
+    header = (references.REFERENCE_DIR / "added_runs.csv").read_text().splitlines()[:30]
+    assert any("arXiv:2104.04473), Table 2" in line for line in header)  # Narayanan et al.
+
+
+def test_other_runs_bloom_is_the_published_setup_and_scored_as_a_test_set():
+    # BigScience tr11-176B-ml: TP 4 x PP 12 x DP 8, MBS 2, GBS 2048, 105 s per iteration
+    # (149 TFLOP/s per GPU by Narayanan et al.'s count, the chronicles' "150 TFLOPS")
+    header = (references.REFERENCE_DIR / "other_runs.csv").read_text().splitlines()[:30]
+    assert any("tr11-176B-ml" in line for line in header)
+    row = runs.other_runs().iloc[0]
+    assert (row.tp, row.pp, row.gpus, row.microbatch, row.global_batch) == (4, 12, 384, 2, 2048)
+    flops = references.megatron_flops(row, s=2048, V=250880)
+    assert flops / (row.gpus * row.step_s) == pytest.approx(149e12, rel=0.01)
+    other = runs.scored(runs.other_runs(), load_chip("a100-80gb"))
+    # measured with the committed profile: 1.048 (several facts of the run not described)
+    assert abs(other.ratio.iloc[0] - 1) <= 0.10, other[["run", "ratio"]]
+
+
+def test_added_runs_are_the_papers_tflops_over_its_flop_count():
+    # Narayanan et al. 2021 Table 2: 174.6B on 1536 GPUs at 141 TFLOP/s per GPU, batch 1536
+    added = runs.added_runs()
+    row = added[added.run == "narayanan-t2-174.6b-1536"].iloc[0]
+    flops = 96 * 1536 * 2048 * 96 * 12288 ** 2 * (1 + 2048 / (6 * 12288)
+                                                  + 51200 / (16 * 96 * 12288))
+    assert row.step_s == pytest.approx(flops / (1536 * 141e12))
+    assert (row.tp, row.pp, row.virtual, row.microbatch) == (8, 12, 4, 1)
+
+
+def test_a100_step_efficiency_is_the_fit_on_megatron_table1_alone():
+    chip = load_chip("a100-80gb")
+    fitted = runs.fit_step_efficiency(runs.fit_runs(), chip, tol=5e-4)
+    assert chip.step_efficiency == pytest.approx(fitted, abs=1e-3)  # committed to 3 decimals
+    assert "Table 1" in chip.efficiency_sources["step_efficiency"]
+
+
+def test_megatron_table1_in_sample_and_the_bubble_only_where_pipelined():
+    table = published.megatron_table1("a100-80gb")
+    assert len(table) == 10
+    assert (np.abs(table.ratio - 1) <= 0.10).all(), table[["run", "ratio"]]
+    assert ((table.parex_bubble_fraction > 0) == (table.pp > 1)).all()
+
+
+def test_held_out_runs_with_the_committed_profile():
+    held = runs.scored(runs.heldout_runs(), load_chip("a100-80gb"))
+    s = runs.summary(held.ratio)
+    # measured with the committed profile: median 7.6 %, max 18.9 % (target missed: MT-NLG's
+    # DeepSpeed runs 15-19 % slower than predicted, Korthikanti's 1T on 64 stages 14 % faster)
+    assert s["n"] == 11 and s["median"] <= 0.08 and s["max"] <= 0.20, held[["run", "ratio"]]
+
+
+def test_added_held_out_runs_meet_the_targets():
+    # Narayanan et al. 2021 Table 2 (PTD-P), added after the model changes: 2.9 % / 7.0 %
+    added = runs.scored(runs.added_runs(), load_chip("a100-80gb"))
+    s = runs.summary(added.ratio)
+    assert s["n"] == 6 and s["median"] <= 0.05 and s["max"] <= 0.12, added[["run", "ratio"]]
+
+
+def test_each_runs_implementation_moves_its_prediction_the_physical_way():
+    # the 39.1B row of Table 1 reduces its gradients after the backward (local DDP): with the
+    # overlap on, less comm is exposed; Korthikanti's async TP backward likewise hides some
+    chip = load_chip("a100-80gb")
+    fit, held = runs.fit_runs(), runs.heldout_runs()
+    row = fit[fit.run == "megatron-39.1b"].iloc[0]
+    assert row.grad_overlap == "off"
+    overlapped = row.copy()
+    overlapped["grad_overlap"] = "on"
+    assert (runs.predict_run(overlapped, chip)["exposed_comm"]
+            < runs.predict_run(row, chip)["exposed_comm"])
+    k = held[held.run == "korthikanti-175b-full"].iloc[0]
+    assert k.tp_overlap == "on"
+    plain = k.copy()
+    plain["tp_overlap"] = "off"
+    assert runs.predict_run(k, chip)["total"] < runs.predict_run(plain, chip)["total"]
+
+
+@pytest.mark.slow
+def test_megatron_table1_leave_one_out_meets_the_targets():
+    loo = runs.leave_one_out(runs.fit_runs(), load_chip("a100-80gb"))
+    s = runs.summary(loo.ratio)
+    assert s["median"] <= 0.05 and s["max"] <= 0.12, loo[["run", "ratio"]]
+    assert loo.fitted_efficiency.between(0.7, 0.8).all()
+
+
+def test_the_component_list_sums_to_the_papers_table2_formulas():
+    # two typed-in readings of the paper: Section 4.1's components, Table 2's closed forms
+    formulas = references.read_reference("korthikanti_activations")
+    for f in formulas.itertuples():
+        t = 1 if f.configuration == "no parallelism" else 8
+        for h, a in ((6144, 64), (25600, 160)):
+            values = {"s": 2048, "b": 1, "h": h, "a": a, "t": t}
+            table2 = eval(f.formula, {"__builtins__": {}}, values)  # typed-in arithmetic only
+            parts = published.korthikanti_paper_bytes(2048, 1, h, a, t, f.sp == "on", f.remat)
+            assert parts == pytest.approx(table2, rel=1e-12), f.configuration
