@@ -1,0 +1,240 @@
+"""PPLL: a local-learning pipeline against 1F1B at p = 4 (step time, memory, loss).
+
+    parex figure ppll --json
+
+Guo et al. 2024 (arXiv:2411.12780) run local learning as a pipeline on 4 GPUs: 1.25x the speed
+of ordinary pipeline parallelism on a ViT, 0.85x on a ResNet, "without sacrificing model
+performance" (data/reference/ppll.csv). parex's rows (schedule=local against schedule=1f1b):
+
+- speed, predicted: gpt2-small, stage=4, m = 8 on A100s, compute per step from the predictor's
+  per-layer and head costs (parex.predict.local_stages.race): layers split evenly (the paper's
+  ViT, where local wins) and split as a backprop pipeline would for its head (the last stage
+  gives up layers; the ResNet case, where every local stage's own head costs it the race);
+  and the whole predicted step (predict(): sends, optimizer) for the even split.
+- speed, measured: the compiled steps of `tiny` at data=2,stage=4,m=8 on the emulated mesh.
+- memory: the busiest stage's activations (predicted) and the compiled step's temporaries
+  (measured, tiny) against 1/p, what PPLL's design implies (the paper gives no number).
+- loss: the model's loss on held-out batches after STEPS steps of tiny on the corpus, local
+  (each objective) over 1F1B at equal tokens (the run of benchmarks/local_learning_gap.py, short).
+
+Tolerances state a direction and a band. Speed where local wins: 1 < speed ≤ (m + p − 1)/m =
+1.375 at m = 8, the most a pipeline without a flush can gain over one with a bubble of
+(p−1)/(m+p−1): parex/paper in [0.8, 1.1]. Speed where local loses: speed < 1 and within a factor
+1.5 of the paper's 0.85: parex/paper in [0.667, 1.176]. Memory: within a factor 1.5 of 1/p (the
+heads' logits and the queue move it). Loss: "comparable", within 10 %.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..config import TrainConfig, model_preset
+from ..layout import Layout
+from ..predict.local_stages import backprop_partition, losing_frame, race, unit_costs
+from ..predict.references import read_reference
+from .core import Figure, Row, Tolerance, figure
+from .tables import evaluate_formula
+
+P, M = 4, 8
+PREDICTED_MODEL, HARDWARE, PREDICTED_BATCH = "gpt2-small", "a100-80gb", 32
+MEASURED = "data=2,stage=4,microbatches=8"  # tiny on the 8 emulated devices
+STEPS, EVAL_EVERY, EVAL_BATCHES = 100, 50, 8
+WINS = Tolerance(0.8, 1.1, "local faster (speed > 1) and at most the flush-free bound "
+                           "(m+p−1)/m = 1.375 at p = 4, m = 8")
+LOSES = Tolerance(1 / 1.5, 1 / 0.85, "local slower (speed < 1) and within a factor 1.5 of "
+                                     "the paper's 0.85")
+MEMORY = Tolerance(1 / 1.5, 1.5, "within a factor 1.5 of 1/p (heads' logits, the queue)")
+LOSS = Tolerance(0.9, 1.1, "'without sacrificing model performance': within 10 %")
+SHARED_CORES = ("the emulated mesh runs 8 devices on {cores} shared cores: a stage idle in "
+                "1F1B's bubble lends its core to a busy one (cpu-local predicts 1F1B's bubble "
+                "as 0 here), so the bubble local removes costs little, while local computes a "
+                "readout on every stage")
+
+
+def paper(quantity: str) -> float:
+    table = read_reference("ppll").set_index("quantity")
+    return evaluate_formula(str(table.loc[quantity, "value"]), p=P)
+
+
+def source(quantity: str) -> str:
+    return read_reference("ppll").set_index("quantity").loc[quantity, "source"]
+
+
+# --- predicted ------------------------------------------------------------------------------------
+
+def predicted_rows() -> list[Row]:
+    """The rows from the predictor alone (fast): speed for both partitions, the whole step,
+    the activation memory."""
+    from ..predict import predict
+
+    model, train = model_preset(PREDICTED_MODEL), TrainConfig(global_batch=PREDICTED_BATCH)
+    layout = Layout(stage=P, microbatches=M, schedule="local")
+    forward, backward, head = unit_costs(model, train, layout, HARDWARE)
+    even = (model.layers // P,) * P
+    tuned = backprop_partition(forward, backward, head, model.layers, P, M)
+    where = f"{model.name}, p={P}, m={M}, {HARDWARE}"
+    rows = []
+    for label, parts, quantity, tol in (("layers split evenly", even, "speed_vit", WINS),
+                                        ("split for backprop's head", tuned, "speed_resnet",
+                                         LOSES)):
+        r = race(forward, backward, head, parts, M)
+        rows.append(Row(f"speed 1F1B/local · {label} ({','.join(map(str, parts))}) · compute",
+                        paper(quantity), r["speed"], "predicted", tol,
+                        note=f"{where}; head {head / (forward + backward):.1f} layers' work; "
+                             f"{source(quantity)}"))
+    runs = {s: predict(model, train, layout.replace(schedule=s), HARDWARE)
+            for s in ("local", "1f1b")}
+    speed = runs["1f1b"].step_time_s["total"] / runs["local"].step_time_s["total"]
+    rows.append(Row("speed 1F1B/local · layers split evenly · whole step", paper("speed_vit"),
+                    speed, "predicted", WINS, note=f"{where}: parex predict, sends and "
+                    f"optimizer included; local's one-time fill "
+                    f"{runs['local'].step_time_s['fill'] * 1e3:.1f} ms left out"))
+    acts = {s: r.memory_bytes_per_device["activations"] for s, r in runs.items()}
+    rows.append(Row("activations local/1F1B · busiest stage", paper("activations"),
+                    acts["local"] / acts["1f1b"], "predicted", MEMORY,
+                    note=f"{where}; {source('activations')}"))
+    return rows
+
+
+# --- measured -------------------------------------------------------------------------------------
+
+def loss_run(model, train, layout: Layout, every: int, evals) -> dict:
+    """Train `layout` for train.steps steps on the corpus; every `every` steps the model's loss
+    (parex.model.loss_fn of the assembled parameters: for local, stage 0's read-in, every
+    stage's layers, the last stage's head) on `evals`. {"eval": {step: loss}, "step_s":
+    median step seconds, "stats": the compiled step's statistics, "timer": a function of n
+    that times n more steps (seconds each), to time layouts in alternation}."""
+    import jax
+    import numpy as np
+
+    from .. import model as gpt
+    from ..data import Batches
+    from ..measure.compiled import compile_layout, compiled_stats
+    from ..parallel.local import model_params
+
+    step, compiled, _ = compile_layout(model, train, layout)
+    data = Batches("corpus", train.global_batch, step.seq_len, model.vocab, train.seed)
+    loss_fn = jax.jit(lambda p, b: gpt.loss_fn(p, b, model))
+    state, times, curve = step.init_state(), [], {}
+    for i in range(train.steps):
+        start = time.perf_counter()
+        state, loss = compiled(state, data.on_mesh(i, step.batch_sharding))
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - start)
+        if (i + 1) % every == 0:
+            params = model_params(state) if step.local else step.natural_params(state["params"])
+            params = jax.device_get(params)
+            curve[i + 1] = float(np.mean([loss_fn(params, b) for b in evals]))
+    def timer(n: int) -> list[float]:
+        nonlocal state
+        out = []
+        for i in range(n):
+            batch = data.on_mesh(train.steps + i, step.batch_sharding)
+            start = time.perf_counter()
+            state, loss = compiled(state, batch)
+            jax.block_until_ready(loss)
+            out.append(time.perf_counter() - start)
+        return out
+
+    return {"eval": curve, "step_s": float(np.median(times[1:])),
+            "stats": compiled_stats(compiled, step), "timer": timer}
+
+
+def eval_batches(model, train, n: int = EVAL_BATCHES) -> list:
+    """n fixed batches of the corpus drawn with another seed than training's."""
+    from ..data import Batches
+
+    seq = train.seq_len or model.seq_len
+    return [Batches("corpus", train.global_batch, seq, model.vocab, seed=12345)[i]
+            for i in range(n)]
+
+
+def alternate(runs: dict, rounds: int = 5, steps: int = 2) -> None:
+    """Each run's "step_s" as the median of `rounds` rounds of `steps` steps per run, the runs
+    taking turns: a change in the machine's load falls on all of them alike."""
+    import numpy as np
+
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            times[name] += run["timer"](steps)
+    for name, run in runs.items():
+        run["step_s"] = float(np.median(times[name]))
+
+
+def local_vs_1f1b(model, train, layout: str = MEASURED, objectives=("ce", "recon"),
+                  every: int = EVAL_EVERY, rounds: int = 5):
+    """1F1B and the local pipeline with each objective, trained on the same tokens from the
+    same initial parameters: (curves, summary, runs). curves: one row per (run, step), the
+    model's eval loss; summary: one row per run, its median step time (timed in alternation),
+    speed over 1F1B's, collective-permute and temp bytes per device of the compiled step, the
+    last eval loss and its gap to 1F1B's; runs: loss_run's results by name."""
+    import pandas as pd
+
+    from ..measure.hlo import bytes_by_kind
+
+    base, evals = Layout.parse(layout), eval_batches(model, train)
+    specs = [("1f1b", "1f1b", "ce")] + [(f"local {o}", "local", o) for o in objectives]
+    runs = {name: loss_run(model, train, base.replace(schedule=s, local_loss=o), every, evals)
+            for name, s, o in specs}
+    alternate(runs, rounds)
+    curves = pd.DataFrame([{"run": name, "step": k, "eval_loss": v}
+                           for name, r in runs.items() for k, v in r["eval"].items()])
+    last, ref = max(runs["1f1b"]["eval"]), runs["1f1b"]
+    summary = pd.DataFrame([{
+        "run": name, "step_s": r["step_s"], "speed_vs_1f1b": ref["step_s"] / r["step_s"],
+        "permute_bytes": bytes_by_kind(r["stats"]["collectives"]).get("collective-permute", 0),
+        "temp_bytes": r["stats"]["memory_bytes_per_device"]["temp"],
+        "eval_loss": r["eval"][last], "gap_vs_1f1b": r["eval"][last] - ref["eval"][last]}
+        for name, r in runs.items()])
+    return curves, summary, runs
+
+
+def measured_rows(runs: dict, hidden_bubble: bool, cores: int = 2) -> list[Row]:
+    """Rows from loss_run results {"1f1b", "local ce", "local recon"}; `hidden_bubble`: the
+    cpu-local prediction of 1F1B's bubble is 0 (the emulated mesh shares its cores)."""
+    ref, local = runs["1f1b"], runs["local ce"]
+    speed = ref["step_s"] / local["step_s"]
+    explained = hidden_bubble and not WINS.holds(speed / paper("speed_vit"))
+    temp = {k: runs[k]["stats"]["memory_bytes_per_device"]["temp"] for k in ("1f1b", "local ce")}
+    rows = [Row("speed 1F1B/local · emulated mesh, tiny", paper("speed_vit"), speed, "measured",
+                WINS, SHARED_CORES.format(cores=cores) if explained else None,
+                f"median step {ref['step_s'] * 1e3:.0f} ms (1F1B), "
+                f"{local['step_s'] * 1e3:.0f} ms (local)"),
+            Row("temporaries local/1F1B · compiled step, tiny", paper("activations"),
+                temp["local ce"] / temp["1f1b"], "measured", MEMORY)]
+    last = max(ref["eval"])
+    for name in ("local ce", "local recon"):
+        rows.append(Row(f"loss {name}/1F1B · step {last}, equal tokens", paper("loss"),
+                        runs[name]["eval"][last] / ref["eval"][last], "measured", LOSS,
+                        note=f"eval loss {runs[name]['eval'][last]:.3f} against "
+                             f"{ref['eval'][last]:.3f}; {source('loss')}"))
+    return rows
+
+
+@figure("ppll", title="PPLL: a local-learning pipeline against 1F1B (p = 4)",
+        source="Guo et al. 2024, PPLL (arXiv:2411.12780), abstract",
+        tolerance=WINS, slow=True, devices=8)
+def ppll() -> Figure:
+    from ..calibrate.local import ready
+    from ..predict import predict
+
+    ready("cpu-local", progress=False)  # the measured speed's explanation reads this machine
+    model, train = model_preset("tiny"), TrainConfig(steps=STEPS)
+    base = Layout.parse(MEASURED)
+    _, _, runs = local_vs_1f1b(model, train)
+    bubble = predict(model, train, base.replace(schedule="1f1b"), "cpu-local").step_time_s
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    rows = measured_rows(runs, bubble["bubble"] == 0, os.cpu_count() or 0)
+    measured = (f"measured: tiny, {MEASURED}, {STEPS} steps × {train.global_batch} × "
+                f"{model.seq_len} tokens of the corpus, eval on {EVAL_BATCHES} held-out "
+                f"batches, step times alternated; load average {load:.1f} on {os.cpu_count()} "
+                "cores; the longer study is docs/results/2026-12-local-learning.md")
+    predicted = ("predicted speeds time compute only (parex.predict.local_stages), both "
+                 "pipelines asynchronous as on separate GPUs")
+    return Figure(predicted_rows() + rows, None, [measured, predicted])
+
+
+__all__ = ["alternate", "eval_batches", "local_vs_1f1b", "losing_frame", "loss_run",
+           "measured_rows", "paper", "predicted_rows"]

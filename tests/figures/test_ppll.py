@@ -1,0 +1,41 @@
+"""The `ppll` figure: its predicted rows (fast) and how measured runs become rows."""
+
+import math
+
+from parex.figures import FIGURES
+from parex.figures.ppll import SHARED_CORES, measured_rows, paper, predicted_rows
+
+
+def test_ppll_is_registered_with_its_paper_values():
+    spec = FIGURES["ppll"]
+    assert spec.slow and spec.devices == 8 and "2411.12780" in spec.source
+    assert (paper("speed_vit"), paper("speed_resnet"), paper("loss")) == (1.25, 0.85, 1.0)
+    assert paper("activations") == 0.25  # 1/p at p = 4
+
+
+def test_predicted_rows_show_both_sides_of_the_paper():
+    rows = predicted_rows()
+    even, tuned, whole, acts = rows
+    assert "evenly" in even.quantity and "backprop's head" in tuned.quantity
+    assert even.parex > 1 > tuned.parex  # the ViT side wins, the ResNet side loses
+    assert whole.parex > 1 and "whole step" in whole.quantity
+    assert acts.parex == 1 / 4  # one microbatch in flight against 1F1B's p
+    assert all(r.tolerance.holds(r.ratio) for r in rows)
+
+
+def _run(step_s, loss, temp):
+    return {"step_s": step_s, "eval": {50: loss + 1, 100: loss},
+            "stats": {"memory_bytes_per_device": {"temp": temp}}}
+
+
+def test_a_slow_emulated_local_step_is_explained_only_by_a_hidden_bubble():
+    runs = {"1f1b": _run(0.8, 2.0, 100), "local ce": _run(0.84, 2.1, 25),
+            "local recon": _run(0.9, 2.3, 26)}
+    rows = {r.quantity: r for r in measured_rows(runs, hidden_bubble=True)}
+    speed = rows["speed 1F1B/local · emulated mesh, tiny"]
+    assert speed.parex == 0.8 / 0.84 and speed.known == SHARED_CORES.format(cores=2)
+    assert measured_rows(runs, hidden_bubble=False)[0].known is None  # unexplained: it fails
+    runs["local ce"] = _run(0.6, 2.1, 25)  # within the band: nothing to explain
+    assert measured_rows(runs, hidden_bubble=True)[0].known is None
+    assert math.isclose(rows["loss local recon/1F1B · step 100, equal tokens"].parex, 2.3 / 2.0)
+    assert rows["temporaries local/1F1B · compiled step, tiny"].parex == 0.25
