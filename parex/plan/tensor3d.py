@@ -1,0 +1,101 @@
+"""AxoNN's 3D tensor layouts in the planner, and AxoNN's own model beside parex's.
+
+    rows_3d(model, train, cluster, settings, remat)   the 3D rows of a plan (plan columns)
+    axonn_times(cols, model, cluster, settings)       AxoNN's step time of every row it models
+    disagreement(plan, k)                              where AxoNN's ranking and parex's differ
+
+3D rows are `data × tensor=XxYxZ` with one microbatch (parex's 3D executor), predicted with
+parex.predict.tensor3d_batch, so a row's numbers are `parex predict`'s. AxoNN's model
+(parex.predict.axonn) covers every row without pipeline or sequence parallelism: a 3D row is
+its own (X, Y, Z); a 1D row is X = 1, Y = tensor (Megatron's split), Z = fsdp (the batch and
+the weights split as AxoNN's depth group splits them). Its step time is parex's compute time
+plus AxoNN's communication, nothing overlapped, so the two models differ only in how they
+price the collectives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import REMAT_POLICIES
+from ..predict.axonn import comm_seconds, step_seconds
+from ..predict.core import DTYPE_BYTES
+from ..predict.tensor3d_batch import configurations, predict_3d_batch
+from .candidates import DATA, FSDP, SEQ, STAGE, TENSOR
+
+EXTRA = ("tensor_y", "tensor_z")  # plan columns 1D rows hold as 1
+
+
+def rows_3d(model, train, cluster, settings: dict, remat: str, predicted: tuple,
+            layout_columns: tuple) -> dict | None:
+    """The plan columns of every 3D layout on the cluster under `remat` (None: there is none)."""
+    sizes = configurations(model, train, cluster.n_devices)
+    n = len(sizes.data)
+    if not n:
+        return None
+    train_r = train.replace(remat=remat)
+    out = predict_3d_batch(model, train_r, sizes, cluster, **settings)
+    ones, zeros = np.ones(n, np.int64), np.zeros(n, np.int64)
+    cols = {k: zeros for k in layout_columns}
+    cols |= {DATA: sizes.data, FSDP: ones, TENSOR: sizes.tensor, SEQ: ones, STAGE: ones,
+             "virtual_stages": ones, "microbatches": ones,
+             "stage_layers": np.full(n, model.layers, np.int64),
+             "tensor_y": sizes.tensor_y, "tensor_z": sizes.tensor_z}
+    cols |= {k: out[k] for k in predicted}
+    cols["remat"] = np.full(n, REMAT_POLICIES.index(remat))
+    return cols
+
+
+def axonn_times(cols: dict, model, cluster, train, settings: dict) -> np.ndarray:
+    """AxoNN's step time (s) of every row: parex's compute plus AxoNN's communication; NaN
+    where AxoNN's model does not apply (pipelines, sequence parallelism)."""
+    three_d = (cols["tensor_y"] > 1) | (cols["tensor_z"] > 1)
+    X = np.where(three_d, cols[TENSOR], 1)
+    Y = np.where(three_d, cols["tensor_y"], cols[TENSOR])
+    Z = np.where(three_d, cols["tensor_z"], cols[FSDP])
+    T = train.seq_len or model.seq_len
+    act = DTYPE_BYTES.get(settings.get("dtype") or model.dtype, 4)
+    comm = comm_seconds(model, cluster.chip, X, Y, Z, cols[DATA], train.global_batch * T, act)
+    modelled = (cols[STAGE] == 1) & (cols[SEQ] == 1)
+    return np.where(modelled, step_seconds(comm, cols["step_compute_s"]), np.nan)
+
+
+def best_3d(plan, k: int = 3) -> list[int]:
+    """The k fastest fitting 3D rows of a plan, best first (parex's ranking)."""
+    cols = plan.columns
+    if "tensor_y" not in cols:
+        return []
+    order = plan.order
+    three_d = (cols["tensor_y"][order] > 1) | (cols["tensor_z"][order] > 1)
+    return [int(i) for i in order[three_d][:k]]
+
+
+def disagreement(plan, k: int = 10) -> dict | None:
+    """Where AxoNN's ranking of the fitting rows it models differs from parex's: each model's
+    best layout with both times, Kendall's tau over parex's first k rows (one per layout and
+    remat) and the pairs among them the two order the other way. None without such rows."""
+    cols = plan.columns
+    if "axonn_time_s" not in cols:
+        return None
+    rows = plan.order[np.isfinite(cols["axonn_time_s"][plan.order])][:k]
+    if len(rows) < 2:
+        return None
+    ours, theirs = cols["step_time_s"][rows], cols["axonn_time_s"][rows]
+    flipped = [(int(rows[i]), int(rows[j])) for i in range(len(rows))
+               for j in range(i + 1, len(rows))
+               if (ours[i] - ours[j]) * (theirs[i] - theirs[j]) < 0]
+    pairs = len(rows) * (len(rows) - 1) // 2
+    best = int(rows[np.argmin(theirs)])
+
+    def row(i):
+        return {"layout": str(plan.layout(i)), "remat": plan.train_of(i).remat,
+                "parex_step_s": float(cols["step_time_s"][i]),
+                "axonn_step_s": float(cols["axonn_time_s"][i])}
+
+    return {"rows_compared": len(rows), "kendall_tau": 1 - 2 * len(flipped) / pairs,
+            "parex_best": row(int(rows[0])), "axonn_best": row(best),
+            "agree": bool(best == rows[0]),
+            "flipped": [(str(plan.layout(a)), str(plan.layout(b))) for a, b in flipped]}
+
+
+__all__ = ["EXTRA", "axonn_times", "best_3d", "disagreement", "rows_3d"]

@@ -1,0 +1,221 @@
+"""Predicted collectives of AxoNN's 3D tensor parallelism (`tensor=XxYxZ`,
+parex.parallel.tensor3d), one family per line, b = B/(data·Z) rows of T tokens per device:
+
+    t3d-gather-z    all-gather W's block over Z, per layer and weight in the forward and again in
+                    the backward (the gathered block is not kept); the tables once each (XLA
+                    merges the head's backward re-gather with its forward gather: xla-cpu)
+    t3d-scatter-z   reduce-scatter dW over Z, once per weight and step
+    t3d-x           all-reduce over X: the outputs of the first layer of each pair (QKV, the MLP
+                    inputs: XLA combines SwiGLU's two into one op) and the head's logits in the
+                    forward, the transposed layers' input gradients (W_o, W_out) in the backward
+    t3d-y           all-reduce over Y: the transposed layers' outputs and the embedding's rows in
+                    the forward, the first layers' input gradients (one per layer and input: x
+                    is made varying over Y once, so every W's contribution is summed first) and
+                    the head's in the backward: 4L + 2 of (b, T, D/X)
+    t3d-gather-x    all-gather over X where a pair hands D_X back to the residual stream (its two
+                    exits and the embedding's in the forward, its two entries and the head's in
+                    the backward): 4L + 2 of (b, T, D)
+    t3d-grads       the weight shards' gradients over data (after the Z reduce-scatter), per
+                    layer and once for the tables; the norms' and biases' over data × Z, per
+                    layer and once (the final norm, GPT's used position rows and the loss);
+                    with Z = 1 both ride one all-reduce over data (XLA's combiner)
+    t3d-positions   xla-cpu, GPT: XLA gathers the used position rows over Z and adds them after
+                    an all-gather over X of (b, T, D)
+    cross-entropy   vocab-parallel over Y: 3 all-reduces of (b·T,) float32
+
+The terms are one microbatch's (the executor runs 3D layouts with one). The few scalars of the
+global gradient norm (reduced over the axes each weight is split on) are left out, as comm.py
+leaves out the loss scalars XLA fuses. The counts are parex's program's; XLA's all-reduce
+combiner may merge two ops over the same group (the cross-entropy's with a gradient's), which
+changes a count but never the bytes per kind and axes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..layout import Axis, Layout
+from . import memory
+from .comm import Convention, Term
+from .shapes import Grid, ModelSizes
+
+X, Y, Z, DATA = Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.DATA
+# How the step time (predict.time) treats each family: the activations' collectives sit on the
+# critical path as Megatron's do; the Z gathers can be prefetched as FSDP's; the gradients'
+# reduce-scatters and all-reduces hide behind the backward.
+TIME_FAMILY = {"t3d-x": "tp", "t3d-y": "tp", "t3d-gather-x": "tp", "t3d-positions": "tp",
+               "t3d-gather-z": "fsdp-gather", "t3d-scatter-z": "grad-reduce",
+               "t3d-grads": "grad-reduce"}
+
+
+@dataclass(frozen=True)
+class AxesGrid(Grid):
+    """A Grid that also has a 3D layout's Y and Z columns, so that the seconds of a term over
+    them see the right group size and stride (alpha_beta.group_shape reads axes by name)."""
+
+    tensor_y: np.ndarray | None = None
+    tensor_z: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Sizes3D:
+    """3D layouts as columns (one entry per layout): the fields of Layout that the terms read,
+    so that the planner predicts many at once (one Layout gives columns of length 1)."""
+
+    data: np.ndarray
+    fsdp: np.ndarray
+    tensor: np.ndarray  # X
+    tensor_y: np.ndarray  # Y
+    tensor_z: np.ndarray  # Z
+
+    @classmethod
+    def of(cls, layout) -> "Sizes3D":
+        if isinstance(layout, Sizes3D):
+            return layout
+        return cls(*(np.array([getattr(layout, f)], np.int64)
+                     for f in ("data", "fsdp", "tensor", "tensor_y", "tensor_z")))
+
+    @property
+    def data_parallel(self) -> np.ndarray:
+        return self.data * self.fsdp
+
+    def on(self) -> dict:
+        """1.0 where an axis has more than one device, per layout."""
+        return {X: (self.tensor > 1) * 1.0, Y: (self.tensor_y > 1) * 1.0,
+                Z: (self.tensor_z > 1) * 1.0, DATA: (self.data > 1) * 1.0}
+
+
+def equivalent(layout: Layout) -> Layout:
+    """The 1D layout whose per-device matmul FLOPs and model state come closest to a 3D one's:
+    batch over data × Z, weights over X·Y·Z (fsdp=Z, tensor=X·Y). The predictor's compute and
+    memory read it; the collectives are this module's."""
+    return Layout(data=layout.data, fsdp=layout.tensor_z, tensor=layout.tensor * layout.tensor_y)
+
+
+def equivalent_columns(sizes: Sizes3D) -> dict:
+    """`equivalent` as Grid columns (data, fsdp, tensor) for many layouts."""
+    return {"data": sizes.data, "fsdp": sizes.tensor_z, "tensor": sizes.tensor * sizes.tensor_y}
+
+
+def axes_grid(grid: Grid, layout) -> AxesGrid:
+    """`grid` (of `equivalent(layout)`) with the 3D layout's own axis sizes as columns."""
+    n, s = len(grid), Sizes3D.of(layout)
+    cols = {f.name: getattr(grid, f.name) for f in dataclasses.fields(grid)}
+    sizes = {"data": s.data, "fsdp": s.fsdp, "tensor": s.tensor, "tensor_y": s.tensor_y,
+             "tensor_z": s.tensor_z}
+    return AxesGrid(**(cols | {k: np.broadcast_to(v, (n,)).astype(np.int64)
+                               for k, v in sizes.items()}))
+
+
+def memory_parts(sizes: ModelSizes, grid: Grid, layout, remat: str, rec, act_bytes: int,
+                 compute_bytes: int) -> dict:
+    """Memory.memory_parts of 3D layouts (grid: their `equivalent` 1D layouts). The model state
+    is the equivalent's (every weight over X·Y·Z); the saved activations and the transients
+    of the layer being differentiated are those of the layout whose activations split alike,
+    tensor=Y with the batch over data × Z: after the all-reduce over X each X device holds
+    the first layer's whole output u[b, T, F_Y], so X splits no activation."""
+    parts = memory.memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes)
+    y = dataclasses.replace(grid, tensor=np.broadcast_to(Sizes3D.of(layout).tensor_y,
+                                                         (len(grid),)))
+    acts = memory.activation_bytes(sizes, y, remat, rec, act_bytes)
+    transient = np.maximum(memory.temp_bytes(sizes, y, remat, rec, act_bytes, compute_bytes),
+                           memory.sharded_layer_bytes(sizes, grid, rec))
+    transient = transient + memory.gathered_chunk_bytes(sizes, grid, act_bytes)
+    temp = np.maximum(acts + transient, memory.update_bytes(sizes, grid, rec)) - acts
+    total = parts["argument"] + parts["grads"] + acts + temp
+    return parts | {"activations": acts, "temp": temp, "total": total}
+
+
+@dataclass(frozen=True)
+class _Shapes:
+    """Per-device sizes (elements) of one 3D layout's blocks."""
+
+    tok: np.ndarray  # tokens per device: b·T
+    Dx: np.ndarray  # D / X
+    qkv: np.ndarray  # fused QKV outputs per Y shard: K/Y · (G + 2) · Dh
+    heads: np.ndarray  # H/Y · Dh
+    Fy: np.ndarray  # F / Y
+    Vy: np.ndarray  # V / Y
+    small: np.ndarray  # a layer's norms and biases on a device
+    once: int  # the final norm's and GPT's used position rows' (their gradients: whole)
+
+
+def _shapes(sizes: ModelSizes, layout: Sizes3D, B: int, T: int) -> _Shapes:
+    X_, Y_, Z_ = layout.tensor, layout.tensor_y, layout.tensor_z
+    qkv = sizes.K // Y_ * (sizes.H // sizes.K + 2) * sizes.Dh
+    Fy, D = sizes.F // Y_, sizes.D
+    gpt = sizes.family == "gpt"
+    small = 2 * 2 * D + D + D + qkv + Fy if gpt else 2 * D  # norms; bo, b_out, bqkv, b_in
+    positions = T * D if gpt else 0
+    return _Shapes(B // (layout.data_parallel * Z_) * T, D // X_, qkv, sizes.H // Y_ * sizes.Dh,
+                   Fy, sizes.V // Y_, small, sizes.head[1] + positions)
+
+
+def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Convention,
+          act_bytes: int, grad_bytes: float, n: int = 1) -> list[Term]:
+    """Every collective family of 3D layouts' steps: a Layout (columns of length n, all alike)
+    or Sizes3D columns (one entry per layout, n of them). Full
+    remat recomputes each block's forward in its backward: the first layers' all-reduces over X
+    (one op per block for both), the attention pair's over Y and its exit's gather over X run
+    again (the MLP pair's output is the block's, dead code there); the Z gathers are the
+    backward's own."""
+    layout = Sizes3D.of(layout)
+    s, L, n_in = _shapes(sizes, layout, B, T), sizes.L, sizes.n_mlp_in
+    on = layout.on()
+    a, gpt, xla = act_bytes, sizes.family == "gpt", conv.name == "xla-cpu"
+    again = L if remat == "full" else 0  # blocks whose forward runs again
+    weights = {"qkv": (1, s.Dx * s.qkv), "out-proj": (1, s.heads * s.Dx),
+               "mlp-in": (n_in, s.Dx * s.Fy), "mlp-out": (1, s.Fy * s.Dx)}
+    table = s.Vy * s.Dx
+    out = []
+
+    def term(name, kind, axes, count, elements, unit):
+        out.append(Term(name, kind, axes, np.broadcast_to(np.asarray(count, float), (n,)),
+                        np.broadcast_to(np.asarray(elements * unit, float), (n,))))
+
+    for per_layer, w in weights.values():  # activations and weights in the compute dtype
+        term("t3d-gather-z", "all-gather", (Z,), 2 * L * per_layer * on[Z], w, a)
+        term("t3d-scatter-z", "reduce-scatter", (Z,), L * per_layer * on[Z], w, a)
+    term("t3d-gather-z", "all-gather", (Z,), (2 if xla else 3) * on[Z], table, a)
+    term("t3d-scatter-z", "reduce-scatter", (Z,), 2 * on[Z], table, a)
+
+    term("t3d-x", "all-reduce", (X,), L * on[X], s.tok * s.qkv, a)
+    term("t3d-x", "all-reduce", (X,), L * on[X], s.tok * n_in * s.Fy, a)
+    # full remat: the recomputed QKV and MLP inputs' all-reduces ride one op per block (XLA)
+    term("t3d-x", "all-reduce", (X,), again * on[X], s.tok * (s.qkv + n_in * s.Fy), a)
+    term("t3d-x", "all-reduce", (X,), L * on[X], s.tok * s.heads, a)
+    term("t3d-x", "all-reduce", (X,), L * on[X], s.tok * s.Fy, a)
+    term("t3d-x", "all-reduce", (X,), on[X], s.tok * s.Vy, a)
+    term("t3d-y", "all-reduce", (Y,), (4 * L + 2 + again) * on[Y], s.tok * s.Dx, a)
+    term("t3d-gather-x", "all-gather", (X,), (4 * L + 2 + again) * on[X], s.tok * sizes.D, a)
+    term("cross-entropy", "all-reduce", (Y,), 3 * on[Y], s.tok, 4)
+    if gpt and xla:
+        term("t3d-positions", "all-gather", (Z,), on[Z], T * s.Dx, a)
+        term("t3d-positions", "all-gather", (X,), on[X], s.tok * sizes.D, a)
+    layer_w = sum(k * w for k, w in weights.values())
+    out += _grad_terms(s, L, layer_w, table, layout.tensor_z, on[DATA], a, grad_bytes, n)
+    return out
+
+
+def _grad_terms(s: _Shapes, L: int, layer_w, table, z, data, a: int,
+                grad_bytes: float, n: int) -> list[Term]:
+    """t3d-grads: the weight shards (1/Z of the blocks) over data; the norms and biases, and
+    once the final norm, GPT's position rows and the loss (4 bytes), over data × Z. Where Z = 1
+    XLA's combiner puts both on one all-reduce over data."""
+    shards = {"layer": (L, layer_w * a / z), "once": (1, 2 * table * a / z)}
+    small = {"layer": s.small * grad_bytes, "once": s.once * grad_bytes + 4}
+    alone = (np.asarray(z) == 1) * 1.0  # Z = 1: one all-reduce over data carries both
+
+    def column(v):
+        return np.broadcast_to(np.asarray(v, float), (n,))
+
+    out = []
+    for key, (count, shard) in shards.items():
+        out.append(Term("t3d-grads", "all-reduce", (DATA,), column(count * data),
+                        column(shard + small[key] * alone)))
+        out.append(Term("t3d-grads", "all-reduce", (DATA, Z), column(count * (1 - alone)),
+                        column(small[key])))
+    return out

@@ -1,0 +1,45 @@
+"""Many 3D tensor layouts (`tensor=XxYxZ` beside data) predicted at once, for the planner:
+
+    configurations(model, train, n_devices) -> Sizes3D     every (data, X, Y, Z) that runs
+    predict_3d_batch(model, train, sizes, hardware) -> dict columns as predict_batch's
+
+The same formulas as one layout's predict() (parex.predict.core.columns over the equivalent 1D
+grid, predict.tensor3d's collectives over the layouts' own X, Y and Z), one microbatch each (the
+3D executor's), so that a row's numbers are what `parex predict` gives for its layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import ModelConfig, TrainConfig
+from . import axonn
+from .core import columns, resolved
+from .shapes import Grid
+from .tensor3d import Sizes3D, equivalent_columns
+
+
+def configurations(model: ModelConfig, train: TrainConfig, n_devices: int) -> Sizes3D:
+    """Every (data, X, Y, Z) with product n_devices, Y or Z above 1, that parex.validation's
+    3D rules accept: Y divides the KV heads, MLP width and vocabulary, X·Z the hidden size,
+    data·Z the global batch."""
+    rows = axonn.configurations(model, n_devices)
+    data, X, Y, Z = rows.T if len(rows) else np.zeros((4, 0), np.int64)
+    keep = ((Y > 1) | (Z > 1)) & (train.global_batch % (data * Z) == 0)
+    return Sizes3D(data[keep], np.ones(int(keep.sum()), np.int64), X[keep], Y[keep], Z[keep])
+
+
+def predict_3d_batch(model: ModelConfig, train: TrainConfig, sizes: Sizes3D, hardware, *,
+                     convention=None, recipe=None, dtype=None) -> dict[str, np.ndarray]:
+    """Columns (Prediction.to_row names, as predict_batch's) of the 3D layouts in `sizes`."""
+    n = int((sizes.data * sizes.tensor * sizes.tensor_y * sizes.tensor_z).max(initial=1))
+    cluster, conv, rec, model, _ = resolved(hardware, n, model, train, convention, recipe, dtype)
+    grid = Grid.from_columns(train, model, microbatches=1, **equivalent_columns(sizes))
+    cols, _ = columns(model, train, grid, cluster, conv, rec, layout3d=sizes)
+    cols["step_time_s"] = cols.pop("step_total_s")
+    cols["valid"] = np.ones(len(grid), bool)
+    cols["executable"] = np.ones(len(grid), bool)  # data and one microbatch: the executor's
+    return cols
+
+
+__all__ = ["configurations", "predict_3d_batch"]

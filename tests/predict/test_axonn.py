@@ -1,0 +1,95 @@
+"""AxoNN's performance model (parex.predict.axonn): its per-layer buffers against parex's own
+counted bytes for the same 3D layout, its placement-dependent bandwidths, and its ranking."""
+
+import numpy as np
+import pytest
+
+from parex.config import ModelConfig, model_preset
+from parex.hardware import load_chip
+from parex.layout import Axis, Layout
+from parex.predict import axonn, tensor3d
+from parex.predict.comm import convention
+from parex.predict.shapes import model_sizes
+
+B, T = 16, 64
+# AxoNN's groups against parex's families (predict.tensor3d), by the mesh axes they run over
+FAMILIES = {"depth": (("t3d-gather-z", "t3d-scatter-z"), (Axis.TENSOR_Z,)),
+            "column": (("t3d-x",), (Axis.TENSOR,)), "row": (("t3d-y",), (Axis.TENSOR_Y,)),
+            "data": (("t3d-grads",), (Axis.DATA,))}
+
+
+def parex_layer_bytes(model: ModelConfig, layout: Layout) -> dict[str, float]:
+    """One block's bytes per group as parex's predictor counts them: the terms of L + 1 layers
+    less those of L (the embedding, head, loss and positions cancel)."""
+    def per_group(m):
+        out = dict.fromkeys(FAMILIES, 0.0)
+        for term in tensor3d.terms(model_sizes(m), layout, B, T, "none", convention("gpu"), 4,
+                                   4.0):
+            for group, (names, axes) in FAMILIES.items():
+                if term.name in names and term.axes == axes:
+                    out[group] += float(term.bytes[0])
+        return out
+
+    more, fewer = per_group(model.replace(layers=model.layers + 1)), per_group(model)
+    return {g: more[g] - fewer[g] for g in FAMILIES}
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-llama"])
+@pytest.mark.parametrize("text", ["data=2,tensor=2x2x2", "tensor=2x4x1", "tensor=1x2x4",
+                                  "data=2,tensor=4x1x2"])
+def test_axonn_buffers_are_parex_counted_bytes_per_layer(name, text):
+    model, layout = model_preset(name), Layout.parse(text)
+    ops = axonn.layer_buffers(model, layout.tensor, layout.tensor_y, layout.tensor_z,
+                              layout.data, B * T)
+    counted = parex_layer_bytes(model, layout)
+    sizes = {"column": layout.tensor, "row": layout.tensor_y, "depth": layout.tensor_z,
+             "data": layout.data}
+    # SwiGLU: AxoNN reduces the gate's and the up projection's dX apiece, parex's program sums
+    # them first (one all-reduce over Y of b·T·D/X fewer per block)
+    fused = (model_sizes(model).n_mlp_in - 1) * B // (layout.data * layout.tensor_z) * T
+    fused *= model.hidden // layout.tensor * 4 * (layout.tensor_y > 1)
+    for group in axonn.GROUPS:
+        ours = sum(float(e) for _, e in ops[group]) * 4 if sizes[group] > 1 else 0.0
+        assert ours - (fused if group == "row" else 0) == pytest.approx(counted[group],
+                                                                        rel=1e-9), group
+        assert counted[group] > 0 or sizes[group] == 1
+
+
+def test_kept_gathered_weights_save_one_gather_per_weight():
+    model = model_preset("tiny")
+    regather, kept = (axonn.layer_buffers(model, 2, 2, 2, 1, B * T, keep_gathered=k)["depth"]
+                      for k in (False, True))
+    gathers = [sum(1 for kind, _ in ops if kind == "all-gather") for ops in (regather, kept)]
+    assert gathers == [8, 4]  # QKV, out-projection, FC1, FC2: twice, or once
+
+
+def test_a_group_inside_a_node_runs_at_the_intra_node_rate():
+    chip = load_chip("perlmutter")  # 4 GPUs per node
+    eff = chip.network_efficiency
+    bw = axonn.group_bandwidth(chip, G=np.array([4, 2, 2, 8, 4]), stride=np.array([1, 2, 4, 1, 8]))
+    intra, nic = chip.intra_node.bandwidth * eff, chip.inter_node.bandwidth * eff
+    # in a node; in a node; across (stride 4: one member per node, 4 rings share 4 NICs);
+    # 8 consecutive: 2 nodes, one ring per node crosses (the whole node's NICs); stride 8
+    assert bw.tolist() == pytest.approx([intra, intra, nic, 4 * nic, nic])
+
+
+def test_ranking_prefers_3d_where_weights_outweigh_activations():
+    """A wide model with a small batch per step: the depth group's weight traffic is cheaper
+    than Megatron's activations all-reduced across nodes."""
+    model = ModelConfig("wide", "gpt", layers=4, hidden=8192, heads=64, vocab=51200,
+                        seq_len=2048)
+    chip = load_chip("perlmutter")
+    ranked = axonn.rank(model, chip, 64, tokens=64 * 2048)
+    assert ranked[0]["comm_s"] <= ranked[-1]["comm_s"]
+    times = [r["comm_s"] for r in ranked]
+    assert times == sorted(times)
+    megatron = next(r for r in ranked if r["layout"] == "tensor=64")
+    assert ranked[0]["comm_s"] < megatron["comm_s"]
+    assert all(Layout.parse(r["layout"]).n_devices == 64 for r in ranked)
+
+
+def test_megatron_is_y_alone():
+    assert axonn.layout_text(2, 1, 4, 1) == "data=2,tensor=4"
+    assert axonn.layout_text(1, 2, 2, 2) == "tensor=2x2x2"
+    rows = axonn.configurations(model_preset("tiny"), 8).tolist()
+    assert [1, 8, 1, 1] not in rows and [1, 1, 8, 1] in rows and [8, 1, 1, 1] in rows
