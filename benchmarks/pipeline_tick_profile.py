@@ -69,7 +69,7 @@ def profile(name: str, runs: int, model_name: str = "tiny", batch: int = 16) -> 
     import jax
     from parex.config import TrainConfig, model_preset
     from parex.layout import Layout
-    from parex.parallel.pipeline import plan_for
+    from parex.parallel.pipeline import timetable_for
     from parex.measure.trace import _device_events, load_trace
     from parex.studies.pipeline import _timer, compile_layout
 
@@ -77,7 +77,7 @@ def profile(name: str, runs: int, model_name: str = "tiny", batch: int = 16) -> 
     virtual = ",virtual=2" if name == "zbv" else ""
     layout = Layout.parse(f"data=2,stage=4,schedule={name},microbatches=8{virtual}")
     step, compiled, _ = compile_layout(model, train, layout, None)
-    plan = plan_for(step)
+    plan = timetable_for(step)
     where = parts(compiled.as_text(), plan.branches, plan.schedule.n_ticks)
     run = _timer(model, train, layout, None)
     with tempfile.TemporaryDirectory() as scratch:

@@ -42,9 +42,6 @@ layout_text = "data=2,tensor=4"
 
 # %%
 from parex import charts
-from parex.predict import predict, shared_fields
-from parex.record import records_frame
-from parex.measure.report import measurement_report
 
 if offline:
     charts.enable_offline()
@@ -82,7 +79,7 @@ except parex.LayoutError as error:
 
 # %%
 measured = parex.measure(model, train, layout, progress=True)
-print(measurement_report(measured, model.n_params))
+print(parex.measurement_report(measured, model.n_params))
 
 # %% [markdown]
 # The loss falls, and it is the same loss a single device computes: every layout is checked
@@ -101,8 +98,9 @@ print([round(loss, 3) for loss in measured.losses])
 # recipe="parex" for float32).
 
 # %%
-predicted = predict(model, train, layout, "cpu-local")
-on_a100 = predict(model, train, layout, "a100-80gb")
+parex.ensure_local()  # this machine's cpu-local profile: measured once, then read
+predicted = parex.predict(model, train, layout, "cpu-local")
+on_a100 = parex.predict(model, train, layout, "a100-80gb")
 print(f"predicted step on the emulated mesh {predicted.step_time_s['total'] * 1e3:.0f} ms, "
       f"measured {measured.step_time_s['median'] * 1e3:.0f} ms; "
       f"on one A100 node {on_a100.step_time_s['total'] * 1e6:.0f} µs")
@@ -113,7 +111,7 @@ print(f"predicted step on the emulated mesh {predicted.step_time_s['total'] * 1e
 # the compiled step exactly; step time on emulated devices is noisy (compare within one run).
 
 # %%
-pd.DataFrame(shared_fields(measured, predicted)).round(3)
+pd.DataFrame(parex.shared_fields(measured, predicted)).round(3)
 
 # %% [markdown]
 # ## One tidy table, and the pictures
@@ -127,5 +125,5 @@ pd.DataFrame(shared_fields(measured, predicted)).round(3)
 # layout.
 
 # %%
-frame = records_frame([measured, predicted])
+frame = parex.records_frame([measured, predicted])
 charts.overview_chart(frame)

@@ -47,11 +47,11 @@ strategies = ["dp", "zero1", "zero2", "fsdp"]
 
 # %%
 from parex import charts
-from parex.predict import predict, published
-from parex.record import records_frame
+from parex.figures import zero_table1
 
 if offline:
     charts.enable_offline()
+parex.ensure_local()  # the cpu-local profile the predictions read: measured once
 
 # %% [markdown]
 # ## Four strategies on 2, 4 and 8 devices
@@ -67,8 +67,8 @@ for n in device_counts:
     for strategy in strategies:
         layout = parex.Layout.preset(strategy, n)
         m = parex.measure(model, train, layout, devices=jax.devices()[:n])
-        p = predict(model, train, layout, "cpu-local")
-        runs.append(records_frame([m, p]).assign(strategy=strategy))
+        p = parex.predict(model, train, layout, "cpu-local")
+        runs.append(parex.records_frame([m, p]).assign(strategy=strategy))
 frame = pd.concat(runs, ignore_index=True)
 print(f"{len(frame) // 2} layouts measured and predicted: {', '.join(frame['layout'][::2])}")
 
@@ -120,5 +120,5 @@ charts.collectives_chart(largest)
 # beside parex's. At ZeRO-3 on many devices parex's replicated biases and norms show.
 
 # %%
-zero = published.zero_table1()
+zero = zero_table1()
 zero[zero["n_d"].isin([4, 64, 1024])].round(3)

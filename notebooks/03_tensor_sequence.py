@@ -42,11 +42,11 @@ tensor_sizes = [2, 4, 8]
 
 # %%
 from parex import charts
-from parex.predict import predict, published
-from parex.record import records_frame
+from parex.figures import korthikanti_table
 
 if offline:
     charts.enable_offline()
+parex.ensure_local()  # the cpu-local profile the predictions read: measured once
 
 # %% [markdown]
 # ## TP and TP+SP on t = 2, 4, 8 devices
@@ -59,8 +59,8 @@ train = parex.TrainConfig(steps=steps, global_batch=8)
 layouts = [parex.Layout(tensor=t, sp=sp) for t in tensor_sizes for sp in (False, True)]
 measured = [parex.measure(model, train, layout, devices=jax.devices()[:layout.n_devices])
             for layout in layouts]
-predicted = [predict(model, train, layout, "cpu-local") for layout in layouts]
-frame = records_frame(measured + predicted)
+predicted = [parex.predict(model, train, layout, "cpu-local") for layout in layouts]
+frame = parex.records_frame(measured + predicted)
 print(f"{model.layers} layers; measured and predicted " + ", ".join(map(str, layouts)))
 
 # %% [markdown]
@@ -92,5 +92,4 @@ charts.overview_chart(frame)
 # paper's four models (s = 2048, t = 8), beside the sum of the paper's per-component list.
 
 # %%
-published.korthikanti_table().pivot_table(index="configuration", columns="model",
-                                          values="ratio")
+korthikanti_table().pivot_table(index="configuration", columns="model", values="ratio")

@@ -38,20 +38,23 @@ import pandas as pd  # noqa: E402
 
 # %% tags=["parameters"]
 offline = True
+full = False  # True: the bubble at m = 2, 4, 8, five repeats each (about 6 minutes on 2 cores)
 model_name = "tiny"
 p = 4
 m = 8
 steps = 3
-bubble_ms = [2, 4, 8]
-bubble_repeats = 5
+bubble_ms = [2, 4]
+bubble_repeats = 3
 
 # %%
-from parex import charts
-from parex.parallel import make_schedule
-from parex.studies.pipeline import bubble_study
+from parex import charts, make_schedule
+from parex.explorer import gantt_costs
+from parex.studies import bubble_study
 
 if offline:
     charts.enable_offline()
+if full:
+    bubble_ms, bubble_repeats = [2, 4, 8], 5
 
 # %% [markdown]
 # ## A schedule is a table
@@ -89,18 +92,14 @@ pd.DataFrame([{"schedule": s.name, "v": s.v, "ticks": s.n_ticks,
 # ## In predicted time
 # The predictor times the same tables with per-op costs. On a GPU profile (GPT-2 medium on H100s,
 # bfloat16) t_F is the forward time for which the table idles exactly as long as the predicted
-# bubble, with t_B = 2·t_F: the grey is the predicted bubble. (`parex.explorer.widget.Explorer` draws
+# bubble, with t_B = 2·t_F: the grey is the predicted bubble. (`parex.explorer.Explorer` draws
 # this for any layout in its *pipeline and mesh* panel.)
 
 # %%
-from parex.explorer.gantt import gantt_costs  # noqa: E402
-from parex.hardware import load_chip  # noqa: E402
-from parex.predict import predict  # noqa: E402
-
 medium, medium_train = parex.model_preset("gpt2-medium"), parex.TrainConfig(global_batch=m)
 piped = parex.Layout(stage=p, schedule="1f1b", microbatches=m)
-timed = gantt_costs(predict(medium, medium_train, piped, "h100-sxm"), medium, medium_train,
-                    piped, load_chip("h100-sxm"))
+timed = gantt_costs(parex.predict(medium, medium_train, piped, "h100-sxm"), medium,
+                    medium_train, piped, parex.load_chip("h100-sxm"))
 charts.gantt_chart(timed[0], timed[1], width=560, subtitle=timed[2])
 
 # %% [markdown]

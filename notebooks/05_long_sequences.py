@@ -42,7 +42,7 @@ modes = ["single", "tp", "tp+sp", "ring", "ulysses"]
 
 # %%
 from parex import charts
-from parex.studies.sequence import long_sequence_study, study_table
+from parex.studies import long_sequence_study, study_table
 
 if offline:
     charts.enable_offline()

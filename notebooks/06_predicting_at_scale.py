@@ -32,8 +32,6 @@ parex.emulate_devices(8)
 
 import dataclasses  # noqa: E402
 
-import pandas as pd  # noqa: E402
-
 # %% tags=["parameters"]
 offline = True
 model_name = "korthikanti-175b"
@@ -42,9 +40,7 @@ global_batch = 1024
 
 # %%
 from parex import charts
-from parex.hardware import Link, load_chip
-from parex.predict import predict, published
-from parex.record import records_frame
+from parex.figures import megatron_table1
 
 if offline:
     charts.enable_offline()
@@ -56,7 +52,7 @@ if offline:
 # with one A100 profile; the paper's FLOP count over that time is parex's TFLOP/s.
 
 # %%
-megatron = published.megatron_table1("a100-80gb")
+megatron = megatron_table1("a100-80gb")
 megatron[["params_b", "tp", "pp", "gpus", "tflops_per_gpu", "parex_tflops_per_gpu", "ratio"]]
 
 # %% [markdown]
@@ -72,7 +68,7 @@ layouts = ["data=128,tensor=8", "fsdp=128,tensor=8", "data=64,tensor=2,stage=8,m
            "data=16,tensor=8,stage=8,schedule=interleaved,virtual=2,microbatches=16",
            "data=16,tensor=8,stage=8,schedule=1f1b,microbatches=64",
            "data=4,tensor=32,stage=8,schedule=1f1b,microbatches=16"]
-predictions = [predict(model, train, parex.Layout.parse(text), hw)
+predictions = [parex.predict(model, train, parex.Layout.parse(text), hw)
                for hw in hardware for text in layouts]
 
 # %% [markdown]
@@ -88,7 +84,7 @@ predictions = [predict(model, train, parex.Layout.parse(text), hw)
 # all-reduces over InfiniBand.
 
 # %%
-frame = records_frame(predictions)
+frame = parex.records_frame(predictions)
 frame["regime"] = charts.regime(frame)
 table = frame[["hardware", "layout", "step_time_s", "step_compute_s", "step_exposed_comm_s",
                "step_bubble_s", "memory_total_bytes", "mfu", "regime"]]
@@ -104,10 +100,10 @@ charts.whatif_chart(frame[frame["hardware"].str.startswith(hardware[0])])
 # communication-bound.
 
 # %%
-chip = load_chip(hardware[0])
+chip = parex.load_chip(hardware[0])
 slow = dataclasses.replace(chip, name=f"{chip.name} over 1 Gb/s",
-                           inter_node=Link(1.25e8, 5e-5, "1 Gb/s Ethernet"))
-slow_frame = records_frame([predict(model, train, parex.Layout.parse(text), slow)
+                           inter_node=parex.Link(1.25e8, 5e-5, "1 Gb/s Ethernet"))
+slow_frame = parex.records_frame([parex.predict(model, train, parex.Layout.parse(text), slow)
                             for text in (layouts[1], layouts[3], layouts[5])])
 slow_frame.assign(regime=charts.regime(slow_frame))[["layout", "step_time_s",
                                                      "step_exposed_comm_s", "regime"]]

@@ -42,7 +42,7 @@ steps = 5
 
 # %%
 from parex import charts
-from parex.explorer.widget import Explorer
+from parex.explorer import Explorer
 
 if offline:
     charts.enable_offline()

@@ -27,21 +27,20 @@ parex.emulate_devices(8)
 
 # %% tags=["parameters"]
 offline = True
+full = False  # True: verify the top 3 and 3 random layouts, 5 steps each (about 5 minutes)
 scale_model, scale_hardware, scale_nodes = "llama2-7b", "h100-sxm", 4
-verify_k = 3  # layouts of the top (and as many random ones) measured on the emulated mesh
-steps = 5
+verify_k = 2  # layouts of the top (and as many random ones) measured on the emulated mesh
+steps = 3
 
 # %%
 from parex import TrainConfig, charts, model_preset
-from parex.charts.planner import pareto_chart
-from parex.plan import plan
-from parex.plan.report import chart_frame, plan_report
-from parex.plan.verify import verify, verify_report
-from parex.sweep import load
-from parex.explorer.planner import Planner
+from parex.explorer import Planner
+from parex.plan import chart_frame, plan, plan_report, verify, verify_report
 
 if offline:
     charts.enable_offline()
+if full:
+    verify_k, steps = 3, 5
 
 # %% [markdown]
 # ## A plan at scale
@@ -53,14 +52,15 @@ if offline:
 model = model_preset(scale_model).replace(dtype="bfloat16")
 big = plan(model, TrainConfig(global_batch=256, seq_len=model.seq_len), scale_hardware,
            scale_nodes)
-print(plan_report(big))
+plan_report(big)  # a cell's value: HTML tables that fit the page
 
 # %% [markdown]
-# Every fitting layout as a point: faster is lower, leaner is further left. The Pareto front
-# (blue) holds the layouts that no other layout beats on both; the dashed rule is the cap.
+# Every fitting layout as a point (all predicted, so all grey): faster is lower, leaner is
+# further left. The Pareto front, the step line, holds the layouts that no other layout beats on
+# both; the dashed rule is the cap.
 
 # %%
-pareto_chart(chart_frame(big), big.memory_cap)
+charts.pareto_chart(chart_frame(big), big.memory_cap)
 
 # %% [markdown]
 # ## The Planner widget
@@ -94,5 +94,5 @@ planner.set(memory_cap_gb=0.0)
 if verify_k:
     checked = verify(planner.plan, k=verify_k, steps=steps)
     print(verify_report(checked))
-    runs = load(checked["store"])
+    runs = parex.load_sweep(checked["store"])
     runs[["layout", "status", "step_time_s", "memory_total_bytes"]]

@@ -40,10 +40,8 @@ import altair as alt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from parex import charts, model_preset  # noqa: E402
-from parex.cluster import load_hetero_cluster  # noqa: E402
-from parex.hetero import compare, plan_chart, plan_text  # noqa: E402
-from parex.hetero.report import comparison_report  # noqa: E402
-from parex.hetero.studies import network_study  # noqa: E402
+from parex.hetero import (compare, comparison_report, load_hetero_cluster,  # noqa: E402
+                          network_study, plan_chart, plan_text)
 
 if offline:
     charts.enable_offline()
@@ -129,15 +127,9 @@ alt.Chart(long).mark_line(point=True).encode(
 # %%
 import jax  # noqa: E402
 
-from parex import TrainConfig  # noqa: E402
-from parex import model as gpt  # noqa: E402
-from parex.cluster import cluster_from_dict  # noqa: E402
-from parex.config import ModelConfig  # noqa: E402
-from parex.data import Batches  # noqa: E402
-from parex.hetero import HeteroPlan  # noqa: E402
-from parex.measure import relative_error
-from parex.parallel.mpmd import MpmdRunner  # noqa: E402
-from parex.step import reference_loss_and_grads  # noqa: E402
+from parex import Batches, ModelConfig, TrainConfig, init_params  # noqa: E402
+from parex import reference_loss_and_grads, relative_error  # noqa: E402
+from parex.hetero import HeteroPlan, MpmdRunner, cluster_from_dict  # noqa: E402
 
 # %%
 toy = cluster_from_dict({"name": "toy", "groups": [
@@ -150,7 +142,7 @@ print(plan_text(toy_plan, toy))
 
 # %%
 train = TrainConfig(global_batch=8)
-params = gpt.init_params(small, jax.random.key(0))
+params = init_params(small, jax.random.key(0))
 batch = Batches("corpus", 8, small.seq_len, small.vocab)[0]
 loss, grads = MpmdRunner(small, train, toy_plan, toy).loss_and_grads(params, batch)
 ref_loss, ref_grads = reference_loss_and_grads(small, train, params, batch)

@@ -41,9 +41,8 @@ slow_figure = None  # e.g. "pipeline-memory": compiles for a minute or two
 import pandas as pd  # noqa: E402
 
 from parex import charts  # noqa: E402
-from parex.figures import FIGURES, compute  # noqa: E402
-from parex.figures.charts import figure_chart  # noqa: E402
-from parex.figures.scoreboard import load, summary_frame, text_report  # noqa: E402
+from parex.figures import (FIGURES, compute, figure_chart, load_scoreboard,  # noqa: E402
+                           summary_frame, text_report)
 
 if offline:
     charts.enable_offline()
@@ -82,7 +81,7 @@ figure_chart(result)
 # rows and notes in the scoreboard say where parex and the paper part.
 
 # %%
-committed = load(scoreboard_json)
+committed = load_scoreboard(scoreboard_json)
 summary_frame(committed)
 
 # %% [markdown]

@@ -26,12 +26,12 @@ homogeneous cluster of (about) the same total peak FLOP/s, HexiScale's compariso
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, did_you_mean, unknown
+from .files import read_toml
 from .hardware import Chip, Cluster, Link, load_chip
 
 CLUSTER_DIR = Path(__file__).resolve().parent.parent / "data" / "clusters"
@@ -114,8 +114,10 @@ class HeteroCluster:
         for g in self.groups:
             if g.name == name_or_index:
                 return g
-        raise InputError(f"cluster {self.name} has no group {name_or_index!r}; its groups: "
-                         f"{', '.join(g.name for g in self.groups)}")
+        names = [g.name for g in self.groups]
+        hint = did_you_mean(str(name_or_index), names)
+        raise InputError(f"cluster {self.name} has no group {name_or_index!r}; "
+                         f"{hint + ' ' if hint else ''}its groups: {', '.join(names)}")
 
     def index(self, name: str) -> int:
         return self.groups.index(self.group(name))
@@ -142,6 +144,9 @@ def make_group(chip, nodes: int = 1, devices_per_node: int | None = None,
                inter_node_gbps: float | None = None, name: str | None = None,
                devices: int | None = None) -> Group:
     """A group of `nodes` nodes of a chip (a profile name or a Chip), checked."""
+    if not isinstance(chip, (str, Chip)):
+        raise InputError(f"chip={chip!r}: give a hardware profile's name, e.g. chip = "
+                         f"\"a100-80gb\"")
     chip = load_chip(chip) if isinstance(chip, str) else chip
     per = chip.devices_per_node if devices_per_node is None else devices_per_node
     for key, value in (("nodes", nodes), ("devices_per_node", per)):
@@ -151,7 +156,7 @@ def make_group(chip, nodes: int = 1, devices_per_node: int | None = None,
                                     and (nodes - 1) * per < devices <= nodes * per):
         raise InputError(f"group of {chip.name}: devices={devices!r} on {nodes} node(s) of "
                          f"{per}; use {(nodes - 1) * per + 1}..{nodes * per}, or leave it out")
-    if inter_node_gbps is not None and not inter_node_gbps > 0:
+    if inter_node_gbps is not None and not _positive(inter_node_gbps):
         raise InputError(f"group of {chip.name}: inter_node_gbps={inter_node_gbps!r}; use a "
                          f"positive speed in Gb/s per node, or leave it out")
     return Group(name or chip.name, chip, nodes, per, inter_node_gbps, devices)
@@ -163,25 +168,47 @@ def homogeneous(chip, nodes: int = 1, inter_node_gbps: float | None = None) -> H
     return HeteroCluster(f"{group.chip.name}×{nodes}", (group,))
 
 
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _check_keys(where: str, table, known: set[str]) -> None:
+    """A TOML table whose keys are all `known`; an unknown key gets the nearest known one."""
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: expected a table of keys ({', '.join(sorted(known))}), "
+                         f"got {table!r}")
+    for key in sorted(set(table) - known):
+        raise InputError(f"{where}: {unknown('key', key, sorted(known))}")
+
+
+def _group_from_table(where: str, table) -> Group:
+    _check_keys(where, table, GROUP_KEYS)
+    if "chip" not in table:
+        raise InputError(f"{where}: needs `chip` (a hardware profile, e.g. chip = "
+                         f"\"a100-80gb\") and knows {', '.join(sorted(GROUP_KEYS))}; got "
+                         f"{', '.join(sorted(table)) or 'nothing'}")
+    if "name" in table and not isinstance(table["name"], str):
+        raise InputError(f"{where}: name={table['name']!r}; write a name in quotes")
+    try:
+        return make_group(table["chip"], table.get("nodes", 1), table.get("devices_per_node"),
+                          table.get("inter_node_gbps"), table.get("name"), table.get("devices"))
+    except InputError as err:
+        raise InputError(f"{where}: {err}") from None
+
+
 def cluster_from_dict(data: dict, name: str = "cluster") -> HeteroCluster:
     """A cluster from a parsed TOML table; unknown keys and missing pieces are named."""
-    unknown = set(data) - CLUSTER_KEYS
-    if unknown:
-        raise InputError(f"cluster {name}: unknown key(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(sorted(CLUSTER_KEYS))}")
+    _check_keys(f"cluster {name}", data, CLUSTER_KEYS)
     tables = data.get("groups")
     if not tables:
         raise InputError(f"cluster {name}: no [[groups]]; add at least one, e.g. "
                          f"[[groups]] chip = \"a100-80gb\" nodes = 1")
+    if not isinstance(tables, list):
+        raise InputError(f"cluster {name}: groups={tables!r}; write each group as a [[groups]] "
+                         f"table")
     groups, seen = [], {}
     for i, table in enumerate(tables):
-        unknown = set(table) - GROUP_KEYS
-        if unknown or "chip" not in table:
-            raise InputError(f"cluster {name}, group {i}: needs `chip` and knows "
-                             f"{', '.join(sorted(GROUP_KEYS))}; got {', '.join(sorted(table))}")
-        group = make_group(table["chip"], table.get("nodes", 1), table.get("devices_per_node"),
-                           table.get("inter_node_gbps"), table.get("name"),
-                           table.get("devices"))
+        group = _group_from_table(f"cluster {name}, group {i}", table)
         if group.name in seen:  # a repeated chip without a name: number it
             if "name" in table:
                 raise InputError(f"cluster {name}: two groups are named {group.name!r}")
@@ -190,8 +217,12 @@ def cluster_from_dict(data: dict, name: str = "cluster") -> HeteroCluster:
         seen.setdefault(group.name, 1)
         groups.append(group)
     between = data.get("inter_group_gbps")
-    if between is not None and not between > 0:
-        raise InputError(f"cluster {name}: inter_group_gbps={between!r}; use a positive speed")
+    if between is not None and not _positive(between):
+        raise InputError(f"cluster {name}: inter_group_gbps={between!r}; use a positive speed "
+                         f"in Gb/s per node, or leave it out")
+    for key in ("name", "description"):
+        if not isinstance(data.get(key, ""), str):
+            raise InputError(f"cluster {name}: {key}={data[key]!r}; write it in quotes")
     return HeteroCluster(data.get("name", name), tuple(groups), between,
                          data.get("description", ""))
 
@@ -205,11 +236,13 @@ def load_hetero_cluster(path_or_name, directory: Path = CLUSTER_DIR) -> HeteroCl
     path = Path(path_or_name)
     if not path.exists():
         path = Path(directory) / f"{path_or_name}.toml"
-    if not path.exists():
-        raise InputError(f"no cluster file {str(path_or_name)!r}; give a path to a TOML file or "
-                         f"one of {', '.join(known_clusters(directory))}")
-    with open(path, "rb") as f:
-        return cluster_from_dict(tomllib.load(f), path.stem)
+    if not path.is_file():
+        known = known_clusters(directory)
+        hint = did_you_mean(str(path_or_name), known)
+        raise InputError(f"no cluster file {str(path_or_name)!r}; {hint + ' ' if hint else ''}"
+                         f"give a path to a TOML file or one of {', '.join(known)}")
+    data = read_toml(path, "cluster", "the files in data/clusters/ are examples")
+    return cluster_from_dict(data, path.stem)
 
 
 def reference_cluster(cluster: HeteroCluster, chip=None, dtype: str = "bfloat16"

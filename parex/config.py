@@ -10,11 +10,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import InputError
+from .errors import InputError, unknown
 
 FAMILIES = ("gpt", "llama")
 DTYPES = ("float32", "bfloat16")
 REMAT_POLICIES = ("none", "selective", "full")
+ATTENTION_KERNELS = ("flash", "naive")  # parex.attention: blockwise (no scores kept) or einsum
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,32 @@ class TrainConfig:
     grad_clip: float = 1.0  # global-norm clipping threshold
     seed: int = 0  # parameter initialisation and synthetic data
     remat: str = "none"  # "none", "selective" (recompute attention scores), "full" (blocks)
+    attention: str | None = None  # "flash" or "naive" (parex.attention); None: the platform's
+    # default (parex.defaults.default_attention)
+
+    def __post_init__(self):
+        if self.attention is not None and self.attention not in ATTENTION_KERNELS:
+            raise InputError(unknown("attention kernel", self.attention, ATTENTION_KERNELS))
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
 
     def tokens_per_step(self, model: ModelConfig) -> int:
         return self.global_batch * (self.seq_len or model.seq_len)
+
+
+@dataclass(frozen=True)
+class OuterOptimizer:
+    """DiLoCo's outer optimizer (Douillard et al. 2023, arXiv:2311.08105): Nesterov SGD on the
+    replicas' mean pseudo-gradient g, m <- mu*m + g, theta <- theta - lr*(g + mu*m). An
+    optimizer setting, not a mesh or technique field: a Layout carries it as `outer`, and its
+    string form writes it as the keys outer_lr and outer_momentum (the paper's 0.7 and 0.9)."""
+
+    lr: float = 0.7  # outer learning rate
+    momentum: float = 0.9  # outer Nesterov momentum, in [0, 1)
+
+    def replace(self, **changes) -> "OuterOptimizer":
+        return dataclasses.replace(self, **changes)
 
 
 # --- presets ---------------------------------------------------------------------------------
@@ -157,5 +178,4 @@ def model_preset(name: str) -> ModelConfig:
     try:
         return _PRESETS[name]()
     except KeyError:
-        raise InputError(f"unknown model preset {name!r}; known presets: "
-                         f"{', '.join(_PRESETS)}") from None
+        raise InputError(unknown("model preset", name, _PRESETS)) from None

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, unknown
 from .machine import cache_dir, machine_description, profile_path
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
@@ -178,8 +178,7 @@ def load_chip(name: str, directory: Path = HARDWARE_DIR) -> Chip:
         return load_local()
     path = Path(directory) / f"{name.lower()}.json"
     if not path.exists():
-        raise InputError(f"unknown hardware {name!r}; known hardware: "
-                         f"{', '.join(known_hardware(directory))}")
+        raise InputError(unknown("hardware", name, known_hardware(directory)))
     return chip_from_json(json.loads(path.read_text()))
 
 

@@ -7,6 +7,7 @@ tuple of dims into a PartitionSpec. In the scaling book's notation the presets p
     fsdp    W_in[D_fsdp, F]               x[B_fsdp, T, D]
     tp      W_in[D, F_tensor]             x[B, T, D]    (all-reduce after W_out)
     tp_sp   W_in[D, F_tensor]             x[B, T_tensor, D] in the LayerNorm regions
+    3D      W_in[D_XZ, F_Y], W_out[F_Y, D_XZ]  x[B_{data,Z}, T, D]   (tensor=XxYxZ, AxoNN)
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from jax.sharding import PartitionSpec
 
-from .config import DTYPES, REMAT_POLICIES, ModelConfig, TrainConfig
+from .config import DTYPES, REMAT_POLICIES, OuterOptimizer, TrainConfig
+from .errors import did_you_mean, unknown
 
 
 class Axis(str, enum.Enum):
@@ -29,12 +31,19 @@ class Axis(str, enum.Enum):
     DATA = "data"  # replicas of the model state (partitioned only as far as ZeRO says)
     FSDP = "fsdp"  # data parallel with parameters, gradients and optimizer state sharded
     SEQ = "seq"  # context parallelism: the sequence split across devices
-    TENSOR = "tensor"  # Megatron tensor parallelism (innermost: the fastest links)
+    # AxoNN's 3D tensor parallelism (parex.parallel.tensor3d) adds two axes inside seq: Z, the
+    # depth group Gd (weights sharded again, the batch split), and Y, the outer group Gr. Its
+    # inner group Gc (X) is `tensor`: innermost like Megatron's, so the 1D layouts keep their
+    # mesh and PartitionSpecs, and X gets the fastest links as in AxoNN.
+    TENSOR_Z = "tensor_z"
+    TENSOR_Y = "tensor_y"
+    TENSOR = "tensor"  # Megatron tensor parallelism; X of a 3D layout (innermost: fastest links)
 
 
 MESH_AXES = tuple(Axis)
 CP_MODES = ("none", "ring", "ulysses")  # attention across seq shards (parex.parallel.context)
 OUTER_DTYPES = ("f32", "bf16", "int8", "int4")  # DiLoCo's exchange (int: per-block scales)
+LOCAL_LOSSES = ("ce", "recon")  # schedule=local's objectives (parex.parallel.local)
 # The ZeRO stage at which each kind of model state becomes sharded over the data axis.
 ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
 
@@ -79,22 +88,27 @@ class Layout:
 
     data: int = 1  # data-parallel replicas
     fsdp: int = 1  # fully sharded data parallel (ZeRO-3 on this axis)
-    tensor: int = 1  # tensor-parallel size t
+    tensor: int = 1  # tensor-parallel size t; X of a 3D layout, written tensor=XxYxZ
+    tensor_y: int = 1  # Y, AxoNN's outer group of a 3D layout (1: Megatron's 1D tensor axis)
+    tensor_z: int = 1  # Z, AxoNN's depth group of a 3D layout
     seq: int = 1  # context-parallel size
     stage: int = 1  # pipeline stages p
     zero: int = 0  # ZeRO stage on the data axis: 1 optimizer state, 2 + gradients, 3 + parameters
     sp: bool = False  # Megatron sequence parallelism in the LayerNorm regions (needs tensor > 1)
     cp: str = "none"  # context parallelism on the seq axis: none, ring, ulysses
-    schedule: str = "gpipe"  # pipeline schedule: gpipe, 1f1b, interleaved, zbh1, bfs
+    schedule: str = "gpipe"  # pipeline schedule: gpipe, 1f1b, interleaved, zbh1, bfs, zbv, local
     virtual_stages: int = 1  # v, model chunks per pipeline device (interleaved, bfs); key `virtual`
     microbatches: int = 1  # m, microbatches per step (gradient accumulation, pipeline fill)
     layers_per_stage: tuple[int, ...] | None = None  # layers per chunk (3, 1); key `partition`,
     # written 3:1, or with repeats: 7:8*14:7 is 7, fourteen 8s, 7 (Llama 3 405B's 16 stages)
+    # --- local learning (schedule=local, parex.parallel.local) ----------------------------------
+    local_loss: str = "ce"  # each stage's own objective: ce, recon (LOCAL_LOSSES)
+    queue: int = 1  # q, activations in flight between neighbouring stages (staleness)
     # --- low-communication training (DiLoCo, parex.lowcomm.diloco) ---------------------------
     replica: int = 1  # R model replicas on the outermost axis, synchronised every H steps
     inner_steps: int = 1  # H, inner AdamW steps of each replica between outer synchronisations
-    outer_lr: float = 0.7  # outer Nesterov-SGD learning rate on the mean pseudo-gradient
-    outer_momentum: float = 0.9  # outer Nesterov momentum
+    outer: OuterOptimizer = OuterOptimizer()  # the outer Nesterov SGD's settings (an optimizer
+    # config, parex.config.OuterOptimizer), written as the keys outer_lr and outer_momentum
     fragments: int = 1  # streaming: P fragments of the layer stack synced in turn, H/P steps apart
     outer_dtype: str = "f32"  # the exchanged pseudo-gradients: f32, bf16, int8, int4
     overlap: bool = False  # one-step delay: round k's outer update lands after round k+1
@@ -116,6 +130,11 @@ class Layout:
         return self.replica > 1 or self.inner_steps > 1
 
     @property
+    def tensor3d(self) -> bool:
+        """Whether this is an AxoNN 3D tensor layout (`tensor=XxYxZ`, Y or Z above 1)."""
+        return self.tensor_y > 1 or self.tensor_z > 1
+
+    @property
     def data_parallel(self) -> int:
         """Number of model replicas that each see a different slice of the batch."""
         return self.data * self.fsdp
@@ -129,6 +148,8 @@ class Layout:
     def rules(self, kind: str = "param") -> dict[str, tuple[Axis, ...]]:
         """The one table that maps logical dims to mesh axes. `kind` is "param", "grad" or
         "opt" for model state, "act" for activations."""
+        if self.tensor3d:
+            return self._rules_3d(kind)
         tensor, data_axes = (Axis.TENSOR,), (Axis.DATA, Axis.FSDP)
         return {
             "batch": data_axes,
@@ -141,6 +162,26 @@ class Layout:
             "head_dim": (),
             "mlp": tensor,
             "vocab": tensor,
+            "layers": (Axis.STAGE,),
+        }
+
+    def _rules_3d(self, kind: str) -> dict[str, tuple[Axis, ...]]:
+        """AxoNN's 3D split (parex.parallel.tensor3d): every linear W[in, out] is W[D_X, F_Y]
+        or, transposed for the second of a pair, W[F_Y, D_X], its block sharded again over Z
+        along D (W_in[D_XZ, F_Y] at rest); the batch is split over data × Z; activations
+        between the pairs (the residual, norms, attention) hold D whole and heads over Y."""
+        y = (Axis.TENSOR_Y,)
+        return {
+            "batch": (Axis.DATA, Axis.FSDP, Axis.TENSOR_Z),
+            "seq": (Axis.SEQ,),
+            "seq_res": (Axis.SEQ,),
+            "hidden": (),
+            "embed": (Axis.TENSOR, Axis.TENSOR_Z) if kind != "act" else (),
+            "heads": y,
+            "kv_heads": y,
+            "head_dim": (),
+            "mlp": y,
+            "vocab": y,
             "layers": (Axis.STAGE,),
         }
 
@@ -178,7 +219,15 @@ class Layout:
         parts = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if value != f.default:
+            if f.name in _FOLDED_INTO_TENSOR:
+                continue
+            if f.name == "tensor" and self.tensor3d:
+                parts.append(f"tensor={self.tensor}x{self.tensor_y}x{self.tensor_z}")
+            elif f.name == "outer":
+                parts += [f"{key}={_format(getattr(value, name))}"
+                          for key, name in _OUTER_KEYS.items()
+                          if getattr(value, name) != getattr(OuterOptimizer(), name)]
+            elif value != f.default:
                 parts.append(f"{_KEY_OF_FIELD.get(f.name, f.name)}={_format(value)}")
         return ",".join(parts) or "single"
 
@@ -192,23 +241,28 @@ class Layout:
             if n_devices is None:
                 raise LayoutError(f"layout preset {text!r} needs a device count")
             return cls.preset(text, n_devices)
-        fields = {_KEY_OF_FIELD.get(f.name, f.name): f for f in dataclasses.fields(cls)}
-        values = {}
+        fields = {_KEY_OF_FIELD.get(f.name, f.name): f for f in dataclasses.fields(cls)
+                  if f.name not in _FOLDED_INTO_TENSOR}
+        keys = [k for name in fields for k in (_OUTER_KEYS if name == "outer" else (name,))]
+        values, outer = {}, {}
         for item in text.split(","):
             key, sep, raw = item.partition("=")
             key = key.strip()
-            if not sep or key not in fields:
-                raise LayoutError(
-                    f"cannot read {item!r} in layout {text!r}: write key=value pairs with keys "
-                    f"from {', '.join(fields)}, or a preset name ({', '.join(LAYOUT_PRESETS)})")
+            if not sep or key not in keys:
+                raise LayoutError(_unreadable(item, text, key if sep else item.strip(), keys))
+            if key in _OUTER_KEYS:  # the outer optimizer's settings, into their own config
+                outer[_OUTER_KEYS[key]] = _parse_value(key, raw.strip(), "float")
+                continue
+            if key == "tensor" and "x" in raw.lower():
+                values |= _parse_tensor3d(raw.strip())
+                continue
             values[fields[key].name] = _parse_value(key, raw.strip(), fields[key].type)
-        return cls(**values)
+        return cls(**values, **({"outer": OuterOptimizer(**outer)} if outer else {}))
 
     @classmethod
     def preset(cls, name: str, n_devices: int) -> "Layout":
         if name not in LAYOUT_PRESETS:
-            raise LayoutError(f"unknown layout preset {name!r}; known presets: "
-                              f"{', '.join(LAYOUT_PRESETS)}")
+            raise LayoutError(unknown("layout preset", name, LAYOUT_PRESETS))
         return LAYOUT_PRESETS[name](n_devices)
 
     def replace(self, **changes) -> "Layout":
@@ -217,6 +271,39 @@ class Layout:
 
 # Short keys of the string form, where they differ from the field names.
 _KEY_OF_FIELD = {"virtual_stages": "virtual", "layers_per_stage": "partition"}
+# The string form's keys of the `outer` field's settings (OuterOptimizer's fields).
+_OUTER_KEYS = {"outer_lr": "lr", "outer_momentum": "momentum"}
+
+
+def _unreadable(item: str, text: str, word: str, keys) -> str:
+    """Why `item` of layout `text` cannot be read, with the nearest key (or, for an item
+    without '=', the nearest key or preset name) to `word`."""
+    hint = did_you_mean(word, [*keys, *LAYOUT_PRESETS] if "=" not in item else keys)
+    return (f"cannot read {item!r} in layout {text!r}: {hint + ' ' if hint else ''}write "
+            f"key=value pairs with keys from {', '.join(keys)}, or a preset name "
+            f"({', '.join(LAYOUT_PRESETS)})")
+
+
+# Fields the string form writes inside `tensor=XxYxZ`, never as keys of their own.
+_FOLDED_INTO_TENSOR = ("tensor_y", "tensor_z")
+
+
+def _parse_tensor3d(raw: str) -> dict[str, int]:
+    """`XxYxZ` -> the tensor, tensor_y and tensor_z fields (AxoNN's inner, outer, depth)."""
+    parts = raw.lower().split("x")
+    try:
+        sizes = [int(p) for p in parts]
+    except ValueError:
+        sizes = []
+    if len(sizes) != 3 or min(sizes) < 1:
+        raise LayoutError(f"tensor={raw!r}: write one size (tensor=4, Megatron's 1D split) or "
+                          f"three (tensor=XxYxZ, AxoNN's 3D split, e.g. tensor=2x2x2)")
+    X, Y, Z = sizes
+    if Y == Z == 1:
+        raise LayoutError(f"tensor={raw!r} has neither a Y nor a Z group: write tensor={X} "
+                          f"(Megatron's 1D split, which moves the same bytes as 1x{X}x1), or "
+                          f"give Y or Z a size above 1")
+    return {"tensor": X, "tensor_y": Y, "tensor_z": Z}
 
 
 def _format(value) -> str:
@@ -319,6 +406,6 @@ def num_microbatches(layout: Layout, train: TrainConfig) -> int:
                                      train.global_batch, train.microbatch))
 
 
-__all__ = ["Axis", "CP_MODES", "OUTER_DTYPES", "Layout", "LayoutError", "LAYOUT_PRESETS",
-           "MESH_AXES", "DTYPES", "REMAT_POLICIES", "example_partition", "fsdp_by_hand",
+__all__ = ["Axis", "CP_MODES", "LOCAL_LOSSES", "OUTER_DTYPES", "Layout", "LayoutError",
+           "LAYOUT_PRESETS", "MESH_AXES", "DTYPES", "REMAT_POLICIES", "example_partition", "fsdp_by_hand",
            "num_microbatches", "resolved_microbatches"]

@@ -3,24 +3,28 @@
 Only logical dims appear here. Every parameter is declared once in `param_table` with its shape and its
 dims; the layout maps those dims to mesh axes. The few layout-dependent operations go through an `Ops`
 object the caller supplies: `ops.constrain(x, dims)` pins an activation's sharding (identity on one
-device), `ops.attention(q, k, v)` runs the attention core (plain here; ring or all-to-all under
-context parallelism), `ops.column_parallel` / `ops.row_parallel` are the matmuls that enter and
-leave the tensor-parallel regions (explicit all-gather / reduce-scatter under sequence
-parallelism), and `ops.seq_order` is the order of positions along the sequence dim (zig-zag under
-ring attention). So this file never names a mesh axis. Blocks are stacked on a leading `layers`
-dim and run with `lax.scan`.
+device), `ops.attention(q, k, v)` runs the attention core (`ops.kernel`'s, parex.attention: the
+naive einsum or the blockwise flash kernel; ring or all-to-all under context parallelism),
+`ops.column_parallel` / `ops.row_parallel` are the matmuls that enter and leave the
+tensor-parallel regions (explicit all-gather / reduce-scatter under sequence parallelism), and
+`ops.seq_order` is the order of positions along the sequence dim (zig-zag under ring attention).
+So this file never names a mesh axis. Blocks are stacked on a leading `layers` dim and run with
+`lax.scan`.
 
 Shapes: B batch, T sequence, D hidden, H heads, K kv heads, Dh head dim, F mlp width, V vocab, L layers.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 
+from .attention import attention as attention_kernel
+from .attention import naive_attention as attention_core  # noqa: F401 (its old home)
 from .config import ModelConfig
 
 
@@ -28,11 +32,19 @@ class Ops:
     """The layout-dependent operations, as run on one device. `parex.sharding.MeshOps` overrides
     them for a mesh."""
 
+    kernel = "naive"  # the attention kernel (parex.attention): naive or flash
+
+    def with_kernel(self, kernel: str) -> "Ops":
+        """These ops with attention by `kernel`."""
+        ops = copy.copy(self)
+        ops.kernel = kernel
+        return ops
+
     def constrain(self, x, dims: tuple):
         return x
 
     def attention(self, q, k, v):
-        return attention_core(q, k, v)
+        return attention_kernel(q, k, v, self.kernel)
 
     def lookup(self, table, tokens):
         """Rows of the embedding table (V, D) for token ids (B, T): (B, T, D)."""
@@ -155,19 +167,6 @@ def _rope(x, positions):
     cos, sin = jnp.cos(angle)[None, :, None, :], jnp.sin(angle)[None, :, None, :]
     x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).astype(x.dtype)
-
-
-def attention_core(q, k, v):
-    """Causal softmax(QKᵀ/√Dh)V. q (B, T, H, Dh); k, v (B, T, K, Dh); each KV head serves H/K
-    query heads. The (B, H, T, T) scores are what selective recompute drops."""
-    B, T, H, Dh = q.shape
-    K = k.shape[2]
-    q = q.reshape(B, T, K, H // K, Dh)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(Dh)
-    # an additive mask: its backward needs no (T, T) residual, unlike jnp.where's
-    scores = scores + jnp.where(jnp.tril(jnp.ones((T, T), bool)), 0.0, -1e30)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, Dh)
 
 
 def _qkv_projection(x, w, ops):

@@ -117,6 +117,8 @@ class Prediction:
     # (parex.lowcomm.predict); the other fields describe one replica's inner step
     executable: bool = True  # parex's executor runs this layout on a mesh today
     executable_reason: str = ""  # why not, and the nearest layout that runs (validation.py)
+    assumptions: dict | None = None  # hardware, dtype, recipe, convention, batch, remat, schedule
+    # ... it was predicted under (parex.defaults.Assumptions.to_json)
 
     @property
     def tokens_per_s(self) -> float:

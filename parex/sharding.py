@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 
 from .layout import Axis, Layout
-from .model import Ops, attention_core
+from .model import Ops
 from .parallel.context import ring_attention, ulysses_attention, zigzag
 from .parallel.nested import nested_shard_map
 
@@ -183,9 +183,9 @@ class MeshOps(Ops):
             core = partial(ring_attention, axis_name=seq, s=self.layout.seq,
                            per_group=self.in_pipeline_stage)
         elif cp == "ulysses":
-            core = partial(ulysses_attention, axis_name=seq)
+            core = partial(ulysses_attention, axis_name=seq, kernel=self.kernel)
         else:
-            return attention_core(q, k, v)
+            return super().attention(q, k, v)
         return self.manual(core, (QUERY, KEY_VALUE, KEY_VALUE), QUERY)(q, k, v)
 
     def seq_order(self, x, axis: int = 1):

@@ -18,21 +18,22 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import model as gpt
 from .config import ModelConfig, TrainConfig
+from .defaults import attention_of
 from .layout import Axis, Layout, grads_split_over_seq, num_microbatches
-from .sharding import MeshOps
+from .parallel.tensor3d import mesh_ops
 from .validation import validate
 
 
-def make_optimizer(train: TrainConfig, model: ModelConfig,
-                   clip: bool = True) -> optax.GradientTransformation:
+def make_optimizer(train: TrainConfig, model: ModelConfig, clip: bool = True,
+                   dims=None) -> optax.GradientTransformation:
     """Clip by global norm, then AdamW with linear warm-up and cosine decay; weight matrices (every
     parameter with an embed dim) decay, biases and norm scales do not. `clip=False` leaves the
     clipping to the caller (`clip_by_global_norm`) and keeps the same state tree."""
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, train.learning_rate, train.warmup_steps, max(train.steps, train.warmup_steps + 1),
         end_value=train.learning_rate * train.min_lr_ratio)
-    decay_mask = jax.tree.map(lambda dims: "embed" in dims, gpt.param_dims(model),
-                              is_leaf=_is_dims)
+    decay_mask = jax.tree.map(lambda d: "embed" in d, dims or gpt.param_dims(model),
+                              is_leaf=_is_dims)  # `dims`: another tree's (parallel.local)
     clipping = optax.clip_by_global_norm(train.grad_clip) if clip else optax.identity()
     return optax.chain(clipping,
                        optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay,
@@ -74,8 +75,17 @@ class TrainStep:
         self.optimizer = make_optimizer(self.train, self.model,
                                         clip=not self.grads_sharded_over_seq)
         self.microbatches = num_microbatches(self.layout, self.train)
-        self.ops = MeshOps(self.layout, self.mesh)
+        # the attention kernel: the train config's, else flash on a GPU/TPU, naive on the CPU
+        self.attention = attention_of(self.train, self.mesh.devices.flat[0].platform == "cpu")
+        self.ops = mesh_ops(self.layout, self.mesh).with_kernel(self.attention)  # tensor3d too
         self.seq_len = self.train.seq_len or self.model.seq_len
+        self.local = None  # schedule=local: its own state and step (parex.parallel.local)
+        if self.layout.schedule == "local":
+            from .parallel import local
+
+            self.local = local.LocalPipeline(self, make_optimizer(
+                self.train, self.model, clip=False, dims=local.stage_dims(self.model,
+                                                                          self.layout)))
 
     # --- shardings ------------------------------------------------------------------------------
     def sharding(self, dims, kind: str = "act") -> NamedSharding:
@@ -133,6 +143,8 @@ class TrainStep:
         return self.sharding(("batch", None))
 
     def train_state_shardings(self):
+        if self.local is not None:
+            return self.local.state_shardings()
         replicated = NamedSharding(self.mesh, PartitionSpec())
         opt_shape = jax.eval_shape(self.optimizer.init, gpt.param_shapes(self.model))
         opt = optax.tree_map_params(self.optimizer, lambda _, s: s, opt_shape,
@@ -145,8 +157,8 @@ class TrainStep:
     def block_order(self):
         """The order the train state stores the stacked blocks in: a pipeline with v > 1 even
         chunks per stage keeps each stage's chunks in its own rows, so that the step regroups
-        them without communication (parallel.plan.storage_order); None: the model's order."""
-        from .parallel.plan import storage_order
+        them without communication (parallel.timetable.storage_order); None: the model's order."""
+        from .parallel.timetable import storage_order
         from .parallel.schedules import VEE
 
         ly = self.layout
@@ -174,6 +186,8 @@ class TrainStep:
         """Parameters and optimizer state, created directly in their shardings (the blocks in
         `block_order`: the same values as the model's, stored per stage)."""
         key = jax.random.key(self.train.seed if seed is None else seed)
+        if self.local is not None:
+            return self.local.init_state(key)
 
         def init(key):
             params = self.to_storage(gpt.init_params(self.model, key))
@@ -187,6 +201,8 @@ class TrainStep:
     def loss_and_grads(self, params, batch):
         """Mean loss and gradient over the global batch, accumulated over m microbatches;
         parameters and gradients in the train state's order (`block_order`)."""
+        if self.local is not None:
+            self.local.refuse("loss_and_grads")
         if self.layout.stage > 1:  # the schedule table decides the order of microbatches
             from .parallel.pipeline import pipeline_loss_and_grads
 
@@ -236,6 +252,8 @@ class TrainStep:
                              out_specs=PartitionSpec())(params, batch)
 
     def _step(self, state, batch):
+        if self.local is not None:
+            return self.local.step(state, batch)
         loss, grads = self.loss_and_grads(state["params"], batch)
         if self.grads_sharded_over_seq:  # clipped on the slices: no whole copy for the norm
             grads = clip_by_global_norm(grads, self.train.grad_clip)

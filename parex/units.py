@@ -61,6 +61,8 @@ def format_bytes(value: float) -> str:
 def format_seconds(value: float) -> str:
     if value is None or not math.isfinite(value):
         return "–"
+    if value == 0:
+        return "0 s"  # nothing, in no unit in particular (a bubble-free step's bubble)
     name, size = seconds_unit(value)
     return f"{_number(value / size)} {name}"
 

@@ -2,6 +2,7 @@
 (fp32, relative error 1e-5), shared by the parity, context-parallel and pipeline-free test files."""
 
 import jax
+import pytest
 
 from parex import model as gpt
 from parex.config import TrainConfig, model_preset
@@ -43,3 +44,18 @@ class Reference:
         error = relative_error(grads, ref_grads)
         assert error <= TOLERANCE, f"{layout}: gradient relative error {error:.2e}"
         return step, compiled
+
+
+def reference_fixtures(train: TrainConfig):
+    """The module-scoped fixtures `tiny` and `tiny_llama`: each model's Reference under `train`
+    (a test module binds them: `tiny, tiny_llama = reference_fixtures(TRAIN)`)."""
+
+    @pytest.fixture(scope="module", name="tiny")
+    def tiny():
+        return Reference("tiny", train)
+
+    @pytest.fixture(scope="module", name="tiny_llama")
+    def tiny_llama():
+        return Reference("tiny-llama", train)
+
+    return tiny, tiny_llama

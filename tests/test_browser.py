@@ -3,8 +3,11 @@ Playwright. The `.py` notebook opens as a notebook (jupytext's default viewer, s
 notebooks README says), runs, and then, as a user would: a control moves and the chart changes
 without ever disappearing; a baseline is pinned and the compare panel shows the deltas; Measure
 is double-clicked and runs once; the Gantt panel draws the pipeline and a GPU profile shows its
-bubble; a large model does not fit and its first suggested fix makes it fit. Saving leaves the
-`.py` byte for byte as it was. Screenshots and timings are saved under artifacts/.
+bubble; a large model does not fit and its first suggested fix makes it fit; an invalid layout
+typed in fades the charts (their computed opacity drops below 1) until it is fixed. Saving leaves
+the `.py` byte for byte as it was. A second notebook hands the Planner's best layout to the
+Explorer, which then shows the Planner's step time and memory. Screenshots and timings are saved
+under artifacts/.
 
 Needs `bash tests/browser_setup.sh` (apt chromium, pip playwright; no Playwright browser download).
 Run with `python -m pytest -m browser tests/test_browser.py`.
@@ -37,6 +40,12 @@ CHARTS = """Array.from(document.querySelectorAll('.jp-OutputArea-output .vega-em
 CHART_TEXT_JS = f"""() => {CHARTS}
   .map(s => Array.from(s.querySelectorAll('text')).map(t => t.textContent).join('|')).join('||')"""
 CHART_COUNT_JS = f"() => {CHARTS}.length"
+# The opacity the first visible chart is drawn with: CSS opacity multiplies down the tree, and an
+# element's own computed value stays 1 when an ancestor is faded.
+CHART_OPACITY_JS = f"""() => {{
+  let node = {CHARTS}[0], opacity = 1;
+  for (; node; node = node.parentElement) opacity *= parseFloat(getComputedStyle(node).opacity);
+  return opacity; }}"""
 STATUS_JS = """() => Array.from(document.querySelectorAll('.widget-html-content'))
   .map(e => e.textContent).join('|')"""
 
@@ -188,6 +197,13 @@ class Explorer:
                                       has=self.page.locator("label", has_text=label)).first
         control.locator("select").select_option(value)
 
+    def type_into(self, label: str, value: str) -> None:
+        """Type a number into a text control, as a user would (Tab sends it)."""
+        control = self.widget.locator(".widget-inline-hbox",
+                                      has=self.page.locator("label", has_text=label)).first
+        control.locator("input").fill(value)
+        control.locator("input").press("Tab")
+
     def button(self, text: str):
         return self.widget.locator("button", has_text=text).first
 
@@ -230,6 +246,21 @@ def _move_tensor_and_watch(ui: Explorer, timings: dict) -> None:
     ui.shot("explorer_after")
 
 
+def _invalid_fades_the_charts(ui: Explorer, timings: dict) -> None:
+    """An impossible layout typed in (3 heads do not split over tensor=4): the status says so
+    and the charts, which still show the last valid layout, fade; fixing it restores them."""
+    assert ui.page.evaluate(CHART_OPACITY_JS) == 1
+    ui.type_into("heads", "3")
+    ui.until("status.includes('invalid layout')")
+    start = time.monotonic()
+    ui.page.wait_for_function(f"() => ({CHART_OPACITY_JS})() < 0.5", timeout=10_000)
+    timings["fade_s"] = time.monotonic() - start
+    ui.shot("invalid_faded")
+    ui.type_into("heads", "8")
+    ui.until("status.includes('data=2,tensor=4') && !status.includes('invalid layout')")
+    ui.page.wait_for_function(f"() => ({CHART_OPACITY_JS})() === 1", timeout=10_000)
+
+
 def _runs(ui: Explorer, layout: str) -> int:
     """The runs column of the measured panel's row for `layout`."""
     table = ui.widget.locator(".parex-table").first
@@ -266,6 +297,7 @@ def test_the_explorer_in_a_browser(jupyterlab):
             assert errors == 0, "a cell raised"
             ui = Explorer(page)
             _move_tensor_and_watch(ui, timings)
+            _invalid_fades_the_charts(ui, timings)
 
             ui.tab("compare")
             ui.button("Pin as baseline").click()  # compare: baseline tensor=4, now tensor=2
@@ -279,6 +311,10 @@ def test_the_explorer_in_a_browser(jupyterlab):
             page.wait_for_timeout(3000)
             ui.tab("measured")
             ui.until("text.includes('measured and predicted step time')", 120_000)
+            deadline = time.monotonic() + 180  # a loaded machine measures slowly
+            while _runs(ui, "data=4,tensor=2") < 2 and time.monotonic() < deadline:
+                page.wait_for_timeout(1000)
+            page.wait_for_timeout(3000)  # room for a second click's run, were it to start
             assert _runs(ui, "data=4,tensor=2") == 2  # the notebook's and one of the double click
             ui.shot("measured")
 
@@ -312,4 +348,62 @@ def test_the_explorer_in_a_browser(jupyterlab):
             browser.close()
     assert notebook.with_suffix(".ipynb").exists(), "the save did not go through"
     assert notebook.read_bytes() == source, "opening and saving changed the .py"
+    print(json.dumps(timings))
+
+
+PLANNER_CELLS = ["import parex\n\nparex.emulate_devices(8)",
+                 "from parex import charts\nfrom parex.explorer.planner import Planner\n\n"
+                 "charts.enable_offline()",
+                 "planner = Planner(model='llama2-7b', hardware='h100-sxm', nodes=4, "
+                 "global_batch=256, top=3)\nplanner",
+                 "planner.explorer"]
+ROW_JS = """() => { const row = document.querySelector('.parex-step');
+  return row && [row.textContent, document.querySelector('.parex-memory').textContent]; }"""
+
+
+def _write_planner_notebook(folder: Path) -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in PLANNER_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    path = folder / "planner.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_planner_hands_its_best_layout_to_the_explorer(jupyterlab):
+    """Llama 2 7B on 4 nodes of H100s: the Planner's first row, sent to the Explorer, shows
+    there with the same step time and memory (every assumption travels with it)."""
+    from playwright.sync_api import sync_playwright
+
+    base, token, explorer_notebook = jupyterlab
+    _write_planner_notebook(explorer_notebook.parent)
+    timings = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                    args=["--no-sandbox", "--disable-dev-shm-usage"])
+        page = browser.new_page(viewport={"width": 1400, "height": 2600})
+        try:
+            page.goto(f"{base}/lab/tree/planner.ipynb?reset&token={token}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                                   timeout=60_000)
+            start = time.monotonic()
+            _run_all(page)
+            _wait_until_done(page)
+            page.wait_for_function(ROW_JS, timeout=120_000)
+            timings["run_all_s"] = time.monotonic() - start
+            step, memory = page.evaluate(ROW_JS)
+            assert step.endswith(" s") and memory.endswith(" GB"), (step, memory)
+            page.locator("button", has_text="#1 → Explorer").first.click()
+            ui = Explorer(page)
+            check = f"status.includes({json.dumps(step + ' per step')}) && " \
+                    f"status.includes({json.dumps(memory + ' of')})"
+            timings["handed_over_s"] = ui.until(check)
+            status = page.evaluate(STATUS_JS)
+            assert "assumes h100-sxm" in status and "recipe mixed" in status
+            ui.shot("planner_to_explorer")
+        finally:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "browser_planner.png"), full_page=True)
+            browser.close()
     print(json.dumps(timings))

@@ -112,3 +112,30 @@ def test_an_internal_error_keeps_its_traceback_and_exits_1():
                             timeout=120)
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "a bug, not bad input" in result.stderr
+
+
+@pytest.mark.parametrize("args, start", [
+    (["lowcomm"], "parex lowcomm: the following arguments are required: --layout"),
+    (["predict", "--nodes", "0"], "parex predict: argument --nodes"),
+    (["calibrate", "--frobnicate"], "parex calibrate: unrecognized arguments: --frobnicate"),
+    (["predict", "--layout", "dat=8"], "parex: cannot read 'dat=8'"),
+])
+def test_errors_name_the_command_once_in_one_line(capsys, args, start):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(start) and "parex: parex" not in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_mistyped_layout_key_gets_the_nearest_key(capsys):
+    assert main(["predict", "--layout", "dat=8"]) == 2
+    assert "did you mean 'data'?" in capsys.readouterr().err
+
+
+def test_a_malformed_cluster_file_is_one_line_and_exit_2(capsys, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[[groups]\nchip = "a100-80gb"\n')
+    assert main(["plan", "--model", "llama2-7b", "--cluster", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"parex: cluster file {bad}: ") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -51,3 +51,9 @@ def test_unknown_preset_lists_known_ones():
 def test_defaults_fill_derived_dims():
     cfg = ModelConfig(hidden=64, heads=4)
     assert (cfg.kv_heads, cfg.ffn, cfg.head_dim) == (4, 256, 16)
+
+
+def test_a_mistyped_preset_gets_the_nearest_one():
+    with pytest.raises(ValueError, match="unknown model preset 'llama2_13b'; did you mean "
+                                         "'llama2-13b'"):
+        model_preset("llama2_13b")

@@ -30,7 +30,7 @@ def test_every_profile_loads_with_sources_and_sane_numbers(name):
 
 
 def test_published_reference_numbers_are_the_profiles():
-    # reference/published_numbers.md: the hardware table
+    # the vendors' datasheets (NVIDIA A100, H100 SXM, H200, B200) and the HDR InfiniBand link rate
     assert load_chip("a100-80gb").peak("bfloat16") == 312e12
     assert load_chip("h100-sxm").hbm_bandwidth == 3.35e12
     assert load_chip("h200").hbm_bytes == 141e9

@@ -112,3 +112,14 @@ def test_golden_partition_specs():
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(specs, indent=1, sort_keys=True) + "\n")
     assert specs == json.loads(GOLDEN.read_text())
+
+
+def test_a_mistyped_key_or_preset_gets_the_nearest_one():
+    with pytest.raises(LayoutError, match="cannot read 'dat=8'.*did you mean 'data'\\?"):
+        Layout.parse("dat=8")
+    with pytest.raises(LayoutError, match="did you mean 'microbatches'\\?"):
+        Layout.parse("stage=2,microbatch=4")
+    with pytest.raises(LayoutError, match="did you mean 'fsdp'"):
+        Layout.parse("fsd", 8)  # no '=': a preset name or a key
+    with pytest.raises(LayoutError, match="unknown layout preset 'dp-tp'; did you mean 'dp_tp'"):
+        Layout.preset("dp-tp", 8)

@@ -40,6 +40,7 @@ def ready(hardware, progress: bool = True) -> None:
 
 
 _NOTIFIED: set = set()  # profiles whose load notice this process has printed
+_HELD: list[str] | None = None  # notices held back until a command has printed its output
 
 
 def warn_if_load_changed(path: Path) -> None:
@@ -48,6 +49,23 @@ def warn_if_load_changed(path: Path) -> None:
     notice = load_changed(chip_from_json(json.loads(path.read_text())).calibration)
     if notice:
         _NOTIFIED.add(path)
+        if _HELD is None:
+            print(notice, file=sys.stderr, flush=True)
+        else:
+            _HELD.append(notice)
+
+
+def hold_notices() -> None:
+    """Hold load notices back (the CLI: a command that fails on bad input prints one line,
+    the error, and a command that succeeds prints them after its output)."""
+    global _HELD
+    _HELD = []
+
+
+def release_notices(show: bool = True) -> None:
+    global _HELD
+    held, _HELD = _HELD or [], None
+    for notice in held if show else ():
         print(notice, file=sys.stderr, flush=True)
 
 

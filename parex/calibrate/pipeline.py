@@ -42,7 +42,7 @@ def _probe_run(m: int, devices: int):
     from ..config import TrainConfig
     from ..layout import Layout
     from ..mesh import make_mesh
-    from ..parallel.pipeline import plan_for
+    from ..parallel.pipeline import timetable_for
     from ..step import TrainStep
 
     model = probe_model()
@@ -56,7 +56,7 @@ def _probe_run(m: int, devices: int):
                             step.batch_sharding)
     batch = {"inputs": tokens, "targets": tokens}
     compiled = step.jitted_loss_and_grads().lower(params, batch).compile()
-    return compiled, (params, batch), plan_for(step).schedule.n_ticks
+    return compiled, (params, batch), timetable_for(step).schedule.n_ticks
 
 
 def tick_seconds(devices: int = 8, repeats: int = 7) -> float:

@@ -1,10 +1,15 @@
-"""Altair charts over parex's tidy Record DataFrame (measured beside predicted), the pipeline
-schedule charts, the mesh diagram, comparisons and sweeps, and the long-sequence study charts;
-`save` exports any of them offline. Units, colours and labels: parex.charts.style."""
+"""Altair charts (the `notebook` extra) over parex's tidy record DataFrame, measured beside
+predicted: memory, step time and collectives (`overview_chart`), scaling and what-if charts, the
+pipeline schedules' Gantt charts and bubbles, the mesh diagram, comparisons and sweeps, the
+long-sequence study, the planner's Pareto front and DiLoCo's loss and WAN charts. `save`
+exports any of them offline; `enable_offline` stores Vega's JavaScript in the notebook. Units,
+colours and labels: parex.charts.style."""
 
 from .compare import compare_chart, sweep_chart
+from .lowcomm import loss_chart, wan_chart
 from .mesh import mesh_chart, mesh_frame
 from .pipeline import bubble_chart, gantt_chart, gantt_stack, schedule_frame
+from .planner import pareto_chart
 from .records import (METRICS, collectives_chart, collectives_long, enable_offline, memory_chart,
                       memory_long, overview_chart, pairs, regime, save, scaling_chart,
                       scatter_chart, step_time_chart, step_time_long, whatif_chart)
@@ -13,7 +18,7 @@ from .style import format_bytes, format_seconds
 
 __all__ = ["METRICS", "bubble_chart", "collectives_chart", "collectives_long", "compare_chart",
            "enable_offline", "format_bytes", "format_seconds", "gantt_chart", "gantt_stack",
-           "long_sequence_chart", "memory_chart", "memory_long", "mesh_chart", "mesh_frame",
-           "overview_chart", "pairs", "regime", "save", "scaling_chart", "scatter_chart",
-           "schedule_frame", "sequence_long", "step_time_chart", "step_time_long", "sweep_chart",
-           "whatif_chart"]
+           "long_sequence_chart", "loss_chart", "memory_chart", "memory_long", "mesh_chart",
+           "mesh_frame", "overview_chart", "pairs", "pareto_chart", "regime", "save",
+           "scaling_chart", "scatter_chart", "schedule_frame", "sequence_long", "step_time_chart",
+           "step_time_long", "sweep_chart", "wan_chart", "whatif_chart"]

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from .parts import memory_chart, step_time_chart
-from .style import (FIT_COLORS, MEASURED, NEUTRAL, bytes_unit, format_bytes, format_seconds,
-                    label, seconds_unit)
+from .style import (CAPACITY_SHOWN, FIT_COLORS, MEASURED, PREDICTED, bytes_unit, format_bytes,
+                    format_seconds, label, log_scale_fits, seconds_unit)
 
 
 def _delta(value: float, base: float, fmt) -> str:
@@ -57,7 +57,10 @@ def compare_chart(df: pd.DataFrame, capacity: float | None = None, capacity_name
 def _sweep_panel(data: pd.DataFrame, control: str, column: str, kind: str, width: int,
                  capacity: float | None) -> alt.LayerChart:
     values = data[[column, f"{column}_lo", f"{column}_hi"]].to_numpy(float).ravel()
-    top = np.nanmax(np.append(values, capacity or 0.0)) if len(values) else 1.0
+    peak = float(np.nanmax(values)) if len(values) else 1.0
+    # the capacity line only where the values come near it: 50 MB under 3.16 GB lie flat
+    shown = bool(capacity) and kind == "bytes" and peak >= CAPACITY_SHOWN * capacity
+    top = max(peak, capacity) if shown else peak
     unit, size = bytes_unit(top) if kind == "bytes" else seconds_unit(top)
     fmt = format_bytes if kind == "bytes" else format_seconds
     frame = data.assign(v=data[column] / size, lo=data[f"{column}_lo"] / size,
@@ -65,26 +68,32 @@ def _sweep_panel(data: pd.DataFrame, control: str, column: str, kind: str, width
     x = alt.X("value:Q", title=label(control), scale=alt.Scale(type="log", base=2),
               axis=alt.Axis(values=sorted(set(frame["value"].tolist()))))
     name = "memory per device" if kind == "bytes" else "step time"
-    y = alt.Y("v:Q", title=f"{name} ({unit})", scale=alt.Scale(zero=True))
+    log = log_scale_fits(values)  # values over decades: each visible on a log axis
+    y = alt.Y("v:Q", title=f"{name} ({unit})" + (", log scale" if log else ""),
+              scale=alt.Scale(type="log") if log else alt.Scale(zero=True))
     tooltip = ["layout:N", "source:N", alt.Tooltip("amount:N", title=name),
                alt.Tooltip("n:Q", title="timed steps")]
     predicted = frame[frame["source"] == "predicted"]
     measured = frame[frame["source"] == "measured"]
-    layers = [alt.Chart(predicted).mark_line(color=NEUTRAL, point=alt.OverlayMarkDef(
-        color=NEUTRAL, size=25)).encode(x=x, y=y, tooltip=tooltip)]
+    layers = [alt.Chart(predicted).mark_line(color=PREDICTED, point=alt.OverlayMarkDef(
+        color=PREDICTED, size=25)).encode(x=x, y=y, tooltip=tooltip)]
     if not measured.empty:
         layers.append(alt.Chart(measured).mark_rule(color=MEASURED).encode(x=x, y="lo:Q",
                                                                             y2="hi:Q"))
         layers.append(alt.Chart(measured).mark_point(filled=True, size=70, color=MEASURED,
                                                      opacity=1).encode(x=x, y=y,
                                                                        tooltip=tooltip))
-    if capacity and kind == "bytes" and top >= 0.02 * capacity:
+    title = name
+    if shown:
         fits = bool((predicted[column] <= capacity).all())
         layers.append(alt.Chart(predicted).mark_rule(
             strokeDash=[6, 3], strokeWidth=2,
             color=FIT_COLORS["fits" if fits else "does not fit"]).encode(
             y=alt.datum(capacity / size)))
-    return alt.layer(*layers).properties(width=width, height=200, title=name)
+    elif capacity and kind == "bytes":
+        title = alt.TitleParams(name, subtitle=f"capacity {format_bytes(capacity)}: at most "
+                                f"{peak / capacity:.1%} used, the line is off the chart")
+    return alt.layer(*layers).properties(width=width, height=200, title=title)
 
 
 def sweep_chart(data: pd.DataFrame, control: str, capacity: float | None = None,

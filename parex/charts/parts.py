@@ -18,8 +18,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .style import (FIT_COLORS, MEMORY_COLORS, TIME_COLORS, bytes_unit, color, format_bytes,
-                    format_seconds, seconds_unit)
+from .style import (CAPACITY_SHOWN, FIT_COLORS, MEMORY_COLORS, TIME_COLORS, bytes_unit, color,
+                    format_bytes, format_seconds, seconds_unit)
 
 SOURCES = ("measured", "predicted")
 XLA_ARGUMENT = "parameters + optimizer (XLA argument)"
@@ -165,7 +165,7 @@ def memory_chart(df: pd.DataFrame, title: str = "memory per device",
     long = memory_long(df)
     totals = long.loc[long["part"] == "total", "bytes"]
     peak = float(np.nanmax([totals.max() if len(totals) else 0.0, top or 0.0]))
-    drawn = capacity is not None and capacity > 0 and peak >= 0.02 * capacity
+    drawn = capacity is not None and capacity > 0 and peak >= CAPACITY_SHOWN * capacity
     unit, size = bytes_unit(max(peak, capacity if drawn else 0.0))
     long["value"] = long["bytes"] / size
     long["amount"] = long["bytes"].map(format_bytes)

@@ -19,9 +19,12 @@ import altair as alt
 import pandas as pd
 
 from ..parallel.schedules import Schedule
-from .style import NEUTRAL, OP_COLORS, color, format_seconds, seconds_unit
+from .style import (MEASURED, OP_COLORS, PREDICTED, color, format_seconds, seconds_unit,
+                    source_color)
 
 LABEL_PX = 7  # pixels per character of a bar label at font size 9
+LOCAL_OP = "forward + local backward"  # schedule=local's L op (parex.parallel.local)
+COLORS = OP_COLORS | {LOCAL_OP: OP_COLORS["backward"]}
 
 
 def schedule_frame(schedule: Schedule, costs: dict | None = None) -> pd.DataFrame:
@@ -33,9 +36,9 @@ def schedule_frame(schedule: Schedule, costs: dict | None = None) -> pd.DataFram
         rows = schedule.timeline(**costs)
     frame = pd.DataFrame(rows)
     backward = "B (input grad)" if schedule.split_backward else "B"
-    frame["kind"] = frame["op"].map({"F": "F", "B": backward, "W": "W"})
+    frame["kind"] = frame["op"].map({"F": "F", "B": backward, "W": "W", "L": "L"})
     names = {"F": "forward", "B": "input gradient" if schedule.split_backward else "backward",
-             "W": "weight gradient"}
+             "W": "weight gradient", "L": LOCAL_OP}
     frame["op_name"] = frame["op"].map(names)
     frame["label"] = frame["microbatch"].astype(str)  # the chunk shows as the bar's shade
     frame["virtual_stage"] = frame["chunk"] * schedule.p + frame["stage"]
@@ -84,7 +87,7 @@ def gantt_chart(schedule: Schedule, costs: dict | None = None, width: int = 640,
         tooltip.append(alt.Tooltip("duration:N", title="predicted duration"))
     bars = alt.Chart(frame).mark_bar(stroke="white", strokeWidth=0.5).encode(
         y=y, x=x, x2="x1:Q", tooltip=tooltip,
-        color=color("op_name", OP_COLORS, frame["op_name"], title="op"))
+        color=color("op_name", COLORS, frame["op_name"], title="op"))
     if schedule.v > 1:
         bars = bars.encode(opacity=alt.Opacity("chunk:O", title="chunk",
                                                scale=alt.Scale(range=[1.0, 0.6])))
@@ -134,7 +137,7 @@ def bubble_chart(df: pd.DataFrame, width: int = 360, height: int = 240) -> alt.H
     # one grey line, or one colour per schedule when several are compared
     series = (alt.Color("schedule:N", title="schedule") if frame["schedule"].nunique() > 1
               else alt.Detail("schedule:N"))
-    times = alt.Chart(frame).mark_line(point=True, color=NEUTRAL).encode(
+    times = alt.Chart(frame).mark_line(point=True, color=MEASURED).encode(
         x=x, y=alt.Y("step_time:Q", title=f"measured step time ({name})"),
         tooltip=["schedule", "m", "step time"],
     ).encode(series).properties(width=width, height=height)
@@ -145,7 +148,10 @@ def bubble_chart(df: pd.DataFrame, width: int = 360, height: int = 240) -> alt.H
     long = frame.melt(id_vars=["schedule", "m"], value_vars=["bubble_measured", reference],
                       var_name="source", value_name="bubble")
     long["source"] = long["source"].map(names)
-    bubble = alt.Chart(long).mark_line(point=True, color=NEUTRAL).encode(series).encode(
+    if frame["schedule"].nunique() == 1:  # one schedule: measured black, the reference grey
+        long["side"] = long["source"].where(long["source"] == "measured", "predicted")
+        series = source_color(long["side"], field="side", title="side")
+    bubble = alt.Chart(long).mark_line(point=True, color=PREDICTED).encode(series).encode(
         x=x, y=alt.Y("bubble:Q", title="bubble, share of the step", axis=alt.Axis(format="%")),
         strokeDash=alt.StrokeDash("source:N", title="bubble",
                                   sort=["measured", names[reference]],

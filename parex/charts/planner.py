@@ -7,11 +7,14 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from .style import FIT_COLORS, MEASURED, NEUTRAL, bytes_unit, format_bytes, format_seconds
+from .style import FIT_COLORS, PREDICTED, bytes_unit, format_bytes, format_seconds
 from .style import seconds_unit
 
-# neutral marks (parex.charts.style): the ranked top rows black, the front dark, the rest light
-KINDS = {"layout": "#c7c7c7", "pareto": NEUTRAL, "top": MEASURED}
+# every point is predicted, so every mark is the predicted grey (parex.charts.style; black
+# would mean measured): the rest light, the Pareto front the predicted grey, the top ringed
+KINDS = {"layout": "#d0d0d0", "pareto": PREDICTED, "top": PREDICTED}
+KIND_NAMES = {"layout": "a layout that fits", "pareto": "Pareto front (no layout both faster "
+              "and leaner)", "top": "top rows, by rank"}
 TOOLTIP = ["layout", "remat", "microbatch", alt.Tooltip("step_time:N", title="step time"),
            alt.Tooltip("memory:N", title="memory per device"),
            alt.Tooltip("mfu", format=".1%"), "bottleneck"]
@@ -29,16 +32,21 @@ def pareto_chart(df: pd.DataFrame, cap_bytes: float | None = None,
     x = alt.X("memory_v:Q", title=f"memory per device ({memory_unit})",
               scale=alt.Scale(zero=False))
     y = alt.Y("time_v:Q", title=f"predicted step time ({time_unit})", scale=alt.Scale(zero=False))
-    color = alt.Color("kind:N", title="", sort=list(KINDS),
-                      scale=alt.Scale(domain=list(KINDS), range=list(KINDS.values())))
+    data["what"] = data["kind"].map(KIND_NAMES)
+    present = [KIND_NAMES[k] for k in KINDS if k in set(data["kind"])]
+    color = alt.Color("what:N", title="predicted", sort=present, scale=alt.Scale(
+        domain=present, range=[KINDS[k] for k in KINDS if k in set(data["kind"])]),
+        legend=alt.Legend(orient="bottom", columns=1))
     base = alt.Chart(data).encode(x=x, y=y)
-    points = base.mark_circle(size=30, opacity=0.6).encode(color=color, tooltip=TOOLTIP)
-    front = base.transform_filter("datum.on_front").mark_line(color=KINDS["pareto"],
-                                                              interpolate="step-after")
+    points = base.mark_circle(size=30, opacity=0.7).encode(color=color, tooltip=TOOLTIP)
+    front = base.transform_filter("datum.on_front").mark_line(
+        color=KINDS["pareto"], strokeWidth=2, interpolate="step-after")
     top = data[data["kind"] == "top"]
-    labels = alt.Chart(top).mark_text(dx=8, align="left", color=KINDS["top"]).encode(
-        x=x, y=y, text="rank:Q")
-    layers = [front, points, labels]
+    rings = alt.Chart(top).mark_point(size=140, strokeWidth=2, color=KINDS["top"]).encode(
+        x=x, y=y, tooltip=TOOLTIP)
+    labels = alt.Chart(top).mark_text(dx=10, align="left", color=KINDS["top"],
+                                      fontWeight="bold").encode(x=x, y=y, text="rank:Q")
+    layers = [front, points, rings, labels]
     if cap_bytes is not None:
         cap = pd.DataFrame({"memory_v": [cap_bytes / memory_size],
                             "label": [f"memory cap {format_bytes(cap_bytes)}"]})

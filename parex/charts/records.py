@@ -18,15 +18,16 @@ import pandas as pd
 from ..record import KINDS
 from .parts import (SOURCES, facet, labelled, latest, memory_chart, memory_long,
                     step_time_chart, step_time_long)
-from .style import (COMM_COLOR, NEUTRAL, TIME_COLORS, bytes_unit, color, format_bytes,
-                    format_seconds, label, seconds_unit)
+from .style import (MEASURED, NEUTRAL, SPAN_FOR_LOG, TIME_COLORS, bytes_unit, color,
+                    format_bytes, format_count, format_flops, format_seconds, label, seconds_unit,
+                    source_color)
 
 # Metrics a measured-vs-predicted scatter can compare: column -> (axis title, kind of unit).
 METRICS = {
     "step_time_s": ("step time", "seconds"),
     "memory_total_bytes": ("memory per device", "bytes"),
     "memory_argument_bytes": ("argument memory per device", "bytes"),
-    "flops_per_device": ("FLOPs per device per step", "count"),
+    "flops_per_device": ("FLOPs per device per step", "flops"),
     "comm_total_bytes": ("collective bytes per device per step", "bytes"),
 }
 
@@ -40,7 +41,8 @@ def _unit(kind: str, magnitude: float) -> tuple[str, float]:
 
 
 def _formatter(kind: str):
-    return {"bytes": format_bytes, "seconds": format_seconds}.get(kind, lambda v: f"{v:.4g}")
+    return {"bytes": format_bytes, "seconds": format_seconds, "flops": format_flops}.get(
+        kind, format_count)
 
 
 def _value(row: pd.Series, column: str) -> float:
@@ -99,20 +101,17 @@ def pairs(df: pd.DataFrame, metric: str = "step_time_s") -> pd.DataFrame:
 
 # --- charts ----------------------------------------------------------------------------------
 def collectives_chart(df: pd.DataFrame, title: str = "collective bytes per device per step"):
-    """Per layout and collective kind: measured bytes (solid) beside predicted (lighter)."""
+    """Per layout and collective kind: measured bytes beside predicted, in the measured and
+    predicted colours of parex.charts.style (the legend lists only the sides drawn)."""
     long = collectives_long(df)
     unit, size = bytes_unit(float(long["bytes"].max()) if len(long) else 0.0)
     long["value"] = long["bytes"] / size
     long["amount"] = long["bytes"].map(format_bytes)
-    sides = [s for s in SOURCES if s in set(long["source"])]
-    bars = alt.Chart().mark_bar(color=COMM_COLOR).encode(
+    bars = alt.Chart().mark_bar().encode(
         x=alt.X("kind:N", title=None, sort=list(KINDS), axis=alt.Axis(labelAngle=-30)),
         xOffset=alt.XOffset("source:N", sort=list(SOURCES)),
         y=alt.Y("value:Q", title=f"bytes per device ({unit})"),
-        opacity=alt.Opacity("source:N", title="side", scale=alt.Scale(
-                            domain=sides, range=[{"measured": 1.0, "predicted": 0.45}[s]
-                                                 for s in sides]),
-                            legend=alt.Legend(orient="bottom", symbolType="square")),
+        color=source_color(long["source"], title="side"),
         tooltip=["label:N", "source:N", "kind:N", "amount:N",
                  alt.Tooltip("formula:N", title="how")])
     return facet(alt.layer(bars, data=long), title,
@@ -127,8 +126,7 @@ def overview_chart(df: pd.DataFrame, capacity: float | None = None,
               step_time_chart(df)]
     comm = None if collectives_long(df).empty else collectives_chart(df)
     if comm is not None and latest(df)["label"].nunique() == 1:
-        return alt.hconcat(*panels, comm).resolve_scale(color="independent",
-                                                        opacity="independent")
+        return alt.hconcat(*panels, comm).resolve_scale(color="independent")
     top = alt.hconcat(*panels).resolve_scale(color="independent")
     if comm is None:
         return alt.vconcat(top)
@@ -153,7 +151,7 @@ def scatter_chart(df: pd.DataFrame, metric: str = "step_time_s", log: bool | Non
     data["ratio_text"] = data["ratio"].map(lambda r: f"{r:.2f}×")
     lo, hi = lo / size, hi / size
     if log is None:
-        log = hi / lo > 100
+        log = hi / lo >= SPAN_FOR_LOG
     scale = alt.Scale(type="log" if log else "linear", zero=False, nice=False,
                       domain=[lo / 1.5, hi * 1.5] if log else [0, hi * 1.1])
     suffix = f" ({unit})" if unit else ""
@@ -168,7 +166,7 @@ def scatter_chart(df: pd.DataFrame, metric: str = "step_time_s", log: bool | Non
                alt.Tooltip("predicted_text:N", title="predicted"),
                alt.Tooltip("ratio_text:N", title="predicted / measured")]
     bars = base.mark_rule(color=NEUTRAL).encode(y="lo_v:Q", y2="hi_v:Q")
-    points = base.mark_circle(size=70, color="black", opacity=1).encode(tooltip=tooltip)
+    points = base.mark_circle(size=70, color=MEASURED, opacity=1).encode(tooltip=tooltip)
     labels = base.mark_text(align="left", dx=7, dy=-7, fontSize=10).encode(text="ratio_text:N")
     return alt.layer(line, bars, points, labels).properties(
         title=title or f"measured vs predicted {name}", width=300, height=300)

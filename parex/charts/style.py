@@ -5,8 +5,14 @@ Colours. One colour per concept across all charts and notebooks. Model state is 
 gradients, optimizer state), what the step builds is orange (activations, temporaries), inputs
 and outputs brown; time spent computing is purple (forward, backward, weight gradient, and their
 sum, compute), communication pink, idle time (the pipeline bubble) light grey. Fitting in memory
-is green, not fitting red. Measured and predicted are told apart by position or mark (solid
-points against a line), never by colour, so no colour means two things.
+is green, not fitting red. Where a mark stands for a source rather than a part (a sweep's line
+and points, the collective bytes' bars, a bubble's curves, the planner's layouts), measured is
+black and predicted grey, in every chart and legend (SOURCE_COLORS), and a legend lists only the
+sources drawn; part colours never stand for a source, so no colour means two things.
+
+Axes show the data: a capacity line (HBM) is drawn only when the values reach CAPACITY_SHOWN of
+it, else the subtitle says how much of it they use; values that span decades get a log axis
+(SPAN_FOR_LOG).
 """
 
 from __future__ import annotations
@@ -34,15 +40,19 @@ TIME_COLORS = {
     "compute": "#6a51a3",
     "exposed communication": "#e377c2",
     "bubble": "#d9d9d9",
-    "measured": "#252525",  # the measured step time: one total, drawn as a dark bar
+    "measured": "#000000",  # the measured step time: one total, in the measured colour
 }
 OP_COLORS = {"forward": "#bcbddc", "backward": "#807dba", "input gradient": "#807dba",
              "weight gradient": "#3f007d", "idle (bubble)": TIME_COLORS["bubble"],
              "stage-to-stage send": TIME_COLORS["exposed communication"]}
 COMM_COLOR = TIME_COLORS["exposed communication"]
 FIT_COLORS = {"fits": "#2ca02c", "does not fit": "#d62728"}
-NEUTRAL = "#4d4d4d"  # predicted lines and points that carry no concept of their own
-MEASURED = "#000000"
+MEASURED = "#000000"  # what ran: black, in every chart
+PREDICTED = "#8c8c8c"  # what the analytic model says: grey, in every chart
+SOURCE_COLORS = {"measured": MEASURED, "predicted": PREDICTED}
+NEUTRAL = "#4d4d4d"  # rules and labels that stand for neither source (spreads, axes' notes)
+CAPACITY_SHOWN = 0.1  # draw a capacity line when the values reach this share of it
+SPAN_FOR_LOG = 100.0  # largest / smallest positive value from which an axis is logarithmic
 
 # --- human labels ----------------------------------------------------------------------------
 PART_LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state",
@@ -64,14 +74,30 @@ def color_scale(colors: dict, present) -> alt.Scale:
     return alt.Scale(domain=domain, range=[colors[k] for k in domain])
 
 
+def source_color(present, field: str = "source", title: str | None = None) -> alt.Color:
+    """Measured black, predicted grey, the legend listing only the sources drawn."""
+    return color(field, SOURCE_COLORS, present, title=title, columns=1)
+
+
+def log_scale_fits(values) -> bool:
+    """Whether positive `values` span SPAN_FOR_LOG or more (a linear axis would flatten the
+    small ones)."""
+    import numpy as np
+
+    positive = np.asarray([v for v in values if v == v and v > 0], dtype=float)
+    return len(positive) > 1 and positive.max() / positive.min() >= SPAN_FOR_LOG
+
+
 def color(field: str, colors: dict, present, title: str | None = None, **legend) -> alt.Color:
     """A colour channel over `field` with fixed colours and only the present values listed."""
     scale = color_scale(colors, present)
+    options = {"orient": "bottom", "columns": 2, "labelLimit": 260} | legend
     return alt.Color(f"{field}:N", scale=scale, sort=scale.domain, title=title,
-                     legend=alt.Legend(orient="bottom", columns=2, labelLimit=260, **legend))
+                     legend=alt.Legend(**options))
 
 
-__all__ = ["COMM_COLOR", "FIT_COLORS", "MEASURED", "MEMORY_COLORS", "NEUTRAL", "OP_COLORS",
-           "OP_LABELS", "PART_LABELS", "TIME_COLORS", "bytes_unit", "color", "color_scale",
-           "format_bytes", "format_count", "format_flops", "format_ratio", "format_seconds",
-           "label", "seconds_unit"]
+__all__ = ["CAPACITY_SHOWN", "COMM_COLOR", "FIT_COLORS", "MEASURED", "MEMORY_COLORS", "NEUTRAL",
+           "OP_COLORS", "OP_LABELS", "PART_LABELS", "PREDICTED", "SOURCE_COLORS", "SPAN_FOR_LOG",
+           "TIME_COLORS", "bytes_unit", "color", "color_scale", "format_bytes", "format_count",
+           "format_flops", "format_ratio", "format_seconds", "label", "log_scale_fits",
+           "seconds_unit", "source_color"]

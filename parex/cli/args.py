@@ -5,17 +5,51 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import FAMILIES, ModelConfig, TrainConfig, model_preset
+from ..config import ATTENTION_KERNELS, FAMILIES, ModelConfig, TrainConfig, model_preset
+from ..config import REMAT_POLICIES as REMATS
 from ..defaults import DEVICES as DEFAULT_DEVICES
-from ..errors import InputError
+from ..defaults import HARDWARE, LOCAL_GLOBAL_BATCH, MODEL, Assumptions, assume
+from ..errors import InputError, UsageError, did_you_mean
 from ..layout import LAYOUT_PRESETS, Layout
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are InputErrors: `main` prints them in one line, exit 2."""
+    """argparse whose usage errors are UsageErrors: `main` prints them in one line, exit 2,
+    with the command's name once ("parex predict: ...") and the nearest choice to a typo."""
 
     def error(self, message: str):
-        raise InputError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UsageError(f"{self.prog}: {_with_suggestion(message)} (see {self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, except that a flag no command knows is blamed on the subcommand it was
+        given to ("parex predict: unrecognized arguments: --hardwre; did you mean ...")."""
+        known, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._subcommand(known) or self
+            flags = [f for f in getattr(parser, "_option_string_actions", {}) if len(f) > 2]
+            hint = did_you_mean(extras[0].partition("=")[0], flags) if extras[0][:1] == "-" \
+                else ""
+            parser.error(f"unrecognized arguments: {' '.join(extras)}"
+                         + (f"; {hint}" if hint else ""))
+        return known
+
+    def _subcommand(self, namespace):
+        """The subparser that read `namespace`'s command, if any."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return action.choices.get(getattr(namespace, action.dest, None))
+        return None
+
+
+def _with_suggestion(message: str) -> str:
+    """argparse's "invalid choice: 'x' (choose from 'a', 'b')", with did_you_mean added."""
+    head, sep, rest = message.partition("invalid choice: ")
+    if not sep or " (choose from " not in rest:
+        return message
+    word, _, choices = rest.partition(" (choose from ")
+    known = [c.strip().strip("'\"") for c in choices.rstrip(")").split(",")]
+    hint = did_you_mean(word.strip("'\""), known)
+    return f"{head}{sep}{word}; {hint + ' ' if hint else ''}choose from {', '.join(known)}"
 
 
 def at_least(low: int):
@@ -60,15 +94,31 @@ def preset(name: str):
         raise InputError(str(err)) from None
 
 
+GLOBAL_BATCH_HELP = ("sequences per step (default: 16 on cpu-local; on an accelerator the "
+                     "tokens per step of published runs of the model's size, 0.5M-4M, as a "
+                     "multiple of the device count: parex.defaults)")
+REMAT_HELP = ("activation recompute (default: selective from 1B parameters on an accelerator, "
+              "else none)")
+ATTENTION_HELP = ("attention kernel: flash (blockwise, keeps no scores; cuDNN's fused kernel on "
+                  "a GPU) or naive (materialised scores); default flash on an accelerator, "
+                  "naive on the CPU (parex.defaults)")
+
+
+def add_attention_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--attention", default=None, choices=ATTENTION_KERNELS, help=ATTENTION_HELP)
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny", help="model preset (default tiny)")
-    p.add_argument("--global-batch", type=at_least(1), default=16,
-                   help="sequences per step (default 16)")
+    p.add_argument("--model", default=MODEL, help=f"model preset (default {MODEL})")
+    p.add_argument("--global-batch", type=at_least(1), default=None,
+                   help=f"sequences per step (default {LOCAL_GLOBAL_BATCH})")
     p.add_argument("--microbatch", type=at_least(1), default=None,
                    help="sequences per data-parallel replica per microbatch")
     p.add_argument("--seq", type=at_least(1), default=None,
                    help="sequence length (default: the model's)")
-    p.add_argument("--remat", default="none", choices=["none", "selective", "full"])
+    p.add_argument("--remat", default=None, choices=REMATS, help="activation recompute "
+                   "(default none)")
+    add_attention_arg(p)
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
 
 
@@ -97,31 +147,98 @@ def setup_devices(args, layout_text: str | None) -> int:
 
 
 def configs_from_args(args):
+    """(model, train) of a command that runs on this machine's emulated mesh: parex.defaults'
+    cpu-local defaults (the preset's dtype, a global batch of LOCAL_GLOBAL_BATCH, no remat)."""
     model = preset(args.model)
     if args.dtype:
         model = model.replace(dtype=args.dtype)
-    train = TrainConfig(global_batch=args.global_batch, microbatch=args.microbatch,
-                        seq_len=args.seq, steps=getattr(args, "steps", 20), remat=args.remat)
+    if args.seq and args.seq > model.seq_len:  # a longer context: GPT's position table grows
+        star = "*" if model.family == "gpt" else ""  # Llama's RoPE has no table: same model
+        model = model.replace(name=f"{model.name}{star}", seq_len=args.seq)
+    train = TrainConfig(global_batch=args.global_batch or LOCAL_GLOBAL_BATCH,
+                        microbatch=args.microbatch, seq_len=args.seq,
+                        steps=getattr(args, "steps", 20), remat=args.remat or "none",
+                        attention=getattr(args, "attention", None))
     return model, train
+
+
+def layout_from_args(text: str, n_devices: int | None, assumed: Assumptions | None = None,
+                     microbatch: int | None = None) -> Layout:
+    """The layout of --layout. A pipeline that names no schedule gets the assumptions' (1F1B on
+    an accelerator, parex.defaults); --microbatch beside a layout's own microbatches=M is
+    refused, as both would set the microbatch count."""
+    layout = Layout.parse(text, n_devices)
+    named = text.strip() in LAYOUT_PRESETS or "schedule=" in text
+    if assumed and layout.stage > 1 and not named and layout.virtual_stages == 1:
+        layout = layout.replace(schedule=assumed.schedule)
+    if microbatch and layout.microbatches != 1:
+        raise InputError(f"--microbatch {microbatch} and the layout's "
+                         f"microbatches={layout.microbatches} both set the microbatch count: "
+                         f"give one of them")
+    return layout
+
+
+def assumed_from_args(args, model: ModelConfig, cluster) -> Assumptions:
+    """parex.defaults.assume with what the flags say (None where a flag was not given)."""
+    if getattr(args, "recipe", None) == "mixed" and args.dtype == "float32":
+        raise InputError("--recipe mixed is 16-bit mixed precision (bfloat16 compute, 16-bit "
+                         "activations): with --dtype float32 drop --recipe (float32 training "
+                         "keeps float32 state: the parex recipe) or use --dtype bfloat16")
+    return assume(cluster, model, dtype=args.dtype, recipe=getattr(args, "recipe", None),
+                  convention=getattr(args, "convention", None), global_batch=args.global_batch,
+                  seq_len=args.seq, remat=getattr(args, "remat", None),
+                  microbatch=getattr(args, "microbatch", None),
+                  attention=getattr(args, "attention", None))
+
+
+def assumptions_line(assumed: dict, defaulted: list[str] = ()) -> str:
+    """The header line every command prints: what the numbers assume, and which of it are
+    defaults (parex.defaults) rather than flags."""
+    text = f"assumptions  {Assumptions(**assumed).describe()}"
+    return text + (f" (defaults: {', '.join(defaulted)})" if defaulted else "")
+
+
+def defaulted(args, flags=("hardware", "dtype", "recipe", "convention", "global_batch",
+                           "remat")) -> list[str]:
+    """The flags of `flags` the command has and the user left out."""
+    return [f.replace("_", " ") for f in flags if getattr(args, f, 0) is None]
+
+
+def predict_setup(args, cluster) -> tuple[ModelConfig, TrainConfig, Assumptions]:
+    """(model in its compute dtype, train, assumptions) of a predicting command on `cluster`."""
+    model, train = model_from_args(args)
+    a = assumed_from_args(args, model, cluster)
+    model = model.replace(dtype=a.dtype) if a.dtype != model.dtype else model
+    return model, train.replace(global_batch=a.global_batch, remat=a.remat,
+                                attention=a.attention), a
 
 
 DIMS = (("layers", "L"), ("hidden", "D"), ("heads", "H"), ("kv_heads", "K"), ("ffn", "F"),
         ("vocab", "V"))
 
 
+def add_hardware_arg(p, help: str = "hardware profile (data/hardware/)") -> None:
+    p.add_argument("--hardware", default=None, help=f"{help}; default {HARDWARE}")
+
+
+def hardware_of(args) -> str:
+    """--hardware, or every command's default profile (parex.defaults.HARDWARE)."""
+    return args.hardware or HARDWARE
+
+
 def add_predict_model_args(p) -> None:
-    p.add_argument("--model", default="tiny",
+    p.add_argument("--model", default=MODEL,
                    help="model preset, or a bare family (gpt, llama) with dims from the flags")
-    p.add_argument("--global-batch", type=at_least(1), default=16,
-                   help="sequences per step (default 16)")
+    p.add_argument("--global-batch", type=at_least(1), default=None, help=GLOBAL_BATCH_HELP)
     p.add_argument("--microbatch", type=at_least(1), default=None,
                    help="sequences per data-parallel replica per microbatch")
     p.add_argument("--seq", type=at_least(1), default=None,
                    help="sequence length (default: the model's)")
-    p.add_argument("--remat", default="none", choices=["none", "selective", "full"])
+    p.add_argument("--remat", default=None, choices=REMATS, help=REMAT_HELP)
+    add_attention_arg(p)
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
-                   help="compute dtype (default for predict: bfloat16 on an accelerator profile, "
-                   "the preset's on cpu-local; bfloat16 for a bare family)")
+                   help="compute dtype (default: bfloat16 on an accelerator profile, the "
+                   "preset's on cpu-local; bfloat16 for a bare family)")
     for name, letter in DIMS:
         p.add_argument(f"--{name.replace('_', '-')}", type=at_least(1), default=None,
                        help=f"{letter}: overrides the preset's, required for a bare family"
@@ -146,6 +263,8 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
                                   **dims)
         if args.dtype:
             model = model.replace(dtype=args.dtype)
-    train = TrainConfig(global_batch=args.global_batch, microbatch=args.microbatch,
-                        seq_len=args.seq, remat=args.remat)
-    return model, train
+    train = TrainConfig(global_batch=args.global_batch or LOCAL_GLOBAL_BATCH,
+                        microbatch=getattr(args, "microbatch", None), seq_len=args.seq,
+                        remat=getattr(args, "remat", None) or "none",
+                        attention=getattr(args, "attention", None))
+    return model, train  # the batch and remat are placeholders until predict_setup assumes

@@ -19,6 +19,11 @@ from ..errors import InputError
 from ..measure.report import table
 
 
+# a figure reproduces a paper: its model, hardware, batch, dtype and recipe are the paper's, set
+# in parex.figures, never parex.defaults
+ASSUMPTIONS = "each figure's paper's own setup (parex.figures), not parex.defaults"
+
+
 def cmd_list() -> int:
     from ..figures.runner import ordered_specs
 
@@ -37,7 +42,10 @@ def cmd_one(args) -> int:
     if s.devices:
         emulate_devices(s.devices)  # before anything uses JAX
     result = compute_and_save(s, Path(args.out) if args.out else None)
-    print(json.dumps(result.to_json()) if args.json else text_report(result))
+    if args.json:
+        print(json.dumps(result.to_json() | {"assumptions": ASSUMPTIONS}))
+    else:
+        print(f"assumptions  {ASSUMPTIONS}\n{text_report(result)}")
     if result.files and not args.json:
         print("\nwrote " + ", ".join(str(p) for p in result.files.values()))
     return 1 if result.status in ("failed", "error") else 0
@@ -56,8 +64,10 @@ def cmd_all(args) -> int:
     seconds = time.perf_counter() - start
     paths = scoreboard.write(results, out, seconds)
     if args.json:
-        print(json.dumps({"figures": [r.to_json() for r in results], "seconds": seconds}))
+        print(json.dumps({"figures": [r.to_json() for r in results], "seconds": seconds,
+                          "assumptions": ASSUMPTIONS}))
     else:
+        print(f"assumptions  {ASSUMPTIONS}")
         rows = [[s["name"], s["numbers"], s["within"], s["worst"], s["known"], s["status"]]
                 for s in map(scoreboard.summary, results)]
         print(table(rows, ["figure", "parex's numbers", "within", "worst ratio", "known",

@@ -13,19 +13,32 @@ import json
 
 from ..errors import InputError
 from ..measure.report import human_bytes, table
+from ..units import format_count, format_seconds
 
 
 def add_wan_args(p) -> None:
-    p.add_argument("--wan-gbps", type=float, default=1.0,
+    p.add_argument("--wan-gbps", type=float, default=None,
                    help="bandwidth between replicas in Gb/s (DiLoCo layouts; default 1)")
-    p.add_argument("--wan-latency-ms", type=float, default=10.0,
-                   help="latency between replicas in ms (default 10)")
+    p.add_argument("--wan-latency-ms", type=float, default=None,
+                   help="latency between replicas in ms (DiLoCo layouts; default 10)")
 
 
 def wan_from_args(args):
+    """The WAN link of the flags; parex.lowcomm.predict.wan_link's defaults where not given."""
     from ..lowcomm.predict import wan_link
 
-    return wan_link(args.wan_gbps, args.wan_latency_ms)
+    given = {"gbps": args.wan_gbps, "latency_ms": args.wan_latency_ms}
+    return wan_link(**{k: v for k, v in given.items() if v is not None})
+
+
+def refuse_wan_args(args, layout) -> None:
+    """The WAN flags describe the link between DiLoCo replicas: refused for other layouts."""
+    given = [f for f, v in (("--wan-gbps", args.wan_gbps),
+                            ("--wan-latency-ms", args.wan_latency_ms)) if v is not None]
+    if given and not layout.diloco:
+        raise InputError(f"{' and '.join(given)} set the link between DiLoCo replicas, and "
+                         f"layout {layout} has none: drop them, or add replica=R and "
+                         f"inner_steps=H to the layout")
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -41,13 +54,15 @@ def diloco_report(block: dict) -> str:
              f"step · across replicas {human_bytes(block['cross_replica_bytes_per_step'])} per "
              f"step (amortised), {human_bytes(block['outer_bytes_per_sync'])} per sync"]
     if "exposed_wan_s" in block:  # predicted
-        lines.append(f"over the WAN  {block['wan']}: inner step {block['inner_step_s']:.4g} s + "
-                     f"exposed {block['exposed_wan_s']:.4g} s per step (sync DP "
-                     f"{block['sync_dp_step_s']:.4g} s) · needs {_rate(block['avg_bandwidth'])} "
+        lines.append(f"over the WAN  {block['wan']}: inner step "
+                     f"{format_seconds(block['inner_step_s'])} + exposed "
+                     f"{format_seconds(block['exposed_wan_s'])} per step (sync DP "
+                     f"{format_seconds(block['sync_dp_step_s'])}) · needs "
+                     f"{_rate(block['avg_bandwidth'])} "
                      f"average, {_rate(block['peak_bandwidth'])} peak · WAN off the critical "
                      f"path from H = {block['h_crossover']}")
     if block.get("outer_step_time_s") is not None:  # measured
-        lines.append(f"outer step    median {block['outer_step_time_s'] * 1e3:.1f} ms over "
+        lines.append(f"outer step    median {format_seconds(block['outer_step_time_s'])} over "
                      f"{block['syncs']} syncs · outer program memory "
                      f"{human_bytes(block['outer_memory_bytes_per_device'])} per device")
     return "\n".join(lines)
@@ -56,33 +71,41 @@ def diloco_report(block: dict) -> str:
 # --- parex lowcomm --------------------------------------------------------------------------------
 
 def cmd_lowcomm(args) -> int:
-    from ..layout import Layout
+    from ..calibrate.local import ready
     from ..lowcomm.predict import wan_rows
-    from ..predict import predict
-    from .args import model_from_args
+    from ..predict import as_cluster, predict
+    from .args import assumptions_line, defaulted, hardware_of, layout_from_args, predict_setup
 
-    model, train = model_from_args(args)
-    layout = Layout.parse(args.layout)
+    hardware = hardware_of(args)
+    ready(hardware, progress=not args.json)  # calibrate this machine on first use
+    layout = layout_from_args(args.layout, None, microbatch=args.microbatch)
+    cluster = as_cluster(hardware, layout.n_devices)
+    model, train, a = predict_setup(args, cluster)
+    layout = layout_from_args(args.layout, None, a, args.microbatch)
     if not layout.diloco:
         raise InputError(f"layout {layout} has no replicas: add replica=R and inner_steps=H, "
                          f"e.g. replica=2,{layout},inner_steps=100")
     wan = wan_from_args(args)
-    p = predict(model, train, layout, args.hardware, wan=wan)
+    p = predict(model, train, layout, cluster, wan=wan, dtype=a.dtype)
     rows = wan_rows(p.diloco["inner_step_s"], model.n_params, layout.replica, layout.inner_steps,
                     wan, fragments=layout.fragments, outer_dtype=layout.outer_dtype)
     if args.json:
-        print(json.dumps({"prediction": p.to_json(), "methods": rows}, indent=2))
+        print(json.dumps({"prediction": p.to_json(), "methods": rows,
+                          "assumptions": p.assumptions}, indent=2))
         return 0
-    print(f"parex lowcomm · {model.name} ({model.n_params / 1e9:.3g}B parameters) · "
+    print(f"parex lowcomm · {model.name} ({format_count(model.n_params)} parameters) · "
           f"{layout.replica} replicas of {layout.n_devices // layout.replica} devices "
-          f"({p.hardware}) · {wan.name}, {wan.latency * 1e3:g} ms · H = {layout.inner_steps}, "
-          f"P = {layout.fragments}, exchange {layout.outer_dtype} (sync DP: f32 gradients)\n")
-    body = [[r["method"], f"{r['step_time_s']:.4g}", f"{r['exposed_wan_s']:.4g}",
+          f"({p.hardware}) · {wan.name}, {format_seconds(wan.latency)} · H = {layout.inner_steps}, "
+          f"P = {layout.fragments}, exchange {layout.outer_dtype} (sync DP: f32 gradients)")
+    print(assumptions_line(p.assumptions, defaulted(args, ("hardware", "dtype", "global_batch",
+                                                          "remat"))) + "\n")
+    body = [[r["method"], format_seconds(r["step_time_s"]), format_seconds(r["exposed_wan_s"]),
              f"{r['slowdown']:.3g}×", human_bytes(r["wan_bytes_per_step"]),
              _rate(r["avg_bandwidth"]), _rate(r["peak_bandwidth"])] for r in rows]
-    print(table(body, ["method", "step s", "exposed WAN s", "vs compute", "WAN bytes/step",
+    print(table(body, ["method", "step", "exposed WAN", "vs compute", "WAN bytes/step",
                        "avg bandwidth", "peak bandwidth"]))
-    print(f"\ninner step {p.diloco['inner_step_s']:.4g} s; the WAN stops being the bottleneck "
+    print(f"\ninner step {format_seconds(p.diloco['inner_step_s'])}; the WAN stops being the "
+          f"bottleneck "
           f"from H = {rows[1]['h_crossover']} (one sync's time / one inner step).")
     return 0
 
@@ -95,7 +118,9 @@ def add_lowcomm(sub) -> None:
     add_predict_model_args(p)
     p.add_argument("--layout", required=True,
                    help="a DiLoCo layout, e.g. replica=2,data=8,tensor=8,inner_steps=100")
-    p.add_argument("--hardware", default="h100-sxm", help="the chips inside each replica")
+    from .args import add_hardware_arg
+
+    add_hardware_arg(p, "the chips inside each replica")
     add_wan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_lowcomm)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import InputError
+from ..calibrate.local import hold_notices, release_notices
+from ..errors import InputError, UsageError, one_line
 from ..layout import Layout, LayoutError
+from ..units import format_count
 from ..validation import validate
 from .args import (
     Parser,
@@ -90,9 +92,16 @@ def cmd_demo(args) -> int:
     from ..calibrate.local import ensure_local
 
     ensure_local()  # the predictions need this machine's calibration: measured on first use
-    print(f"parex demo · {model.name} ({model.n_params / 1e6:.2f}M parameters) · global batch "
+    print(f"parex demo · {model.name} ({format_count(model.n_params)} parameters) · global batch "
           f"{train.global_batch} × {train.seq_len or model.seq_len} tokens · {args.steps} steps · "
-          f"{n} {jax.devices()[0].platform} devices\n")
+          f"{n} {jax.devices()[0].platform} devices")
+    from ..defaults import assume
+    from ..predict import as_cluster
+    from .args import assumptions_line
+
+    assumed = assume(as_cluster("cpu-local", n), model, global_batch=train.global_batch,
+                     seq_len=train.seq_len, remat=train.remat, microbatch=train.microbatch)
+    print(assumptions_line(assumed.to_json()) + " (predictions; measured: the same program)\n")
     results, predictions = [], []
     for name in tqdm(DEMO_LAYOUTS, desc="layouts"):
         layout = Layout.preset(name, n)
@@ -100,7 +109,7 @@ def cmd_demo(args) -> int:
         predictions.append(predict(model, train, layout, "cpu-local"))
     print()
     print(comparison_table(results, predictions))
-    print("\nstep ms: measured median; pred ms: the analytic model with this machine's calibrated "
+    print("\nstep: measured median; pred step: the analytic model with this machine's calibrated "
           "cpu-local profile.\nstate/dev: parameters + optimizer state per device (the step's "
           "arguments); memory/dev: arguments + outputs − donated + temporaries.\nCommunication is "
           "per device per step, read from the compiled HLO (the CPU compiler keeps all-reduces "
@@ -118,8 +127,7 @@ def add_demo(sub) -> None:
 
 
 def commands() -> list:
-    """Each entry adds one subcommand. Modules with their own commands are imported here, when
-    the parser is built, because they reuse this module's argument helpers."""
+    """Each entry adds one subcommand; each group of commands is a module of this package."""
     from . import figure as cli_figure
     from . import launch as cli_launch
     from . import lowcomm as cli_lowcomm
@@ -140,12 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for add in commands():
         add(sub)
+    hold_notices()  # the machine's load notice after the output, never beside an error
     try:
         args = parser.parse_args(argv)
-        return args.func(args)
-    except (LayoutError, InputError) as err:  # the message names the fix
-        print(f"parex: {err}", file=sys.stderr)
+        status = args.func(args)
+    except (LayoutError, InputError) as err:  # the message names the fix, in one whole line
+        release_notices(show=False)
+        text = one_line(str(err))
+        print(text if isinstance(err, UsageError) else f"parex: {text}", file=sys.stderr)
         return 2
+    finally:
+        release_notices()  # (a no-op after bad input, whose notices were dropped)
+    return status
 
 
 if __name__ == "__main__":

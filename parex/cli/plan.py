@@ -14,8 +14,11 @@ import json
 
 from ..calibrate.local import ready
 from ..config import FAMILIES, REMAT_POLICIES
+from ..defaults import MODEL
 from ..errors import InputError
-from .args import DIMS, model_from_args
+from ..units import format_seconds
+from .args import (DIMS, GLOBAL_BATCH_HELP, add_hardware_arg, at_least, defaulted,
+                   hardware_of, predict_setup)
 
 # --- parex plan ---------------------------------------------------------------------------------
 
@@ -24,25 +27,37 @@ def cmd_plan(args) -> int:
     from ..plan.names import model_named
     from ..plan.report import plan_json, plan_report
 
-    if args.cluster is not None:  # a heterogeneous cluster file: parex.hetero's search
-        from .hetero import cmd_plan_cluster
+    from ..plan.names import cluster_of
 
-        return cmd_plan_cluster(args)
+    refuse_unused(args)
     if args.model not in FAMILIES:
         model_named(args.model)  # an unknown name gets the nearest known one
-    model, train = model_from_args(args)
+    if args.cluster is not None:  # a heterogeneous cluster file: parex.hetero's search
+        return plan_cluster(args)
+    hardware = hardware_of(args)
+    ready(hardware, progress=not args.json)
+    cluster = cluster_of(hardware, args.nodes or 1)
+    model, train, a = predict_setup(args, cluster)
     cap = None if args.memory_cap is None else args.memory_cap * 1e9
-    ready(args.hardware, progress=not args.json)
-    result = plan(model, train, args.hardware, args.nodes, memory_cap=cap,
-                  objective=args.objective, top=args.top, recipe=args.recipe,
-                  convention=args.convention)
+    remats = (args.remat,) if args.remat else REMAT_POLICIES
+    result = plan(model, train, cluster, memory_cap=cap, objective=args.objective,
+                  top=args.top, recipe=args.recipe, convention=args.convention, dtype=a.dtype,
+                  remats=remats)
     out = plan_json(result)
     if not args.json:
-        print(plan_report(result))
+        print(plan_report(result, defaulted(args)))
+    if args.allow_local:  # ranked beside, never picked: they change the optimisation
+        from ..plan.local import local_alternatives, local_report
+
+        out["local"] = local_alternatives(result, args.top)
+        if not args.json:
+            print()
+            print(local_report(out["local"]))
     if args.verify:
         from ..plan.verify import verify, verify_report
 
-        checked = verify(result, steps=args.steps, out=args.verify_out, progress=not args.json)
+        checked = verify(result, steps=args.steps or VERIFY_STEPS, out=args.verify_out,
+                         progress=not args.json)
         out["verify"] = checked
         if not args.json:
             print()
@@ -52,34 +67,81 @@ def cmd_plan(args) -> int:
     return 0
 
 
+VERIFY_STEPS = 5  # steps per measured layout of --verify
+
+
+def refuse_unused(args) -> None:
+    """Flags this plan cannot use are errors that say why, never silently ignored."""
+    if not args.verify:
+        for flag, value in (("--steps", args.steps), ("--verify-out", args.verify_out)):
+            if value is not None:
+                raise InputError(f"{flag} sets how --verify measures; add --verify or drop "
+                                 f"{flag}")
+    if args.cluster is not None and args.allow_local:
+        raise InputError("--allow-local ranks local pipelines on one kind of chip (--hardware);"
+                         " the --cluster search has none: drop one of them")
+    if args.cluster is not None:
+        given = [f"--{k.replace('_', '-')}" for k in ("hardware", "nodes", "recipe",
+                                                      "convention", "remat")
+                 if getattr(args, k) is not None]
+        if given:
+            raise InputError(f"--cluster names its own chips and node counts and plans bf16 "
+                             f"training with the mixed recipe on the gpu convention, searching "
+                             f"every remat: drop {' '.join(given)}")
+
+
+def plan_cluster(args) -> int:
+    """parex.hetero's search, with the global batch defaulted as on any accelerator."""
+    from ..cluster import load_hetero_cluster
+    from ..defaults import default_global_batch
+    from ..plan.names import model_named
+    from .hetero import cmd_plan_cluster
+
+    if args.global_batch is None:
+        model, n = model_named(args.model), load_hetero_cluster(args.cluster).n_devices
+        args.global_batch = default_global_batch(model, args.seq or model.seq_len, n, False)
+    return cmd_plan_cluster(args)
+
+
 def add_plan(sub) -> None:
     p = sub.add_parser("plan", help="rank every layout of a model on a cluster by the predictor")
-    p.add_argument("--model", default="tiny",
+    p.add_argument("--model", default=MODEL,
                    help="model preset, or a bare family (gpt, llama) with dims from the flags")
-    p.add_argument("--hardware", default="cpu-local", help="hardware profile (data/hardware/)")
-    p.add_argument("--nodes", type=int, default=1, help="nodes in the cluster (default 1)")
+    add_hardware_arg(p)
+    p.add_argument("--nodes", type=at_least(1), default=None,
+                   help="nodes in the cluster (default 1)")
     p.add_argument("--cluster", default=None,
                    help="a cluster file (TOML, data/clusters/): plan across its groups of "
                         "mixed chips instead of --hardware/--nodes")
-    p.add_argument("--global-batch", type=int, default=16, help="sequences per step")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (default: the model's)")
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
+    p.add_argument("--global-batch", type=at_least(1), default=None, help=GLOBAL_BATCH_HELP)
+    p.add_argument("--seq", type=at_least(1), default=None,
+                   help="sequence length (default: the model's)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                   help="compute dtype (default: bfloat16 on an accelerator profile, the "
+                   "preset's on cpu-local)")
+    p.add_argument("--remat", default=None, choices=REMAT_POLICIES,
+                   help="plan with this remat policy only (default: search every policy)")
     for name, letter in DIMS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=letter)
     p.add_argument("--memory-cap", type=float, default=None,
                    help="GB (1e9 bytes) per device a layout may use (default: the chip's HBM)")
     p.add_argument("--objective", default="time", choices=["time", "mfu", "memory"])
     p.add_argument("--top", type=int, default=5, help="layouts to print (default 5)")
-    p.add_argument("--recipe", default="parex", choices=["parex", "mixed"],
-                   help="bytes of model state: parex (fp32) or mixed (ZeRO's 2 + 2 + 12)")
+    p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
+                   help="bytes of model state: parex (fp32) or mixed (ZeRO's 2 + 2 + 12); "
+                   "default mixed on an accelerator profile, parex on cpu-local")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
+    p.add_argument("--allow-local", action="store_true",
+                   help="also rank local-learning pipelines (schedule=local) beside the "
+                        "backprop layouts; they change the optimisation and are never picked")
     p.add_argument("--verify", action="store_true",
                    help="measure the top K and K random fitting layouts on the emulated mesh")
-    p.add_argument("--steps", type=int, default=5, help="steps per measured layout (--verify)")
+    p.add_argument("--steps", type=at_least(1), default=None,
+                   help=f"steps per measured layout (--verify; default {VERIFY_STEPS})")
     p.add_argument("--verify-out", default=None,
                    help="JSONL store of the verify runs (default: a temporary file)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=cmd_plan, microbatch=None, remat="none")
+    p.set_defaults(func=cmd_plan, microbatch=None)
 
 
 # --- parex sweep --------------------------------------------------------------------------------
@@ -99,22 +161,35 @@ def sweep_configs(args) -> list:
 
 
 def cmd_sweep(args) -> int:
-    from ..measure.report import human_bytes, table
-    from ..sweep import load, run_sweep
+    from ..sweep import run_sweep
+    from .sweep_cluster import cmd_sweep_cluster, runs_here
 
+    if not runs_here(args):  # --executor slurm, --dry-run, --status
+        return cmd_sweep_cluster(args, sweep_configs, sweep_table)
     configs = sweep_configs(args)
     counts = run_sweep(configs, args.out, resume=args.resume, timeout=args.timeout,
                        retry_failed=args.retry_failed, progress=True)
-    df = load(args.out)
-    rows = [[r.layout, r.model, r.train_remat, r.status,
-             f"{r.step_time_s * 1e3:.1f}" if r.status == "ok" else "-",
-             human_bytes(r.memory_total_bytes) if r.status == "ok" else "-",
-             "" if r.status == "ok" else str(r.error).splitlines()[-1][:60]]
-            for r in df.itertuples()]
-    print(table(rows, ["layout", "model", "remat", "status", "step ms", "memory/dev", "error"]))
-    done = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
-    print(f"\nsweep: {done}; {len(df)} configs in {args.out} (parex.sweep.load reads them)")
+    sweep_table(args.out, counts)
     return 0
+
+
+def sweep_table(out, counts: dict | None = None) -> None:
+    """The store's table: one row per config, each failure's whole line below it."""
+    from ..measure.report import human_bytes, table
+    from ..sweep import error_notes, load
+
+    df = load(out)
+    marks, notes = error_notes([None if r.status == "ok" else r.error for r in df.itertuples()])
+    rows = [[r.layout, r.model, r.train_remat, r.status,
+             format_seconds(r.step_time_s) if r.status == "ok" else "-",
+             human_bytes(r.memory_total_bytes) if r.status == "ok" else "-", mark]
+            for r, mark in zip(df.itertuples(), marks)]
+    print(table(rows, ["layout", "model", "remat", "status", "step", "memory/dev", "error"]))
+    if notes:  # each failure's whole line, below the table
+        print("\n" + "\n".join(notes))
+    done = ", ".join(f"{v} {k}" for k, v in (counts or {}).items() if v)
+    print(f"\nsweep: {done + '; ' if done else ''}{len(df)} configs in {out} (parex.sweep.load "
+          f"reads them)")
 
 
 def add_sweep(sub) -> None:
@@ -138,6 +213,9 @@ def add_sweep(sub) -> None:
     p.add_argument("--devices", type=int, default=None,
                    help="device count (default: what each layout uses)")
     p.add_argument("--data", default="corpus", choices=["corpus", "synthetic"])
+    from .sweep_cluster import add_cluster_args
+
+    add_cluster_args(p)  # --executor slurm, --dry-run, --status and the SLURM options
     p.set_defaults(func=cmd_sweep)
 
 

@@ -16,36 +16,46 @@ from ..calibrate.local import ready
 from ..config import ModelConfig
 from ..layout import Layout
 from ..measure.report import human_bytes, table
+from ..units import format_count, format_flops, format_seconds
 from ..validation import validate
 from .args import (
     DEFAULT_DEVICES,
     add_device_args,
+    add_hardware_arg,
     add_predict_model_args,
+    assumptions_line,
     at_least,
     configs_from_args,
-    model_from_args,
+    defaulted,
+    hardware_of,
+    layout_from_args,
+    predict_setup,
     setup_devices,
 )
 
 
-def prediction_report(p, model: ModelConfig, cluster) -> str:
+def prediction_report(p, model: ModelConfig, cluster, defaults: list[str] = ()) -> str:
     st, mem = p.step_time_s, p.memory_bytes_per_device
     capacity = cluster.chip.hbm_bytes
     counted = "as XLA's cost analysis counts them" if p.convention == "xla-cpu" else "hardware"
     fits = ("fits" if p.fits else
-            f"DOES NOT FIT: {p.over_capacity_bytes / 1e9:.2f} GB over")
+            f"DOES NOT FIT: {human_bytes(p.over_capacity_bytes)} over")
     lines = [
-        f"parex predict · {model.name} ({_count(model.n_params)} parameters) · layout "
+        f"parex predict · {model.name} ({format_count(model.n_params)} parameters) · layout "
         f"{p.layout} · {cluster.name} ({p.n_devices} of {cluster.n_devices} devices) · "
         f"convention {p.convention}",
-        f"step time    {st['total']:.4g} s = compute {st['compute']:.4g} + exposed comm "
-        f"{st['exposed_comm']:.4g} + bubble {st['bubble']:.4g}",
-        f"throughput   {p.tokens_per_s:,.0f} tokens/s · {p.tflops_per_device:.4g} TFLOP/s per "
-        f"device · MFU {p.mfu:.1%} · HFU {p.hfu:.1%}",
-        f"FLOPs/dev    {p.flops_per_device:.4g} per step ({counted}; model "
-        f"{p.model_flops_per_device:.4g})",
+        assumptions_line(p.assumptions, defaults),
+        f"step time    {format_seconds(st['total'])} = compute {format_seconds(st['compute'])}"
+        f" + exposed comm {format_seconds(st['exposed_comm'])}"
+        f" + bubble {format_seconds(st['bubble'])}",
+        f"throughput   {p.tokens_per_s:,.0f} tokens/s · "
+        f"{format_flops(p.tflops_per_device * 1e12, per_second=True)} per device · "
+        f"MFU {p.mfu:.1%} · HFU {p.hfu:.1%}",
+        f"FLOPs/dev    {format_flops(p.flops_per_device)} per step ({counted}; model "
+        f"{format_flops(p.model_flops_per_device)})",
         "memory/dev   " + " · ".join(f"{k} {human_bytes(mem[k])}" for k in
-                                     ("params", "grads", "optimizer", "activations", "temp")),
+                                     ("params", "grads", "optimizer", "activations", "temp"))
+        + f" ({p.assumptions.get('attention') or 'naive'} attention)",
         f"             argument {human_bytes(mem['argument'])} · total {human_bytes(mem['total'])}"
         f" of {human_bytes(capacity)}: {fits}"]
     if not p.executable:
@@ -53,15 +63,11 @@ def prediction_report(p, model: ModelConfig, cluster) -> str:
     lines.append("")
     if p.collectives:
         rows = [[c["name"], c["kind"], ",".join(c["axes"]), f"{c['count']:g}",
-                 human_bytes(c["bytes"]), f"{c['seconds'] * 1e3:.3g} ms"] for c in p.collectives]
+                 human_bytes(c["bytes"]), format_seconds(c["seconds"])] for c in p.collectives]
         lines.append(table(rows, ["collective", "kind", "axes", "count", "bytes", "time"]))
     else:
         lines.append("no collectives")
     return "\n".join(lines)
-
-
-def _count(n: float) -> str:
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M"
 
 
 # --- parex predict --------------------------------------------------------------------------------
@@ -70,24 +76,60 @@ def cmd_predict(args) -> int:
     from ..hardware import load_chip
     from ..predict import as_cluster, predict
 
-    model, train = model_from_args(args)
-    ready(args.hardware, progress=not args.json)  # calibrate this machine on first use
-    chip = load_chip(args.hardware)
+    hardware = hardware_of(args)
+    ready(hardware, progress=not args.json)  # calibrate this machine on first use
+    chip = load_chip(hardware)
     nodes = args.nodes
     if nodes is None:
         probe = args.layout if args.layout.strip() not in _layout_presets() else None
         n = Layout.parse(probe).n_devices if probe else chip.devices_per_node
         nodes = max(1, -(-n // chip.devices_per_node))
     cluster = as_cluster(_cluster(chip, nodes))
-    layout = Layout.parse(args.layout, cluster.n_devices)
-    from .lowcomm import diloco_report, wan_from_args
+    model, train, a = predict_setup(args, cluster)
+    layout = layout_from_args(args.layout, cluster.n_devices, a, args.microbatch)
+    from .lowcomm import diloco_report, refuse_wan_args, wan_from_args
 
-    p = predict(model, train, layout, cluster, convention=args.convention, recipe=args.recipe,
-                dtype=args.dtype, wan=wan_from_args(args))
-    print(json.dumps(p.to_json(), indent=2) if args.json else prediction_report(p, model, cluster))
+    refuse_wan_args(args, layout)
+    p = predict(model, train, layout, cluster, convention=a.convention, recipe=a.recipe,
+                dtype=a.dtype, wan=wan_from_args(args))
+    alts = [] if p.fits or p.diloco else fits_instead(p, model, train, cluster, a)
+    if args.json:
+        out = p.to_json() | ({"fits_instead": [alt.to_json() for alt in alts]}
+                             if not p.fits else {})
+        print(json.dumps(out, indent=2))
+    else:
+        print(prediction_report(p, model, cluster, defaulted(args)))
+        if not p.fits:
+            print(fits_instead_text(alts, p))
     if p.diloco and not args.json:
         print(diloco_report(p.diloco))
     return 0
+
+
+def fits_instead(p, model, train, cluster, a) -> list:
+    """The planner's fastest layouts that fit on the same devices (parex.plan.alternatives)."""
+    from ..plan.alternatives import fitting_layouts
+
+    return fitting_layouts(model, train, cluster.chip, p.n_devices,
+                           current_step_s=p.step_time_s["total"], convention=a.convention,
+                           recipe=a.recipe, dtype=a.dtype)
+
+
+def fits_instead_text(alts: list, p) -> str:
+    """The lines `parex predict` adds under a layout that does not fit."""
+    from ..plan.alternatives import saving_text
+
+    if not alts:
+        return (f"\nno layout of these {p.n_devices} devices fits (or too many to search here):"
+                f" `parex plan` names the smallest cluster that works")
+    lines = [f"\nfits instead (the planner's fastest on the same {p.n_devices} devices; "
+             f"`parex plan` ranks them all):"]
+    for alt in alts:
+        lines.append(f"  --layout {alt.to_json()['layout']} --remat {alt.remat} · "
+                     f"{format_seconds(alt.step_time_s)} "
+                     f"({saving_text(alt, p.step_time_s['total'])}) · "
+                     f"{human_bytes(alt.memory_total_bytes)}")
+    return "\n".join(lines)
 
 
 def _cluster(chip, nodes):
@@ -106,7 +148,7 @@ def add_predict(sub) -> None:
     p = sub.add_parser("predict", help="predict step time, memory, FLOPs and communication")
     add_predict_model_args(p)
     p.add_argument("--layout", default="dp", help="e.g. data=8,tensor=8,stage=4 or a preset name")
-    p.add_argument("--hardware", default="a100-80gb", help="hardware profile (data/hardware/)")
+    add_hardware_arg(p)
     p.add_argument("--nodes", type=at_least(1), default=None,
                    help="nodes in the cluster (default: enough for the layout)")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"],
@@ -114,7 +156,8 @@ def add_predict(sub) -> None:
                    "(default: xla-cpu for cpu-local, else gpu)")
     p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
                    help="bytes of model state: parex (fp32 weights, grads, Adam) or mixed "
-                   "(ZeRO's 2 + 2 + 12; the default on accelerator profiles, parex on cpu-local)")
+                   "(ZeRO's 2 + 2 + 12; the default for bfloat16 on accelerator profiles, parex "
+                   "on cpu-local and for float32)")
     from .lowcomm import add_wan_args
 
     add_wan_args(p)
@@ -153,26 +196,31 @@ def add_calibrate(sub) -> None:
 def cmd_compare(args) -> int:
     n = setup_devices(args, args.layout)
     model, train = configs_from_args(args)
-    layout = Layout.parse(args.layout, n)
+    layout = layout_from_args(args.layout, n, microbatch=args.microbatch)
     validate(layout, model, train, n)
     import jax
 
     from ..measure import measure
     from ..predict import predict, shared_fields
 
-    if args.hardware.lower() == "cpu-local":
-        ready(args.hardware, progress=not args.json)  # calibrate this machine on first use
-    p = predict(model, train, layout, args.hardware, convention=args.convention)
+    hardware = hardware_of(args)
+    if hardware.lower() == "cpu-local":
+        ready(hardware, progress=not args.json)  # calibrate this machine on first use
+    # predicted in the dtype that is measured, whatever the profile's default
+    p = predict(model, train, layout, hardware, convention=args.convention, dtype=model.dtype)
     m = measure(model, train, layout, devices=jax.devices()[:n], progress=not args.json)
     fields = shared_fields(m, p)
     if args.json:
         print(json.dumps({"convention": p.convention, "hardware": p.hardware, "fields": fields,
-                          "prediction": p.to_json(), "measurement": m.to_json()}, indent=2))
+                          "prediction": p.to_json(), "measurement": m.to_json(),
+                          "assumptions": p.assumptions}, indent=2))
         return 0
     rows = [[f["field"], _fmt(f["field"], f["predicted"]), _fmt(f["field"], f["measured"]),
              f"{f['ratio']:.3f}" if f["measured"] else "-"] for f in fields]
     print(f"parex compare · {model.name} · layout {layout} · {n} devices · predicted on "
-          f"{p.hardware} under the {p.convention} convention\n")
+          f"{p.hardware} under the {p.convention} convention")
+    print(assumptions_line(p.assumptions, defaulted(args, ("hardware", "dtype", "convention",
+                                                          "global_batch", "remat"))) + "\n")
     print(table(rows, ["field", "predicted", "measured", "ratio"]))
     return 0
 
@@ -181,7 +229,7 @@ def _fmt(field: str, value: float) -> str:
     if field.endswith("_bytes"):
         return human_bytes(value)
     if field == "step_time_s":
-        return f"{value * 1e3:.2f} ms"
+        return format_seconds(value)
     return f"{value:,.4g}"
 
 
@@ -193,7 +241,7 @@ def add_compare(sub) -> None:
     add_device_args(p)
     p.add_argument("--layout", default="dp", help="e.g. data=2,tensor=4 or a preset name")
     p.add_argument("--steps", type=at_least(1), default=6)
-    p.add_argument("--hardware", default="cpu-local", help="profile to predict with")
+    add_hardware_arg(p, "profile to predict with")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_compare)

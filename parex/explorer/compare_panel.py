@@ -11,11 +11,10 @@ import pandas as pd
 from .. import charts
 from ..charts.compare import with_deltas
 from ..layout import LayoutError, divisors
-from ..predict import predict
 from ..record import Prediction
 from .guide import MICROBATCHES
 from .measure_panel import run_key
-from .state import resolve
+from .state import predicted, resolve
 
 SWEEPS = ("tensor", "microbatches", "seq_len")
 AXIS_ROOM = 1.15  # a compare axis ends this far above the largest value it has drawn
@@ -124,7 +123,7 @@ class ComparePanel:
             trial = self.values | {control: value}
             try:
                 model, train, layout = resolve(trial)
-                p = predict(model, train, layout, trial["hardware"], dtype=model.dtype)
+                p = predicted(trial, model, train, layout)
             except (LayoutError, ValueError) as exc:
                 skipped.append(f"{value} ({str(exc).split(':')[0]})")
                 continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..charts.style import format_bytes, format_count, format_flops, format_seconds
 from ..config import ModelConfig, TrainConfig
+from ..defaults import attention_of
 from ..layout import Layout, num_microbatches
 from ..parallel.schedules import make_schedule
 from ..predict import RECIPES
@@ -25,10 +26,12 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers around the loss: logits, softmax, gradient
 
 
-def recipe_for(chip):
-    """The memory recipe predict() uses by default on this chip: parex's own float32 state on
-    the calibrated CPU, Megatron's mixed precision on an accelerator."""
-    return RECIPES["parex" if chip.calibration is not None else "mixed"]
+def recipe_for(chip, prediction: Prediction | None = None):
+    """The memory recipe of `prediction` (its assumptions), else the one predict() uses by
+    default on this chip: parex's own float32 state on the calibrated CPU, Megatron's mixed
+    precision on an accelerator."""
+    named = (getattr(prediction, "assumptions", None) or {}).get("recipe")
+    return RECIPES[named or ("parex" if chip.calibration is not None else "mixed")]
 
 
 def shape_of(model: ModelConfig, train: TrainConfig, layout: Layout) -> dict:
@@ -52,28 +55,33 @@ def in_flight(layout: Layout, m: int) -> int:
 
 
 # --- memory ----------------------------------------------------------------------------------
-def korthikanti_layer(sym: dict, sp: bool, remat: str) -> tuple[str, float]:
-    """(formula, bytes) of one layer's activations, Korthikanti et al. 2022 (16-bit)."""
+def korthikanti_layer(sym: dict, sp: bool, remat: str, flash: bool = False) -> tuple[str, float]:
+    """(formula, bytes) of one layer's activations, Korthikanti et al. 2022 (16-bit); a fused
+    (flash) kernel keeps each row's float32 log-sum-exp, 4·a/h per s·b·h, not the scores."""
     s, b, h, a, t = sym["s"], sym["b"], sym["h"], sym["a"], sym["t"]
     if remat == "full":
         return "2·s·b·h (full recompute keeps only the block input)", 2 * s * b * h
-    attn = 0 if remat == "selective" else 5 * a * s / h
-    drop = " (selective recompute drops 5·a·s/h)" if remat == "selective" else ""
+    term, attn, note = ("4·a/h", 4 * a / h, " (flash attention keeps no scores)") if flash else \
+        ("5·a·s/h", 5 * a * s / h, "")
+    if remat == "selective":
+        attn, note = 0, f" (selective recompute drops {term})"
     if sp:
-        return f"s·b·h/t·(34 + 5·a·s/h){drop}", s * b * h / t * (34 + attn)
-    return f"s·b·h·(10 + 24/t + 5·a·s/(h·t)){drop}", s * b * h * (10 + 24 / t + attn / t)
+        return f"s·b·h/t·(34 + {term}){note}", s * b * h / t * (34 + attn)
+    return f"s·b·h·(10 + 24/t + {term}/t){note}", s * b * h * (10 + 24 / t + attn / t)
 
 
-def activation_bytes(model, train, layout, chip, dtype, predicted: float) -> tuple[str, float]:
+def activation_bytes(model, train, layout, chip, dtype, predicted: float,
+                     prediction: Prediction | None = None) -> tuple[str, float]:
     """(explanation, bytes) of the saved activations at the step's peak. Korthikanti et al.'s
     published formula is rebuilt here (and checked against the predictor by the tests); parex's
     own recipe (what XLA keeps of parex's block, and a pipeline executor's buffers) is read off
     the Prediction, per layer where the layers are all alike."""
-    sym, rec = shape_of(model, train, layout), recipe_for(chip)
+    sym, rec = shape_of(model, train, layout), recipe_for(chip, prediction)
     flight = in_flight(layout, sym["m"])
     chunk_layers = sym["stage_layers"] // sym["v"]
     if rec.activations == "korthikanti":
-        formula, per_layer = korthikanti_layer(sym, layout.sp, train.remat)
+        flash = attention_of(train, chip.calibration is not None) == "flash"
+        formula, per_layer = korthikanti_layer(sym, layout.sp, train.remat, flash)
         layers = chunk_layers * flight if layout.stage > 1 else model.layers
         where = (f"× {chunk_layers} layers per chunk × {flight} chunks in flight"
                  if layout.stage > 1 else f"× L = {model.layers} layers")
@@ -98,9 +106,9 @@ def _state(name: str, value: float, per_param: float, n_params: int, note: str) 
 
 
 def memory_notes(p: Prediction, model, train, layout, chip, dtype) -> dict[str, str]:
-    rec, mem, n = recipe_for(chip), p.memory_bytes_per_device, model.n_params
+    rec, mem, n = recipe_for(chip, p), p.memory_bytes_per_device, model.n_params
     split = "; tensor and stage split the layers, ZeRO-3 and fsdp shard them"
-    text, _ = activation_bytes(model, train, layout, chip, dtype, mem["activations"])
+    text, _ = activation_bytes(model, train, layout, chip, dtype, mem["activations"], p)
     sym = shape_of(model, train, layout)
     logits = LOGIT_COPIES * sym["tokens"] * model.vocab / layout.tensor * 4
     inputs = mem["argument"] - mem["params"] - mem["optimizer"]

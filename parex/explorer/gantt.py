@@ -5,8 +5,9 @@ The Prediction reports the step's compute and bubble, not the time of one forwar
 takes (passes − 1) forwards, passes = 3 (forward, backward = 2) + 1 under full remat + ¼ under
 selective remat (+ ¼ for Ulysses' attention inside parex's own pipeline stages, which re-runs
 its forward); a split backward (zbh1 and the other zero-bubble schedules) gives half to B
-and half to W (time.unit_costs's rule). On an accelerator t_F is then the one value for which the table's makespan minus the
-busy time m·v·passes·t_F equals the predicted bubble (bisection: the excess grows with t_F),
+and half to W (time.unit_costs's rule). On an accelerator t_F is then the one value for which
+the table's makespan minus the busy time m·v·passes·t_F equals the predicted bubble
+(bisection: the excess grows with t_F),
 with the predicted stage-to-stage hop; the chart's grey is the predicted bubble. For models so
 small that a hop costs as much as an op the table's critical path is not the predictor's linear
 one (the solved t_F would disagree with the predicted compute by more than 4×): then t_F comes

@@ -4,10 +4,10 @@ nearest valid layouts when the controls describe an impossible one.
     fit_fixes(values)     -> [Suggestion]   fits, fastest predicted step first
     ways_out(values)      -> [Suggestion]   valid, fewest and smallest changes first
 
-Both work on the Explorer's control values (parex.explorer.state) and try changes one at a
-time, then in pairs, then in threes, so a suggestion is a short list of controls to set. Fit
-candidates are screened with predict_batch (every layout of one model and training setup at
-once) and the winners re-predicted with predict(), which runs every validation check.
+Both work on the Explorer's control values (parex.explorer.state). The fit fixes are the real
+planner's best layouts on the same devices (parex.plan.alternatives), as the controls to set;
+the ways out try changes one at a time, then in pairs. Every suggestion is re-predicted with
+predict(), which runs every validation check.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from ..charts.style import format_bytes, format_seconds
 from ..hardware import load_chip
 from ..layout import CP_MODES, LayoutError, divisors
 from ..parallel.schedules import SCHEDULES
-from ..predict import predict, predict_batch
+from ..plan.alternatives import fitting_layouts, saving_text
 from ..record import Prediction
-from .state import layout_of, model_of, resolve, train_of
+from .state import layout_of, predicted, resolve
 
 MICROBATCHES = (1, 2, 4, 8, 16, 32)
-REMAT_ORDER = ("none", "selective", "full")
 
 
 @dataclass
@@ -46,91 +45,60 @@ def _show(value) -> str:
 
 
 # --- fitting in memory ---------------------------------------------------------------------
-def memory_moves(values: dict) -> list[dict]:
-    """Single changes that lower memory per device: recompute more, shard more state (ZeRO,
-    fsdp), split the model (tensor, stage), accumulate gradients, sequence parallelism,
-    16-bit compute."""
-    n, moves = values["devices"], []
-    moves += [{"remat": r} for r in REMAT_ORDER[REMAT_ORDER.index(values["remat"]) + 1:]]
-    moves += [{"zero": z} for z in range(values["zero"] + 1, 4)]
-    for axis in ("fsdp", "tensor"):
-        moves += [{axis: values[axis] * k} for k in (2, 4, 8, 16, 32, 64)
-                  if n % (values[axis] * k) == 0]
-    for k in (2, 4, 8):
-        stage = values["stage"] * k
-        if n % stage == 0:
-            schedule = values["schedule"] if values["stage"] > 1 else "1f1b"
-            moves += [{"stage": stage, "schedule": schedule, "microbatches": m}
-                      for m in MICROBATCHES if m >= stage and m >= values["microbatches"]][:2]
-    moves += [{"microbatches": m} for m in MICROBATCHES if m > values["microbatches"]][:3]
-    if values["tensor"] > 1 and not values["sp"]:
-        moves.append({"sp": True})
-    if values["dtype"] != "bfloat16":
-        moves.append({"dtype": "bfloat16"})
-    return moves
+LAYOUT_CONTROLS = {"fsdp": "fsdp", "tensor": "tensor", "tensor_y": "tensor_y",
+                   "tensor_z": "tensor_z", "seq": "seq", "stage": "stage",
+                   "zero": "zero", "sp": "sp", "cp": "cp", "microbatches": "microbatches",
+                   "schedule": "schedule", "virtual": "virtual_stages"}
 
 
-def _merge(moves: tuple[dict, ...]) -> dict | None:
-    """One change set from several, or None when two set the same control."""
-    out: dict = {}
-    for move in moves:
-        if set(move) & set(out):
-            return None
-        out |= move
-    return out
-
-
-def _screen(values: dict, changes: list[dict]) -> list[tuple[dict, float, float]]:
-    """(changes, predicted step seconds, memory bytes) of every candidate that fits, by
-    predict_batch over the candidates that share a model and training setup."""
-    groups: dict = {}
-    for change in changes:
-        trial = values | change
-        try:
-            layout = layout_of(trial)
-            key = (model_of(trial), train_of(trial))
-        except (LayoutError, ValueError):
-            continue
-        groups.setdefault(key, []).append((change, layout))
-    found = []
-    for (model, train), items in groups.items():
-        cols = predict_batch(model, train, [layout for _, layout in items], values["hardware"],
-                             dtype=model.dtype)
-        for i, (change, _) in enumerate(items):
-            if cols["valid"][i] and cols["fits"][i]:
-                found.append((change, float(cols["step_time_s"][i]),
-                              float(cols["memory_total_bytes"][i])))
-    return found
+def controls_of(values: dict, layout, remat: str) -> dict | None:
+    """The controls to set so that the Explorer shows `layout` with `remat` (only those that
+    change), or None when the controls cannot describe it (an uneven stage partition)."""
+    if layout.layers_per_stage:
+        return None
+    wanted = {control: getattr(layout, name) for control, name in LAYOUT_CONTROLS.items()}
+    wanted["remat"] = remat
+    changes = {k: v for k, v in wanted.items() if values.get(k) != v}
+    if layout.stage == 1:  # the controls ignore schedule and virtual without a pipeline
+        changes = {k: v for k, v in changes.items() if k not in ("schedule", "virtual")}
+    try:
+        same = layout_of(values | changes) == layout
+    except LayoutError:
+        return None
+    return changes if same else None
 
 
 def fit_fixes(values: dict, limit: int = 3) -> list[Suggestion]:
-    """The fastest (by predicted step time) changes of up to three controls that make the
-    layout fit; the fewest changes that work win, so a single change is never hidden behind a
-    faster pair."""
-    moves = memory_moves(values)
+    """The planner's fastest layouts that fit on the same devices (parex.plan.alternatives:
+    every layout of this model, batch, dtype and hardware, every remat policy, ranked by
+    predicted step time), as controls to set, each re-predicted as the Explorer will show it
+    and noted with its saving against the current layout's step."""
+    # the controls' recipe and convention where the Explorer has them, else the profile's
+    chosen = {k: values.get(k) for k in ("recipe", "convention")}
+    model, train, layout = resolve(values)
+    current = predicted(values, model, train, layout)
+    now = current.step_time_s["total"]
+    alts = fitting_layouts(model, train, values["hardware"], values["devices"], limit=limit,
+                           current_step_s=now, dtype=model.dtype, **chosen,
+                           keep=lambda lay, remat: controls_of(values, lay, remat) is not None)
     capacity = load_chip(values["hardware"]).hbm_bytes
-    for size in (1, 2, 3):
-        combos = [_merge(c) for c in itertools.combinations(moves, size)]
-        found = sorted(_screen(values, [c for c in combos if c]), key=lambda f: f[1])
-        out = []
-        for change, _, _ in found:
-            try:
-                model, train, layout = resolve(values | change)
-                p = predict(model, train, layout, values["hardware"], dtype=model.dtype)
-            except (LayoutError, ValueError):
-                continue  # a check predict_batch's screen does not run
-            if p.fits:
-                out.append(Suggestion(change, p, _fit_note(p, capacity)))
-            if len(out) == limit:
-                break
-        if out:
-            return out
-    return []
+    out = []
+    for alt in alts:
+        change = controls_of(values, alt.layout, alt.remat)
+        try:
+            model, train, layout = resolve(values | change)
+            p = predicted(values | change, model, train, layout)
+        except (LayoutError, ValueError):
+            continue
+        if p.fits:
+            out.append(Suggestion(change, p, _fit_note(p, capacity, saving_text(alt, now))))
+    return out
 
 
-def _fit_note(p: Prediction, capacity: float) -> str:
+def _fit_note(p: Prediction, capacity: float, saving: str = "") -> str:
     return (f"{format_bytes(p.memory_bytes_per_device['total'])} of {format_bytes(capacity)}, "
-            f"{format_seconds(p.step_time_s['total'])} per step")
+            f"{format_seconds(p.step_time_s['total'])} per step"
+            + (f" ({saving} than now)" if saving else ""))
 
 
 # --- out of an impossible layout -------------------------------------------------------------
@@ -169,6 +137,16 @@ def _valid(values: dict) -> bool:
         return False
 
 
+def _merge(moves: tuple[dict, ...]) -> dict | None:
+    """One change set from several, or None when two set the same control."""
+    out: dict = {}
+    for move in moves:
+        if set(move) & set(out):
+            return None
+        out |= move
+    return out
+
+
 def ways_out(values: dict, limit: int = 3) -> list[Suggestion]:
     """Valid layouts one change away (at most one per control), then two changes away."""
     singles = neighbours(values)
@@ -201,4 +179,4 @@ def regime_of(p: Prediction) -> str:
     return max(parts, key=parts.get)
 
 
-__all__ = ["Suggestion", "fit_fixes", "memory_moves", "neighbours", "regime_of", "ways_out"]
+__all__ = ["Suggestion", "controls_of", "fit_fixes", "neighbours", "regime_of", "ways_out"]

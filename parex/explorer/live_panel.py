@@ -11,11 +11,13 @@ import pandas as pd
 
 from .. import charts
 from ..charts.style import FIT_COLORS, format_bytes, format_count, format_seconds, label
+from ..defaults import Assumptions
+from ..measure.report import load_note
 from ..record import KINDS
 from .gantt import gantt_costs
 from .guide import regime_of
 from .measure_panel import LOCAL_HARDWARE, run_key
-from .view import GPU_FOR_BUBBLE, suggestion_buttons
+from .view import GPU_FOR_BUBBLE, set_stale, suggestion_buttons
 
 
 class LivePanel:
@@ -58,9 +60,7 @@ class LivePanel:
                                                               classes="parex-formulas")
 
     def _show_status(self) -> None:
-        stale = "add_class" if self.error else "remove_class"
-        for view in (self.chart, self.pictures, self.compare_chart):
-            getattr(view, stale)("parex-stale")
+        set_stale(self.stale_views, self.error is not None)
         self.guide.children = suggestion_buttons(self.ways or self.fixes, self)
         if self.error:
             self.status.value = ("<div class='parex-bad'><b>invalid layout:</b> "
@@ -84,7 +84,8 @@ class LivePanel:
                 f"parameters, {model.dtype}, remat {self.train.remat} · predicted "
                 f"<b>{format_seconds(p.step_time_s['total'])}</b> per step, "
                 f"<b>{format_bytes(total)}</b> of {format_bytes(capacity)} per device {badge} "
-                f"· <b>{regime_of(p)}</b> · MFU {p.mfu:.0%}</div>")
+                f"· <b>{regime_of(p)}</b> · MFU {p.mfu:.0%}</div>"
+                f"<div class='parex-note'>assumes {escape(assumptions_line(p))}</div>")
 
     def _show_notes(self) -> None:
         """One line on what the profile hides, and what an executable check says."""
@@ -94,6 +95,8 @@ class LivePanel:
             notes.append("On cpu-local the predicted bubble is 0: the emulated devices share "
                          "the host's cores, so an idle stage's core serves another stage. "
                          "A GPU profile shows the bubble.")
+        if emulated and (load := load_note(self.chip.calibration)):
+            notes.append(load)  # a busy machine: measured steps will not match the prediction
         if not getattr(self.prediction, "executable", True):
             reason = getattr(self.prediction, "executable_reason", "")
             notes.append(f"Valid, but parex cannot run it: {reason}")
@@ -104,4 +107,12 @@ class LivePanel:
         self.gpu_button.layout.display = "" if show else "none"
 
 
-__all__ = ["LivePanel"]
+def assumptions_line(p) -> str:
+    """Everything the prediction assumed besides the model and layout, in one line."""
+    a = getattr(p, "assumptions", None)
+    if not a:
+        return f"{p.hardware} · convention {p.convention}"
+    return Assumptions(**a).describe()
+
+
+__all__ = ["LivePanel", "assumptions_line"]

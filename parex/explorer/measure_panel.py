@@ -5,6 +5,7 @@ A mixin of parex.explorer.widget.Explorer."""
 
 from __future__ import annotations
 
+import os
 import threading
 from html import escape
 
@@ -12,12 +13,14 @@ import altair as alt
 import pandas as pd
 
 from .. import charts
-from ..charts.style import format_bytes, format_seconds
+from ..charts.style import format_bytes, format_count, format_seconds
 from ..layout import LayoutError
+from ..hardware import load_chip
+from ..measure.report import load_note
 from ..mesh import devices_for
-from ..predict import predict
 from ..record import records_frame
 from .measuring import Run, measure_run, pooled_row, ratio_text
+from .state import predicted
 
 LOCAL_HARDWARE = "cpu-local"  # this machine's profile (parex.machine: calibrated on first use)
 # Measuring runs the model for real on this host: 16 bytes of fp32 model state per parameter
@@ -76,8 +79,8 @@ class MeasurePanel:
 
     def _refusal(self, model, n_devices) -> str | None:
         if model.n_params > MAX_MEASURE_PARAMS:
-            return (f"{model.name} has {model.n_params / 1e6:,.0f}M parameters, too many to run "
-                    f"on this host (Measure takes up to {MAX_MEASURE_PARAMS / 1e6:.0f}M); "
+            return (f"{model.name} has {format_count(model.n_params)} parameters, too many to "
+                    f"run on this host (Measure takes up to {format_count(MAX_MEASURE_PARAMS)}); "
                     f"predictions still work, or pick a smaller preset or dims")
         try:
             devices_for(n_devices)
@@ -91,6 +94,7 @@ class MeasurePanel:
             self.status.value = f"<div class='parex-bad'>{escape(refusal)}</div>"
             return None
         self.progress.max = train.steps + 1
+        self.load_before = os.getloadavg()[0]  # the other work on this machine, before ours
         try:
             measurement, times, split = measure_run(model, train, layout,
                                                     devices_for(n_devices), self._progress,
@@ -104,7 +108,7 @@ class MeasurePanel:
         local = (LOCAL_HARDWARE if measurement.platform == "cpu"
                  and LOCAL_HARDWARE in self.controls["hardware"].options
                  else self.controls["hardware"].value)
-        prediction = predict(model, train, layout, local, dtype=model.dtype)
+        prediction = predicted(self.values, model, train, layout, local)
         run = Run(measurement, prediction, run_key(model, train, layout, n_devices), times,
                   split)
         self.runs.append(run)
@@ -166,9 +170,20 @@ class MeasurePanel:
                         "loss (last)": f"{row['loss_last']:.3f}"})
         return out
 
+    def load_note(self) -> str | None:
+        """The machine's load before the last run against the cpu-local calibration's, when
+        they differ by more than 1.5× (parex.measure.report.load_note)."""
+        if LOCAL_HARDWARE not in self.controls["hardware"].options:
+            return None
+        now = getattr(self, "load_before", None)
+        return load_note(load_chip(LOCAL_HARDWARE).calibration, now)
+
     def _show_history(self) -> None:
         if not self.runs:
             return
+        note = self.load_note()
+        self.history_note.value = (f"<div class='parex-bad'>{escape(note)}</div>"
+                                   if note else "")
         self.history_table.value = pd.DataFrame(self._history_rows()).to_html(
             index=False, classes="parex-table", border=0)
         frame = self.pooled_frame()

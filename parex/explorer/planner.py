@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from html import escape
 
-import altair as alt
 import ipywidgets as w
 import pandas as pd
 
@@ -25,7 +24,9 @@ from ..config import TrainConfig, preset_names
 from ..layout import LayoutError
 from ..plan import OBJECTIVES, NoFit, plan
 from ..plan.report import chart_frame, plan_frame
-from .widget import Explorer, _dropdown, _hardware_names, _int_text, _seconds, _spec_rows
+from ..units import format_bytes, format_seconds
+from .view import STYLE, chart_view, dropdown, hardware_names, int_text, set_stale, spec_rows
+from .widget import Explorer
 
 COLUMNS = ("layout", "remat", "microbatch", "step_total_s", "step_compute_s",
            "step_exposed_comm_s", "step_bubble_s", "memory_total_bytes", "mfu", "bottleneck")
@@ -43,26 +44,30 @@ class Planner:
         self.error: str | None = None  # why it did not, with the nearest setting that works
         self._explorer = explorer
         c = self.controls = {
-            "model": _dropdown("model", preset_names(), model),
-            "hardware": _dropdown("hardware", _hardware_names(), hardware),
-            "nodes": _int_text("nodes", nodes),
-            "global_batch": _int_text("batch", global_batch),
+            "model": dropdown("model", preset_names(), model),
+            "hardware": dropdown("hardware", hardware_names(), hardware),
+            "nodes": int_text("nodes", nodes),
+            "global_batch": int_text("batch", global_batch),
             "memory_cap_gb": w.BoundedFloatText(value=memory_cap_gb, min=0, max=1e6,
                                                 description="cap GB (0=HBM)",
                                                 style={"description_width": "90px"},
                                                 layout=w.Layout(width="210px")),
-            "objective": _dropdown("objective", OBJECTIVES, objective),
-            "top": _int_text("top K", top),
+            "objective": dropdown("objective", OBJECTIVES, objective),
+            "top": int_text("top K", top),
         }
+        for control in c.values():  # the rows below are the last plan's until Plan is pressed
+            control.observe(lambda _: self._mark_stale(), "value")
         self.plan_button = w.Button(description="Plan", button_style="primary", icon="search")
         self.plan_button.on_click(lambda _: self.run())
-        self.status = w.HTML()
+        self.status, self.assumptions = w.HTML(), w.HTML()
         self.table = w.VBox()
-        self.chart = alt.JupyterChart(alt.Chart(pd.DataFrame()).mark_point(),
-                                      embed_options={"renderer": "svg"})
-        self.widget = w.VBox([w.HBox([w.VBox(list(c.values())[:4]),
+        self.chart = chart_view()
+        self.result = w.VBox([self.assumptions, self.table, self.chart])  # faded when stale
+        self.stale = False  # the rows shown are not the controls' plan
+        self.widget = w.VBox([w.HTML(STYLE),
+                              w.HBox([w.VBox(list(c.values())[:4]),
                                       w.VBox(list(c.values())[4:] + [self.plan_button])]),
-                              self.status, self.table, self.chart])
+                              self.status, self.result])
         self.run()
 
     def _repr_mimebundle_(self, **kwargs):
@@ -101,16 +106,31 @@ class Planner:
             self.error = None
         except (NoFit, LayoutError, ValueError) as exc:
             self.plan, self.error = None, str(exc)
-            self.status.value = f"<div style='color:#b00020'>{escape(self.error)}</div>"
+            self.status.value = f"<div class='parex-bad'>{escape(self.error)}</div>"
             self.table.children = ()
+            self._set_stale(True)  # the chart is the last plan's
             return
         p = self.plan
         self.status.value = (f"<div style='color:#1b5e20'>{p.layouts_considered:,} layouts "
                              f"considered, {int(p.fits.sum()):,} fit under "
-                             f"{p.memory_cap / 1e9:,.3g} GB per device; planned in "
-                             f"{p.seconds:.2f} s</div>")
+                             f"{format_bytes(p.memory_cap)} per device; planned in "
+                             f"{format_seconds(p.seconds)}</div>")
+        described = p.assumptions.describe() if p.assumptions is not None else ""
+        self.assumptions.value = f"<div class='parex-note'>assumes {escape(described)}</div>"
         self.table.children = self._rows()
         self.chart.chart = pareto_chart(chart_frame(p), p.memory_cap)
+        self._set_stale(False)
+
+    def _set_stale(self, stale: bool) -> None:
+        self.stale = stale
+        set_stale([self.result], stale)
+
+    def _mark_stale(self) -> None:
+        """A control moved: the rows are the last plan's until Plan runs again."""
+        if self.plan is not None and not self.stale:
+            self._set_stale(True)
+            self.status.value = ("<div class='parex-note'>the controls changed: press Plan "
+                                 "(the faded rows are the last plan's)</div>")
 
     def table_frame(self) -> pd.DataFrame:
         """The ranked rows the table shows."""
@@ -118,7 +138,7 @@ class Planner:
             pd.DataFrame()
 
     def chart_data(self) -> pd.DataFrame:
-        return _spec_rows(self.chart.spec)
+        return spec_rows(self.chart.spec)
 
     def _rows(self) -> tuple:
         df = self.table_frame()
@@ -130,7 +150,8 @@ class Planner:
                               tooltip="load this layout into the Explorer")
             button.on_click(lambda _, rank=rank: self.load(rank))
             text = (f"<code>{escape(r.layout)}</code> · {r.remat} · b={r.microbatch} · "
-                    f"{_seconds(r.step_total_s)} · {r.memory_total_bytes / 1e9:,.3g} GB · "
+                    f"<span class='parex-step'>{format_seconds(r.step_total_s)}</span> · "
+                    f"<span class='parex-memory'>{format_bytes(r.memory_total_bytes)}</span> · "
                     f"{r.mfu:.0%} · {r.bottleneck}")
             rows.append(w.HBox([button, w.HTML(text)]))
         return tuple(rows)
@@ -139,13 +160,24 @@ class Planner:
         """Load the layout ranked `rank` (1 = best) into the Explorer."""
         p = self.plan
         i = p.top[rank - 1]
-        layout, train = p.layout(i), p.train_of(i)
+        layout = p.layout(i)
         if layout.layers_per_stage:
             raise LayoutError(f"{layout} has an uneven partition, which the Explorer has no "
                               f"control for; run it with `parex run --layout {layout}`")
-        settings = {"remat": train.remat, "global_batch": train.global_batch,
-                    "hardware": p.cluster.chip.name, "dtype": p.model.dtype}
-        return self.explorer.load(p.model.name, layout, p.cluster.n_devices, **settings)
+        return self.explorer.load(p.model.name, layout, p.cluster.n_devices,
+                                  **handed_over(p, i))
 
 
-__all__ = ["Planner"]
+def handed_over(p, i: int) -> dict:
+    """The Explorer controls that reproduce row i's prediction: every assumption the plan made
+    (hardware, dtype, recipe, convention, global batch, sequence length, remat); the layout
+    carries the schedule and the microbatch count, from which b follows."""
+    train = p.train_of(i)
+    settings = {"hardware": p.cluster.chip.name, "dtype": p.model.dtype, "remat": train.remat,
+                "global_batch": train.global_batch,
+                "seq_len": train.seq_len or p.model.seq_len}
+    return settings | {name: p.settings[name] for name in ("recipe", "convention")
+                       if name in getattr(p, "settings", {})}
+
+
+__all__ = ["Planner", "handed_over"]

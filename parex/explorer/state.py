@@ -13,20 +13,42 @@ import shlex
 
 from ..config import ModelConfig, TrainConfig, model_preset
 from ..layout import Axis, Layout, LayoutError
+from ..defaults import assume
+from ..predict import CONVENTIONS, RECIPES, as_cluster, predict
+from ..record import Prediction
 from ..validation import validate
 
-SPLIT_AXES = (Axis.FSDP, Axis.TENSOR, Axis.SEQ, Axis.STAGE)  # data takes the devices left over
+# data takes the devices left over; tensor_y and tensor_z are AxoNN's Y and Z (tensor=XxYxZ:
+# the tensor control is then X; with both at 1 it is Megatron's tensor=N)
+SPLIT_AXES = (Axis.FSDP, Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.SEQ, Axis.STAGE)
 DIMS = ("layers", "hidden", "heads", "seq_len")
-LARGE_MODEL = 1e9  # parameters from which a preset comes up as real runs train it (below)
 
 
-def realistic_defaults(model: ModelConfig) -> dict:
-    """The dtype and remat that real runs of a model this size use: bfloat16 with selective
-    activation recompute (Korthikanti et al. 2022, Megatron-LM's recipe for its 22B–1T runs)
-    from 1B parameters on; the preset's float32 without remat below (what the CPU runs)."""
-    if model.n_params >= LARGE_MODEL:
-        return {"dtype": "bfloat16", "remat": "selective"}
-    return {"dtype": model.dtype, "remat": "none"}
+def control_defaults(hardware: str, model: ModelConfig) -> dict:
+    """The dtype, remat, recipe and convention that `parex predict` assumes for `model` on the
+    profile `hardware` (parex.defaults.assume, the one home of defaults): on an accelerator
+    bfloat16 under the mixed recipe and the ideal gpu program, with selective recompute from 1B
+    parameters (Korthikanti et al. 2022); on the calibrated CPU what the emulated mesh runs."""
+    a = assume(as_cluster(hardware, 1), model)
+    return {"dtype": a.dtype, "remat": a.remat, "recipe": a.recipe, "convention": a.convention}
+
+
+def profile_defaults(hardware: str, model: ModelConfig, dtype: str) -> dict:
+    """The recipe and convention predict() assumes on a profile for a model trained in `dtype`
+    when none is given (parex.defaults.assume)."""
+    a = assume(as_cluster(hardware, 1), model, dtype=dtype)
+    return {"recipe": a.recipe, "convention": a.convention}
+
+
+def predicted(values: dict, model: ModelConfig, train: TrainConfig, layout: Layout,
+              hardware: str | None = None) -> Prediction:
+    """predict() under the controls' assumptions: their hardware (or `hardware`), dtype,
+    recipe and convention, so every number the Explorer shows is `parex predict`'s."""
+    hardware = hardware or values["hardware"]
+    chosen = profile_defaults(hardware, model, model.dtype)
+    if hardware == values["hardware"]:  # else another profile (a measurement's): its defaults
+        chosen = {name: values.get(name, value) for name, value in chosen.items()}
+    return predict(model, train, layout, hardware, dtype=model.dtype, **chosen)
 
 
 def model_of(values: dict) -> ModelConfig:
@@ -84,6 +106,9 @@ def cli_command(values: dict) -> str:
     args = ["parex", "predict", "--model", values["model"], "--layout", str(layout),
             "--hardware", values["hardware"], "--global-batch", str(train.global_batch),
             "--remat", train.remat, "--dtype", model.dtype]
+    for name in ("recipe", "convention"):
+        if name in values:
+            args += [f"--{name}", values[name]]
     preset = model_preset(values["model"])
     if any(values[d] != getattr(preset, d) for d in ("layers", "hidden", "heads")):
         for flag, name in (("--layers", "layers"), ("--hidden", "hidden"), ("--heads", "heads"),
@@ -94,5 +119,5 @@ def cli_command(values: dict) -> str:
     return shlex.join(args)
 
 
-__all__ = ["DIMS", "LARGE_MODEL", "SPLIT_AXES", "cli_command", "layout_of", "model_of",
-           "realistic_defaults", "resolve", "train_of"]
+__all__ = ["CONVENTIONS", "DIMS", "RECIPES", "SPLIT_AXES", "cli_command", "control_defaults",
+           "layout_of", "model_of", "predicted", "profile_defaults", "resolve", "train_of"]

@@ -12,9 +12,11 @@ from ..hardware import known_hardware
 
 LOCAL = "cpu-local"
 GPU_FOR_BUBBLE = "h100-sxm"  # the profile offered to see a pipeline's bubble
-# Faded charts while the controls are invalid (they show the last valid layout); status colours.
+STALE = "parex-stale"  # the class of what shows numbers of a setup that is not the controls' own
+STALE_OPACITY = 0.3
+# Faded views while the controls are invalid (they show the last valid layout); status colours.
 STYLE = f"""<style>
-.parex-stale {{ opacity: 0.3; filter: grayscale(1); transition: opacity 0.2s; }}
+.{STALE} {{ opacity: {STALE_OPACITY}; filter: grayscale(1); transition: opacity 0.2s; }}
 .parex-bad {{ color: {FIT_COLORS['does not fit']}; }}
 .parex-note {{ color: #555555; font-size: 12px; }}
 .parex-badge {{ color: white; padding: 1px 6px; border-radius: 3px; }}
@@ -54,6 +56,17 @@ def html_view() -> w.HTML:
     return w.HTML(layout=w.Layout(width="100%"))
 
 
+def pane(*views) -> w.VBox:
+    """A plain box around views, to fade them together (set_stale)."""
+    return w.VBox(list(views), layout=w.Layout(width="100%"))
+
+
+def set_stale(views, stale: bool) -> None:
+    """Fade `views` (STYLE's STALE class) while what they show is not the controls' setup."""
+    for view in views:
+        (view.add_class if stale else view.remove_class)(STALE)
+
+
 def spec_rows(spec: dict | None) -> pd.DataFrame:
     """All inline rows of a Vega-Lite spec (altair puts them under `datasets`)."""
     rows = [row for values in (spec or {}).get("datasets", {}).values() for row in values]
@@ -77,6 +90,6 @@ def suggestion_buttons(suggestions, explorer) -> list:
     return out
 
 
-__all__ = ["GPU_FOR_BUBBLE", "STYLE", "chart_view", "dropdown", "hardware_names", "html_view",
-           "int_text", "spec_rows",
+__all__ = ["GPU_FOR_BUBBLE", "STALE", "STALE_OPACITY", "STYLE", "chart_view", "dropdown",
+           "hardware_names", "html_view", "int_text", "pane", "set_stale", "spec_rows",
            "suggestion_buttons"]

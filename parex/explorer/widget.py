@@ -12,10 +12,12 @@ blank the view (an Output widget would flicker); panels out of sight are drawn w
 Everything the widget shows is readable from Python (`layout`, `error`, `prediction`, `fixes`,
 `ways`, `runs`, `history_frame()`, `chart_data()`, ...), so tests drive it without a browser.
 
-Defaults that follow the hardware: an accelerator profile predicts in bfloat16 (what runs there
-use; the dtype control switches to it and can be switched back), cpu-local in the preset's own
-float32, which is what the emulated mesh runs. A preset of 1B parameters or more comes up in
-bfloat16 with selective recompute (state.realistic_defaults).
+Defaults that follow the hardware and the preset: dtype, remat, recipe and convention come up
+as `parex predict` assumes them for the model on the profile (state.control_defaults, from
+parex.defaults.assume): on an accelerator bfloat16 under the mixed recipe (what runs there use;
+every control can be switched back), on cpu-local the preset's own float32, which is what the
+emulated mesh runs. The status line's second line states every assumption of the prediction; while the controls are invalid, every view of the
+last valid setup's numbers is faded (view.STALE).
 """
 
 from __future__ import annotations
@@ -27,18 +29,17 @@ import ipywidgets as w
 import pandas as pd
 
 from ..calibrate.local import ready
-from ..charts.style import format_seconds
 from ..config import DTYPES, REMAT_POLICIES, model_preset, preset_names
 from ..hardware import load_chip
 from ..layout import CP_MODES, Layout, LayoutError, divisors
-from ..parallel.schedules import SCHEDULES
-from ..predict import predict
+from ..parallel.schedules import ALL_SCHEDULES, SCHEDULES
 from .compare_panel import SWEEPS, ComparePanel
 from .explain import explain
 from .guide import fit_fixes, ways_out
 from .live_panel import LivePanel
 from .measure_panel import MeasurePanel
-from .state import DIMS, SPLIT_AXES, cli_command, model_of, realistic_defaults, resolve, train_of
+from .state import (CONVENTIONS, DIMS, RECIPES, SPLIT_AXES, cli_command, model_of, predicted,
+                    control_defaults, resolve, train_of)
 from .view import (
     GPU_FOR_BUBBLE,
     STYLE,
@@ -47,6 +48,7 @@ from .view import (
     hardware_names,
     html_view,
     int_text,
+    pane,
     spec_rows,
 )
 
@@ -63,7 +65,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         ready(hardware or "cpu-local")  # this machine's profile, calibrated on first use
         names = hardware_names()
         preset = model_preset(model)
-        real = realistic_defaults(preset)
+        hardware = hardware or names[0]
+        real = control_defaults(hardware, preset)
         self.runs, self.baseline, self.kept, self._tops = [], None, [], (0.0, 0.0)
         self._programs = {}
         self.prediction = self.layout = self.error = None
@@ -80,15 +83,16 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
             "zero": dropdown("ZeRO stage", (0, 1, 2, 3), 0),
             "sp": w.Checkbox(value=False, description="sequence parallel (sp)", indent=False),
             "cp": dropdown("context par.", CP_MODES, "none"),
-            "schedule": dropdown("schedule", SCHEDULES, SCHEDULES[0]),
+            "schedule": dropdown("schedule", ALL_SCHEDULES, SCHEDULES[0]),  # + local (PPLL)
             "microbatches": dropdown("microbatches", (1, 2, 4, 8, 16, 32), 1),
             "virtual": dropdown("virtual", (1, 2, 3, 4), 1),
             "remat": dropdown("remat", REMAT_POLICIES, real["remat"]),
-            "hardware": dropdown("hardware", names, hardware or names[0]),
+            "hardware": dropdown("hardware", names, hardware),
+            # the bytes of model state and the program's convention: the profile's defaults
+            "recipe": dropdown("recipe", RECIPES, real["recipe"]),
+            "convention": dropdown("convention", CONVENTIONS, real["convention"]),
             "steps": int_text("steps", steps),
         }
-        if load_chip(c["hardware"].value).calibration is None:  # an accelerator: what runs use
-            c["dtype"].value = "bfloat16"
         self._build_views()
         c["model"].observe(self._on_preset, "value")
         c["devices"].observe(self._on_devices, "value")
@@ -106,6 +110,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         self.data_label, self.status, self.notes, self.cli_line = (html_view() for _ in "1234")
         self.compare_note, self.sweep_note = html_view(), html_view()
         self.history_table, self.explain_table = html_view(), html_view()
+        self.history_note = html_view()  # the machine's load against the calibration's
         self.guide = w.HBox(layout=w.Layout(flex_flow="row wrap"))
         self.measure_button = w.Button(description="Measure", button_style="primary",
                                        icon="play", tooltip="compile and run the real step")
@@ -139,16 +144,23 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
             column("model", ["model", *DIMS, "dtype", "global_batch", "remat"]),
             column("mesh", ["devices", *[a.value for a in SPLIT_AXES]]),
             column("technique", ["zero", "sp", "cp", "schedule", "microbatches", "virtual"]),
-            column("predict / measure", ["hardware", "steps"]),
+            column("predict / measure", ["hardware", "recipe", "convention", "steps"]),
         ])
         b = self.compare_buttons
+        # what shows the current controls' numbers: faded (view.STALE) while they are invalid.
+        # The class goes on plain boxes: a JupyterChart's element does not take classes added
+        # after it is drawn (checked in a browser, tests/test_browser.py).
+        self.stale_views = [pane(self.chart), pane(self.pictures),
+                            pane(self.compare_note, self.compare_chart),
+                            pane(self.sweep_note, self.sweep_chart), pane(self.explain_table),
+                            self.data_label, self.cli_line]
+        overview, pictures, compare, sweep, explained = self.stale_views[:5]
         self.tabs = w.Tab(children=[
-            self.chart, self.pictures,
-            w.VBox([w.HBox([b["pin"], b["keep"], b["clear"]]), self.compare_note,
-                    self.compare_chart]),
+            overview, pictures,
+            w.VBox([w.HBox([b["pin"], b["keep"], b["clear"]]), compare]),
             w.VBox([w.HBox([self.sweep_control, self.sweep_button, self.sweep_measure_button]),
-                    self.sweep_note, self.sweep_chart]),
-            w.VBox([self.history_table, self.history_chart]), self.explain_table])
+                    sweep]),
+            w.VBox([self.history_note, self.history_table, self.history_chart]), explained])
         for i, title in enumerate(PANELS):
             self.tabs.set_title(i, title)
         self.tabs.observe(lambda _: self._draw_visible(), "selected_index")
@@ -205,9 +217,10 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
                   "cp": layout.cp, "schedule": layout.schedule,
                   "microbatches": layout.microbatches, "virtual": layout.virtual_stages,
                   **{a.value: getattr(layout, a.value) for a in SPLIT_AXES}, **settings}
+        first = {name: values.pop(name) for name in ("devices", "hardware") if name in values}
         with self.hold():
             self.controls["model"].value = model  # resets the dims to the preset's
-            for name, value in values.items():
+            for name, value in (first | values).items():  # devices, hardware reset others
                 control = self.controls[name]
                 if isinstance(control, w.Dropdown) and value not in control.options:
                     control.options = sorted({*control.options, value})
@@ -225,10 +238,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         with self.hold():
             for dim in DIMS:
                 self.controls[dim].value = getattr(preset, dim)
-            for name, value in realistic_defaults(preset).items():
-                self.controls[name].value = value
-            if load_chip(self.controls["hardware"].value).calibration is None:
-                self.controls["dtype"].value = "bfloat16"
+            self._set_defaults(self.controls["hardware"].value, preset)
 
     def _on_devices(self, change) -> None:
         """Each split axis offers the divisors of the device count; sizes that no longer
@@ -243,9 +253,11 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
     def _on_hardware(self, change) -> None:
         """Accelerators predict in bfloat16, cpu-local in what the emulated mesh runs."""
         with self.hold():
-            emulated = load_chip(change.new).calibration is not None
-            preset = realistic_defaults(model_preset(self.controls["model"].value))
-            self.controls["dtype"].value = preset["dtype"] if emulated else "bfloat16"
+            self._set_defaults(change.new, model_preset(self.controls["model"].value))
+
+    def _set_defaults(self, hardware: str, preset) -> None:
+        for name, value in control_defaults(hardware, preset).items():
+            self.controls[name].value = value
 
     # --- state ------------------------------------------------------------------------------
     @property
@@ -299,7 +311,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         values = self.values
         try:
             model, train, layout = resolve(values)
-            p = predict(model, train, layout, values["hardware"], dtype=model.dtype)
+            p = predicted(values, model, train, layout)
         except (LayoutError, ValueError) as exc:
             self.error, self.fixes = str(exc), []
             self.ways = ways_out(values)
@@ -329,10 +341,5 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         self._drawn -= set(panels)
         self._draw_visible()
 
-
-# The helpers parex.explorer.planner builds its controls with (they live in parex.explorer.view
-# and parex.charts.style now; the Planner can import them from there).
-_dropdown, _int_text, _hardware_names, _spec_rows = dropdown, int_text, hardware_names, spec_rows
-_seconds = format_seconds
 
 __all__ = ["Explorer", "PANELS", "divisors"]

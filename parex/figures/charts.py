@@ -18,9 +18,10 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from ..charts.style import source_color
+
 PAPER, PAREX = "paper", "parex"
 SOURCE_COLORS = alt.Scale(domain=[PAPER, PAREX], range=["#222222", "#f58518"])
-KIND_COLORS = alt.Scale(domain=["predicted", "measured"], range=["#f58518", "#4c78a8"])
 WIDTH, HEIGHT = 300, 190
 
 
@@ -105,8 +106,10 @@ def ratio_strip(result, width: int = 2 * WIDTH + 40, height: int = 120):
     y = alt.Y("ratio:Q", title="parex / paper", scale=scale)
     band = alt.Chart(df).mark_bar(color="#dddddd", opacity=0.7).encode(
         x=x, y=alt.Y("lo:Q", scale=scale), y2="hi:Q")
+    # parex's number measured or predicted: the colours of every parex chart, and the legend
+    # lists only the kinds this figure has (a predicted-only figure shows no "measured")
     dots = alt.Chart(df).mark_point(filled=True, size=45).encode(
-        x=x, y=y, color=alt.Color("kind:N", scale=KIND_COLORS, title="parex's number"),
+        x=x, y=y, color=source_color(df["kind"], field="kind", title="parex's number"),
         shape=alt.Shape("status:N", title=None,
                         scale=alt.Scale(domain=["within", "outside", "known deviation"],
                                         range=["circle", "cross", "triangle-up"])),

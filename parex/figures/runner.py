@@ -13,12 +13,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, unknown
 from .core import REGISTRY, FigureResult, Spec, from_json, run
 
 ORDER = ("zero-table1", "korthikanti-table2", "korthikanti-measured", "megatron-table1",
          "pipeline-bubble", "pipeline-memory", "zero-bubble", "interleaved-bubble",
-         "ring-ulysses", "diloco", "hexiscale", "scaling-book-roofline")
+         "ring-ulysses", "diloco", "hexiscale", "scaling-book-roofline", "axonn", "ppll")
 
 
 def ordered_specs() -> list[Spec]:
@@ -29,8 +29,8 @@ def ordered_specs() -> list[Spec]:
 def spec(name: str) -> Spec:
     """The registered figure `name`; an unknown name lists the known ones."""
     if name not in REGISTRY:
-        known = ", ".join(s.name for s in ordered_specs())
-        raise InputError(f"unknown figure {name!r}; known figures: {known} (parex figure --list)")
+        known = [s.name for s in ordered_specs()]
+        raise InputError(unknown("figure", name, known) + " (parex figure --list)")
     return REGISTRY[name]
 
 

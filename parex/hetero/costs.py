@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..defaults import default_attention
 from ..errors import InputError
 from ..hardware import Chip
 from ..predict import alpha_beta, comm, flops, memory
@@ -46,6 +47,7 @@ class Setting:
     remat: str = "none"
     recipe: memory.Recipe = memory.RECIPES["mixed"]
     convention: comm.Convention = comm.CONVENTIONS["gpu"]
+    attention: str = default_attention(local=False)  # the kernel real runs there use
 
     @classmethod
     def make(cls, model: ModelConfig, seq_len: int | None = None, remat: str = "none",
@@ -77,7 +79,8 @@ def stage_grid(setting: Setting, tensors, b: int, layers) -> Grid:
     train = TrainConfig(global_batch=b, seq_len=setting.seq_len, remat=setting.remat)
     tensors, layers = np.broadcast_arrays(np.asarray(tensors), np.asarray(layers))
     grid = Grid.from_columns(train, setting.model, tensor=tensors, stage_layers=layers)
-    return dataclasses.replace(grid, executor=False)  # the ideal program of a GPU cluster
+    # the ideal program of a GPU cluster, with its attention kernel
+    return dataclasses.replace(grid, executor=False, flash=setting.attention == "flash")
 
 
 def _elements(sizes: ModelSizes, tensors: np.ndarray) -> dict:

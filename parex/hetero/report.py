@@ -4,14 +4,15 @@ the homogeneous planner's shape: `layouts_considered`, `layouts_per_s`, `top` wi
 
 from __future__ import annotations
 
-from ..measure.report import human_bytes, table
+from ..measure.report import Drawing, TextReport, table
+from ..units import format_bytes, format_flops, format_seconds
 from .baselines import Comparison
 from .draw import plan_text
 from .predict import HeteroPrediction
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.2f} s"
+    return format_seconds(seconds)
 
 
 def _shape(pred: HeteroPrediction) -> str:
@@ -61,22 +62,23 @@ def _row(rank, pred: HeteroPrediction) -> list:
     st = e["step_time_s"]
     return [f"{rank:>2}  {_shape(pred)}", e["remat"], e["microbatch"], _ms(st["total"]),
             _ms(st["compute"]), _ms(st["exposed_comm"]), _ms(st["bubble"]),
-            f"{human_bytes(e['memory_bytes_per_device']['total'])} {pred.tightest().chip}",
-            human_bytes(e["memory_headroom_bytes"]), f"{e['mfu']:.1%}", e["bottleneck"]]
+            f"{format_bytes(e['memory_bytes_per_device']['total'])} {pred.tightest().chip}",
+            format_bytes(e["memory_headroom_bytes"]), f"{e['mfu']:.1%}", e["bottleneck"]]
 
 
-def comparison_report(c: Comparison) -> str:
+def comparison_report(c: Comparison) -> TextReport:
     """The header, the ranked plans, the best drawn, and the two yardsticks."""
     s, cluster = c.search, c.search.cluster
     groups = " + ".join(f"{g.n_devices} × {g.chip.name}" for g in cluster.groups)
     link = (f", {cluster.inter_group_gbps:g} Gb/s between groups"
             if cluster.inter_group_gbps else "")
+    peak = format_flops(cluster.peak(), per_second=True)
     head = (f"parex plan · {s.model.name} · {cluster.name}: {groups}{link} · global batch "
-            f"{s.global_batch} × {s.seq_len} tokens · peak {cluster.peak() / 1e15:.2f} PFLOP/s")
+            f"{s.global_batch} × {s.seq_len} tokens · peak {peak}")
     rows = [_row(r + 1, p) for r, p in enumerate(s.top)]
     best = s.best
-    lines = [head, "", table(rows, HEADER), "", "best plan:", plan_text(best.plan, cluster),
-             "", f"string: {best.plan}", ""]
+    drawing = Drawing(plan_text(best.plan, cluster))
+    lines = ["", f"string: {best.plan}", ""]
     if c.even is not None:
         lines.append(f"vs the best even split ({_shape(c.even)}, remat {c.even.setting.remat}): "
                      f"MFU {c.even.mfu:.1%} → {best.mfu:.1%}, {c.versus_even:.2f}× faster")
@@ -85,13 +87,15 @@ def comparison_report(c: Comparison) -> str:
     if c.homogeneous is not None:
         h = c.homogeneous.best
         lines.append(f"vs a homogeneous cluster of the same peak ({c.reference.name}, "
-                     f"{c.reference.peak() / 1e15:.2f} PFLOP/s): MFU {h.mfu:.1%} there, "
+                     f"{format_flops(c.reference.peak(), per_second=True)}): MFU {h.mfu:.1%} "
+                     f"there, "
                      f"{best.mfu:.1%} here ({c.versus_homogeneous:.1%} of it)")
     lines += ["", f"{s.considered:,} plans considered ({s.structures:,} shapes × remat × "
                   f"microbatch size), {s.fitting:,} fit; searched in {s.seconds:.2f} s = "
                   f"{s.layouts_per_s:,.0f} plans/s. shape = pipelines × stages per pipeline, "
                   f"tensor degrees used; tightest = the device fullest against its own memory."]
-    return "\n".join(lines)
+    return TextReport(head, "", table(rows, HEADER), "", "best plan:", drawing,
+                      "\n".join(lines))
 
 
 __all__ = ["comparison_json", "comparison_report"]

@@ -8,4 +8,15 @@ axis, each taking H inner steps between outer synchronisations.
     measure.py    a DiLoCo layout measured (parex.measure dispatches here)
     predict.py    one replica's inner step plus the exchange over a WAN link
     studies.py    loss against bytes exchanged: sync DP beside DiLoCo on the same tokens
+
+    Layout.parse("replica=4,data=2,inner_steps=50")      measured and predicted as any layout
+    frame = loss_study(model, train, default_runs(8, 4, (10, 50)))   final_gaps(frame)
+    wan_sweep(scale_models(), "h100-sxm", 2, [1, 10, 100], wan_link(1.0))   time over a WAN
 """
+
+from .diloco import DiLoCo
+from .predict import predict_diloco, scale_models, wan_link, wan_sweep
+from .studies import StudyRun, default_runs, final_gaps, loss_study
+
+__all__ = ["DiLoCo", "StudyRun", "default_runs", "final_gaps", "loss_study", "predict_diloco",
+           "scale_models", "wan_link", "wan_sweep"]

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import model as gpt
@@ -165,7 +164,7 @@ class DiLoCo:
 
     def _outer_body(self, f: int):
         lay, (take, put, groups, split) = self.layout, self._fragment(f)
-        lr, mu = lay.outer_lr, lay.outer_momentum
+        lr, mu = lay.outer.lr, lay.outer.momentum
 
         def nesterov(m, theta, g):  # m ← μ·m + g ; θ ← θ − η·(g + μ·m)
             m = [mu * a + b for a, b in zip(m, g)]

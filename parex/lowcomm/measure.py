@@ -27,7 +27,7 @@ from ..config import ModelConfig, TrainConfig
 from ..data import Batches
 from ..layout import Axis, Layout
 from ..measure.compiled import check_fits_host, compiled_stats, memory_stats
-from ..measure.hlo import parse_collectives
+from ..measure.hlo import parse_collectives, wire_bytes
 from ..mesh import make_mesh
 from ..record import Measurement
 from ..validation import validate

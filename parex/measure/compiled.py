@@ -79,14 +79,14 @@ def compiled_stats(compiled, step: TrainStep) -> dict:
     """Memory, FLOPs and collectives of a compiled step, per device, without running it. Under
     a pipeline each stage takes a different branch of the tick switch on each tick: the
     collectives and matmul FLOPs are the busiest stage's, each branch counted on the ticks that
-    take it (Plan.branch_shares)."""
+    take it (Timetable.branch_shares)."""
     flops, bytes_accessed = cost_stats(compiled)
     text, mesh = compiled.as_text(), step.mesh
     shares = [None]
-    if step.layout.stage > 1:
-        from ..parallel.pipeline import plan_for
+    if step.layout.stage > 1 and step.local is None:  # local: no switch, every tick alike
+        from ..parallel.pipeline import timetable_for
 
-        shares = plan_for(step).branch_shares()
+        shares = timetable_for(step).branch_shares()
     collectives = max((parse_collectives(text, mesh.devices.shape, mesh.axis_names, s)
                        for s in shares), key=lambda cs: sum(c.total_bytes for c in cs))
     return {"memory_bytes_per_device": memory_stats(compiled), "flops_per_device": flops,

@@ -5,6 +5,16 @@ Bytes convention (shared with the predictor): the size of the full logical buffe
 contributes or receives, i.e. the all-reduced array, the gathered result of an all-gather, the
 unscattered input of a reduce-scatter, the array sent by a collective-permute or all-to-all.
 
+GPU modules run collectives asynchronously, as pairs: `all-reduce-start` / `all-reduce-done`,
+`all-gather-start` / `-done`, `collective-permute-start` / `-done`, and others (reduce-scatter,
+all-to-all) wrapped in `async-start` / `async-done` around a computation that holds the plain op.
+Each pair counts once: the start (or the wrapped op), never the done. A start's shape is a tuple
+whose second element is the result: (operand, result) for a gather, (operand, result, u32[],
+u32[]) for a permute; an all-reduce-start's is the result itself. Fusions and async wrappers call
+their computations (`calls=`), which run as often as the instruction that calls them, so dots
+and collectives inside them are counted with it. cuBLAS matmuls are custom-calls
+(`__cublas$gemm`, `__cublas$lt$matmul`) whose dimension numbers sit in the backend config.
+
 Nothing is guessed: a while loop without a known trip count, or a collective whose device groups
 cannot be read, raises HloError naming the instruction, instead of counting one trip or zero
 bytes. (parex's own steps have neither; a module that does needs the parser extended.) A
@@ -32,6 +42,10 @@ _ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
 _CALLEE = re.compile(r"\b(?:body|condition|calls|true_computation|false_computation)=%?([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_ASYNC_END = re.compile(r"\s(?:async-done|async-update)\(")
+_GEMM = re.compile(r"custom-call\((?P<args>.*?)\).*custom_call_target=\"__cublas\$(?:lt\$)?"
+                   r"(?:gemm|matmul)")
+_GEMM_CONTRACTING = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')
 
 
 class HloError(RuntimeError):
@@ -67,13 +81,27 @@ def shape_bytes(shape: str) -> int:
     return total
 
 
+def tuple_elements(shape: str) -> list[str]:
+    """The top-level elements of a tuple shape: '((f32[2], f32[3]), f32[4])' -> ['(f32[2],
+    f32[3])', 'f32[4]']; a non-tuple shape is its own one element."""
+    shape = shape.strip()
+    if not shape.startswith("("):
+        return [shape]
+    parts, depth, start = [], 0, 1
+    for i, ch in enumerate(shape):
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(ch, 0)
+        if (ch == "," and depth == 1) or (ch == ")" and depth == 0):
+            parts.append(shape[start:i].strip())
+            start = i + 1
+    return [p for p in parts if p]
+
+
 def _result_bytes(shape: str, op: str, is_async: bool) -> int:
     """Async starts (GPU) return (operand, result, ...) for gathers and permutes: count the
-    result."""
-    arrays = _ARRAY.findall(shape)
-    if is_async and op != "all-reduce" and len(arrays) >= 2:
-        dtype, dims = arrays[1]
-        return shape_bytes(f"{dtype}[{dims}]")
+    result, its second element (a tuple itself when several arrays are gathered at once)."""
+    elements = tuple_elements(shape)
+    if is_async and op != "all-reduce" and len(elements) >= 2:
+        return shape_bytes(elements[1])
     return shape_bytes(shape)
 
 
@@ -152,6 +180,8 @@ def _multiplicities(hlo_text: str, branch_shares=None) -> tuple[dict, dict]:
         if current is None:
             continue
         bodies[current].append(line)
+        if _ASYNC_END.search(line):
+            continue  # an async pair's end names the computation its start already ran
         trips = _trip_count(line, current) if " while(" in line else 1
         for callee in _CALLEE.findall(line):
             calls[current].append((callee, trips))
@@ -197,12 +227,40 @@ def parse_collectives(hlo_text: str, mesh_shape: tuple[int, ...], axis_names: tu
             for (kind, nbytes, size, axes), count in sorted(merged.items()) if round(count)]
 
 
-_DEFINITION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)\s+([\w\-]+)\((.*)$")
+_DEFINITION = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\(.*?\)|\S+)\s+([\w\-]+)\((.*)$")
+# an operand, with the shape GPU modules print before it or without: "f32[8,4]{1,0} %x" or "%x"
+_OPERAND = re.compile(
+    r"^\s*(?:(?P<shape>[a-z]+\d*\[[\d,]*\])(?:\{[^}]*\})?\s+)?%?(?P<name>[\w.\-]+)")
+
+
+def _dims(shape: str) -> list[int]:
+    """Dims of a shape's first array (a tuple's first element: a gemm's result)."""
+    array = _ARRAY.search(shape)
+    return [int(d) for d in array.group(2).split(",") if d] if array else []
+
+
+def _matmul(line: str, op: str, dims: list[int], args: str, shapes: dict) -> float:
+    """FLOPs of one dot or cuBLAS gemm custom-call: 2 · |output| · |contracted dims of lhs|;
+    0 for any other instruction."""
+    if op == "dot":
+        contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+    elif op == "custom-call" and _GEMM.search(line):
+        contracting = _GEMM_CONTRACTING.search(line)
+    else:
+        return 0.0
+    lhs = _OPERAND.match(args)
+    lhs_dims = (_dims(lhs.group("shape")) if lhs and lhs.group("shape")
+                else shapes.get(lhs.group("name") if lhs else "", [1]))
+    picked = contracting.group(1).replace('"', "").split(",") if contracting else []
+    k = np.prod([lhs_dims[int(i)] for i in picked if i.strip()])
+    return 2.0 * float(np.prod(dims)) * float(k)
 
 
 def matmul_flops(hlo_text: str, branch_shares=None) -> float:
-    """FLOPs of every dot per step, loop trip counts included: 2 · |output| · |contracted dims|.
-    XLA's cost analysis counts a loop body once; this counts it as often as it runs."""
+    """FLOPs of every dot (and cuBLAS gemm) per step, loop trip counts and the computations that
+    fusions call included: 2 · |output| · |contracted dims|. XLA's cost analysis counts a loop
+    body once; this counts it as often as it runs."""
     bodies, runs = _multiplicities(hlo_text, branch_shares)
     total = 0.0
     for name, lines in bodies.items():
@@ -213,16 +271,9 @@ def matmul_flops(hlo_text: str, branch_shares=None) -> float:
             m = _DEFINITION.match(line)
             if not m:
                 continue
-            array = _ARRAY.match(m.group(2))
-            dims = [int(d) for d in array.group(2).split(",") if d] if array else []
+            dims = _dims(m.group(2))
             shapes[m.group(1)] = dims
-            if m.group(3) != "dot":
-                continue
-            lhs = m.group(4).split(",")[0].strip().lstrip("%").split(" ")[-1].lstrip("%")
-            contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
-            k = np.prod([shapes.get(lhs, [1])[int(i)] for i in contracting.group(1).split(",")
-                         if i]) if contracting else 1
-            total += 2.0 * float(np.prod(dims)) * float(k) * runs[name]
+            total += _matmul(line, m.group(3), dims, m.group(4), shapes) * runs[name]
     return total
 
 

@@ -20,22 +20,21 @@ ring (Liu et al. 2023, "Ring Attention"): every device keeps its queries and pas
     the ring kept every hop's keys, values and probabilities, T·(s − 1)/s rows of each.
     Inside pipeline stages (`per_group`) each hop is an all-to-all over the seq group instead of
     a ppermute (`_shift_by_all_to_all`: the stages run different branches of the tick switch).
+    Each hop's blocks are computed by parex.attention's block functions, the flash kernel's.
 ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): one all-to-all turns a sequence shard of all heads
-    into the whole sequence of H/s heads; attention is local; a second all-to-all turns it back.
+    into the whole sequence of H/s heads; attention is local (naive or flash, the step's kernel);
+    a second all-to-all turns it back.
 """
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model import attention_core
-
-NEG_INF = -1e30  # the masked-score fill of parex.model.attention_core
+from ..attention import attend, attention, block_grads, causal_mask, merge
 
 
 # --- the zig-zag layout ------------------------------------------------------------------------
@@ -54,38 +53,17 @@ def zigzag(x, s: int, axis: int = 1):
 
 # --- ring attention: the forward --------------------------------------------------------------
 
-def _scores(q, k, diagonal: bool = False):
-    """q (B, Tq, K, G, Dh), k (B, Tk, K, Dh) -> scaled scores (B, K, G, Tq, Tk) in float32; a
-    diagonal block (a chunk against itself) is causal."""
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
-    if diagonal:
-        c = scores.shape[-1]
-        scores = jnp.where(jnp.tril(jnp.ones((c, c), bool)), scores, NEG_INF)
-    return scores
-
-
 def _attend(q, k, v, diagonal: bool = False):
-    """One (c × c) block's share of the softmax: (row max m, row sum l, unnormalised output o)."""
-    scores = _scores(q, k, diagonal)  # (B, K, G, c, c)
-    m = scores.max(-1)  # (B, K, G, c)
-    p = jnp.exp(scores - m[..., None])
-    o = jnp.einsum("bkgts,bskd->bkgtd", p.astype(v.dtype), v).astype(jnp.float32)
-    return m, p.sum(-1), o  # o (B, K, G, c, Dh)
-
-
-def _merge(acc, new):
-    """Combine two partial softmaxes over disjoint key sets: rescale both to the larger max."""
-    (m1, l1, o1), (m2, l2, o2) = acc, new
-    m = jnp.maximum(m1, m2)
-    a1, a2 = jnp.exp(m1 - m), jnp.exp(m2 - m)
-    return m, l1 * a1 + l2 * a2, o1 * a1[..., None] + o2 * a2[..., None]
+    """One (c × c) block's share of the softmax (parex.attention.attend, the flash kernel's
+    block): (row max m, row sum l, unnormalised output o); a diagonal block is causal."""
+    return attend(q, k, v, causal_mask(q.shape[1]) if diagonal else None)
 
 
 def _own_chunks(q, k, v):
     """Hop 0, this device's chunks a = i and b = 2s−1−i (1 and 2 below): a sees itself causally;
     b sees a fully and itself causally; a never sees b. Returns the accumulators of a and b."""
     (q1, q2), (k1, k2), (v1, v2) = (_halves(x) for x in (q, k, v))
-    return _attend(q1, k1, v1, True), _merge(_attend(q2, k1, v1), _attend(q2, k2, v2, True))
+    return _attend(q1, k1, v1, True), merge(_attend(q2, k1, v1), _attend(q2, k2, v2, True))
 
 
 def _visiting(acc1, acc2, q, k, v, before):
@@ -95,10 +73,10 @@ def _visiting(acc1, acc2, q, k, v, before):
     unmasked (c × c) blocks on every device, the second chosen by selecting operands, not by
     branching (no device-dependent control flow, and no work on masked blocks)."""
     (q1, q2), (k1, k2), (v1, v2) = (_halves(x) for x in (q, k, v))
-    acc2 = _merge(acc2, _attend(q2, k1, v1))
+    acc2 = merge(acc2, _attend(q2, k1, v1))
     pick = partial(jnp.where, before)
     extra = _attend(pick(q1, q2), pick(k1, k2), pick(v1, v2))
-    acc1_new, acc2_new = _merge(acc1, extra), _merge(acc2, extra)
+    acc1_new, acc2_new = merge(acc1, extra), merge(acc2, extra)
     return (jax.tree.map(pick, acc1_new, acc1), jax.tree.map(pick, acc2, acc2_new))
 
 
@@ -154,14 +132,9 @@ def _shift_by_all_to_all(x, axis_name, s):
 # q, k, v, the output and lse, and one visiting block at a time.
 
 def _block_grads(rows, k, v, diagonal: bool = False):
-    """(dq, dk, dv) of one (c × c) block. rows = (q, dO, lse, δ) of its query chunk, float32:
-    P = exp(S − lse), dV = Pᵀ dO, dS = P ∘ (dO Vᵀ − δ), dQ = dS K / √Dh, dK = dSᵀ Q / √Dh, with
-    δ = rowsum(dO ∘ O). q, dO (B, c, K, G, Dh); lse, δ (B, K, G, c); k, v (B, c, K, Dh)."""
-    q, do, lse, delta = rows
-    p = jnp.exp(_scores(q, k, diagonal) - lse[..., None])  # (B, K, G, c, c)
-    dv = jnp.einsum("bkgts,btkgd->bskd", p, do)
-    ds = p * (jnp.einsum("btkgd,bskd->bkgts", do, v) - delta[..., None]) / math.sqrt(q.shape[-1])
-    return (jnp.einsum("bkgts,bskd->btkgd", ds, k), jnp.einsum("bkgts,btkgd->bskd", ds, q), dv)
+    """(dq, dk, dv) of one (c × c) block (parex.attention.block_grads, the flash kernel's), a
+    diagonal block causal. rows = (q, dO, lse, δ) of its query chunk, float32."""
+    return block_grads(rows, k, v, causal_mask(k.shape[1]) if diagonal else None)
 
 
 def _own_grads(rows1, rows2, k, v):
@@ -245,11 +218,12 @@ def ring_attention(q, k, v, axis_name: str, s: int, per_group: bool = False):
 
 # --- Ulysses -----------------------------------------------------------------------------------
 
-def ulysses_attention(q, k, v, axis_name: str):
+def ulysses_attention(q, k, v, axis_name: str, kernel: str = "naive"):
     """All-to-all attention on contiguous shards. q (B, Tl, H, Dh); k, v (B, Tl, K, Dh).
-    Heads are split in contiguous groups, so the kv head of each query head moves with it."""
+    Heads are split in contiguous groups, so the kv head of each query head moves with it; the
+    local attention is `kernel`'s (parex.attention)."""
     def to_heads(x):  # (B, T/s, N, Dh) -> (B, T, N/s, Dh)
         return jax.lax.all_to_all(x, axis_name, 2, 1, tiled=True)
 
-    out = attention_core(to_heads(q), to_heads(k), to_heads(v))  # (B, T, H/s, Dh)
+    out = attention(to_heads(q), to_heads(k), to_heads(v), kernel)  # (B, T, H/s, Dh)
     return jax.lax.all_to_all(out, axis_name, 1, 2, tiled=True)  # (B, T/s, H, Dh)

@@ -2,7 +2,7 @@
 
     loss, grads = pipeline_loss_and_grads(step, params, batch)
 
-Shape of the computation (JAX_NOTES "Pipelines"):
+Shape of the computation:
 - The stacked blocks (L, ...) are regrouped per device as (p, v, Lmax, ...) — v chunks of at most
   Lmax layers, padded for uneven partitions and skipped by a per-layer mask. With even chunks
   the train state already stores them in that order (TrainStep.block_order), so this is a
@@ -13,7 +13,7 @@ Shape of the computation (JAX_NOTES "Pipelines"):
   tensor parallelism run inside stages.
 - One `lax.scan` over the table's ticks. Each tick every device looks up its op and runs one branch
   of a `lax.switch`: idle, or F, B or W of its first, a middle or its last virtual stage. What a
-  branch produces travels up, down or stays on the device (plan.py), by two cyclic `ppermute`s
+  branch produces travels up, down or stays on the device (timetable.py), by two cyclic `ppermute`s
   outside the switch, so no collective depends on the device. The branches read the buffers in
   place and return only what they produce; the tick scatters each value into its slot after the
   switch (nowhere when the branch did not produce it), so a tick copies only the slots it uses.
@@ -51,7 +51,7 @@ from ..layout import Axis, partitioned_inside_stages
 from . import fsdp_stage
 from .nested import layer_loop
 from .outputs import Positions, leaf_outputs
-from .plan import BUFFERS, DOWN, UP, Plan, make_plan, stage_partition
+from .timetable import BUFFERS, DOWN, UP, Timetable, make_timetable, stage_partition
 from .schedules import make_schedule
 from .split import BlockTaps, tapped_layers, weight_grads
 from .stash import Residuals, Stash, varying_axes
@@ -184,7 +184,7 @@ class _Context:
                 "head": Residuals.probe(self.head_loss(targets), self.head, (x,))}
 
 
-# --- the branches ----------------------------------------------------------------------------------
+# --- the branches ---------------------------------------------------------------------------------
 # A branch sees the buffers whole but only reads them: it returns what it produces (a value per
 # stash buffer, a chunk's weight gradients, the embedding's and head's gradients, its loss) and
 # the tick stores those after the switch, each into its slot, or nowhere when this branch does not
@@ -282,17 +282,17 @@ def _produced(state, buffers, accumulators) -> dict:
     return out
 
 
-def _switch_outputs(plan: Plan, ctx: _Context, stashes: dict, accumulators,
+def _switch_outputs(timetable: Timetable, ctx: _Context, stashes: dict, accumulators,
                     share: bool) -> Positions:
     """The switch's output positions (outputs.py): every stash value, one chunk's gradients and
     the embedding's and head's, each with the branches that produce it (`_writes`); shared
     between branches unless XLA partitions axes inside the stage (`share`)."""
-    split = plan.schedule.split_backward
-    writes = [_writes(name, split) for name in plan.branches]
+    split = timetable.schedule.split_backward
+    writes = [_writes(name, split) for name in timetable.branches]
     g_blocks, g_head, _ = accumulators
 
     def producers(what, role=None):
-        return frozenset(b for b, (w, name) in enumerate(zip(writes, plan.branches))
+        return frozenset(b for b, (w, name) in enumerate(zip(writes, timetable.branches))
                          if what in w and (role is None or name.endswith("." + role)))
 
     outputs = []
@@ -333,7 +333,7 @@ def _branch(index: int, name: str, ctx: _Context, positions: Positions, like):
                 state, out = _weights(ctx, state, row, blocks, like)
         produced = _produced(state, stashes, accumulators)
         if set(produced) != expected:
-            raise RuntimeError(f"branch {name} produced {sorted(produced)}, its plan says "
+            raise RuntimeError(f"branch {name} produced {sorted(produced)}, its timetable says "
                                f"{sorted(expected)} (pipeline._writes)")
         loss = accumulators[2]
         d_loss = _like(state["d_loss"], loss) if "d_loss" in state else jnp.zeros_like(loss)
@@ -344,9 +344,10 @@ def _branch(index: int, name: str, ctx: _Context, positions: Positions, like):
 
 # --- the per-device program ----------------------------------------------------------------------
 
-def _initial_state(plan: Plan, ctx: _Context, act, manual, blocks32, head32):
-    """Buffers sized from the table (plan.slots), each varying as the values stored in it."""
-    specs, slots = ctx.specs, plan.slots
+def _initial_state(timetable: Timetable, ctx: _Context, act, manual, blocks32, head32):
+    """Buffers sized from the table (timetable.slots), each varying as the values stored in
+    it."""
+    specs, slots = ctx.specs, timetable.slots
     state = {"inbox": vary(jnp.zeros((slots["inbox"] + 1, *act.shape), act.dtype), manual),
              "res": Stash.create(specs["layers"].stashed, slots["res"]),
              "emb": Stash.create(specs["embedding"].stashed, slots["emb"]),
@@ -369,120 +370,177 @@ def _gathered(chunk, shards, manual):
     return vary(shards.gather(chunk), manual)
 
 
-def _per_device(plan: Plan, cfg, ops, remat, replicas, fsdp, blocks, mask, head, tokens,
-                targets, table):
+def _per_device(timetable: Timetable, cfg, ops, remat, replicas, fsdp, blocks, mask, head,
+                tokens, targets, table):
     """The shard_map body: this device's slice of every argument; returns (loss, grads).
     `replicas` is the data-parallel size when `data` is manual here (1 when it is not), `fsdp`
-    the fsdp size when `fsdp` is (fsdp_stage.manual_fsdp)."""
-    p, m = plan.schedule.p, plan.schedule.m
+    the fsdp size when `fsdp` is (fsdp_stage.manual_fsdp). Three phases: the context every
+    branch reads (`_context`), the scan of the table's ticks (`_Tick`), one reduction each after
+    the loop (`_reduce_after_loop`)."""
     data = (DATA,) if replicas > 1 else ()
-    shards = (fsdp_stage.FSDP,) if fsdp > 1 else ()
-    manual = (STAGE,) + data + shards
+    manual = (STAGE,) + data + ((fsdp_stage.FSDP,) if fsdp > 1 else ())
     blocks, mask = jax.tree.map(lambda a: a[0], (blocks, mask))  # drop the stage dim
-    mask = None if plan.layer_mask.all() else mask  # no padding: no per-layer cond
+    mask = None if timetable.layer_mask.all() else mask  # no padding: no per-layer cond
     blocks = vary(blocks, manual)  # already varying over stage (and fsdp's shards)
     head = vary(head, manual)
+    inner = ops.inside(bool(data), manual_fsdp=fsdp > 1)
+    count = timetable.schedule.m * replicas * fsdp  # the loss is the mean over these
+    ctx, act = _context(timetable, cfg, inner, remat, 1.0 / count, manual,
+                        (blocks, mask, head, tokens, targets), table["mb"][0, 0])
+    state = _initial_state(timetable, ctx, act, manual, blocks, head)
+    tick = _Tick.build(timetable, ctx, state, act, ops.layout)
+    state = lax.scan(tick, state, {k: a[:, 0] for k, a in table.items()})[0]
+    return _reduce_after_loop(state, ctx, data, count)
+
+
+def _context(timetable: Timetable, cfg, ops, remat, seed, manual, inputs,
+             mb) -> tuple[_Context, jax.Array]:
+    """Phase 1: what every branch reads, and one activation's (or cotangent's) zeros `act`.
+    The chunks and the embedding and head are cast to the compute dtype; a split backward's taps
+    are probed on one layer's weights; each piece's residual structure on microbatch `mb`.
+    `inputs` are this device's (blocks, mask, head, tokens, targets); `seed` is
+    d(mean loss)/d(one microbatch's loss)."""
+    blocks, mask, head, tokens, targets = inputs
     compute = jnp.dtype(cfg.dtype)
-    inner = ops.inside(bool(data), manual_fsdp=bool(shards))
-    split = fsdp_stage.ChunkShards.of(cfg, inner) if shards else None
+    shards = fsdp_stage.ChunkShards.of(cfg, ops) if fsdp_stage.FSDP in manual else None
     b, T = tokens.shape[1:]
     act = vary(jnp.zeros((b, T, cfg.hidden), compute), manual)  # one activation or cotangent
     cast = gpt.cast(blocks, compute)
     taps = None
-    if plan.schedule.split_backward:
-        first = _at(_gathered(_at(cast, 0), split, manual), 0)  # one layer's weights
-        taps = BlockTaps.probe(cfg, inner, remat, first, act)
+    if timetable.schedule.split_backward:
+        first = _at(_gathered(_at(cast, 0), shards, manual), 0)  # one layer's weights
+        taps = BlockTaps.probe(cfg, ops, remat, first, act)
     cast_head = gpt.cast(head, compute)
     ctx = _Context(cast, mask, {k: cast_head[k] for k in EMBEDDING if k in cast_head},
-                   {k: cast_head[k] for k in HEAD}, tokens, targets, cfg, inner, remat,
-                   1.0 / (m * replicas * fsdp), manual, taps, split)
-    ctx = dataclasses.replace(ctx, specs=ctx.probe(act, table["mb"][0, 0]))
-    state = _initial_state(plan, ctx, act, manual, blocks, head)
-    stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
-    ly = ops.layout
-    split_by_xla = partitioned_inside_stages(ly.tensor, ly.seq, ly.fsdp, ly.data, ly.zero)
-    positions = _switch_outputs(plan, ctx, stashes,
-                                (state["g_blocks"], state["g_head"], state["loss"]),
-                                share=not split_by_xla)
-    branches = [_branch(i, name, ctx, positions, act) for i, name in enumerate(plan.branches)]
-    up = [(i, (i + 1) % p) for i in range(p)]
-    down = [(i, (i - 1) % p) for i in range(p)]
+                   {k: cast_head[k] for k in HEAD}, tokens, targets, cfg, ops, remat, seed,
+                   manual, taps, shards)
+    return dataclasses.replace(ctx, specs=ctx.probe(act, mb)), act
 
-    def made(key, branch):  # whether the tick's branch produces output `key` (static flags)
-        who = positions.producers.get(key, frozenset())
-        return jnp.asarray([i in who for i in range(len(plan.branches))])[branch]
 
-    def read(values, name, tree):  # the tree of outputs (name, leaf) in their positions
-        leaves = [positions.read(values, (name, i)) for i in range(len(jax.tree.leaves(tree)))]
-        return jax.tree.unflatten(jax.tree.structure(tree), leaves)
+@dataclass(frozen=True, eq=False)  # hashed by identity, as lax.scan caches its body
+class _Tick:
+    """Phase 2, the scan's body: one tick of the table. The switch reads the buffers and returns
+    what its branch produces, in positions that outputs no branch produces together share
+    (outputs.py); each value is then scattered into its slot (`_store`, `_accumulate`), or
+    dropped (an out-of-range slot) when the branch did not produce it, so a value another branch
+    left in a shared position is never stored; last, the activations move (`_exchange`)."""
 
-    def tick(state, row):
-        # The switch reads the buffers and returns what its branch produces, in positions that
-        # outputs no branch produces together share (outputs.py); each value is scattered into
-        # its slot after it, or dropped (an out-of-range slot) when the branch did not produce
-        # it, so a value another branch left in a shared position is never stored.
+    timetable: Timetable
+    positions: Positions
+    branches: tuple  # one function per timetable.branches entry (_branch)
+    stashes: tuple  # the stash buffers' names (BUFFERS but the inbox, those in use)
+
+    @classmethod
+    def build(cls, timetable: Timetable, ctx: _Context, state, act, layout) -> "_Tick":
+        stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
+        split_by_xla = partitioned_inside_stages(layout.tensor, layout.seq, layout.fsdp,
+                                                 layout.data, layout.zero)
+        positions = _switch_outputs(timetable, ctx, stashes,
+                                    (state["g_blocks"], state["g_head"], state["loss"]),
+                                    share=not split_by_xla)
+        branches = tuple(_branch(i, name, ctx, positions, act)
+                         for i, name in enumerate(timetable.branches))
+        return cls(timetable, positions, branches, tuple(stashes))
+
+    def __call__(self, state, row):
         buffers = {name: state[name] for name in BUFFERS if name in state}
         accumulators = (state["g_blocks"], state["g_head"], state["loss"])
-        values, d_loss, out = lax.switch(row["branch"], branches, buffers, accumulators, row)
+        values, d_loss, out = lax.switch(row["branch"], list(self.branches), buffers,
+                                         accumulators, row)
+        state = self._accumulate(self._store(state, values, row), values, d_loss, row)
+        return self._exchange(state, out, row), None
+
+    def _made(self, key, branch):
+        """Whether the tick's branch produces output `key` (static flags, a traced index)."""
+        who = self.positions.producers.get(key, frozenset())
+        return jnp.asarray([i in who for i in range(len(self.timetable.branches))])[branch]
+
+    def _read(self, values, name, tree):
+        """The tree of outputs (name, leaf) from their positions."""
+        leaves = [self.positions.read(values, (name, i))
+                  for i in range(len(jax.tree.leaves(tree)))]
+        return jax.tree.unflatten(jax.tree.structure(tree), leaves)
+
+    def _store(self, state, values, row):
+        """Each stash value into its slot; slot timetable.slots[name] (one past the end) drops
+        it."""
+        for name in self.stashes:
+            if (name, 0) in self.positions.of:
+                slot = jnp.where(self._made((name, 0), row["branch"]), row[name],
+                                 self.timetable.slots[name])
+                state = state | {name: _put(state[name], self._read(values, name, state[name]),
+                                            slot)}
+        return state
+
+    def _accumulate(self, state, values, d_loss, row):
+        """A chunk's weight gradients added at the chunk's index (or dropped at v), the
+        embedding's and head's at index 0 of a one-slot view (or dropped at 1), and the loss."""
         branch = row["branch"]
-        for name in stashes:
-            if (name, 0) in positions.of:
-                slot = jnp.where(made((name, 0), branch), row[name], plan.slots[name])
-                state = state | {name: _put(state[name], read(values, name, state[name]), slot)}
         g_blocks = dict(state["g_blocks"])
-        for k, g in g_blocks.items():  # added at the chunk's index, or dropped (v)
-            if ("blocks." + k, 0) in positions.of:
-                chunk = jnp.where(made(("blocks." + k, 0), branch), row["chunk"],
-                                  plan.schedule.v)
-                g_blocks[k] = _put(g, read(values, "blocks." + k, g), chunk, add=True)
+        for k, g in g_blocks.items():
+            if ("blocks." + k, 0) in self.positions.of:
+                chunk = jnp.where(self._made(("blocks." + k, 0), branch), row["chunk"],
+                                  self.timetable.schedule.v)
+                g_blocks[k] = _put(g, self._read(values, "blocks." + k, g), chunk, add=True)
         g_head = dict(state["g_head"])
-        for k, g in g_head.items():  # added at index 0 of a one-slot view, or dropped (1)
-            if ("head_grads." + k, 0) in positions.of:
-                at = jnp.where(made(("head_grads." + k, 0), branch), 0, 1)
+        for k, g in g_head.items():
+            if ("head_grads." + k, 0) in self.positions.of:
+                at = jnp.where(self._made(("head_grads." + k, 0), branch), 0, 1)
                 one = jax.tree.map(lambda a: a[None], g)
                 g_head[k] = jax.tree.map(lambda a: a[0], _put(
-                    one, read(values, "head_grads." + k, g), at, add=True))
-        state = state | {"g_blocks": g_blocks, "g_head": g_head, "loss": state["loss"] + d_loss}
-        # Outside the switch: every device sends every tick, so no collective is device-dependent.
+                    one, self._read(values, "head_grads." + k, g), at, add=True))
+        return state | {"g_blocks": g_blocks, "g_head": g_head, "loss": state["loss"] + d_loss}
+
+    def _exchange(self, state, out, row):
+        """Outside the switch: every device sends every tick, up and down the cyclic stage
+        ring, so no collective is device-dependent; what arrives (and what stays) lands in
+        the inbox slots the table names."""
+        p = self.timetable.schedule.p
+        up = [(i, (i + 1) % p) for i in range(p)]
+        down = [(i, (i - 1) % p) for i in range(p)]
         from_below = lax.ppermute(jnp.where(row["send"] == UP, out, 0), STAGE, up)
         from_above = lax.ppermute(jnp.where(row["send"] == DOWN, out, 0), STAGE, down)
         inbox = state["inbox"]
         for value, slot in ((from_below, row["in_up"]), (from_above, row["in_down"]),
                             (out, row["in_self"])):
             inbox = lax.dynamic_update_index_in_dim(inbox, value, slot, 0)
-        return state | {"inbox": inbox}, None
+        return state | {"inbox": inbox}
 
-    state = lax.scan(tick, state, {k: a[:, 0] for k, a in table.items()})[0]
-    # One reduction each after the loop: the embedding's and head's gradients come from the first
-    # and last virtual stages only; the data replicas' partial gradients are summed once.
-    loss = lax.psum(state["loss"], manual) / (m * replicas * fsdp)
-    g_head = lax.psum(state["g_head"], manual)
+
+def _reduce_after_loop(state, ctx: _Context, data: tuple, count: int):
+    """Phase 3, one reduction each after the loop: the loss is the mean over `count` (m
+    microbatches · data replicas · fsdp shards, when manual); the embedding's and head's
+    gradients come from the first and last virtual stages only; the data replicas' partial
+    gradients are summed once. Returns (loss, the chunks' gradients (1, v, Lmax, ...), the
+    embedding's and head's)."""
+    loss = lax.psum(state["loss"], ctx.manual) / count
+    g_head = lax.psum(state["g_head"], ctx.manual)
     g_blocks = lax.psum(state["g_blocks"], data) if data else state["g_blocks"]
-    if shards:  # the shards are reduced already (B, W); the leaves fsdp does not split are not
-        g_blocks = split.sum_unsharded(g_blocks)
+    if ctx.shards is not None:  # the shards are reduced already (B, W); the leaves fsdp does
+        g_blocks = ctx.shards.sum_unsharded(g_blocks)  # not split are not
     return loss, jax.tree.map(lambda a: a[None], g_blocks), g_head
 
 
 # --- the entry point ------------------------------------------------------------------------------
 
-def plan_for(step) -> Plan:
-    """The Plan of a TrainStep's layout (stage, schedule, microbatches, virtual, partition)."""
+def timetable_for(step) -> Timetable:
+    """The Timetable of a TrainStep's layout (stage, schedule, microbatches, virtual, partition)."""
     layout = step.layout
     schedule = make_schedule(layout.schedule, layout.stage, step.microbatches,
                              layout.virtual_stages)
     partition = stage_partition(step.model.layers, layout.stage, layout.virtual_stages,
                                 layout.layers_per_stage)
-    return make_plan(schedule, partition)
+    return make_timetable(schedule, partition)
 
 
-def _regroup_blocks(blocks, plan: Plan, step):
+def _regroup_blocks(blocks, timetable: Timetable, step):
     """(L, ...) stacked blocks, in the step's storage order (step.block_order) -> (p, v, Lmax,
     ...) chunks per device, sharded over `stage`: a reshape for even chunks, else a gather."""
-    s, index = plan.schedule, plan.layer_index
+    s, index = timetable.schedule, timetable.layer_index
     dims = gpt.param_dims(step.model)["blocks"]
 
     def regroup(w, dims):
-        y = w.reshape(s.p, s.v, -1, *w.shape[1:]) if plan.even else w[index]
+        y = w.reshape(s.p, s.v, -1, *w.shape[1:]) if timetable.even else w[index]
         return lax.with_sharding_constraint(
             y, step.sharding(("layers", None, None) + dims[1:], "param"))
 
@@ -501,10 +559,10 @@ def pipeline_loss_and_grads(step, params, batch):
     """Mean loss and gradients of the global batch, run as `step.layout`'s pipeline schedule.
     `step` is a parex.step.TrainStep; params and gradients have the blocks in the step's
     storage order (TrainStep.block_order); the result matches its unpipelined loss_and_grads."""
-    plan = plan_for(step)
-    m = plan.schedule.m
+    timetable = timetable_for(step)
+    m = timetable.schedule.m
     head = _gather_over_stages({k: v for k, v in params.items() if k != "blocks"}, step)
-    staged, unstage = jax.vjp(lambda b: _regroup_blocks(b, plan, step), params["blocks"])
+    staged, unstage = jax.vjp(lambda b: _regroup_blocks(b, timetable, step), params["blocks"])
 
     def split(x):  # (B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... as in step.py
         x = x.reshape(x.shape[0] // m, m, *x.shape[1:]).swapaxes(0, 1)
@@ -512,14 +570,14 @@ def pipeline_loss_and_grads(step, params, batch):
 
     # positions in the layout's order (zig-zag under ring attention), as parex.model.loss_fn does
     tokens, targets = (split(step.ops.seq_order(batch[k])) for k in ("inputs", "targets"))
-    table = {k: jnp.asarray(a) for k, a in plan.arrays.items()}
+    table = {k: jnp.asarray(a) for k, a in timetable.arrays.items()}
     # With replicated parameters (ZeRO < 3) the data axis is manual too, so each replica keeps
     # its partial gradients until one psum after the loop; otherwise XLA reduces them per op.
     # fsdp is manual too where fsdp_stage.manual_fsdp says so: each device takes its rows
     replicas = step.layout.data if step.layout.zero < 3 else 1
     fsdp = fsdp_stage.manual_fsdp(step.layout)
     batch = ((DATA,) if replicas > 1 else ()) + ((fsdp_stage.FSDP,) if fsdp > 1 else ())
-    body = partial(_per_device, plan, step.model, step.ops, step.train.remat, replicas, fsdp)
+    body = partial(_per_device, timetable, step.model, step.ops, step.train.remat, replicas, fsdp)
     stage, everywhere = PartitionSpec(STAGE), PartitionSpec()
     rows = PartitionSpec(None, batch) if batch else everywhere  # (m, b, T)
     chunks = fsdp_stage.block_specs(step.model, STAGE, fsdp)
@@ -527,5 +585,6 @@ def pipeline_loss_and_grads(step, params, batch):
         body, mesh=step.mesh, axis_names={STAGE, *batch},
         in_specs=(chunks, stage, everywhere, rows, rows, PartitionSpec(None, STAGE)),
         out_specs=(everywhere, chunks, everywhere))
-    loss, g_staged, g_head = run(staged, jnp.asarray(plan.layer_mask), head, tokens, targets, table)
+    mask = jnp.asarray(timetable.layer_mask)
+    loss, g_staged, g_head = run(staged, mask, head, tokens, targets, table)
     return loss, {**g_head, "blocks": unstage(g_staged)[0]}

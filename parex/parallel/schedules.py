@@ -8,11 +8,14 @@ on the mesh.
 
 Ops: "F" forward of one chunk for one microbatch; "B" its backward (input and weight gradients, or
 only the input gradient when the schedule splits the backward); "W" the weight gradient of a split
-backward. With v chunks per device, chunk c on stage s is virtual stage c·p + s (looping placement),
-so microbatch j visits stages 0..p−1 v times; ZB-V places its two chunks V-wise instead (chunk 1 of
+backward; "L" (schedule `local` only) the forward and the *local* backward of one microbatch on one
+stage, against that stage's own loss, with no cotangent sent back (parex.parallel.local).
+With v chunks per device, chunk c on stage s is virtual stage c·p + s (looping placement), so
+microbatch j visits stages 0..p−1 v times; ZB-V places its two chunks V-wise instead (chunk 1 of
 stage s is virtual stage 2p−1−s, `tables.placement`).
 
-Published facts the tests check (reference/published_numbers.md):
+Published facts the tests check (GPipe arXiv 1811.06965, PipeDream-Flush/1F1B arXiv 2006.09503,
+Megatron-LM interleaving arXiv 2104.04473, Zero Bubble arXiv 2401.10241):
     GPipe, 1F1B          bubble (p−1)/(m+p−1) of the step; in flight m (GPipe) vs ≤ p (1F1B)
     interleaved 1F1B     bubble (p−1)/(v·m) of the ideal compute time
     ZB-H1                bubble (p−1)(T_F+T_B−T_W) instead of 1F1B's (p−1)(T_F+T_B+T_W)
@@ -26,12 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InputError, unknown
 from .tables import KINDS, Tables, placement, virtual_stage
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zbh1", "bfs", "zbv")
 LOOPING = ("interleaved", "bfs")  # the schedules that take v > 1 chunks per device
 SPLIT = ("zbh1", "zbv")  # backward split into B (input gradient) and W (weight gradient)
 VEE = ("zbv",)  # two chunks per device placed V-wise
+LOCAL = "local"  # local learning (PPLL): every stage learns from its own loss, no backward sends
+ALL_SCHEDULES = SCHEDULES + (LOCAL,)  # SCHEDULES are end-to-end backprop; LOCAL changes the model
 
 Key = tuple[str, int, int]  # (op, microbatch, chunk) on one stage
 
@@ -42,7 +48,8 @@ class Op:
 
     tick: int  # time step of the tick-synchronous table (every op takes one tick)
     stage: int  # pipeline device, 0..p-1
-    op: str  # "F", "B" (input grad, or the whole backward when not split), "W" (weight grad)
+    op: str  # "F", "B" (input grad, or the whole backward when not split), "W" (weight grad),
+    # "L" (local: forward + local backward)
     microbatch: int  # 0..m-1
     chunk: int  # model chunk on this device, 0..v-1 (virtual stage chunk·p + stage)
 
@@ -84,6 +91,8 @@ class Schedule:
     def peak_in_flight(self) -> list[int]:
         """Per stage, the most microbatch-chunks whose F has run and whose backward has not
         finished (B, or W when the backward is split): the activations a stage must hold."""
+        if self.name == LOCAL:  # an L op ends its own backward: one microbatch, its own tick
+            return [1] * self.p
         return [int(n) for n in self.arrays.peak_in_flight()[0]]
 
     def idle_fraction(self) -> float:
@@ -94,6 +103,8 @@ class Schedule:
         """(start, end) of each op of `ops`: each stage runs its ops in table order, each op as
         soon as its stage is free and its inputs have arrived (t_p2p per stage hop); an unsplit
         backward takes t_b + t_w."""
+        if self.name == LOCAL:  # the table's F rows are L ops: forward and local backward
+            t_f, t_b, t_w = t_f + t_b + t_w, 0.0, 0.0
         costs = np.array([t_f, t_b, t_w], float).reshape(1, 1, 3)
         start, end = self.arrays.spans(costs, np.full((1, 1), float(t_p2p)))
         rows = self.arrays.tick_order()  # the array row of each op in `ops`
@@ -113,7 +124,8 @@ class Schedule:
     def lockstep_makespan(self, t_f, t_b, t_w=0.0) -> float:
         """Seconds when every tick lasts as long as its slowest op, as a tick-synchronous
         executor (parex's) runs the table; an unsplit backward takes t_b + t_w."""
-        cost = {"F": t_f, "B": t_b if self.split_backward else t_b + t_w, "W": t_w}
+        cost = {"F": t_f, "B": t_b if self.split_backward else t_b + t_w, "W": t_w,
+                "L": t_f + t_b + t_w}
         longest = np.zeros(self.n_ticks)
         for op in self.ops:
             longest[op.tick] = max(longest[op.tick], cost[op.op])
@@ -240,33 +252,46 @@ def _zbv(p: int, m: int, v: int) -> list[list[Key]]:
     return orders
 
 
+def _local(p: int, m: int, v: int) -> list[list[Key]]:
+    """Local learning (PPLL, Guo et al. 2024, arXiv 2411.12780): stage s runs microbatch j at
+    tick j + s, forward and its local backward in one op, and sends nothing back. Written with
+    F keys, whose dependencies (the previous op on the stage, the forward of the stage before)
+    are exactly L's; make_schedule names them "L". This is one step's m microbatches from an
+    empty pipeline: the fill of p − 1 ticks is paid once per run, because the executor carries
+    the queue across steps and every later step starts where this one left off (steady state:
+    m ticks per step, every stage busy on every tick, bubble 0). With a queue of depth q a
+    microbatch reaches stage s at tick j + s·q; the steady state is the same."""
+    return [[("F", j, 0) for j in range(m)] for _ in range(p)]
+
+
 _ORDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved": _interleaved, "zbh1": _zbh1,
-           "bfs": _breadth_first, "zbv": _zbv}
+           "bfs": _breadth_first, "zbv": _zbv, LOCAL: _local}
 
 
 # --- the public constructor --------------------------------------------------------------------
 
 def check_schedule(name: str, p: int, m: int, v: int = 1) -> None:
-    """Raise ValueError naming the problem and the fix when (name, p, m, v) is impossible."""
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown pipeline schedule {name!r}: use one of {', '.join(SCHEDULES)}")
+    """Raise InputError (a ValueError) naming the problem and the fix when (name, p, m, v) is
+    impossible; an unknown name gets the nearest known ones."""
+    if name not in ALL_SCHEDULES:
+        raise InputError(unknown("pipeline schedule", name, ALL_SCHEDULES))
     for key, value in (("stages", p), ("microbatches", m), ("virtual", v)):
         if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key}={value!r}: the pipeline needs a whole number >= 1")
+            raise InputError(f"{key}={value!r}: the pipeline needs a whole number >= 1")
     if name in VEE and v != 2:
-        raise ValueError(f"schedule={name} places two chunks per device V-wise: set virtual=2")
+        raise InputError(f"schedule={name} places two chunks per device V-wise: set virtual=2")
     if v > 1 and name not in LOOPING + VEE:
-        raise ValueError(f"schedule {name} runs one chunk per device but virtual={v}: set "
+        raise InputError(f"schedule {name} runs one chunk per device but virtual={v}: set "
                          f"virtual=1, or use schedule=interleaved, bfs or zbv for v > 1")
     if name == "interleaved":
         if v < 2:
-            raise ValueError("schedule=interleaved needs virtual >= 2 chunks per device: set "
+            raise InputError("schedule=interleaved needs virtual >= 2 chunks per device: set "
                              "virtual=2 (or more), or use schedule=1f1b for one chunk")
         if m % p:
             low, high = (m // p) * p, (m // p + 1) * p
             hint = f"microbatches={high}" + (f" or {low}" if low else "")
             need = "at least and a multiple of" if m < p else "a multiple of"
-            raise ValueError(f"schedule=interleaved needs microbatches {need} stages={p} (it sends "
+            raise InputError(f"schedule=interleaved needs microbatches {need} stages={p} (it sends "
                              f"microbatches through each chunk in groups of p), got "
                              f"microbatches={m}: use {hint}")
 
@@ -277,7 +302,8 @@ def make_schedule(name: str, p: int, m: int, v: int = 1) -> Schedule:
     arrays = schedule_arrays([(name, p, m, v)])
     fields = ("tick", "stage", "kind", "microbatch", "chunk")
     columns = [getattr(arrays, f)[arrays.tick_order()].tolist() for f in fields]
-    ops = tuple(Op(t, s, KINDS[k], j, c) for t, s, k, j, c in zip(*columns))
+    kinds = "L" * len(KINDS) if name == LOCAL else KINDS  # local: its F rows are L ops
+    ops = tuple(Op(t, s, kinds[k], j, c) for t, s, k, j, c in zip(*columns))
     return Schedule(name, p, m, v, ops, split_backward=name in SPLIT, arrays=arrays)
 
 

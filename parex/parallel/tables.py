@@ -93,10 +93,10 @@ class Tables:
         return out
 
     def buffer_slots(self) -> dict[str, np.ndarray]:
-        """Per table and buffer of the executor (parallel.plan), the most values one stage holds
+        """Per table and buffer of the executor (parallel.timetable), the most values one stage holds
         at once: each value lives on its stage from the tick it is stored (t0) to the tick it is
         last read (t1), i.e. for ticks (t0, t1]."""
-        n, kind, dep = len(self.tick), self.kind, self.preds
+        kind, dep = self.kind, self.preds
         vs = virtual_stage(self.stage, self.chunk, self.p[self.table], self.vee[self.table])
         last = (self.p * self.v - 1)[self.table]
         tick = np.r_[self.tick, -1]  # row n: no such op

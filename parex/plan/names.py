@@ -2,38 +2,22 @@
 
 from __future__ import annotations
 
-import difflib
-
 from ..config import ModelConfig, model_preset, preset_names
-from ..errors import InputError
+from ..errors import InputError, unknown
 from ..hardware import Chip, Cluster, known_hardware, load_chip
-
-
-def _plain(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum())
-
-
-def _nearest(name: str, known: list[str]) -> str:
-    """'did you mean X? ' for the known name that contains the typed one (ignoring case and
-    punctuation), else the closest by difflib; '' when none is close."""
-    containing = [k for k in known if _plain(name) and _plain(name) in _plain(k)]
-    close = containing or difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
-    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def model_named(name: str) -> ModelConfig:
     """The preset `name`; an unknown one names the closest preset and lists them all."""
     if name not in preset_names():
-        raise InputError(f"unknown model {name!r}: {_nearest(name, preset_names())}known models: "
-                         f"{', '.join(preset_names())}")
+        raise InputError(unknown("model", name, preset_names()))
     return model_preset(name)
 
 
 def chip_named(name: str) -> Chip:
     if name.lower() not in known_hardware():
-        raise InputError(f"unknown hardware {name!r}: {_nearest(name, known_hardware())}known "
-                         f"hardware: {', '.join(known_hardware())} (`parex calibrate` writes "
-                         f"cpu-local)")
+        raise InputError(unknown("hardware", name, known_hardware())
+                         + " (`parex calibrate` writes cpu-local)")
     return load_chip(name)
 
 

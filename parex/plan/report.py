@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..measure.report import human_bytes, table
+from ..measure.report import TextReport, table
+from ..units import format_bytes, format_count, format_seconds
+from .tensor3d import best_3d, disagreement
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,48 +28,76 @@ def plan_json(plan) -> dict:
         "candidates": plan.n_candidates, "layouts_considered": plan.layouts_considered,
         "layouts_fitting": int(plan.fits.sum()), "layouts_per_s": rate, "seconds": plan.seconds,
         "rejected_by_validation": plan.rejected,
+        "assumptions": plan.assumptions.to_json(),
         "top": [{"rank": r + 1} | plan.entry(i) for r, i in enumerate(plan.top)],
+        # AxoNN's 3D layouts and its own model beside parex's (plan.tensor3d)
+        "top_3d": [plan.entry(i) for i in best_3d(plan)], "axonn": disagreement(plan),
     }
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.2f} s"
+    return format_seconds(seconds)
 
 
-def plan_rows(plan) -> list[list]:
+def plan_rows(plan, which=None) -> list[list]:
     rows = []
-    for r, i in enumerate(plan.top):
+    for r, i in enumerate(plan.top if which is None else which):
         e = plan.entry(i)
         st, mem = e["step_time_s"], e["memory_bytes_per_device"]
         alike = f" (+{e['equivalent_layouts']} alike)" if e["equivalent_layouts"] else ""
+        axonn = e.get("axonn_step_time_s")
         rows.append([f"{r + 1:>2}  {e['layout']}{alike}", e["remat"], e["microbatch"],
-                     _ms(st["total"]), _ms(st["compute"]), _ms(st["exposed_comm"]),
+                     _ms(st["total"]), _ms(axonn) if axonn is not None else "–",
+                     _ms(st["compute"]), _ms(st["exposed_comm"]),
                      _ms(st["bubble"]),
-                     human_bytes(mem["total"]), human_bytes(e["memory_headroom_bytes"]),
+                     format_bytes(mem["total"]), format_bytes(e["memory_headroom_bytes"]),
                      f"{e['mfu']:.1%}", e["bottleneck"]])
     return rows
 
 
-HEADER = [" #  layout", "remat", "b", "step", "compute", "exposed comm", "bubble", "memory/dev",
-          "headroom", "MFU", "bottleneck"]
+HEADER = [" #  layout", "remat", "b", "step", "AxoNN step", "compute", "exposed comm", "bubble",
+          "memory/dev", "headroom", "MFU", "bottleneck"]
 
 
-def plan_report(plan) -> str:
-    """The header line, the ranked table and how long the search took."""
+def plan_report(plan, defaulted=()) -> TextReport:
+    """The header lines (the second: the plan's assumptions, and which of them are defaults
+    rather than flags), the ranked table and how long the search took."""
     c, model = plan.cluster, plan.model
-    size = f"{model.n_params / 1e9:.3g}B" if model.n_params >= 1e9 else \
-        f"{model.n_params / 1e6:.3g}M"
-    head = (f"parex plan · {model.name} ({size} parameters) · {c.n_devices} × {c.chip.name} "
+    head = (f"parex plan · {model.name} ({format_count(model.n_params)} parameters) · "
+            f"{c.n_devices} × {c.chip.name} "
             f"({c.nodes} node{'s' if c.nodes > 1 else ''}) · global batch "
             f"{plan.train.global_batch} × {plan.train.seq_len or model.seq_len} tokens · cap "
-            f"{human_bytes(plan.memory_cap)} per device · objective {plan.objective}")
+            f"{format_bytes(plan.memory_cap)} per device · objective {plan.objective}\n"
+            f"assumptions  {plan.assumptions.describe()}"
+            + (f" (defaults: {', '.join(defaulted)})" if defaulted else ""))
     rate = plan.layouts_considered / plan.seconds if plan.seconds else 0.0
     tail = (f"{plan.layouts_considered:,} layouts considered ({plan.n_candidates:,} enumerated), "
             f"{int(plan.fits.sum()):,} fit; enumerate + predict + rank in {plan.seconds:.2f} s "
             f"= {rate:,.0f} layouts/s. b = sequences per microbatch per replica; alike = layouts "
-            f"predicted the same (e.g. data=N,zero=3 and fsdp=N); bottleneck = memory when "
+            f"predicted the same (e.g. data=N,zero=3 and fsdp=N); `parex predict` of a row with "
+            f"the same flags and the row's --remat gives its numbers; bottleneck = memory when "
             f"under 10% headroom, else the largest part of the step.")
-    return "\n".join([head, "", table(plan_rows(plan), HEADER), "", tail])
+    three_d = best_3d(plan)
+    extra = ["", "the fastest 3D tensor layouts (AxoNN's tensor=XxYxZ):",
+             table(plan_rows(plan, three_d), HEADER)] if three_d else []
+    return TextReport(head, "", table(plan_rows(plan), HEADER), *extra, "",
+                      tail + axonn_line(plan))
+
+
+def axonn_line(plan) -> str:
+    """Where AxoNN's model (compute + its communication, parex.predict.axonn) ranks the rows it
+    models otherwise than parex."""
+    d = disagreement(plan)
+    if d is None:
+        return ""
+    verdict = ("agree on the best" if d["agree"] else
+               f"disagree: AxoNN's best is {d['axonn_best']['layout']} "
+               f"({d['axonn_best']['remat']}), parex's {d['parex_best']['layout']} "
+               f"({d['parex_best']['remat']})")
+    return (f" AxoNN step = parex's compute + AxoNN's communication model, nothing overlapped "
+            f"(– : pipelines and sequence parallelism, which it does not model); over parex's "
+            f"first {d['rows_compared']} rows it models the two {verdict}; Kendall's tau "
+            f"{d['kendall_tau']:.2f} ({len(d['flipped'])} pairs ordered the other way).")
 
 
 def plan_frame(plan, rows) -> pd.DataFrame:

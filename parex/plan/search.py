@@ -18,12 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import REMAT_POLICIES, ModelConfig, TrainConfig
+from ..defaults import Assumptions, assume
 from ..errors import InputError
 from ..hardware import Cluster
 from ..layout import Layout, LayoutError
 from ..predict import Grid, predict_batch
 from ..validation.checks import check_layout, check_valid, valid_columns
-from . import rank
+from . import rank, tensor3d
 from .candidates import COLUMNS, DATA, FSDP, Candidates, layout_at
 from .names import cluster_of
 
@@ -53,6 +54,10 @@ class Plan:
     seconds: float  # enumerate + predict + rank
     rejected: int = 0  # ranked rows the predictor accepted and parex.validation did not
     equivalents: dict = dataclasses.field(default_factory=dict)  # row -> equally predicted rows
+    assumptions: Assumptions | None = None  # what every row was predicted under; remat lists
+    # the policies searched and b is per row (assumptions_of(i) has row i's)
+    settings: dict = dataclasses.field(default_factory=dict)  # predict_batch's convention,
+    # recipe and dtype: what predict() needs to give a row's numbers again
 
     @property
     def layouts_considered(self) -> int:
@@ -68,13 +73,22 @@ class Plan:
     def train_of(self, i: int) -> TrainConfig:
         return self.train.replace(remat=REMAT_POLICIES[int(self.columns["remat"][i])])
 
+    def assumptions_of(self, i: int) -> Assumptions:
+        """Row i's assumptions: those parex.predict.predict makes for its layout and remat
+        with this plan's settings (`predict(plan.model, plan.train_of(i), plan.layout(i),
+        plan.cluster, **plan.settings)` gives the row's numbers)."""
+        return self.assumptions.of_layout(self.layout(i), remat=self.train_of(i).remat)
+
     def entry(self, i: int) -> dict:
         """Row i as the JSON of one ranked layout."""
         dp = int(self.columns[DATA][i] * self.columns[FSDP][i])
+        dp *= int(self.columns["tensor_z"][i]) if "tensor_z" in self.columns else 1  # 3D: Z too
         b = self.train.global_batch // (dp * int(self.columns["microbatches"][i]))
-        return {"layout": str(self.layout(i)), "remat": self.train_of(i).remat,
+        return {"layout": layout_text(self.layout(i)), "remat": self.train_of(i).remat,
                 "microbatch": b, "equivalent_layouts": self.equivalents.get(i, 0)
-                } | rank.entry(self.columns, i, self.memory_cap)
+                } | rank.entry(self.columns, i, self.memory_cap) | {
+                "axonn_step_time_s": _finite(self.columns.get("axonn_time_s"), i),
+                "assumptions": self.assumptions_of(i).to_json()}
 
     def pareto(self) -> np.ndarray:
         return rank.pareto_front(self.columns, self.fits)
@@ -82,23 +96,32 @@ class Plan:
 
 def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = None, *,
          memory_cap: float | None = None, objective: str = "time", top: int = 5,
-         recipe: str = "parex", convention: str | None = None,
+         recipe=None, convention=None, dtype: str | None = None,
          remats: tuple[str, ...] = REMAT_POLICIES) -> Plan:
     """Rank every layout of `model` on `nodes` nodes of `hardware` (a profile name, a Chip or
     a Cluster) for train's global batch and sequence length (each row has its own remat and
-    microbatch count). A model or batch that no layout can run (a sequence longer than the
-    model's, a dim of 0) raises LayoutError with the fix, as predict() does."""
+    microbatch count). `recipe`, `convention` and `dtype` default by profile exactly as
+    predict()'s (parex.defaults.assume); the Plan keeps them (`assumptions`, `settings`) and
+    its model in the compute dtype, so predict() of a row gives the row's numbers. A model or
+    batch that no layout can run (a sequence longer than the model's, a dim of 0) raises
+    LayoutError with the fix, as predict() does."""
     rank.check_objective(objective)
     train = train.replace(microbatch=None)
-    check_valid(Layout(), model, train, 1)  # the rules that hold for every layout or none
     cluster = cluster_of(hardware, nodes)
+    a = assume(cluster, model, dtype=dtype, recipe=recipe, convention=convention,
+               global_batch=train.global_batch, seq_len=train.seq_len,
+               remat=",".join(remats))
+    model = model.replace(dtype=a.dtype) if a.dtype != model.dtype else model
+    check_valid(Layout(), model, train, 1)  # the rules that hold for every layout or none
+    settings = {"convention": convention or a.convention, "recipe": recipe or a.recipe,
+                "dtype": a.dtype}
     cap = cluster.chip.hbm_bytes if memory_cap is None else float(memory_cap)
     start = time.perf_counter()
-    cols, n_candidates = predicted_columns(model, train, cluster, recipe, convention, remats)
+    cols, n_candidates = predicted_columns(model, train, cluster, settings, remats)
     result = Plan(model, train, cluster, cap, objective, cols, np.zeros(0, np.int64), [],
-                  n_candidates, 0.0)
+                  n_candidates, 0.0, assumptions=a, settings=settings)
     if not result.fits.any():
-        raise NoFit(explain_no_fit(result, memory_cap is not None, recipe, convention))
+        raise NoFit(explain_no_fit(result, memory_cap is not None))
     result.order = rank.ranked(cols, result.fits, objective)
     firsts, runs = distinct(cols, result.order)
     result.top, result.rejected = validated(result, firsts, top)
@@ -108,9 +131,10 @@ def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = N
     return result
 
 
-def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, recipe: str,
-                      convention, remats) -> tuple[dict, int]:
-    """(columns of every valid (layout, remat) row, how many layouts were enumerated)."""
+def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, settings: dict,
+                      remats) -> tuple[dict, int]:
+    """(columns of every valid (layout, remat) row, how many layouts were enumerated), predicted
+    with `settings` (predict_batch's convention, recipe and dtype)."""
     T, train = train.seq_len or model.seq_len, train.replace(microbatch=None)
     cands = Candidates.enumerate(model, train.global_batch, T, cluster.n_devices)
     valid = valid_columns(model, train, Grid.from_columns(train, model, **cands.grid_columns()))
@@ -119,18 +143,22 @@ def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, 
     for remat in remats if len(cands) else ():
         train_r = train.replace(remat=remat)
         grid = Grid.from_columns(train_r, model, **cands.grid_columns())
-        out = predict_batch(model, train_r, grid, cluster, convention=convention,
-                            recipe=RECIPES.get(recipe, recipe))
+        out = predict_batch(model, train_r, grid, cluster, **settings)
         # on this machine's emulated mesh a plan is for running: only what the executor runs
         keep = out["executable"] if cluster.chip.calibration is not None else out["valid"]
         part = {k: v[keep] for k, v in cands.columns.items()}
         part |= {k: out[k][keep] for k in PREDICTED}
         part["remat"] = np.full(int(keep.sum()), REMAT_POLICIES.index(remat))
+        part |= {k: np.ones(int(keep.sum()), np.int64) for k in tensor3d.EXTRA}
         parts.append(part)
-    names = COLUMNS + PREDICTED + ("remat",)
+        three_d = tensor3d.rows_3d(model, train, cluster, settings, remat, PREDICTED, COLUMNS)
+        parts += [three_d] if three_d is not None else []  # AxoNN's layouts (plan.tensor3d)
+    names = COLUMNS + tensor3d.EXTRA + PREDICTED + ("remat",)
     if not parts:
         return {k: np.zeros(0) for k in names}, len(valid)
-    return {k: np.concatenate([p[k] for p in parts]) for k in names}, len(valid)
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in names}
+    cols["axonn_time_s"] = tensor3d.axonn_times(cols, model, cluster, train, settings)
+    return cols, len(valid)
 
 
 def validated(result: Plan, order: np.ndarray, k: int, check=None) -> tuple[list[int], int]:
@@ -165,7 +193,7 @@ def distinct(cols: dict, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order[starts], np.diff(np.r_[starts, len(order)])
 
 
-def explain_no_fit(result: Plan, capped: bool, recipe: str, convention) -> str:
+def explain_no_fit(result: Plan, capped: bool) -> str:
     """Why nothing fits, and the nearest setting that does."""
     model, cluster, cols = result.model, result.cluster, result.columns
     where = (f"{cluster.n_devices} × {cluster.chip.name} ({cluster.nodes} node"
@@ -186,7 +214,7 @@ def explain_no_fit(result: Plan, capped: bool, recipe: str, convention) -> str:
     state = (cols["memory_params_bytes"] + cols["memory_grads_bytes"]
              + cols["memory_optimizer_bytes"]) * cluster.n_devices
     at_least = int(np.ceil(state.min() / result.memory_cap / cluster.chip.devices_per_node))
-    nodes = smallest_cluster(model, result.train, cluster, result.memory_cap, recipe, convention,
+    nodes = smallest_cluster(model, result.train, cluster, result.memory_cap, result.settings,
                              at_least)
     fix = (f"the smallest cluster on which one fits is {nodes} nodes of "
            f"{cluster.chip.devices_per_node} (--nodes {nodes})" if nodes else
@@ -196,13 +224,28 @@ def explain_no_fit(result: Plan, capped: bool, recipe: str, convention) -> str:
             f" at any layout: the leanest ({leanest}) needs {need / 1e9:.3g} GB; {fix}")
 
 
+def _finite(column, i: int) -> float | None:
+    """column[i] as a float, None where absent or NaN (AxoNN's model: no pipelines)."""
+    return None if column is None or not np.isfinite(column[i]) else float(column[i])
+
+
+def layout_text(layout: Layout) -> str:
+    """The layout's string form, naming a pipeline's schedule even where it is the Layout's
+    default (GPipe), so that `parex predict --layout` reads it back as planned (a pipeline that
+    names no schedule defaults to 1F1B on accelerators: parex.defaults)."""
+    text = str(layout)
+    if layout.stage > 1 and "schedule=" not in text:
+        text += f",schedule={layout.schedule}"
+    return text
+
+
 def round_up(x: float, digits: int = 3) -> str:
     """x rounded up to `digits` significant digits, as text."""
     step = 10.0 ** (np.floor(np.log10(x)) - digits + 1)
     return f"{np.ceil(x / step - 1e-9) * step:.{digits}g}"
 
 
-def smallest_cluster(model, train, cluster: Cluster, cap: float, recipe, convention,
+def smallest_cluster(model, train, cluster: Cluster, cap: float, settings: dict,
                      at_least: int = 1, max_probes: int = 48) -> int | None:
     """The fewest nodes (more than cluster's, and at least `at_least`, where the model state
     alone fits) on which some layout fits under cap, by trying node counts in order. Counts
@@ -211,7 +254,7 @@ def smallest_cluster(model, train, cluster: Cluster, cap: float, recipe, convent
     nodes, probes = max(cluster.nodes + 1, at_least), 0
     while probes < max_probes:
         bigger = dataclasses.replace(cluster, nodes=nodes)
-        cols, _ = predicted_columns(model, train, bigger, recipe, convention, ("full",))
+        cols, _ = predicted_columns(model, train, bigger, settings, ("full",))
         if len(cols["memory_total_bytes"]):
             probes += 1
             if (cols["memory_total_bytes"] <= cap).any():
@@ -220,4 +263,4 @@ def smallest_cluster(model, train, cluster: Cluster, cap: float, recipe, convent
     return None
 
 
-__all__ = ["NoFit", "Plan", "RECIPES", "plan"]
+__all__ = ["NoFit", "Plan", "RECIPES", "layout_text", "plan"]

@@ -9,6 +9,7 @@ predicted / measured ratio of each layout.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -55,7 +56,8 @@ def config_of(plan: Plan, i: int, steps: int) -> SweepConfig:
     train = plan.train_of(i)
     return SweepConfig(model=plan.model.name, layout=str(plan.layout(i)),
                        global_batch=train.global_batch, seq_len=train.seq_len, steps=steps,
-                       remat=train.remat, devices=plan.cluster.n_devices)
+                       remat=train.remat, dtype=plan.model.dtype,
+                       devices=plan.cluster.n_devices)
 
 
 def verify(plan: Plan, k: int | None = None, random_k: int | None = None, steps: int = 5,
@@ -67,6 +69,9 @@ def verify(plan: Plan, k: int | None = None, random_k: int | None = None, steps:
     rows = chosen_rows(plan, k, k if random_k is None else random_k, seed)
     configs = [config_of(plan, i, steps) for i, _ in rows]
     out = Path(out) if out else Path(tempfile.mkdtemp(prefix="parex-verify-")) / "verify.jsonl"
+    calibration = plan.cluster.chip.calibration  # the other work on this machine, before ours:
+    machine_load = {"now": os.getloadavg()[0], "calibration": calibration.load_average,
+                    "cores": calibration.cores}
     run_sweep(configs, out, resume=True, timeout=timeout, progress=progress)
     measured = load(out).set_index("key")
     table = []
@@ -81,7 +86,7 @@ def verify(plan: Plan, k: int | None = None, random_k: int | None = None, steps:
                       "predicted_memory_bytes": entry["memory_bytes_per_device"]["total"],
                       "measured_memory_bytes": (float(m["memory_total_bytes"]) if ok
                                                 else float("nan"))})
-    return summarise(table) | {"store": str(out)}
+    return summarise(table) | {"store": str(out), "load_average": machine_load}
 
 
 def summarise(table: list[dict]) -> dict:
@@ -105,23 +110,32 @@ def summarise(table: list[dict]) -> dict:
             else float("nan"), "rows": table}
 
 
-def verify_report(result: dict) -> str:
-    from ..measure.report import human_bytes, table
+def verify_report(result: dict):
+    """The verify table (a TextReport: text, or HTML tables in a notebook), with a note when
+    the machine's load differs from the calibration's (parex.measure.report.load_note)."""
+    from types import SimpleNamespace
+
+    from ..measure.report import TextReport, load_note, table
+    from ..units import format_bytes, format_seconds
 
     rows = [[r["layout"], r["remat"], r["chosen"], r.get("predicted_rank", ""),
-             r.get("measured_rank", "-"), f"{r['predicted_step_s'] * 1e3:.1f}",
-             f"{r['measured_step_s'] * 1e3:.1f}", f"{r['step_ratio']:.2f}",
-             human_bytes(r["predicted_memory_bytes"]),
-             human_bytes(r["measured_memory_bytes"]) if r["status"] == "ok" else r["status"],
+             r.get("measured_rank", "-"), format_seconds(r["predicted_step_s"]),
+             format_seconds(r["measured_step_s"]), f"{r['step_ratio']:.2f}",
+             format_bytes(r["predicted_memory_bytes"]),
+             format_bytes(r["measured_memory_bytes"]) if r["status"] == "ok" else r["status"],
              f"{r['memory_ratio']:.2f}"] for r in result["rows"]]
-    head = ["layout", "remat", "chosen", "pred rank", "meas rank", "pred ms", "meas ms",
+    head = ["layout", "remat", "chosen", "pred rank", "meas rank", "pred step", "meas step",
             "ratio", "pred mem", "meas mem", "ratio"]
-    return "\n".join([
+    busy = result.get("load_average") or {}
+    note = busy and load_note(SimpleNamespace(load_average=busy["calibration"],
+                                              cores=busy["cores"]), busy["now"])
+    return TextReport(*[
         f"verify: {result['ran']} of {result['n']} layouts measured on the emulated mesh "
         f"(store {result['store']})", "", table(rows, head), "",
         f"Spearman rank correlation, predicted against measured: step time "
         f"{result['spearman_step_time']:.3f}, memory {result['spearman_memory']:.3f}; "
-        f"median step-time ratio predicted/measured {result['median_step_ratio']:.2f}"])
+        f"median step-time ratio predicted/measured {result['median_step_ratio']:.2f}"]
+        + ([note] if note else []))
 
 
 __all__ = ["spearman", "verify", "verify_report"]

@@ -14,7 +14,9 @@ and the default everywhere else. `recipe` says how many bytes each kind of model
 Korthikanti et al.'s activations of Megatron-LM's block) and `dtype` the compute dtype. Defaults
 follow the profile: an accelerator predicts what real runs there use (bfloat16 and the mixed
 recipe), `cpu-local` parex's own step (the model's dtype, float32 for the presets, and the parex
-recipe); pass dtype="float32" / recipe="parex" to ask for those on an accelerator.
+recipe); pass dtype="float32" / recipe="parex" to ask for those on an accelerator. Those
+defaults live in parex.defaults (`assume`), and every Prediction carries the `assumptions` it
+was made under (hardware, dtype, recipe, convention, global batch, b, remat, schedule).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
 from ..record import Prediction
 from .comm import CONVENTIONS, Convention
-from .core import (as_cluster, checked, columns, predict_batch, predict_synchronous,
-                   shared_fields)
+from .core import (as_cluster, assumptions_of, checked, columns, predict_batch,
+                   predict_synchronous, shared_fields)
 from .memory import RECIPES, Recipe
 from .shapes import Grid
 
@@ -44,11 +46,14 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
         from ..lowcomm.predict import predict_diloco
 
         cluster = checked(model, train, layout, hardware, convention, recipe, dtype)[0]
-        return predict_diloco(model, train, layout, cluster, wan=wan, convention=convention,
-                              recipe=recipe, dtype=dtype)
+        p = predict_diloco(model, train, layout, cluster, wan=wan, convention=convention,
+                           recipe=recipe, dtype=dtype)
+        p.assumptions = assumptions_of(model, train, layout, cluster, convention, recipe,
+                                       dtype).to_json()  # the whole batch, not one replica's
+        return p
     return predict_synchronous(model, train, layout, hardware, convention=convention,
                                recipe=recipe, dtype=dtype)
 
 
-__all__ = ["CONVENTIONS", "Convention", "Grid", "RECIPES", "Recipe", "as_cluster", "columns",
-           "predict", "predict_batch", "shared_fields"]
+__all__ = ["CONVENTIONS", "Convention", "Grid", "RECIPES", "Recipe", "as_cluster",
+           "assumptions_of", "columns", "predict", "predict_batch", "shared_fields"]

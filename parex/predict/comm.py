@@ -128,106 +128,223 @@ def _elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None, layers=N
 
 def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes: int,
           param_bytes: float, grad_bytes: float) -> list[Term]:
-    """Every collective family of one step, as columns (count 0 where a layout has none)."""
-    n, m, L = len(grid), grid.microbatches, grid.stage_layers
-    one = np.ones(n)
-    batch_group = grid.dp * grid.seq
-    grads_sharded = (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
-    # XLA's lookup in a D-sharded table: with tensor = 1 it all-gathers the token ids and moves
-    # the lookup's output by all-to-all; with tensor > 1 (fsdp) it gathers the table instead
-    # (not inside parex's per-replica accumulation loop, where the table is whole)
-    per_replica = ((grid.data > 1) & (grid.fsdp == 1) & (grid.zero < 3) & (grid.sp == 0)
-                   & (grid.seq == 1) & (grid.stage == 1) & (m > 1))
-    fsdp_piped = (conv.name == "xla-cpu") & fsdp_in_stages(grid)
-    xla_embed = (conv.xla_embedding & grads_sharded & (batch_group > 1) & (grid.tensor == 1)
-                 & ~per_replica & ~fsdp_piped)
-    x_bytes = grid.tokens * sizes.D * act_bytes  # one microbatch's (b, T/s, D) on a device
-    out: list[Term] = []
+    """Every collective family of one step, as columns (count 0 where a layout has none), in
+    this order: the gradient reduction, the parameter gathers, tensor, context and pipeline
+    parallelism's. Each family states the ideal program's terms first; what parex's compiled
+    program does instead (xla-cpu) is a correction in a function of its own."""
+    step = _Step(sizes, grid, remat, conv, act_bytes, param_bytes, grad_bytes)
+    return (_grad_reduce_terms(step) + _gather_terms(step)
+            + _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, step.x_bytes)
+            + _context_terms(sizes, grid, remat, conv, act_bytes)
+            + _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, step.x_bytes))
 
-    # gradients over the batch axes
-    table = sizes.V * sizes.D / grid.tensor * np.where(grid.stage > 1, 0, 1)
-    # GPT's position table: rows beyond the sequence get no gradient, so nothing to reduce
-    positions = grid.T * sizes.D if sizes.family == "gpt" else 0.0
-    unused = sizes.T_max * sizes.D - positions if sizes.family == "gpt" else 0.0
-    unused = np.where(per_replica, 0.0, unused)  # one psum of the whole tree reduces them too
-    others = _elements(sizes, grid) - np.where(xla_embed, table, 0) - unused - positions
-    reduce = grad_bytes * (others + positions) + 4  # + the loss, summed alongside
-    rs = conv.reduce_scatter & grads_sharded
-    # once per microbatch inside XLA's accumulation loop (xla-cpu), except where parex's step
-    # accumulates per data replica (step.accumulates_per_replica) and in the pipeline
-    # executor: both reduce once, after the loop
-    per_step = np.where(conv.reduce_per_microbatch & (grid.stage == 1) & ~per_replica, m, 1)
-    batch_axes = (Axis.DATA, Axis.FSDP, Axis.SEQ)
-    if conv.name == "xla-cpu":
-        # XLA reduces over the seq axis and the data axes separately. Over the data axes a
-        # device reduces only the position rows it holds (T/s under CP, T/(s·t) under SP);
-        # over seq, ring attention's step reduces all of them and Ulysses' none (it gathers
-        # the table instead: cp-positions)
-        # (the weights of SP's manual regions are reduced inside them: _sp_weight_reduces)
-        manual = _sp_weight_grads(sizes, grid, grad_bytes)
-        over_seq = grad_bytes * (others + positions * (grid.cp == 1)) + 4 - manual
-        # under SP XLA merges the D-sized weights and ring's positions with their tensor-axis
-        # reductions (sp-grads, sp-positions)
-        over_seq = over_seq - grid.sp * grad_bytes * (sizes.hidden_params
-                                                      + positions * (grid.cp == 1))
-        # in a pipeline `seq` stays with XLA, which reduces each backward op's chunk gradients
-        # (the blocks' alone: the embedding's backward gathers its cotangent over seq instead,
-        # seq-embedding); the embedding's and head's are summed once, whole, after the loop
-        seq_steps = np.where(grid.stage > 1, m * grid.virtual_stages, per_step)
-        piped = _seq_in_stages(grid)
-        chunk = grad_bytes * _elements(sizes, grid, layers=True) / grid.virtual_stages
-        over_seq = np.where(piped, chunk, over_seq)
-        out.append(Term("grad-reduce", "all-reduce", (Axis.SEQ,), seq_steps * (grid.seq > 1),
-                        over_seq))
-        out += _seq_embedding_and_head(sizes, grid, act_bytes, grad_bytes)
-        held = positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
-        held = np.where(piped & (grid.cp == CP_MODES.index("ring")), positions, held)
-        reduce = grad_bytes * (others + held) + 4 - manual
-        # under ring attention the blocks' weight gradients are kept split over seq: a device
-        # reduces its 1/s of them over the data axes, and gathers them whole for the update
-        reduce = reduce - grad_bytes * seq_sliced_grad_elements(sizes, grid)
-        out.append(Term("seq-grads", "all-gather", (Axis.SEQ,), 1.0 * _seq_sliced(sizes, grid),
-                        grad_bytes * _elements(sizes, grid, embed=True, layers=True)))
-        reductions, batch_axes = per_step * (grid.dp > 1), (Axis.DATA, Axis.FSDP)
-        out += _sp_weight_reduces(grid, per_step, manual)
+
+@dataclass(frozen=True)
+class _Step:
+    """One call's arguments and the quantities several families read."""
+
+    sizes: ModelSizes
+    grid: Grid
+    remat: str
+    conv: Convention
+    act_bytes: int
+    param_bytes: float
+    grad_bytes: float
+
+    @property
+    def x_bytes(self) -> np.ndarray:
+        """One microbatch's activation (b, T/s, D) on a device."""
+        return self.grid.tokens * self.sizes.D * self.act_bytes
+
+    @property
+    def grads_sharded(self) -> np.ndarray:
+        grid = self.grid
+        return (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
+
+    @property
+    def per_replica(self) -> np.ndarray:
+        """Where parex's step accumulates per data replica (step.accumulates_per_replica): the
+        tables are whole inside its loop, and one psum of the whole tree reduces after it."""
+        grid = self.grid
+        return ((grid.data > 1) & (grid.fsdp == 1) & (grid.zero < 3) & (grid.sp == 0)
+                & (grid.seq == 1) & (grid.stage == 1) & (grid.microbatches > 1))
+
+    @property
+    def fsdp_piped(self) -> np.ndarray:
+        """xla-cpu, fsdp by hand inside pipeline stages (`_fsdp_in_stages`)."""
+        return (self.conv.name == "xla-cpu") & fsdp_in_stages(self.grid)
+
+    @property
+    def xla_embed(self) -> np.ndarray:
+        """XLA's lookup in a D-sharded table: with tensor = 1 it all-gathers the token ids and
+        moves the lookup's output by all-to-all; with tensor > 1 (fsdp) it gathers the table
+        instead (not inside parex's per-replica accumulation loop, where the table is whole)."""
+        grid = self.grid
+        return (self.conv.xla_embedding & self.grads_sharded & (grid.dp * grid.seq > 1)
+                & (grid.tensor == 1) & ~self.per_replica & ~self.fsdp_piped)
+
+    @property
+    def table(self) -> np.ndarray:
+        """The token table's elements on a device (none reduced in a pipeline: pipeline-shared)."""
+        sizes = self.sizes
+        return sizes.V * sizes.D / self.grid.tensor * np.where(self.grid.stage > 1, 0, 1)
+
+    @property
+    def positions(self):
+        """GPT's position-table rows the sequence reads (T·D); rows beyond the sequence get no
+        gradient, so nothing to reduce."""
+        return self.grid.T * self.sizes.D if self.sizes.family == "gpt" else 0.0
+
+    @property
+    def others(self) -> np.ndarray:
+        """Gradient elements reduced over the batch axes but the position table's: all but the
+        token table where its lookup moved instead (`xla_embed`) and the unused position rows
+        (which the per-replica step's one psum of the whole tree reduces too)."""
+        sizes, positions = self.sizes, self.positions
+        unused = sizes.T_max * sizes.D - positions if sizes.family == "gpt" else 0.0
+        unused = np.where(self.per_replica, 0.0, unused)
+        return (_elements(sizes, self.grid) - np.where(self.xla_embed, self.table, 0) - unused
+                - positions)
+
+    @property
+    def per_step(self) -> np.ndarray:
+        """Gradient reductions per step: once per microbatch inside XLA's accumulation loop
+        (xla-cpu), except where parex's step accumulates per data replica and in the pipeline
+        executor: both reduce once, after the loop."""
+        grid = self.grid
+        return np.where(self.conv.reduce_per_microbatch & (grid.stage == 1) & ~self.per_replica,
+                        grid.microbatches, 1)
+
+
+@dataclass(frozen=True)
+class _Reduction:
+    """The gradient reduction over the batch axes: per step, bytes each, over which axes."""
+
+    count: np.ndarray
+    bytes: np.ndarray
+    axes: tuple[Axis, ...]
+
+
+def _grad_reduce_terms(step: _Step) -> list[Term]:
+    """Gradients over the batch axes: all-reduces, or reduce-scatters where the convention forms
+    them and gradients are sharded (ZeRO-2/3, fsdp); then fsdp by hand inside pipeline stages
+    and XLA's embedding lookup, both xla-cpu only (count 0 otherwise)."""
+    if step.conv.name == "xla-cpu":
+        out, reduction = _xla_cpu_grad_reduce(step)
     else:
-        reductions = per_step * (batch_group > 1)
-    reductions = reductions * ~fsdp_piped  # their own terms: _fsdp_in_stages
-    out.append(Term("grad-reduce", "all-reduce", batch_axes, reductions * ~rs, reduce))
-    out.append(Term("grad-reduce", "reduce-scatter", batch_axes, reductions * rs, reduce))
-    out += _fsdp_in_stages(sizes, grid, grad_bytes, fsdp_piped)
-    ids = 4 * grid.B // m * grid.T
-    out.append(Term("embedding-ids", "all-gather", batch_axes, m * xla_embed, ids * one))
-    lookups = np.where(grid.fsdp > 1, 2, 1) * m * xla_embed  # forward (fsdp) and backward
-    out.append(Term("embedding-lookup", "all-to-all", batch_axes, lookups, x_bytes))
+        out, reduction = [], _ideal_grad_reduce(step)
+    count = reduction.count * ~step.fsdp_piped  # their own terms: _fsdp_in_stages
+    rs = step.conv.reduce_scatter & step.grads_sharded
+    out.append(Term("grad-reduce", "all-reduce", reduction.axes, count * ~rs, reduction.bytes))
+    out.append(Term("grad-reduce", "reduce-scatter", reduction.axes, count * rs,
+                    reduction.bytes))
+    out += _fsdp_in_stages(step.sizes, step.grid, step.grad_bytes, step.fsdp_piped)
+    return out + _embedding_lookup_terms(step, reduction.axes)
 
-    # ZeRO-1/2 and fsdp parameter gathers
+
+def _ideal_grad_reduce(step: _Step) -> _Reduction:
+    """The ideal program: every gradient, and the loss summed alongside (4 bytes), reduced once
+    per step over all the batch axes (data, fsdp, seq) at once."""
+    grid = step.grid
+    return _Reduction(step.per_step * (grid.dp * grid.seq > 1),
+                      step.grad_bytes * (step.others + step.positions) + 4,
+                      (Axis.DATA, Axis.FSDP, Axis.SEQ))
+
+
+def _xla_cpu_grad_reduce(step: _Step) -> tuple[list[Term], _Reduction]:
+    """parex's program (xla-cpu): XLA reduces over the seq axis (`_over_seq_term`) and the data
+    axes separately. Over the data axes a device reduces only the position rows it holds (T/s
+    under CP, T/(s·t) under SP; in a pipeline under ring attention all of them); the weights of
+    SP's manual regions are reduced inside them (`_sp_weight_reduces`); under ring attention
+    the blocks' weight gradients are kept split over seq: a device reduces its 1/s of them over
+    the data axes, and gathers them whole for the update (seq-grads)."""
+    sizes, grid, grad_bytes = step.sizes, step.grid, step.grad_bytes
+    manual = _sp_weight_grads(sizes, grid, grad_bytes)
+    out = [_over_seq_term(step, manual)]
+    out += _seq_embedding_and_head(sizes, grid, step.act_bytes, grad_bytes)
+    held = step.positions / (grid.seq * np.where(grid.sp, grid.tensor, 1))
+    held = np.where(_seq_in_stages(grid) & (grid.cp == CP_MODES.index("ring")), step.positions,
+                    held)
+    reduce = grad_bytes * (step.others + held) + 4 - manual
+    reduce = reduce - grad_bytes * seq_sliced_grad_elements(sizes, grid)
+    out.append(Term("seq-grads", "all-gather", (Axis.SEQ,), 1.0 * _seq_sliced(sizes, grid),
+                    grad_bytes * _elements(sizes, grid, embed=True, layers=True)))
+    out += _sp_weight_reduces(grid, step.per_step, manual)
+    return out, _Reduction(step.per_step * (grid.dp > 1), reduce, (Axis.DATA, Axis.FSDP))
+
+
+def _over_seq_term(step: _Step, manual) -> Term:
+    """xla-cpu, the reduction over seq: ring attention's step reduces all the position rows,
+    Ulysses' none (it gathers the table instead: cp-positions); the weights of SP's manual
+    regions are reduced inside them; under SP XLA merges the D-sized weights and ring's
+    positions with their tensor-axis reductions (sp-grads, sp-positions). In a pipeline `seq`
+    stays with XLA, which reduces each backward op's chunk gradients (the blocks' alone: the
+    embedding's backward gathers its cotangent over seq instead, seq-embedding); the
+    embedding's and head's are summed once, whole, after the loop."""
+    sizes, grid, grad_bytes, positions = step.sizes, step.grid, step.grad_bytes, step.positions
+    over_seq = grad_bytes * (step.others + positions * (grid.cp == 1)) + 4 - manual
+    over_seq = over_seq - grid.sp * grad_bytes * (sizes.hidden_params
+                                                  + positions * (grid.cp == 1))
+    seq_steps = np.where(grid.stage > 1, grid.microbatches * grid.virtual_stages, step.per_step)
+    chunk = grad_bytes * _elements(sizes, grid, layers=True) / grid.virtual_stages
+    over_seq = np.where(_seq_in_stages(grid), chunk, over_seq)
+    return Term("grad-reduce", "all-reduce", (Axis.SEQ,), seq_steps * (grid.seq > 1), over_seq)
+
+
+def _embedding_lookup_terms(step: _Step, axes) -> list[Term]:
+    """xla-cpu, XLA's lookup in a D-sharded token table (`_Step.xla_embed`): per microbatch the
+    token ids (int32) all-gathered, and the lookup's output moved by all-to-all in the backward
+    (and the forward under fsdp)."""
+    grid, m = step.grid, step.grid.microbatches
+    ids = 4 * grid.B // m * grid.T
+    lookups = np.where(grid.fsdp > 1, 2, 1) * m * step.xla_embed
+    return [Term("embedding-ids", "all-gather", axes, m * step.xla_embed,
+                 ids * np.ones(len(grid))),
+            Term("embedding-lookup", "all-to-all", axes, lookups, step.x_bytes)]
+
+
+def _gather_terms(step: _Step) -> list[Term]:
+    """Parameter gathers. ZeRO-1/2: the updated parameters back from their data shards, once.
+    ZeRO-3/fsdp: each layer's weights in forward and backward (under SP too: gathered inside its
+    manual regions, again in the backward; full remat's recomputed forward shares the
+    backward's gathers), and the embedding and head once (`_head_gather_bytes`); then XLA's
+    gathers of a D-sharded token table under tensor parallelism (`_xla_cpu_table_terms`)."""
+    sizes, grid, param_bytes = step.sizes, step.grid, step.param_bytes
     zero12 = (grid.zero >= 1) & (grid.zero <= 2) & (grid.data > 1)
     gathered = param_bytes * _elements(sizes, grid, embed=True) / grid.fsdp
-    out.append(Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12, gathered))
+    out = [Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12, gathered)]
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
-    layer_w = param_bytes * _elements(sizes, grid, embed=True, layers=True) / L
-    sp = grid.sp.astype(bool)
-    # forward and backward (under SP too: gathered inside its manual regions, again in the
-    # backward; full remat's recomputed forward shares the backward's gathers)
-    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 2 * m * L * fsdp,
-                    layer_w))
-    head_w = param_bytes * _elements(sizes, grid, embed=True, layers=False)
-    if conv.xla_embedding and sizes.family == "gpt":  # under SP: only its T/(s·t) position rows
-        held = grid.T / (grid.tensor * grid.seq)
-        head_w = head_w - param_bytes * sp * sizes.D * (sizes.T_max - held)
-    head_w = head_w - np.where(xla_embed, param_bytes * table, 0)  # the lookup moved instead
-    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp, head_w))
-    table_tp = conv.xla_embedding & fsdp & (grid.tensor > 1) & (grid.sp == 0) & ~fsdp_piped
-    shard = 4.0 * sizes.V * sizes.D / (grid.tensor * grid.fsdp)
-    out.append(Term("embedding-table", "collective-permute", (Axis.FSDP, Axis.TENSOR),
-                    2.0 * table_tp, shard))
-    out.append(Term("embedding-lookup", "all-gather", (Axis.TENSOR,), m * table_tp, x_bytes))
+    layer_w = param_bytes * _elements(sizes, grid, embed=True, layers=True) / grid.stage_layers
+    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP),
+                    2 * grid.microbatches * grid.stage_layers * fsdp, layer_w))
+    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp,
+                    _head_gather_bytes(step)))
+    return out + _xla_cpu_table_terms(step, fsdp)
 
-    out += _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes)
-    out += _context_terms(sizes, grid, remat, conv, act_bytes)
-    out += _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, x_bytes)
-    return out
+
+def _head_gather_bytes(step: _Step) -> np.ndarray:
+    """The embedding's and head's gathered bytes: every matrix without a layers dim; xla-cpu
+    gathers only GPT's T/(s·t) position rows under SP, and not the token table where its
+    lookup's output moves instead (`_Step.xla_embed`)."""
+    sizes, grid, param_bytes = step.sizes, step.grid, step.param_bytes
+    head_w = param_bytes * _elements(sizes, grid, embed=True, layers=False)
+    if step.conv.xla_embedding and sizes.family == "gpt":
+        held = grid.T / (grid.tensor * grid.seq)
+        head_w = head_w - param_bytes * grid.sp.astype(bool) * sizes.D * (sizes.T_max - held)
+    return head_w - np.where(step.xla_embed, param_bytes * step.table, 0)
+
+
+def _xla_cpu_table_terms(step: _Step, fsdp) -> list[Term]:
+    """xla-cpu, a token table sharded over fsdp and tensor (no SP): XLA moves its shards by two
+    permutes and gathers each microbatch's lookup over tensor."""
+    sizes, grid = step.sizes, step.grid
+    table_tp = (step.conv.xla_embedding & fsdp & (grid.tensor > 1) & (grid.sp == 0)
+                & ~step.fsdp_piped)
+    shard = 4.0 * sizes.V * sizes.D / (grid.tensor * grid.fsdp)
+    return [Term("embedding-table", "collective-permute", (Axis.FSDP, Axis.TENSOR),
+                 2.0 * table_tp, shard),
+            Term("embedding-lookup", "all-gather", (Axis.TENSOR,),
+                 grid.microbatches * table_tp, step.x_bytes)]
 
 
 def fsdp_in_stages(grid) -> np.ndarray:
@@ -299,13 +416,33 @@ def seq_sliced_grad_elements(sizes, grid) -> np.ndarray:
 
 
 def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> list[Term]:
-    m, L, n = grid.microbatches, grid.stage_layers, len(grid)
+    """Tensor parallelism's collectives: the activations' (`_tp_activation_terms`), the
+    D-sized weights' gradients under SP (`_sp_grad_terms`), XLA's around GPT's position table
+    under SP (xla-cpu: `_xla_cpu_sp_position_terms`), and the vocab-parallel loss's 3
+    all-reduces of (tokens,) float32 per microbatch (max, sum, target)."""
+    out = _tp_activation_terms(sizes, grid, remat, conv, x_bytes)
+    out += _sp_grad_terms(sizes, grid, conv, grad_bytes)
+    if conv.xla_embedding and sizes.family == "gpt":
+        out += _xla_cpu_sp_position_terms(sizes, grid, conv, grad_bytes)
+    ce = 3 * grid.microbatches * (grid.tensor > 1)
+    out.append(Term("cross-entropy", "all-reduce", (Axis.TENSOR,), ce, 4.0 * grid.tokens))
+    return out
+
+
+def _tp_activation_terms(sizes, grid, remat, conv, x_bytes) -> list[Term]:
+    """Megatron's per microbatch: 4 per block (SwiGLU's second input matrix adds one
+    backward), 1 more per block recomputed under full remat, + the embedding and the head. A
+    pipeline's busiest device is its last stage: its layers, the head and the loss, but not the
+    embedding. Under SP each becomes an all-gather and a reduce-scatter of the same bytes, +
+    the embedding's output (reduce-scatter; backward all-gather) and the head's input
+    (all-gather; backward reduce-scatter), + SP's re-gathers in the backward of the inputs it
+    saves sequence-split: 2 per block and the head's (xla-cpu merges the head's with its
+    forward gather, and under full remat the blocks' with the recomputed forward's). Inside
+    parex's pipeline stages SP's ops are nested shard_maps (`_nested_sp_counts`)."""
+    m, L = grid.microbatches, grid.stage_layers
     tp, sp = (grid.tensor > 1), grid.sp.astype(bool)
     full = 1 if remat == "full" else 0
     axes = (Axis.TENSOR,)
-    # per microbatch: 4 per block (SwiGLU's second input matrix adds one backward), 1 more per
-    # block recomputed under full remat, + the embedding and the head. A pipeline's busiest
-    # device is its last stage: its layers, the head and the loss, but not the embedding.
     piped = grid.stage > 1
     backward = 2 + sizes.n_mlp_in - 1
     last = full * conv.megatron_block  # the recomputed block's last all-reduce / reduce-scatter
@@ -316,11 +453,6 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     n_ar = per_block * L + np.where(piped, 1, 2) - beside
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes),
            Term("tp-beside-wgrad", "all-reduce", axes, m * beside * (tp & ~sp), x_bytes)]
-    # + the embedding's output (reduce-scatter; backward all-gather) and the head's input
-    # (all-gather; backward reduce-scatter)
-    # SP's re-gathers in the backward of the inputs it saves sequence-split: 2 per block and
-    # the head's (XLA merges the head's with its forward gather, and under full remat the
-    # blocks' with the recomputed forward's)
     regathers = np.where(conv.merges_sp_regathers, 2 * L * (1 - full), 2 * L + 1)
     n_ag = (4 + 2 * full) * L + 2
     n_rs = (4 + full + last) * L + 2 - beside
@@ -333,35 +465,45 @@ def _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, x_bytes) -> l
     out.append(Term("sp-regather", "all-gather", axes, m * regathers * (sp & ~nested), x_bytes))
     out.append(Term("tp-beside-wgrad", "reduce-scatter", axes, m * beside * (sp & ~nested),
                     x_bytes))
-    # the D-sized weights (norms, biases): a pipeline's last stage has its layers' and the
-    # final norm's
-    final = sizes.head[1]
-    hidden = grad_bytes * np.where(piped, (sizes.hidden_params - final) * L / sizes.L + final,
-                                   sizes.hidden_params)
-    # xla-cpu with seq: summed over seq and tensor at once (the seq reduction leaves them out)
-    merged = conv.xla_embedding & sp & (grid.seq > 1)
-    out.append(Term("sp-grads", "all-reduce", axes, m * sp * ~merged, hidden * np.ones(n)))
-    out.append(Term("sp-grads", "all-reduce", (Axis.SEQ, Axis.TENSOR), m * merged,
-                    hidden * np.ones(n)))
-    if conv.xla_embedding and sizes.family == "gpt":  # each shard's position gradient: T/t rows
-        table = grad_bytes * sizes.T_max * sizes.D / grid.embed_shards("grad")
-        out.append(Term("sp-positions", "all-gather", axes,
-                        1.0 * (sp & ~piped) * (grid.seq == 1), table))
-        # in a pipeline each tensor shard's T/t rows of the gradient are exchanged by an
-        # all-to-all and a permute into the table's stored layout
-        rows = grad_bytes * grid.T / grid.tensor * sizes.D / grid.embed_shards("grad")
-        nested_sp = 1.0 * (sp & piped & grid.executor)
-        out.append(Term("sp-positions", "all-to-all", axes, nested_sp, rows))
-        out.append(Term("sp-positions", "collective-permute", (Axis.STAGE, Axis.DATA, Axis.TENSOR),
-                        nested_sp, rows))
-        ring, ulysses = merged & (grid.cp == 1), merged & (grid.cp == 2)
-        out.append(Term("sp-positions", "all-reduce", (Axis.SEQ, Axis.TENSOR), 1.0 * ring,
-                        grad_bytes * grid.T * sizes.D / grid.embed_shards("grad")))
-        out.append(Term("sp-positions", "all-gather", (Axis.SEQ, Axis.TENSOR), 1.0 * ulysses,
-                        4.0 * sizes.T_max * sizes.D / grid.embed_shards("param")))
-    ce = 3 * m * tp
-    out.append(Term("cross-entropy", "all-reduce", axes, ce, 4.0 * grid.tokens))
     return out
+
+
+def _sp_grad_terms(sizes, grid, conv, grad_bytes) -> list[Term]:
+    """SP: the D-sized weights' gradients (norms, biases) summed over tensor per microbatch; a
+    pipeline's last stage has its layers' and the final norm's. xla-cpu with seq: summed over
+    seq and tensor at once (the seq reduction leaves them out)."""
+    m, n, sp = grid.microbatches, len(grid), grid.sp.astype(bool)
+    final = sizes.head[1]
+    hidden = grad_bytes * np.where(grid.stage > 1,
+                                   (sizes.hidden_params - final) * grid.stage_layers / sizes.L
+                                   + final, sizes.hidden_params)
+    merged = conv.xla_embedding & sp & (grid.seq > 1)
+    return [Term("sp-grads", "all-reduce", (Axis.TENSOR,), m * sp * ~merged,
+                 hidden * np.ones(n)),
+            Term("sp-grads", "all-reduce", (Axis.SEQ, Axis.TENSOR), m * merged,
+                 hidden * np.ones(n))]
+
+
+def _xla_cpu_sp_position_terms(sizes, grid, conv, grad_bytes) -> list[Term]:
+    """xla-cpu, GPT's position table under SP: each shard's position gradient (T/t rows) is
+    gathered over tensor; in a pipeline each tensor shard's T/t rows are exchanged by an
+    all-to-all and a permute into the table's stored layout; with seq, ring all-reduces it over
+    seq and tensor at once and Ulysses gathers the table over both."""
+    axes, sp, piped = (Axis.TENSOR,), grid.sp.astype(bool), grid.stage > 1
+    table = grad_bytes * sizes.T_max * sizes.D / grid.embed_shards("grad")
+    rows = grad_bytes * grid.T / grid.tensor * sizes.D / grid.embed_shards("grad")
+    nested_sp = 1.0 * (sp & piped & grid.executor)
+    merged = conv.xla_embedding & sp & (grid.seq > 1)
+    ring, ulysses = merged & (grid.cp == 1), merged & (grid.cp == 2)
+    return [Term("sp-positions", "all-gather", axes, 1.0 * (sp & ~piped) * (grid.seq == 1),
+                 table),
+            Term("sp-positions", "all-to-all", axes, nested_sp, rows),
+            Term("sp-positions", "collective-permute", (Axis.STAGE, Axis.DATA, Axis.TENSOR),
+                 nested_sp, rows),
+            Term("sp-positions", "all-reduce", (Axis.SEQ, Axis.TENSOR), 1.0 * ring,
+                 grad_bytes * grid.T * sizes.D / grid.embed_shards("grad")),
+            Term("sp-positions", "all-gather", (Axis.SEQ, Axis.TENSOR), 1.0 * ulysses,
+                 4.0 * sizes.T_max * sizes.D / grid.embed_shards("param"))]
 
 
 def _nested_sp_counts(grid, full: int) -> tuple[np.ndarray, np.ndarray]:

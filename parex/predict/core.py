@@ -8,13 +8,15 @@ import dataclasses
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..defaults import Assumptions, assume, attention_of
 from ..errors import InputError
 from ..hardware import Chip, Cluster, load_cluster
 from ..layout import Layout, LayoutError
 from ..measure.hlo import KINDS
+from ..parallel.schedules import SCHEDULES
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..validation.checks import check_valid, executable_columns, executable_reason, valid_columns
-from . import alpha_beta, comm, flops, memory, stash, ticks, time
+from . import alpha_beta, comm, flops, memory, stash, tensor3d, ticks, time
 from .comm import Convention
 from .memory import Recipe
 from .shapes import Grid, model_sizes
@@ -43,21 +45,27 @@ def _check_fits_cluster(layout: Layout, cluster: Cluster) -> None:
 
 
 def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster,
-            conv: Convention, rec: Recipe) -> tuple[dict, list]:
-    """Every predicted quantity as columns over the grid, and the collective terms."""
+            conv: Convention, rec: Recipe, layout3d: Layout | None = None) -> tuple[dict, list]:
+    """Every predicted quantity as columns over the grid, and the collective terms.
+    `layout3d`: a 3D tensor layout whose `tensor3d.equivalent` the grid holds: its collectives
+    are predict.tensor3d's, timed over its own axes."""
     chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
-    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu")
+    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu",
+                               flash=attention_of(train, chip.calibration is not None) == "flash")
     # Megatron-LM's block (the recipe's compute counts it): its full remat repeats the whole block
     # (not in parex's compiled program, whose collectives xla-cpu counts)
     megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"
     conv = dataclasses.replace(conv, megatron_block=megatron)
     act = DTYPE_BYTES[model.dtype]
-    mem = memory.memory_parts(sizes, grid, remat, rec, act, act)
-    terms = comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes)
+    mem = (memory.memory_parts(sizes, grid, remat, rec, act, act) if layout3d is None else
+           tensor3d.memory_parts(sizes, grid, layout3d, remat, rec, act, act))
+    terms, on_axes = comm_terms(sizes, grid, remat, conv, act, rec, layout3d)
     emulated = chip.calibration is not None
     seconds: dict = {}
-    for term in terms:
-        seconds[term.name] = seconds.get(term.name, 0.0) + alpha_beta.term_seconds(term, grid, chip)
+    for term in terms:  # a 3D family is timed as the 1D family it resembles (time.py)
+        family = tensor3d.TIME_FAMILY.get(term.name, term.name)
+        seconds[family] = (seconds.get(family, 0.0)
+                           + alpha_beta.term_seconds(term, on_axes, chip))
     opt_elements = memory.state_elements(sizes, grid, "opt")
     if emulated:
         compute = time.cpu_compute(model, sizes, grid, remat, chip.calibration,
@@ -85,6 +93,15 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     return out, terms
 
 
+def comm_terms(sizes, grid: Grid, remat: str, conv: Convention, act: int, rec: Recipe,
+               layout3d: Layout | None = None) -> tuple[list, Grid]:
+    """(collective terms, the grid their axes are sized by): comm's, or a 3D tensor layout's."""
+    if layout3d is None:
+        return comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes), grid
+    return (tensor3d.terms(sizes, layout3d, grid.B, grid.T, remat, conv, act, rec.grad_bytes,
+                           len(grid)), tensor3d.axes_grid(grid, layout3d))
+
+
 def _executor_ticks(sizes, grid: Grid, chip: Chip, remat: str, act: int, seconds: dict,
                     compute: dict) -> dict:
     """The tick-synchronous pipeline executor's terms on the calibrated CPU (predict.ticks)."""
@@ -100,34 +117,38 @@ def _executor_ticks(sizes, grid: Grid, chip: Chip, remat: str, act: int, seconds
     return {"lockstep": lockstep, "busy": busy, "ticks": fixed, "sends": sends}
 
 
-def _defaults(hardware, convention, recipe, n_devices, model: ModelConfig, dtype):
-    """(cluster, convention, recipe, model in its compute dtype), the defaults keyed on the
-    profile: the calibrated CPU predicts parex's own program (xla-cpu, parex recipe, the model's
-    dtype); an accelerator what real runs use there (gpu, mixed recipe, bfloat16)."""
+def resolved(hardware, n_devices: int, model: ModelConfig, train: TrainConfig, convention=None,
+             recipe=None, dtype=None):
+    """(cluster, convention, recipe, model in its compute dtype, Assumptions): parex.defaults's
+    `assume` fills what is not given from the profile (the calibrated CPU predicts parex's own
+    program: xla-cpu, parex recipe, the model's dtype; an accelerator what real runs use there:
+    gpu, mixed recipe, bfloat16)."""
     cluster = as_cluster(hardware, n_devices)
-    emulated = cluster.chip.calibration is not None
-    if convention is None:
-        convention = "xla-cpu" if emulated else "gpu"
-    if recipe is None:
-        recipe = "parex" if emulated else "mixed"
-    if dtype is None:
-        dtype = model.dtype if emulated else "bfloat16"
-    if dtype not in DTYPE_BYTES:
-        raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
-    if dtype != model.dtype:
-        model = model.replace(dtype=dtype)
-    return cluster, comm.convention(convention), memory.recipe(recipe), model
+    a = assume(cluster, model, dtype=dtype, recipe=recipe, convention=convention,
+               global_batch=train.global_batch, seq_len=train.seq_len, remat=train.remat,
+               microbatch=train.microbatch, attention=train.attention)
+    if a.dtype != model.dtype:
+        model = model.replace(dtype=a.dtype)
+    return (cluster, comm.convention(convention or a.convention),
+            memory.recipe(recipe or a.recipe), model, a)
 
 
 def checked(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, convention=None,
             recipe=None, dtype=None):
     """(cluster, convention, recipe, model in its compute dtype) once the layout is known to be
     a real program that fits the cluster (LayoutError / InputError naming the fix otherwise)."""
-    cluster, conv, rec, model = _defaults(hardware, convention, recipe, layout.n_devices, model,
-                                          dtype)
+    cluster, conv, rec, model, _ = resolved(hardware, layout.n_devices, model, train, convention,
+                                            recipe, dtype)
     _check_fits_cluster(layout, cluster)
     check_valid(layout, model, train, layout.n_devices)
     return cluster, conv, rec, model
+
+
+def assumptions_of(model: ModelConfig, train: TrainConfig, layout: Layout, hardware,
+                   convention=None, recipe=None, dtype=None) -> Assumptions:
+    """The Assumptions predict() makes for this layout (its schedule, b and remat filled in)."""
+    a = resolved(hardware, layout.n_devices, model, train, convention, recipe, dtype)[-1]
+    return a.of_layout(layout, train.microbatch)
 
 
 def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
@@ -136,9 +157,21 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
                         ) -> Prediction:
     """parex.predict.predict for a layout without replicas: every term of one layout."""
     cluster, conv, rec, model = checked(model, train, layout, hardware, convention, recipe, dtype)
+    if layout.schedule == "local":  # local learning: its own step (parex.predict.local)
+        from .local import predict_local
+
+        proxy = predict_synchronous(model, train, layout.replace(
+            schedule="1f1b", local_loss="ce", queue=1), cluster, convention=conv, recipe=rec,
+            dtype=model.dtype)
+        reason = executable_reason(layout, model, train)
+        return dataclasses.replace(predict_local(model, train, layout, cluster, conv, rec, proxy),
+                                   executable=reason is None, executable_reason=reason or "")
+    assumed = assumptions_of(model, train, layout, cluster, conv.name, rec.name, model.dtype)
     reason = executable_reason(layout, model, train)
-    grid = Grid.from_layouts([layout], train, model)
-    cols, terms = columns(model, train, grid, cluster, conv, rec)
+    layout3d = layout if layout.tensor3d else None  # compute and memory: its 1D equivalent
+    grid = Grid.from_layouts([tensor3d.equivalent(layout) if layout3d else layout], train, model)
+    cols, terms = columns(model, train, grid, cluster, conv, rec, layout3d)
+    on_axes = tensor3d.axes_grid(grid, layout) if layout3d else grid
     value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
     collectives = []
     for term in terms:
@@ -148,7 +181,8 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
                                 "axes": [a.value for a in term.axes], "count": count,
                                 "bytes": float(term.bytes[0]),
                                 "bytes_per_op": float(term.bytes_per_op[0]),
-                                "seconds": float(alpha_beta.term_seconds(term, grid, cluster.chip)[0])})
+                                "seconds": float(alpha_beta.term_seconds(term, on_axes,
+                                                                         cluster.chip)[0])})
     return Prediction(
         model=model.name, layout=str(layout), n_devices=layout.n_devices, hardware=cluster.name,
         step_time_s={k: value[f"step_{k}_s"] for k in STEP_TIME_PARTS},
@@ -160,7 +194,8 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
         fits=bool(value["fits"]), over_capacity_bytes=value["over_capacity_bytes"],
         collectives=collectives, convention=conv.name,
         hardware_flops_per_device=value["hardware_flops_per_device"],
-        executable=reason is None, executable_reason=reason or "")
+        executable=reason is None, executable_reason=reason or "",
+        assumptions=assumed.to_json())
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
@@ -175,9 +210,15 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
         raise InputError("predict_batch has no replica columns: predict DiLoCo layouts "
                          "(replica, inner_steps) one at a time with parex.predict.predict")
+    if not isinstance(layouts, Grid) and any(layout.tensor3d for layout in layouts):
+        raise InputError("predict_batch has no Y and Z columns: predict 3D tensor layouts "
+                         "(tensor=XxYxZ) one at a time with parex.predict.predict")
     grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
-    cluster, conv, rec, model = _defaults(hardware, convention, recipe,
-                                          int(grid.n_devices.max()), model, dtype)
+    if (grid.schedule == len(SCHEDULES)).any():  # ALL_SCHEDULES' last: schedule=local
+        raise InputError("predict_batch has no local-learning columns: predict schedule=local "
+                         "layouts one at a time with parex.predict.predict")
+    cluster, conv, rec, model, _ = resolved(hardware, int(grid.n_devices.max()), model, train,
+                                            convention, recipe, dtype)
     valid = valid_columns(model, train, grid)
     executable = valid & executable_columns(model, train, grid)
     if valid.all():
@@ -228,5 +269,5 @@ def shared_fields(measurement, prediction) -> list[dict]:
             for name, p, m in pairs]
 
 
-__all__ = ["as_cluster", "checked", "columns", "predict_batch", "predict_synchronous",
-           "shared_fields"]
+__all__ = ["as_cluster", "assumptions_of", "checked", "columns", "predict_batch",
+           "predict_synchronous", "resolved", "shared_fields"]

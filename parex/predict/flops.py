@@ -30,7 +30,8 @@ from .shapes import Grid, ModelSizes
 
 # Elementwise FLOPs XLA's cost analysis counts per element, forward + backward: a non-negative
 # least-squares fit, once, to the tiny GPT and Llama compiled steps over the layout presets and
-# remat policies (the small model was left out and lands within 3 %). A few percent of the total.
+# remat policies (the small model held out: docs/results/2026-12-predict-accuracy.md). A few
+# percent of the total.
 ELEMENTWISE = {
     "hidden": 125.0,  # per token per layer per hidden unit: norms, residual adds, biases, RoPE
     "mlp": {"gpt": 20.0, "llama": 0.0},  # per MLP unit beyond the above: GELU's tanh form

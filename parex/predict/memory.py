@@ -8,7 +8,9 @@ Each kind is divided by the shards its dims are cut into (shapes.Grid.embed_shar
 shards optimizer state from s = 1, gradients from 2, parameters from 3; fsdp shards all three).
 
 Activations, two formulas:
-- "korthikanti" (Korthikanti et al. 2022, 16-bit activations with dropout masks), bytes per layer:
+- "korthikanti" (Korthikanti et al. 2022, 16-bit activations with dropout masks, materialised
+  scores: the naive kernel; under flash attention the a·s/h terms become each row's float32
+  log-sum-exp, 4·a/h), bytes per layer:
       none       s·b·h·(34 + 5·a·s/h)                 TP: s·b·h·(10 + 24/t + 5·a·s/(h·t))
       TP + SP    s·b·h/t·(34 + 5·a·s/h)               selective drops the 5·a·s/h term
       full       2·s·b·h (the block input only)
@@ -17,8 +19,9 @@ Activations, two formulas:
       8·h full (residual stream, norms, MLP input; h/t under SP, which saves the inputs of the
       column-parallel matmuls sequence-split and all-gathers them again in the backward)
       + (2 + 2·K/H)·h/t (q, attention output, k, v) + 6·F/t (MLP pre- and post-activation terms)
-      + 2·(a/t)·s (scores and probabilities; dropped by selective remat; ring attention
-      keeps a/t instead, each row's log-sum-exp, and recomputes its blocks in the backward)
+      + 2·(a/t)·s (scores and probabilities; dropped by selective remat; ring attention and
+      flash attention keep a/t instead, each row's log-sum-exp, and recompute their blocks in
+      the backward: parex.attention)
       full remat keeps only the block input, h (h/t under SP).
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
 table (Schedule.peak_in_flight); parex's executor keeps them in slot buffers (predict.stash: the
@@ -46,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..parallel.plan import BUFFERS
+from ..parallel.timetable import BUFFERS
 from .comm import (fsdp_in_stages, ring_block_elements, ring_hops_are_all_to_alls,
                    seq_sliced_grad_elements)
 from .schedule_stats import table_columns
@@ -120,15 +123,19 @@ def batch_bytes(grid: Grid) -> np.ndarray:
 
 # --- activations ---------------------------------------------------------------------------------
 
-def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none", dropout=True):
+def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none", dropout=True,
+                            flash=False):
     """Bytes of one layer's activations, Korthikanti et al. 2022 (16-bit, with dropout masks).
     `dropout=False`: the same accounting for a model without dropout, which has neither the
     masks (1 byte per element: 2·s·b·h, a·s²·b) nor the dropout's output (2·a·s²·b):
-    none s·b·h·(32 + 2·a·s/h), TP s·b·h·(8 + 24/t + 2·a·s/(h·t)), TP + SP s·b·h/t·(32 + 2·a·s/h)."""
+    none s·b·h·(32 + 2·a·s/h), TP s·b·h·(8 + 24/t + 2·a·s/(h·t)), TP + SP s·b·h/t·(32 + 2·a·s/h).
+    `flash`: a fused attention kernel keeps no scores (as selective remat) but each row's
+    float32 log-sum-exp, 4·a·s·b bytes (4·a/h per s·b·h), split over t with the heads."""
     if remat == "full":
         return 2 * s * b * h
     fixed, scores = (34, 5) if dropout else (32, 2)
-    attn = 0 if remat == "selective" else scores * a * s / h
+    # selective remat recomputes the attention core, whatever its kernel
+    attn = 0 if remat == "selective" else np.where(flash, 4 * a / h, scores * a * s / h)
     return np.where(sp, s * b * h / t * (fixed + attn),
                     s * b * h * (fixed - 24 + 24 / t + attn / t))
 
@@ -140,9 +147,10 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
         return np.where(sp, h / t, h) * np.ones(len(grid))
     full_h = np.where(sp, 8 * h / t, 8 * h)
     split_h = (2 + 2 * sizes.K / sizes.H) * h / t
-    # ring attention's custom VJP keeps no scores, only the rows' log-sum-exp (one per head)
-    scores = 0 if remat == "selective" else np.where(grid.cp == 1, sizes.H / t,
-                                                     2 * sizes.H / t * grid.T)
+    # ring attention's and flash attention's custom VJPs keep no scores, only the rows'
+    # log-sum-exp (one per head); selective remat recomputes either kernel's forward
+    kept = (grid.cp == 1) | grid.flash
+    scores = 0 if remat == "selective" else np.where(kept, sizes.H / t, 2 * sizes.H / t * grid.T)
     return full_h + split_h + 6 * sizes.F / t + scores
 
 
@@ -152,7 +160,8 @@ def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_byte
     if rec.activations == "korthikanti":
         # the paper's s is the local sequence; CP splits it (tokens = b·T/seq)
         return korthikanti_layer_bytes(grid.T / grid.seq, grid.b, sizes.D, sizes.H, grid.tensor,
-                                       grid.sp.astype(bool), remat) * np.ones(len(grid))
+                                       grid.sp.astype(bool), remat,
+                                       flash=grid.flash) * np.ones(len(grid))
     return xla_layer_elements(sizes, grid, remat) * tokens * act_bytes
 
 

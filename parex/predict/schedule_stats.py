@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..parallel.plan import BUFFERS
+from ..parallel.timetable import BUFFERS
 from ..parallel.schedules import SCHEDULES, schedule_arrays
 from . import table_store
 from .shapes import Grid
@@ -87,7 +87,7 @@ def table_columns(grid: Grid) -> tuple[np.ndarray, np.ndarray]:
 
 
 def buffer_columns(grid: Grid) -> dict[str, np.ndarray]:
-    """Per layout, the slots of each buffer of the pipeline executor (parallel.plan): the most
+    """Per layout, the slots of each buffer of the pipeline executor (parallel.timetable): the most
     values one stage holds at once; zeros without a pipeline."""
     values = _table_values(grid)
     return {name: values[:, 2 + i] for i, name in enumerate(BUFFERS)}

@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ModelConfig, TrainConfig
 from ..layout import CP_MODES, Layout, resolved_microbatches
 from ..model import param_table
-from ..parallel.schedules import SCHEDULES
+from ..parallel.schedules import ALL_SCHEDULES
 from ..validation.checks import partition_stats
 
 TENSOR_DIMS = ("heads", "kv_heads", "mlp", "vocab")
@@ -84,7 +84,7 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
 # Layout fields read as columns, and the integer codes of the string-valued ones.
 _INT_FIELDS = ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages")
 _CP_CODE = {name: i for i, name in enumerate(CP_MODES)}
-_SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES)}
+_SCHEDULE_CODE = {name: i for i, name in enumerate(ALL_SCHEDULES)}  # local last
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,7 @@ class Grid:
     B: int  # global batch (sequences per step)
     T: int  # tokens per sequence
     executor: bool = True  # the program parex's executor compiles (xla-cpu), not the ideal one
+    flash: bool = False  # flash attention (parex.attention): no scores kept, lse per row
 
     def __len__(self) -> int:
         return len(self.data)

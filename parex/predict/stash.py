@@ -1,5 +1,5 @@
 """What a pipeline stage keeps between its ops, in bytes per device: the predictor's mirror of the
-executor's buffers (parex.parallel.plan), each a number of slots times the bytes of one value.
+executor's buffers (parex.parallel.timetable), each a number of slots times the bytes of one value.
 
     res    a chunk's residuals, F to B: its layers' saved activations (memory.xla_layer_elements;
            under a split backward without the weighted ops' inputs, which the records keep; a
@@ -84,7 +84,8 @@ def nested_scores(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     microbatches=2: the res slots and their two window copies are 4 MiB each short of them."""
     ulysses = grid.cp == CP_MODES.index("ulysses")
     scores = 2 * sizes.H / grid.tensor * grid.T if remat == "none" else 0.0
-    return np.where(ulysses & (grid.stage > 1), scores, 0.0)
+    # flash attention keeps none to begin with (memory.xla_layer_elements)
+    return np.where(ulysses & (grid.stage > 1) & ~np.asarray(grid.flash), scores, 0.0)
 
 
 def looped_weight_bytes(sizes: ModelSizes, grid: Grid, act_bytes: int, remat: str):

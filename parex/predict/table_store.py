@@ -21,7 +21,7 @@ from pathlib import Path
 from ..machine import cache_dir
 
 # modules whose code decides the stored numbers (relative to the package root)
-SOURCES = ("parallel/schedules.py", "parallel/tables.py", "parallel/plan.py",
+SOURCES = ("parallel/schedules.py", "parallel/tables.py", "parallel/timetable.py",
            "predict/schedule_stats.py", "predict/table_store.py")
 LIMIT = 1 << 16  # entries per kind; past it the file starts over
 

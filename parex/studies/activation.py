@@ -20,10 +20,9 @@ the softmax, and the dropout's output beside the softmax's, 2·a·s²·b):
     none 32 + 2·a·s/h, tp 8 + 24/t + 2·a·s/(h·t), tp+sp (32 + 2·a·s/h)/t, tp+selective 8 + 24/t,
     tp+sp+selective 32/t, full 2 (each × s·b·h bytes, 16-bit).
 Ratios to `none` do not depend on the element size, so parex's float32 measurements compare
-with them directly. On the tiny model (t = 4, T = 1024 … 4096) tp, tp+sp and tp+selective are
-within 7 % of them; tp+sp+selective (10–12 % high) and full (0.49×) are not, because parex's
-unsplit layer keeps 36 h-sized and 2 score-sized values per token where the paper's keeps 16
-and 1 (tests/test_studies/activation.py).
+with them directly. tp+sp+selective and full do not match the table, because parex's unsplit
+layer keeps 36 h-sized and 2 score-sized values per token where the paper's keeps 16 and 1
+(measured ratios: docs/results/2026-12-activation-memory.md).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ an XLA abort or a hang (cut at `timeout` seconds) costs one record, not the swee
 line: the config, its stable `key`, `status` (ok, error, timeout, invalid), the Measurement's
 to_json() or the error, and timings. Lines are written whole, flushed and fsynced; a line torn by
 a kill mid-write is dropped on the next resume, which skips every key already in the store.
+The store and the shards that cluster tasks add to it: parex.sweep.store; the SLURM job array
+(submitit): parex.sweep.slurm and parex.sweep.executor.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..errors import InputError
 from ..layout import Layout, LayoutError
 from ..record import Measurement, collectives_from_json
 from ..validation import validate
+from .store import append_record, read_records, repair_tail
 
 STATUSES = ("ok", "error", "timeout", "invalid")
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the child imports this same parex
@@ -85,50 +88,6 @@ class SweepConfig:
         return args
 
 
-# --- the store -----------------------------------------------------------------------------------
-
-def read_records(path) -> list[dict]:
-    """Every whole record in the store, in order; a torn last line is skipped."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill mid-write
-    return records
-
-
-def repair_tail(path) -> None:
-    """Cut a last line that a kill left without its newline, so appends start on a new line."""
-    path = Path(path)
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    data = path.read_bytes()
-    if not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-            os.fsync(f.fileno())
-
-
-def append_record(path, record: dict) -> None:
-    """One line, flushed and fsynced before returning."""
-    line = json.dumps(record, sort_keys=True) + "\n"
-    new = not Path(path).exists()
-    with open(path, "a") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
-    if new:  # make the file's own directory entry durable too
-        fd = os.open(Path(path).resolve().parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 # --- running one config --------------------------------------------------------------------------
 
 def _die_with_parent() -> None:
@@ -178,6 +137,15 @@ def run_config(config: SweepConfig, timeout: float | None, argv_of=SweepConfig.a
             "elapsed_s": time.perf_counter() - start}
 
 
+def check_names(configs) -> None:
+    """A mistyped model name is bad input, not a record: refused before anything runs, with
+    the nearest presets (an impossible layout, by contrast, is recorded as `invalid`)."""
+    from ..config import model_preset
+
+    for name in dict.fromkeys(c.model for c in configs):
+        model_preset(name)
+
+
 def run_sweep(configs, out, *, resume: bool = False, timeout: float | None = None,
               retry_failed: bool = False, progress: bool = True,
               argv_of=SweepConfig.argv) -> dict:
@@ -186,6 +154,7 @@ def run_sweep(configs, out, *, resume: bool = False, timeout: float | None = Non
     from tqdm.auto import tqdm
 
     out = Path(out)
+    check_names(configs)
     if out.exists() and out.stat().st_size and not resume:
         raise InputError(f"{out} already holds results: pass --resume to continue that sweep "
                          f"(finished configs are skipped), or choose another --out")
@@ -205,6 +174,32 @@ def run_sweep(configs, out, *, resume: bool = False, timeout: float | None = Non
 
 
 # --- reading results back ------------------------------------------------------------------------
+
+def error_line(error) -> str:
+    """The line of a failure's error that says what went wrong, whole (never cut): the last
+    line the child printed (its one `parex: ...` line, or a traceback's exception)."""
+    lines = [line.strip() for line in str(error or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def error_notes(errors, width: int = 100) -> tuple[list[str], list[str]]:
+    """A mark per record ('' where `errors` holds None) and the notes the marks point to, one
+    per distinct error line, wrapped at `width` columns, never cut: a table keeps its width
+    and every message keeps its fix."""
+    import textwrap
+
+    numbers: dict[str, int] = {}
+    marks = []
+    for error in errors:
+        line = error_line(error) if error is not None else ""
+        if line:
+            numbers.setdefault(line, len(numbers) + 1)
+        marks.append(f"[{numbers[line]}]" if line else "")
+    notes = [textwrap.fill(line, width, initial_indent=f"[{n}] ", subsequent_indent="    ",
+                           break_long_words=False, break_on_hyphens=False)
+             for line, n in numbers.items()]
+    return marks, notes
+
 
 MEASUREMENT_FIELDS = {f.name for f in dataclasses.fields(Measurement)}
 
@@ -244,5 +239,6 @@ def load(path):
     return pd.DataFrame(rows)
 
 
-__all__ = ["STATUSES", "SweepConfig", "append_record", "latest", "load", "measurement_of",
-           "read_records", "run_config", "run_sweep"]
+__all__ = ["STATUSES", "SweepConfig", "append_record", "check_names", "error_line",
+           "error_notes", "latest", "load", "measurement_of", "read_records", "run_config",
+           "run_sweep"]

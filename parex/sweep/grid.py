@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import tomllib
-from pathlib import Path
 
-from ..errors import InputError
+from ..config import DTYPES, REMAT_POLICIES, preset_names
+from ..data import SOURCES
+from ..errors import InputError, did_you_mean, unknown
+from ..files import read_toml
 from ..layout import Layout, LayoutError
 from . import SweepConfig
 
@@ -30,6 +31,10 @@ LISTS = {"remat": "remat", "seq": "seq_len", "global_batch": "global_batch",
          "microbatch": "microbatch"}  # grid key -> SweepConfig field (one value or a list)
 SCALARS = ("steps", "dtype", "data", "devices")
 KNOWN = {"model", "models", "layouts", "axes", "microbatches", *LISTS, *SCALARS}
+WHOLE = ("seq", "global_batch", "microbatch", "microbatches", "steps", "devices")  # ints >= 1
+NAMES = {"model": ("model preset", preset_names), "models": ("model preset", preset_names),
+         "remat": ("remat policy", lambda: REMAT_POLICIES), "dtype": ("dtype", lambda: DTYPES),
+         "data": ("data source", lambda: SOURCES), "layouts": ("layout", None)}
 
 
 def _as_list(value) -> list:
@@ -63,11 +68,41 @@ def layout_strings(spec: dict) -> list[str]:
     return list(dict.fromkeys(layouts))
 
 
+def check_spec(spec: dict) -> None:
+    """Every key known and every value of the right kind, before any layout is read: a typo
+    gets the nearest known key or name."""
+    if not isinstance(spec, dict):
+        raise InputError(f"a sweep grid is a TOML table of keys ({', '.join(sorted(KNOWN))})")
+    extra = sorted(set(spec) - KNOWN)
+    if extra:
+        hint = did_you_mean(extra[0], KNOWN)
+        raise InputError(f"unknown sweep grid keys {extra}; {hint + ' ' if hint else ''}use "
+                         f"{', '.join(sorted(KNOWN))}")
+    if "axes" in spec and not isinstance(spec["axes"], dict):
+        raise InputError(f"axes={spec['axes']!r}: write [axes] as a table of Layout keys and "
+                         f"lists of sizes, e.g. [axes] data = [1, 2] tensor = [1, 4]")
+    for key, value in spec.items():
+        if key in SCALARS and isinstance(value, list):
+            raise InputError(f"{key}={value!r}: {key} takes one value, not a list")
+        for item in _as_list(value) if key != "axes" else []:
+            _check_value(key, item)
+
+
+def _check_value(key: str, item) -> None:
+    if key in WHOLE and (not isinstance(item, int) or isinstance(item, bool) or item < 1):
+        raise InputError(f"{key}={item!r}: {key} takes whole numbers >= 1, e.g. {key} = 2")
+    if key in NAMES:
+        what, known = NAMES[key]
+        if not isinstance(item, str):
+            raise InputError(f"{key}={item!r}: write each {what} in quotes")
+        if known is not None and item not in known():
+            raise InputError(unknown(what, item, known()))
+
+
 def grid_configs(spec: dict, defaults: SweepConfig | None = None) -> list[SweepConfig]:
-    """The configs a grid spec (a parsed TOML table) lists; `defaults` fills what it omits."""
-    unknown = set(spec) - KNOWN
-    if unknown:
-        raise InputError(f"unknown sweep grid keys {sorted(unknown)}; use {sorted(KNOWN)}")
+    """The configs a grid spec (a parsed TOML table) lists; `defaults` fills what it omits.
+    A bad key or value raises InputError, a layout that cannot be read LayoutError."""
+    check_spec(spec)
     base = defaults or SweepConfig(model="tiny", layout="single")
     models = _as_list(spec.get("models", spec.get("model", base.model)))
     layouts = layout_strings(spec) or [base.layout]
@@ -82,12 +117,11 @@ def grid_configs(spec: dict, defaults: SweepConfig | None = None) -> list[SweepC
 
 
 def read_grid(path, defaults: SweepConfig | None = None) -> list[SweepConfig]:
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"no sweep grid file {path}: give the path of a TOML file "
-                         f"(see parex.sweep.grid for the keys)")
-    with open(path, "rb") as f:
-        return grid_configs(tomllib.load(f), defaults)
+    spec = read_toml(path, "sweep grid", "see parex.sweep.grid for the keys")
+    try:
+        return grid_configs(spec, defaults)
+    except (InputError, LayoutError) as err:
+        raise InputError(f"sweep grid {path}: {err}") from None
 
 
 __all__ = ["axis_layouts", "grid_configs", "read_grid"]

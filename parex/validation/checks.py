@@ -18,8 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import unknown
 from ..layout import (
     CP_MODES,
+    LOCAL_LOSSES,
     OUTER_DTYPES,
     Layout,
     LayoutError,
@@ -27,8 +29,9 @@ from ..layout import (
     example_partition,
     num_microbatches,
 )
-from ..parallel.schedules import SCHEDULES
-from .rules import EXECUTOR_LIMITS, VALID_RULES, Context, Rule
+from ..parallel.schedules import ALL_SCHEDULES, LOCAL
+from .rules import (EXECUTOR_LIMITS, VALID_RULES, Context, Rule, local_fold, tensor3d_limit,
+                    tensor3d_problem)
 
 
 class LayoutValues:
@@ -40,8 +43,14 @@ class LayoutValues:
         for name in ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages"):
             setattr(self, name, getattr(layout, name))
         self.sp = int(layout.sp)
+        if layout.tensor3d:  # Megatron's tensor and SP rules do not apply: tensor3d_problem's do
+            self.tensor, self.sp = 1, 0
         self.cp = CP_MODES.index(layout.cp) if layout.cp in CP_MODES else -1
-        self.schedule = SCHEDULES.index(layout.schedule) if layout.schedule in SCHEDULES else -1
+        self.schedule = (ALL_SCHEDULES.index(layout.schedule) if layout.schedule in ALL_SCHEDULES
+                         else -1)
+        self.local_loss = (LOCAL_LOSSES.index(layout.local_loss)
+                           if layout.local_loss in LOCAL_LOSSES else -1)
+        self.queue = layout.queue
         self.microbatches = num_microbatches(layout, train)
         stats = partition_stats(layout.layers_per_stage, layout.stage)
         self.partition_n, self.partition_min, self.partition_sum, self.partition_max = stats[1:]
@@ -107,6 +116,9 @@ def check_valid(layout: Layout, model: ModelConfig, train: TrainConfig,
     failed = _first_failure(VALID_RULES, LayoutValues(layout, model, train), ctx)
     if failed is not None:
         raise LayoutError(failed.message(layout, ctx))
+    problem = tensor3d_problem(layout, ctx) if layout.tensor3d else None
+    if problem is not None:
+        raise LayoutError(problem)
 
 
 def executable_reason(layout: Layout, model: ModelConfig, train: TrainConfig) -> str | None:
@@ -119,6 +131,8 @@ def executable_reason(layout: Layout, model: ModelConfig, train: TrainConfig) ->
         return executable_reason(inner_layout(layout), model,
                                  train.replace(global_batch=train.global_batch // R))
     ctx, values = Context(model, train, layout.n_devices), LayoutValues(layout, model, train)
+    if layout.tensor3d and tensor3d_limit(layout, ctx) is not None:
+        return tensor3d_limit(layout, ctx)
     with np.errstate(divide="ignore", invalid="ignore"):
         failed = [rule for rule in EXECUTOR_LIMITS if _fails(rule.holds(values, ctx))]
     if not failed:
@@ -158,6 +172,8 @@ def nearest_executable(layout: Layout, model: ModelConfig, train: TrainConfig) -
     """A valid, executable layout on the same devices that differs least: stages fold into data
     until they divide the layers (an explicit partition made as even as possible for the new
     stage count), with the most microbatches the batch still allows."""
+    if layout.schedule == LOCAL and _runs(local_fold(layout), model, train):
+        return local_fold(layout)
     near = layout
     for stage in reversed(divisors(layout.stage)):
         candidate = _with_stages(near, stage, model.layers)
@@ -173,7 +189,7 @@ def _with_stages(layout: Layout, stage: int, layers: int) -> Layout:
     data = layout.data * (layout.stage // stage)
     if stage == 1:
         return layout.replace(stage=1, data=data, schedule="gpipe", virtual_stages=1,
-                              layers_per_stage=None)
+                              layers_per_stage=None, local_loss="ce", queue=1)
     v = layout.virtual_stages
     parts = None if layers % (stage * v) == 0 else example_partition(layers, stage * v)
     return layout.replace(stage=stage, data=data, layers_per_stage=parts)
@@ -191,11 +207,11 @@ def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_dev
                    check) -> None:
     """The replica axis and the DiLoCo keys; then each replica's inner layout on its share of
     the devices and of the batch, with `check` (check_valid or check_layout)."""
-    from ..lowcomm.rounds import DILOCO_FIELDS, inner_layout
+    from ..lowcomm.rounds import changed_diloco_keys, inner_layout
 
-    R, H, P = layout.replica, layout.inner_steps, layout.fragments
+    R, H = layout.replica, layout.inner_steps
     if not layout.diloco:
-        changed = [k for k in DILOCO_FIELDS if getattr(layout, k) != getattr(Layout(), k)]
+        changed = changed_diloco_keys(layout)
         if changed:
             _fail(f"{', '.join(changed)} only mean something for DiLoCo: set replica=2 or more "
                   f"(and inner_steps=H), or leave {', '.join(changed)} at the default")
@@ -221,13 +237,13 @@ def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_dev
 
 def _check_outer(layout: Layout) -> None:
     if layout.outer_dtype not in OUTER_DTYPES:
-        _fail(f"outer_dtype={layout.outer_dtype!r}: the pseudo-gradients are exchanged as one of "
-              f"{', '.join(OUTER_DTYPES)}")
-    if not layout.outer_lr > 0:
-        _fail(f"outer_lr={layout.outer_lr}: the outer learning rate must be positive "
+        _fail(unknown("outer_dtype", layout.outer_dtype, OUTER_DTYPES)
+              + " (the pseudo-gradients' exchange format)")
+    if not layout.outer.lr > 0:
+        _fail(f"outer_lr={layout.outer.lr}: the outer learning rate must be positive "
               f"(DiLoCo uses 0.7)")
-    if not 0 <= layout.outer_momentum < 1:
-        _fail(f"outer_momentum={layout.outer_momentum}: Nesterov momentum lies in [0, 1) "
+    if not 0 <= layout.outer.momentum < 1:
+        _fail(f"outer_momentum={layout.outer.momentum}: Nesterov momentum lies in [0, 1) "
               f"(DiLoCo uses 0.9)")
 
 

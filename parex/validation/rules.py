@@ -19,8 +19,10 @@ from typing import Callable
 import numpy as np
 
 from ..config import DTYPES, FAMILIES, REMAT_POLICIES, ModelConfig, TrainConfig
+from ..errors import did_you_mean, unknown
 from ..layout import (
     CP_MODES,
+    LOCAL_LOSSES,
     MESH_AXES,
     Axis,
     Layout,
@@ -28,13 +30,16 @@ from ..layout import (
     example_partition,
     num_microbatches,
 )
-from ..parallel.schedules import LOOPING, SCHEDULES, VEE, check_schedule
+from ..parallel.schedules import ALL_SCHEDULES, LOCAL, LOOPING, SCHEDULES, VEE, check_schedule
 
 INTERLEAVED, LOOPING_CODES = SCHEDULES.index("interleaved"), [SCHEDULES.index(s) for s in LOOPING]
 VEE_CODES = [SCHEDULES.index(s) for s in VEE]  # two chunks per device, placed V-wise
 RING, ULYSSES = CP_MODES.index("ring"), CP_MODES.index("ulysses")
-# a Grid is one replica's layout: the replica axis is checked by validation._check_replica
-GRID_AXES = tuple(a for a in MESH_AXES if a is not Axis.REPLICA)
+LOCAL_CODE = ALL_SCHEDULES.index(LOCAL)  # schedule=local (parex.parallel.local)
+# a Grid is one replica's layout: the replica axis is checked by validation._check_replica, and
+# a 3D tensor layout's Y and Z by tensor3d_problem (a Grid has no columns for them)
+GRID_AXES = tuple(a for a in MESH_AXES
+                  if a not in (Axis.REPLICA, Axis.TENSOR_Y, Axis.TENSOR_Z))
 MODEL_DIMS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq_len")
 
 
@@ -96,7 +101,7 @@ _rule(RULES, "device-count",
       lambda l, c: (f"the mesh {_size_text(l) or 'single'} uses {l.n_devices} devices but "
                     f"{c.n_devices} are available: change the axis sizes so that their product "
                     f"is {c.n_devices}, or run on {l.n_devices} devices (--devices "
-                    f"{l.n_devices})"))
+                    f"{l.n_devices})" + nearest_3d_hint(l, c)))
 _rule(RULES, "zero-stage", lambda g, c: (g.zero >= 0) & (g.zero <= 3),
       lambda l, c: (f"zero={l.zero}: the ZeRO stage is 0, 1 (optimizer state), 2 (+ gradients) "
                     f"or 3 (+ parameters)"))
@@ -184,6 +189,42 @@ def _batch_message(l: Layout, c: Context) -> str:
 _rule(RULES, "batch-microbatches",
       lambda g, c: c.train.global_batch % (g.dp * g.microbatches) == 0, _batch_message)
 
+# --- local learning (schedule=local): a Grid without the columns has their defaults --------------
+def _local_loss(g):
+    return getattr(g, "local_loss", 0)  # index into LOCAL_LOSSES, -1 unknown
+
+
+def _queue(g):
+    return getattr(g, "queue", 1)
+
+
+def _local_knobs_message(l: Layout, c: Context) -> str:
+    keys = [f"{k}={getattr(l, k)}" for k in ("local_loss", "queue")
+            if getattr(l, k) != getattr(Layout(), k)]
+    verb = "mean" if len(keys) > 1 else "means"
+    return (f"{' and '.join(keys)} only {verb} something for local learning: add "
+            f"schedule=local (with stage=2 or more), or drop "
+            f"{' and '.join(k.split('=')[0] for k in keys)}")
+
+
+_rule(RULES, "local-knobs",
+      lambda g, c: (g.schedule == LOCAL_CODE) | ((_local_loss(g) == 0) & (_queue(g) == 1)),
+      _local_knobs_message)
+_rule(RULES, "local-needs-stages", lambda g, c: (g.schedule != LOCAL_CODE) | (g.stage > 1),
+      lambda l, c: ("schedule=local needs stage=2 or more: each pipeline stage learns from its "
+                    "own loss, so one stage is ordinary training; set stage=2 (or more), or "
+                    "drop schedule=local"))
+def _local_loss_message(l: Layout, c: Context) -> str:
+    hint = did_you_mean(l.local_loss, LOCAL_LOSSES)
+    return (f"unknown local_loss={l.local_loss!r}; {hint + ' ' if hint else ''}each stage's "
+            f"objective under schedule=local is one of {', '.join(LOCAL_LOSSES)}")
+
+
+_rule(RULES, "local-loss-known", lambda g, c: _local_loss(g) >= 0, _local_loss_message)
+_rule(RULES, "queue-positive", lambda g, c: _queue(g) >= 1,
+      lambda l, c: (f"queue={l.queue}: the queue between two stages holds at least one "
+                    f"activation; use queue=1 (the default) or more"))
+
 # --- pipelines ----------------------------------------------------------------------------------
 _rule(RULES, "pipeline-knobs",
       lambda g, c: (g.stage > 1) | ((g.schedule == 0) & (g.virtual_stages == 1)
@@ -243,8 +284,7 @@ def _format_parts(l: Layout) -> str:
 
 # --- context parallelism ------------------------------------------------------------------------
 _rule(RULES, "cp-known", lambda g, c: g.cp >= 0,
-      lambda l, c: (f"unknown context-parallel mode cp={l.cp!r}; use one of "
-                    f"{', '.join(CP_MODES)}"))
+      lambda l, c: unknown("context-parallel mode (cp)", l.cp, CP_MODES))
 _rule(RULES, "seq-needs-cp", lambda g, c: (g.seq == 1) | (g.cp > 0),
       lambda l, c: (f"seq={l.seq} splits the sequence but cp=none says nothing about how "
                     f"attention crosses the shards: set cp=ring (keys and values passed around "
@@ -297,6 +337,97 @@ _rule(LIMITS, "tables-split-over-stages",
                     f"{l.shard_count('embed', 'opt') * l.stage} shards that parex's executor "
                     f"cuts the embedding and head into over the pipeline's stage={l.stage} (and "
                     f"fsdp/ZeRO) axes; choose sizes whose product divides {c.model.hidden}"))
+
+
+def local_fold(l: Layout) -> Layout:
+    """The nearest layout parex's local-learning executor runs: fsdp, tensor and seq folded into
+    data, ZeRO off, an even split of the layers (parallel.local keeps one data axis manual)."""
+    data = l.data * l.fsdp * l.tensor * l.seq
+    return l.replace(data=data, fsdp=1, tensor=1, seq=1, zero=0, sp=False, cp="none",
+                     layers_per_stage=None)
+
+
+_rule(LIMITS, "local-data-only",
+      lambda g, c: ((g.schedule != LOCAL_CODE) | ((g.fsdp == 1) & (g.tensor == 1) & (g.seq == 1)
+                                                  & (g.zero == 0) & (g.partition_n == 0))),
+      lambda l, c: (f"parex's schedule=local executor runs data parallelism inside stages, not "
+                    f"fsdp, tensor, seq, ZeRO or an explicit partition (layout {l})"))
 EXECUTOR_LIMITS = tuple(LIMITS)
 
-__all__ = ["Context", "EXECUTOR_LIMITS", "Rule", "VALID_RULES"]
+
+
+# --- AxoNN's 3D tensor parallelism (tensor=XxYxZ, parex.parallel.tensor3d) ----------------------
+# Layout-level checks: a Grid has no Y or Z columns, so the column rules see a 3D layout with
+# tensor=1 (parex.validation.checks.LayoutValues) and these run after them.
+
+def tensor3d_problem(l: Layout, c: Context) -> str | None:
+    """Why a 3D layout is not a real program for this model and batch (None: it is)."""
+    X, Y, Z, m = l.tensor, l.tensor_y, l.tensor_z, c.model
+    if l.sp:
+        return (f"sp=on with tensor={X}x{Y}x{Z}: AxoNN's 3D split keeps no sequence-parallel "
+                f"region (Z already splits the batch); the nearest layout that runs is "
+                f"{l.replace(sp=False)}")
+    for name in ("kv_heads", "ffn", "vocab"):
+        if getattr(m, name) % Y:
+            what = ("whole KV heads (each with its query heads) sit on one Y device"
+                    if name == "kv_heads" else f"{name} is the out dim split over Y")
+            return (f"{name}={getattr(m, name)} is not divisible by Y={Y} of tensor={X}x{Y}x{Z}:"
+                    f" {what}; choose Y from {divisors(getattr(m, name))}"
+                    + nearest_3d_hint(l, c))
+    if m.hidden % (X * Z):
+        return (f"hidden={m.hidden} is not divisible by X × Z = {X * Z} of tensor={X}x{Y}x{Z}: "
+                f"every weight's D is split over X, its block again over Z; choose X × Z from "
+                f"{divisors(m.hidden)}" + nearest_3d_hint(l, c))
+    rows = l.data_parallel * Z * num_microbatches(l, c.train)
+    if c.train.global_batch % rows:
+        return (f"global batch {c.train.global_batch} is not divisible by data × Z × "
+                f"microbatches = {rows}: the 3D layout splits the batch over data × Z; use a "
+                f"multiple of {rows}")
+    return None
+
+
+def nearest_3d(l: Layout, c: Context) -> Layout | None:
+    """The data × tensor=XxYxZ layout on the available devices that tensor3d_problem accepts
+    and that is closest to l (the sum of |log2| of the ratios of data, X, Y and Z)."""
+    n, m, B = c.n_devices or l.n_devices, c.model, c.train.global_batch
+    best, key = None, None
+    for X in divisors(n):
+        for Y in divisors(n // X):
+            for Z in divisors(n // (X * Y)):
+                data = n // (X * Y * Z)
+                if (Y == Z == 1 or m.hidden % (X * Z) or B % (data * Z)
+                        or any(getattr(m, k) % Y for k in ("kv_heads", "ffn", "vocab"))):
+                    continue
+                mine = (data, X, Y, Z)
+                theirs = (l.data * l.fsdp * l.stage * l.seq, l.tensor, l.tensor_y, l.tensor_z)
+                cost = (sum(abs(np.log2(a / b)) for a, b in zip(mine, theirs)), data)
+                if key is None or cost < key:
+                    best, key = Layout(data=data, tensor=X, tensor_y=Y, tensor_z=Z), cost
+    return best
+
+
+def nearest_3d_hint(l: Layout, c: Context) -> str:
+    """"; the nearest 3D layout that runs is ..." for a 3D layout (empty otherwise)."""
+    near = nearest_3d(l, c) if l.tensor3d else None
+    return f"; the nearest 3D layout that runs is {near}" if near is not None else ""
+
+
+def tensor3d_limit(l: Layout, c: Context) -> str | None:
+    """What parex's 3D executor does not compose with yet, and the nearest layout that runs."""
+    folded = l.stage * l.seq * l.fsdp
+    near = l.replace(data=l.data * folded, stage=1, seq=1, fsdp=1, zero=0, sp=False,
+                     cp="none", schedule="gpipe", virtual_stages=1, layers_per_stage=None,
+                     microbatches=1)
+    unsupported = [k for k, on in (("stage", l.stage > 1), ("seq", l.seq > 1),
+                                   ("fsdp", l.fsdp > 1), ("zero", l.zero > 0),
+                                   ("microbatches", num_microbatches(l, c.train) > 1)) if on]
+    if not unsupported:
+        return None
+    return (f"{', '.join(unsupported)} with tensor={l.tensor}x{l.tensor_y}x{l.tensor_z}: "
+            f"parex's 3D tensor executor runs with data parallelism only (Z already shards "
+            f"the weights as FSDP does) and one microbatch; the nearest layout that runs is "
+            f"{near}")
+
+
+__all__ = ["Context", "EXECUTOR_LIMITS", "Rule", "VALID_RULES", "tensor3d_limit",
+           "tensor3d_problem"]

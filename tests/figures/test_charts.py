@@ -116,7 +116,10 @@ def test_axes_carry_one_unit_and_the_values_in_it(both, predicted):
     assert params["value"] == pytest.approx(params["bytes"] / 1e6)
     assert params["amount"] == style.format_bytes(params["bytes"])
     time = charts.step_time_chart(both).to_dict()
-    assert _layers(time)[0]["encoding"]["y"]["title"] == "step time (ms)"
+    long = charts.step_time_long(both)  # the unit of the tallest bar or slowest step drawn
+    peak = max(long.groupby(["label", "source"])["seconds"].sum().max(), long["hi_s"].max())
+    unit = "ms" if peak < 1 else "s"  # tiny: ms, unless a busy machine stretches a step to 1 s
+    assert _layers(time)[0]["encoding"]["y"]["title"] == f"step time ({unit})"
     big = predict(parex.model_preset("llama2-70b"), parex.TrainConfig(global_batch=64),
                   Layout(data=64), "h100-sxm")
     spec = charts.step_time_chart(records_frame([big])).to_dict()
@@ -233,3 +236,116 @@ def test_export_png_and_svg_offline(frame, tmp_path):
     assert "memory per device" in svg and "tensor=2" in svg
     with pytest.raises(ValueError, match=r"\.png or \.svg"):
         charts.save(chart, tmp_path / "memory.pdf")
+
+
+# --- one visual language: measured black, predicted grey; axes that show the data ----------
+def _colors_of(spec) -> dict:
+    """Every colour scale in a spec: {domain value: colour}."""
+    found = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            color = node.get("color")
+            if isinstance(color, dict) and "scale" in color and "domain" in color["scale"]:
+                found.update(zip(color["scale"]["domain"], color["scale"]["range"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    return found
+
+
+def test_source_colours_are_their_own():
+    assert style.SOURCE_COLORS == {"measured": style.MEASURED, "predicted": style.PREDICTED}
+    concepts = [*style.MEMORY_COLORS.values(), *style.FIT_COLORS.values(),
+                *[c for k, c in style.TIME_COLORS.items() if k != "measured"]]
+    assert not set(style.SOURCE_COLORS.values()) & set(concepts)
+    assert style.TIME_COLORS["measured"] == style.MEASURED  # the measured step is measured
+
+
+def test_collective_bytes_colour_the_side_the_same_whatever_is_drawn(predicted, both):
+    alone = charts.collectives_chart(records_frame(predicted)).to_dict()
+    assert _colors_of(alone) == {"predicted": style.PREDICTED}  # no "measured" in the legend
+    beside = charts.collectives_chart(both).to_dict()
+    assert _colors_of(beside) == style.SOURCE_COLORS
+    assert "opacity" not in str(beside["spec"]["layer"][0]["encoding"])
+
+
+def _sweep(memory: list[float]) -> pd.DataFrame:
+    values = [1, 2, 4, 8][:len(memory)]
+    return pd.DataFrame({"value": values, "source": "predicted", "layout": [f"t={v}" for v in
+                         values], "step_time_s": 0.1, "step_time_s_lo": 0.1,
+                         "step_time_s_hi": 0.1, "memory_total_bytes": memory,
+                         "memory_total_bytes_lo": memory, "memory_total_bytes_hi": memory,
+                         "n": 0})
+
+
+def test_a_sweep_far_under_the_capacity_does_not_draw_it_flat():
+    memory = charts.sweep_chart(_sweep([52e6, 48e6, 45e6]), "tensor", capacity=3.16e9).to_dict()
+    panel = memory["hconcat"][1]
+    assert not [layer for layer in panel["layer"] if layer["mark"]["type"] == "rule"
+                and "datum" in layer["encoding"].get("y", {})]
+    assert "3.16 GB" in panel["title"]["subtitle"] and "off the chart" in panel["title"]["subtitle"]
+    assert panel["layer"][0]["encoding"]["y"]["title"] == "memory per device (MB)"
+    near = charts.sweep_chart(_sweep([2.9e9, 2.0e9]), "tensor", capacity=3.16e9).to_dict()
+    assert any(layer["mark"]["type"] == "rule" for layer in near["hconcat"][1]["layer"])
+
+
+def test_values_over_decades_get_a_log_axis():
+    wide = charts.sweep_chart(_sweep([5e6, 5e8, 5e9]), "tensor").to_dict()
+    y = wide["hconcat"][1]["layer"][0]["encoding"]["y"]
+    assert y["scale"]["type"] == "log" and "log scale" in y["title"]
+    narrow = charts.sweep_chart(_sweep([5e6, 9e6]), "tensor").to_dict()
+    assert narrow["hconcat"][1]["layer"][0]["encoding"]["y"]["scale"].get("type") != "log"
+    line = wide["hconcat"][1]["layer"][0]["mark"]
+    assert line["color"] == style.PREDICTED  # the predicted line in the predicted colour
+
+
+def test_the_planner_chart_is_all_predicted():
+    frame = pd.DataFrame({"memory_total_bytes": [1e9, 2e9, 3e9], "step_total_s": [3.0, 2.0, 1.5],
+                          "layout": ["a", "b", "c"], "remat": "none", "microbatch": 1,
+                          "mfu": 0.3, "bottleneck": "compute", "kind": ["layout", "pareto",
+                                                                        "top"],
+                          "on_front": [False, True, True], "rank": [None, None, 1]})
+    spec = charts.pareto_chart(frame, 4e9).to_dict()
+    assert style.MEASURED not in str(spec) and style.PREDICTED in set(_colors_of(spec).values())
+    front = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
+    assert front["mark"]["color"] == style.PREDICTED
+    legend = _colors_of(charts.pareto_chart(frame[frame["kind"] != "top"], 4e9).to_dict())
+    assert len(legend) == 2  # only the kinds drawn are listed
+
+
+def test_a_bubble_chart_draws_measured_black_and_the_reference_grey():
+    study = pd.DataFrame({"m": [1, 2, 4], "step_time_s": [0.3, 0.2, 0.15], "p": 2,
+                          "bubble_measured": [0.5, 0.33, 0.2],
+                          "bubble_predicted": [0.5, 0.33, 0.2]})
+    spec = charts.bubble_chart(study).to_dict()
+    assert spec["hconcat"][0]["mark"]["color"] == style.MEASURED
+    assert _colors_of(spec["hconcat"][1]) == style.SOURCE_COLORS
+
+
+def test_gallery_legends_list_only_the_kinds_a_figure_has():
+    from parex.figures.charts import ratio_strip
+
+    class Tolerance:
+        lo, hi = 0.9, 1.1
+
+    class Row:
+        def __init__(self, kind):
+            self.quantity, self.paper, self.parex, self.ratio = f"q {kind}", 1.0, 1.0, 1.0
+            self.kind, self.tolerance, self.known = kind, Tolerance, False
+
+    class Result:
+        rows = [Row("predicted")]
+        spec = type("Spec", (), {"tolerance": Tolerance})
+
+        @staticmethod
+        def within(row):
+            return True
+
+    assert _colors_of(ratio_strip(Result).to_dict()) == {"predicted": style.PREDICTED}
+    Result.rows = [Row("predicted"), Row("measured")]
+    assert _colors_of(ratio_strip(Result).to_dict()) == style.SOURCE_COLORS

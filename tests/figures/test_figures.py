@@ -21,15 +21,40 @@ SLOW = [name for name, s in FIGURES.items() if s.slow]
 # Slow figures that fail their tolerance today, the rows that fail and why: the test checks
 # that nothing else fails, then records the figure as an expected failure.
 KNOWN_FAILING = {
-    "pipeline-bubble": ("· measured", "the pipelined step takes about 3× one stage alone on "
-                        "the 2 shared cores, whatever m and the microbatch size"),
-    "zero-bubble": ("· measured", "on the shared cores the measured ZB/1F1B step-time ratios "
-                    "scatter from 0.6 to 1.6 from run to run; the tables give 0.8-0.93"),
     "diloco": ("final eval loss", "100 steps from scratch: DiLoCo's eval loss is ~15 % above "
                "sync DP's; the paper's claim is for long runs"),
     "hexiscale": ("10 Gb/s", "parex predicts a far larger gap than the paper's where groups "
                   "are joined at 10 Gb/s"),
 }
+# The measured pipeline figures at p = 2: exactly these rows may miss their tolerance, each only
+# the way its cause allows (a bound the row must still hold, `_MAY_DEVIATE`); every other row,
+# the tables' and the lockstep executor's, must be within its tolerance or a named deviation.
+# Runs behind the causes: docs/results/2026-12-pipeline-bubble.md.
+PIPELINE_DEVIATIONS = {
+    "pipeline-bubble": (
+        {f"{s} · m={m} · measured" for s in ("gpipe", "1f1b") for m in (2, 4, 8)},
+        "every tick of the tick-synchronous executor pays a rendezvous (a thread wake-up on the "
+        "2 shared cores) that one stage alone does not, so the wall-time bubble sits near "
+        "0.5 whatever m: above (p−1)/(m+p−1), never below it"),
+    "zero-bubble": (
+        {f"{n}/1f1b step time · m={m} · measured" for n in ("zbh1", "zbv") for m in (4, 8)}
+        | {f"zbh1/1f1b bubble time · m={m} · measured" for m in (4, 8)},
+        "on the 2 shared cores the ZB/1F1B step-time and idle-time ratios scatter from run to "
+        "run by as much as the effect (step 0.63-1.07× 1F1B's, the tables 0.8-0.93×)"),
+}
+
+
+def _may_deviate(name: str, row: dict) -> bool:
+    """The bound a listed row keeps while off its tolerance: a measured bubble is a fraction
+    of the step and at least 2/3 of the formula (the per-tick cost only adds idle time); a
+    ZB/1F1B step ratio lies within a factor 2 of 1F1B's (one more backward would be ~1.3×,
+    a lost microbatch ~0.75×); an idle-time ratio is positive."""
+    value = row["parex"]
+    if name == "pipeline-bubble":
+        return 0 < value < 1 and row["ratio"] >= 2 / 3
+    if "step time" in row["quantity"]:
+        return 0.5 < value < 2
+    return value > 0
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +66,8 @@ def test_the_gallery_has_the_issue_figures_in_order():
     assert list(FIGURES) == list(runner.ORDER)
     assert {"zero-table1", "korthikanti-table2", "korthikanti-measured", "megatron-table1",
             "pipeline-bubble", "pipeline-memory", "zero-bubble", "interleaved-bubble",
-            "ring-ulysses", "diloco", "hexiscale", "scaling-book-roofline"} == set(FIGURES)
+            "ring-ulysses", "diloco", "hexiscale", "scaling-book-roofline",
+            "axonn", "ppll"} == set(FIGURES)
     for s in FIGURES.values():  # every figure names its paper and how far it may be off
         assert "arXiv" in s.source or "scaling book" in s.source.lower(), s.source
         assert 0 <= s.tolerance.lo <= 1 <= s.tolerance.hi and s.tolerance.rule
@@ -169,7 +195,7 @@ def test_cli_list_json_and_exit_codes(capsys, monkeypatch):
     assert main(["figure", "scaling-book-roofline", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["name"] == "scaling-book-roofline" and data["passed"] is True
-    for argv, says in ((["figure", "zero-tabel1"], "known figures: zero-table1"),
+    for argv, says in ((["figure", "zero-tabel1"], "did you mean 'zero-table1'"),
                        (["figure"], "or pass --all")):  # bad input: one line, exit 2
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
@@ -194,7 +220,17 @@ def test_slow_figures_are_within_their_tolerance(name):
     assert ("predicted" if name == "hexiscale" else "measured") in data["kinds"]
     assert all(math.isfinite(r["ratio"]) for r in data["rows"])
     off = [(r["quantity"], r["ratio"]) for r in data["rows"] if not r["within"] and not r["known"]]
-    if name in KNOWN_FAILING and off:
+    if name in PIPELINE_DEVIATIONS:
+        listed, reason = PIPELINE_DEVIATIONS[name]
+        measured = {r["quantity"] for r in data["rows"] if r["kind"] == "measured"}
+        assert measured == listed, measured ^ listed  # a new measured row must be named here
+        held = [q for q, _ in off if q not in listed]
+        assert not held, held  # the tables' and the lockstep executor's rows all pass
+        bad = [r for r in data["rows"] if r["quantity"] in listed and not _may_deviate(name, r)]
+        assert not bad, bad  # a listed row off its bound is a real failure
+        if off:
+            pytest.xfail(f"{reason}: {off}")
+    elif name in KNOWN_FAILING and off:
         rows, reason = KNOWN_FAILING[name]
         assert all(rows in quantity for quantity, _ in off), off  # nothing else fails
         pytest.xfail(f"{reason}: {off}")

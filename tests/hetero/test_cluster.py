@@ -109,3 +109,25 @@ def test_the_reference_cluster_has_about_the_same_peak_on_the_best_network():
     assert ref.groups[0].inter_node_gbps == 100  # het-48's fastest link between nodes
     h100 = reference_cluster(het, "h100-sxm")
     assert h100.n_devices == round(het.peak() / 989e12)
+
+
+def test_malformed_cluster_files_are_input_errors_with_the_nearest_key(tmp_path):
+    from parex.errors import InputError
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[groups]\nchip = "a100-80gb"\n')
+    with pytest.raises(InputError, match="cluster file .*bad.toml: .*at line 1"):
+        load_hetero_cluster(bad)
+    with pytest.raises(InputError, match="unknown key 'devices_per_nod'; did you mean "
+                                         "'devices_per_node'"):
+        cluster_from_dict({"groups": [{"chip": "a100-80gb", "devices_per_nod": 4}]})
+    with pytest.raises(InputError, match="did you mean 'inter_group_gbps'"):
+        cluster_from_dict({"groups": [{"chip": "a100-80gb"}], "intergroup_gbps": 4})
+    with pytest.raises(InputError, match="inter_node_gbps='fast'"):  # not a TypeError
+        cluster_from_dict({"groups": [{"chip": "a100-80gb", "inter_node_gbps": "fast"}]})
+    with pytest.raises(InputError, match="write each group as a \\[\\[groups\\]\\] table"):
+        cluster_from_dict({"groups": 3})
+    with pytest.raises(InputError, match="did you mean 'het-48'"):
+        load_hetero_cluster("het_48")
+    with pytest.raises(InputError, match="has no group 'rtx-4900'; did you mean 'rtx-4090'"):
+        load_hetero_cluster("het-48").group("rtx-4900")

@@ -5,6 +5,7 @@ The compiled tests share one pair of inner programs (tiny model, two replicas of
 each): the outer keys (lr, momentum, dtype, fragments, overlap) change only the outer programs.
 """
 
+import dataclasses
 import json
 
 import jax
@@ -14,7 +15,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from parex.config import TrainConfig, model_preset
+from parex.config import OuterOptimizer, TrainConfig, model_preset
 from parex.data import Batches
 from parex.layout import Layout, LayoutError
 from parex.measure import relative_error
@@ -22,7 +23,6 @@ from parex.mesh import make_mesh
 from parex.lowcomm import exchange
 from parex.lowcomm.diloco import DiLoCo
 from parex.lowcomm.rounds import fragment_layers, inner_layout, sync_plan, syncs_after
-from parex.step import TrainStep
 from parex.validation import validate
 
 MODEL = model_preset("tiny")
@@ -53,6 +53,20 @@ def test_diloco_keys_round_trip_and_inner_layout():
     assert str(layout) == text and Layout.parse(str(layout)) == layout
     assert layout.n_devices == 8 and layout.diloco
     assert inner_layout(layout) == Layout(data=2, tensor=2)
+    assert layout.outer == OuterOptimizer(lr=0.5, momentum=0.8)
+
+
+def test_the_outer_optimizer_is_its_own_config_written_as_layout_keys():
+    """Layout's fields are mesh and technique fields; DiLoCo's outer Nesterov SGD is an
+    OuterOptimizer value that the string form writes as outer_lr and outer_momentum."""
+    fields = {f.name for f in dataclasses.fields(Layout)}
+    assert "outer" in fields and not fields & {"outer_lr", "outer_momentum"}
+    assert Layout().outer == OuterOptimizer(0.7, 0.9)  # DiLoCo's paper values
+    layout = Layout(replica=2, data=4, outer=OuterOptimizer(momentum=0.0))
+    assert str(layout) == "data=4,replica=2,outer_momentum=0.0"  # only what differs
+    assert Layout.parse(str(layout)) == layout and Layout.parse(str(layout)).outer.lr == 0.7
+    with pytest.raises(LayoutError, match="did you mean 'outer_lr'"):
+        Layout.parse("replica=2,outer_l=0.5")
 
 
 @pytest.mark.parametrize("text, message", [
@@ -64,7 +78,7 @@ def test_diloco_keys_round_trip_and_inner_layout():
                                                    "fragments=4.*inner_steps=8"),
     ("replica=2,stage=2,data=2,inner_steps=4,fragments=4", "2 layers of each of the stage=2"),
     ("data=8,outer_lr=0.5", "outer_lr only mean something for DiLoCo"),
-    ("replica=2,data=4,outer_dtype=fp8", "exchanged as one of f32, bf16, int8, int4"),
+    ("replica=2,data=4,outer_dtype=fp8", "outer_dtype .fp8.; use one of f32, bf16, int8, int4"),
     ("replica=2,data=4,outer_momentum=1.0", "momentum lies in"),
     ("outer_lr=fast", "takes a number"),
 ])

@@ -4,7 +4,7 @@ reference (fp32, relative error ~1e-5)."""
 import random
 
 import pytest
-from parity import Reference
+from parity import reference_fixtures
 
 from parex.config import TrainConfig, model_preset
 from parex.layout import LAYOUT_PRESETS, Layout, LayoutError
@@ -13,14 +13,7 @@ from parex.validation import validate
 TRAIN = TrainConfig(global_batch=16, seq_len=64)
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return Reference("tiny", TRAIN)
-
-
-@pytest.fixture(scope="module")
-def tiny_llama():
-    return Reference("tiny-llama", TRAIN)
+tiny, tiny_llama = reference_fixtures(TRAIN)
 
 
 @pytest.mark.parametrize("preset", list(LAYOUT_PRESETS))

@@ -1,6 +1,6 @@
 """The pipeline executor on 8 emulated devices: gradient parity with the unpipelined model for
 every schedule, 3D layouts, uneven partitions, and sequence, context and tensor parallelism inside
-stages; the plan's buffers; validation; the CLI end to end. (What the compiled step keeps and
+stages; the timetable's buffers; validation; the CLI end to end. (What the compiled step keeps and
 computes is in test_pipeline_fidelity.py.)"""
 
 import json
@@ -13,12 +13,10 @@ import pytest
 from parex.cli.main import main
 from parex.config import ModelConfig, TrainConfig
 from parex.layout import Layout, LayoutError
-from parex.measure.compiled import compile_layout, compiled_stats
 from parex.measure import relative_error
 from parex.mesh import make_mesh
 from parex.model import init_params
-from parex.parallel.pipeline import plan_for
-from parex.parallel.plan import make_plan, stage_partition
+from parex.parallel.timetable import make_timetable, stage_partition
 from parex.parallel.schedules import LOOPING, SCHEDULES, VEE, make_schedule
 from parex.step import TrainStep, reference_loss_and_grads
 from parex.validation import validate
@@ -122,7 +120,7 @@ def test_more_3d_layouts_match_unpipelined(layout, reference):
     check_parity(layout, reference)
 
 
-# --- the plan ------------------------------------------------------------------------------------
+# --- the timetable -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_plan_buffers_hold_what_the_table_keeps_in_flight(name):
@@ -131,15 +129,15 @@ def test_plan_buffers_hold_what_the_table_keeps_in_flight(name):
     hold the first and last virtual stage's microbatches."""
     v = 2 if name in LOOPING + VEE else 1
     schedule = make_schedule(name, 4, 8, v)
-    plan = make_plan(schedule, stage_partition(8, 4, v, None))
+    timetable = make_timetable(schedule, stage_partition(8, 4, v, None))
     peaks = schedule.arrays.peak_in_flight(end="B")[0]
-    assert plan.slots["res"] == max(peaks)
+    assert timetable.slots["res"] == max(peaks)
     if schedule.split_backward:
-        assert plan.slots["rec"] == max(schedule.peak_in_flight())
+        assert timetable.slots["rec"] == max(schedule.peak_in_flight())
     first, last = schedule.place(0)[0], schedule.place(4 * v - 1)[0]
-    assert plan.slots["emb"] <= peaks[first] and plan.slots["head"] <= peaks[last]
-    assert plan.arrays["branch"].shape == (schedule.n_ticks, 4)
-    sent = (plan.arrays["send"] > 0).sum()
+    assert timetable.slots["emb"] <= peaks[first] and timetable.slots["head"] <= peaks[last]
+    assert timetable.arrays["branch"].shape == (schedule.n_ticks, 4)
+    sent = (timetable.arrays["send"] > 0).sum()
     assert sent == 2 * 8 * (4 * v - 1)  # every F but the last's, every B but the first's
 
 
@@ -176,8 +174,8 @@ def test_llama_zero_bubble_matches_unpipelined():
 
 def test_gpipe_keeps_every_microbatch_and_1f1b_at_most_p():
     for m in (4, 16):
-        gpipe = make_plan(make_schedule("gpipe", 4, m), (2,) * 4)
-        one_f_one_b = make_plan(make_schedule("1f1b", 4, m), (2,) * 4)
+        gpipe = make_timetable(make_schedule("gpipe", 4, m), (2,) * 4)
+        one_f_one_b = make_timetable(make_schedule("1f1b", 4, m), (2,) * 4)
         assert gpipe.slots["res"] == m and one_f_one_b.slots["res"] == min(4, m)
         assert one_f_one_b.slots["head"] == 1  # the last stage runs each B right after its F
 
@@ -185,22 +183,23 @@ def test_gpipe_keeps_every_microbatch_and_1f1b_at_most_p():
 def test_zbv_hands_the_middle_of_the_v_on_locally():
     """ZB-V's virtual stages p−1 and p share the last stage: that activation (and the cotangent
     coming back) never leaves the device."""
-    plan = make_plan(make_schedule("zbv", 4, 8, 2), (1,) * 8)
-    from parex.parallel.plan import SELF
+    timetable = make_timetable(make_schedule("zbv", 4, 8, 2), (1,) * 8)
+    from parex.parallel.timetable import SELF
 
-    local = plan.arrays["send"] == SELF
+    local = timetable.arrays["send"] == SELF
     assert local.any() and set(np.nonzero(local)[1]) == {3}
     assert (local.sum(0)[3]) == 2 * 8
 
 
 def test_uneven_partition_layer_index_and_mask():
-    plan = make_plan(make_schedule("interleaved", 2, 2, 2), stage_partition(8, 2, 2, (3, 1, 2, 2)))
+    timetable = make_timetable(make_schedule("interleaved", 2, 2, 2),
+                               stage_partition(8, 2, 2, (3, 1, 2, 2)))
     # Virtual stage k = chunk·p + stage: stage 0 holds layers 0-2 and 4-5, stage 1 layer 3, 6-7.
-    assert plan.layer_index[0, 0, :3].tolist() == [0, 1, 2]
-    assert plan.layer_index[1, 0, :1].tolist() == [3]
-    assert plan.layer_index[0, 1, :2].tolist() == [4, 5]
-    assert plan.layer_index[1, 1, :2].tolist() == [6, 7]
-    assert plan.layer_mask.sum() == 8 and not plan.layer_mask[1, 0, 1:].any()
+    assert timetable.layer_index[0, 0, :3].tolist() == [0, 1, 2]
+    assert timetable.layer_index[1, 0, :1].tolist() == [3]
+    assert timetable.layer_index[0, 1, :2].tolist() == [4, 5]
+    assert timetable.layer_index[1, 1, :2].tolist() == [6, 7]
+    assert timetable.layer_mask.sum() == 8 and not timetable.layer_mask[1, 0, 1:].any()
 
 
 @pytest.mark.parametrize("name,p,v", [("interleaved", 2, 2), ("bfs", 4, 2), ("zbv", 4, 2),
@@ -208,12 +207,12 @@ def test_uneven_partition_layer_index_and_mask():
 def test_storage_order_makes_each_stage_rows_its_chunks(name, p, v):
     """Stored in `storage_order`, stage s's contiguous rows are its chunks: the regrouping
     (p, v, Lmax) is a reshape that equals the gather of the model's order."""
-    from parex.parallel.plan import storage_order
+    from parex.parallel.timetable import storage_order
 
-    plan = make_plan(make_schedule(name, p, 2 * p, v), stage_partition(8, p, v, None))
+    timetable = make_timetable(make_schedule(name, p, 2 * p, v), stage_partition(8, p, v, None))
     order = storage_order(8, p, v, name in VEE, None)
     assert sorted(order.tolist()) == list(range(8))
-    assert (order.reshape(plan.layer_index.shape) == plan.layer_index).all()
+    assert (order.reshape(timetable.layer_index.shape) == timetable.layer_index).all()
     assert storage_order(8, p, 1, False, None) is None  # one chunk per stage: already so
     assert storage_order(8, 2, 2, False, (3, 1, 2, 2)) is None  # uneven: padded, gathered
 

@@ -12,7 +12,7 @@ from parex.layout import Layout
 from parex.measure.compiled import compile_layout, compiled_stats
 from parex.mesh import make_mesh
 from parex.model import param_shapes
-from parex.parallel.pipeline import plan_for
+from parex.parallel.pipeline import timetable_for
 from parex.step import TrainStep
 
 # One layer per stage at p = 4; b = 1 sequence per microbatch per data replica.
@@ -23,13 +23,13 @@ M = 16
 def compiled_case(layout_text: str, batch: int):
     layout = Layout.parse(layout_text)
     step, executable, _ = compile_layout(MODEL, TrainConfig(global_batch=batch), layout)
-    plan = plan_for(step) if layout.stage > 1 else None
-    return plan, compiled_stats(executable, step)
+    timetable = timetable_for(step) if layout.stage > 1 else None
+    return timetable, compiled_stats(executable, step)
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    """name -> (plan, stats): the unpipelined step and three schedules at p = 4."""
+    """name -> (timetable, stats): the unpipelined step and three schedules at p = 4."""
     cases = {"unpipelined": ("data=8", 2 * M)}
     for name in ("gpipe", "1f1b"):
         for m in (M // 2, M):
@@ -99,9 +99,9 @@ def test_zbh1_memory_is_1f1b_plus_its_weight_gradient_stash(compiled):
     to W, and its output cotangent (5·D + F) from B to W, for the slots its table needs (the
     norms' weight gradients are formed in B; test_pipeline.py checks that they stash nothing).
     Measured: 0.55 of that bound (0.63 when the norms were tapped too)."""
-    plan, _ = compiled["zbh1", M]
+    timetable, _ = compiled["zbh1", M]
     T, D, F = MODEL.seq_len, MODEL.hidden, MODEL.ffn
-    w_stash = 4 * T * (plan.slots["rec"] * (3 * D + F) + plan.slots["dtap"] * (5 * D + F))
+    w_stash = 4 * T * (timetable.slots["rec"] * (3 * D + F) + timetable.slots["dtap"] * (5 * D + F))
     extra = temp(compiled, ("zbh1", M)) - temp(compiled, ("1f1b", M))
     assert 0 < extra <= 1.1 * w_stash
 
@@ -109,12 +109,12 @@ def test_zbh1_memory_is_1f1b_plus_its_weight_gradient_stash(compiled):
 # --- communication -----------------------------------------------------------------------------
 
 def test_two_collective_permutes_per_tick_over_stage(compiled):
-    for key, (plan, stats) in compiled.items():
-        if plan is None:
+    for key, (timetable, stats) in compiled.items():
+        if timetable is None:
             continue
         permutes = [c for c in stats["collectives"] if c.kind == "collective-permute"]
         assert permutes and all(c.axes == ("stage",) for c in permutes)
-        assert sum(c.count for c in permutes) == 2 * plan.schedule.n_ticks
+        assert sum(c.count for c in permutes) == 2 * timetable.schedule.n_ticks
         assert {c.bytes for c in permutes} == {MODEL.seq_len * MODEL.hidden * 4}  # (1, T, D)
 
 

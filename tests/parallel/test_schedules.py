@@ -1,5 +1,5 @@
-"""Pipeline schedule tables against the published facts (reference/published_numbers.md) and
-against their own dependencies. Pure Python: no JAX."""
+"""Pipeline schedule tables against the published facts (the papers parex.parallel.schedules
+cites: bubbles and in-flight counts) and against their own dependencies. Pure Python: no JAX."""
 
 from collections import Counter
 

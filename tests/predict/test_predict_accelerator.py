@@ -145,7 +145,7 @@ def _tp_collectives(conv, remat="full", layout=None):
     """{(family, kind): count} of one 4-layer tiny step's tensor-parallel collectives on an
     A100 cluster under `conv` (mixed recipe: Megatron's block)."""
     from parex.hardware import Cluster
-    from parex.predict import columns, comm
+    from parex.predict import columns
     from parex.predict.memory import recipe
 
     train = TrainConfig(global_batch=16, remat=remat)

@@ -1,6 +1,7 @@
 """`parex predict` and `parex compare` (calibrate's kernels are tested in test_hardware.py)."""
 
 import json
+import re
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_predict_flags_a_layout_that_does_not_fit(capsys):
     assert main(["predict", "--model", "llama2-70b", "--layout", "data=8", "--hardware", "h100-sxm",
                  "--global-batch", "8", "--seq", "4096", "--dtype", "bfloat16"]) == 0
     out = capsys.readouterr().out
-    assert "DOES NOT FIT" in out and "GB over" in out
+    assert "DOES NOT FIT" in out and re.search(r"\d [GT]B over", out)
     assert main(["predict", "--model", "llama2-70b", "--layout", "data=8", "--hardware",
                  "h100-sxm", "--global-batch", "8", "--seq", "4096", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -61,6 +62,8 @@ def test_compare_prints_predicted_measured_and_ratio(capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["convention"] == "xla-cpu" and out["hardware"] == "cpu-local"
+    assert out["assumptions"] == out["prediction"]["assumptions"]
+    assert (out["assumptions"]["dtype"], out["assumptions"]["recipe"]) == ("float32", "parex")
     fields = {f["field"]: f for f in out["fields"]}
     assert {"step_time_s", "memory_argument_bytes", "memory_total_bytes", "flops_per_device",
             "comm_all_reduce_bytes"} <= set(fields)

@@ -8,7 +8,7 @@ import pytest
 from parex.config import TrainConfig, model_preset
 from parex.hardware import load_chip
 from parex.layout import Axis, Layout
-from parex.predict import alpha_beta, comm, predict
+from parex.predict import alpha_beta, predict
 from parex.predict import time as time_model
 from parex.predict.shapes import Grid
 

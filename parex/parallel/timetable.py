@@ -1,7 +1,8 @@
-"""The host-side plan of a pipeline step: the schedule table compiled into per-tick integer arrays
-that tell each device which branch (idle, or F, B, W of a first, middle or last virtual stage) it
-runs at every tick, for which microbatch and chunk, which slot of each buffer it reads and writes,
-and where the value it produces goes. Pure numpy: the executor (pipeline.py) only indexes these.
+"""The timetable of a pipeline step: the schedule table compiled, on the host, into per-tick
+integer arrays that tell each device which branch (idle, or F, B, W of a first, middle or last
+virtual stage) it runs at every tick, for which microbatch and chunk, which slot of each buffer
+it reads and writes, and where the value it produces goes. Pure numpy: the executor
+(pipeline.py) only indexes these.
 
 Buffers, each a set of slots per device, one per value alive at once (interval colouring):
     res    the chunk's residuals, from its F to its B (what the backward reads)
@@ -29,8 +30,9 @@ NONE, UP, DOWN, SELF = range(4)  # where the value a tick produces goes
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The schedule table compiled into per-tick integer arrays of shape (n_ticks, p)."""
+class Timetable:
+    """The schedule table compiled into per-tick integer arrays of shape (n_ticks, p), with the
+    slots of each buffer and the layers of each chunk: what the executor indexes at trace time."""
 
     schedule: Schedule
     partition: tuple[int, ...]  # layers of each virtual stage k
@@ -154,7 +156,8 @@ def _direction(source: int, dest: int, p: int) -> int:
     raise ValueError(f"stage {source} sends to stage {dest}: only neighbours are connected")
 
 
-def make_plan(schedule: Schedule, partition: tuple[int, ...]) -> Plan:
+def make_timetable(schedule: Schedule, partition: tuple[int, ...]) -> Timetable:
+    """The Timetable of `schedule` with virtual stage k holding partition[k] layers."""
     s, last = schedule, schedule.p * schedule.v - 1
     tick = {}
     for op in s.ops:
@@ -188,4 +191,4 @@ def make_plan(schedule: Schedule, partition: tuple[int, ...]) -> Plan:
             arrays[inbox][op.tick, dest] = slot_of["inbox"][kind, op.microbatch, to]
         for field, value in row.items():
             arrays[field][op.tick, op.stage] = value
-    return Plan(s, tuple(partition), tuple(names), arrays, slots)
+    return Timetable(s, tuple(partition), tuple(names), arrays, slots)
