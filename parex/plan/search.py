@@ -123,7 +123,7 @@ def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = N
     if not result.fits.any():
         raise NoFit(explain_no_fit(result, memory_cap is not None))
     result.order = rank.ranked(cols, result.fits, objective)
-    firsts, runs = distinct(cols, result.order)
+    firsts, runs = rank.distinct(cols, result.order)
     result.top, result.rejected = validated(result, firsts, top)
     shown = np.isin(firsts, result.top)
     result.equivalents = dict(zip(firsts[shown].tolist(), (runs[shown] - 1).tolist()))
@@ -180,17 +180,6 @@ def validated(result: Plan, order: np.ndarray, k: int, check=None) -> tuple[list
         if len(chosen) == k:
             break
     return chosen, rejected
-
-
-def distinct(cols: dict, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each run of equally predicted rows in `order`, the run lengths): layouts
-    the predictor cannot tell apart (data=N,zero=3 and fsdp=N, say) count once."""
-    if not len(order):
-        return order, order
-    key = np.stack([cols["step_time_s"][order], cols["memory_total_bytes"][order]], 1)
-    new = np.r_[True, ~np.isclose(key[1:], key[:-1], rtol=1e-9, atol=0).all(1)]
-    starts = np.nonzero(new)[0]
-    return order[starts], np.diff(np.r_[starts, len(order)])
 
 
 def explain_no_fit(result: Plan, capped: bool) -> str:

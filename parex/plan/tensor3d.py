@@ -22,6 +22,7 @@ from ..predict.axonn import comm_seconds, step_seconds
 from ..predict.core import DTYPE_BYTES
 from ..predict.tensor3d_batch import configurations, predict_3d_batch
 from .candidates import DATA, FSDP, SEQ, STAGE, TENSOR
+from .rank import distinct
 
 EXTRA = ("tensor_y", "tensor_z")  # plan columns 1D rows hold as 1
 
@@ -73,11 +74,12 @@ def best_3d(plan, k: int = 3) -> list[int]:
 def disagreement(plan, k: int = 10) -> dict | None:
     """Where AxoNN's ranking of the fitting rows it models differs from parex's: each model's
     best layout with both times, Kendall's tau over parex's first k rows (one per layout and
-    remat) and the pairs among them the two order the other way. None without such rows."""
+    remat, layouts parex predicts alike once) and the pairs among them the two order the other way. None without such rows."""
     cols = plan.columns
     if "axonn_time_s" not in cols:
         return None
-    rows = plan.order[np.isfinite(cols["axonn_time_s"][plan.order])][:k]
+    firsts, _ = distinct(cols, plan.order)  # layouts parex predicts alike count once
+    rows = firsts[np.isfinite(cols["axonn_time_s"][firsts])][:k]
     if len(rows) < 2:
         return None
     ours, theirs = cols["step_time_s"][rows], cols["axonn_time_s"][rows]
