@@ -8,7 +8,12 @@ into one block per device; each block trains on a local loss of its own output, 
 activations forward, and no gradient crosses a device boundary, so no stage waits for a backward
 from downstream (local learning as in Belilovsky et al. 2020, "Decoupled Greedy Learning").
 
-The step, per device of the `stage` (and `data`) mesh axes, manual in one shard_map:
+The step, per device of the `stage` (and `data`, `fsdp`) mesh axes, manual in one shard_map;
+`tensor` stays with XLA inside it, so Megatron's split runs inside each stage through the
+model's own ops, as in the backprop pipeline (parallel.pipeline). fsdp gathers the stage's
+weights once per step and reduce-scatters their gradients once (local_grads); ZeRO-1 splits the
+AdamW moments over `data` (state_shardings). seq, sp and ZeRO-2/3 are refused
+(validation.rules.local_fold names the nearest layout that runs).
 - m ticks. On tick t stage s runs one "L" op (schedules.LOCAL): the forward of its L/p layers on
   its input, its readout and local loss, and the backward of that loss to its own parameters.
   Stage 0's input is the embedding of microbatch t; stage s > 0 reads the oldest activation of
@@ -59,9 +64,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import model as gpt
 from ..layout import Axis, LayoutError
+from .fsdp_stage import ChunkShards
 from .stash import varying_axes
 
-STAGE, DATA = Axis.STAGE.value, Axis.DATA.value
+STAGE, DATA, FSDP = Axis.STAGE.value, Axis.DATA.value, Axis.FSDP.value
 EMBEDDING, HEAD = ("tokens", "positions"), ("final_norm", "unembed")
 RECON_WEIGHT = 1.0  # the reconstruction term's weight beside the cross-entropy (`recon`)
 
@@ -108,21 +114,24 @@ def clip_per_stage(grads, max_norm: float):
     """Each stage's gradients scaled by min(1, max_norm / ‖its gradients‖): the global-norm clip
     of one stage, which would otherwise read every stage's norm (a collective across them)."""
     leaves = jax.tree.leaves(grads)
-    sq = sum(jnp.sum(jnp.square(g.reshape(g.shape[0], -1)), axis=1) for g in leaves)  # (p,)
+    # summed over every dim but the stage's: a reshape to (p, -1) would gather fsdp's shards
+    sq = sum(jnp.sum(jnp.square(g), axis=tuple(range(1, g.ndim))) for g in leaves)  # (p,)
     norm = jnp.sqrt(sq)
     scale = jnp.where(norm < max_norm, 1.0, max_norm / norm)
     return jax.tree.map(lambda g: g * scale.reshape(-1, *[1] * (g.ndim - 1)).astype(g.dtype),
                         grads)
 
 
-def stage_loss(params, x_in, tokens, targets, stage, p: int, cfg, remat: str, objective: str):
+def stage_loss(params, x_in, tokens, targets, stage, p: int, cfg, remat: str, objective: str,
+               ops=gpt.SINGLE_DEVICE):
     """One stage's local loss on one microbatch, and its output (b, T, D). Stage 0 embeds the
-    tokens; every other stage starts from x_in, cut from the graph."""
+    tokens; every other stage starts from x_in, cut from the graph. `ops`: the model's ops as
+    seen inside the local shard_map (Megatron's tensor split left to XLA there)."""
     c = gpt.cast(params, jnp.dtype(cfg.dtype))
-    embedded = gpt.embed(c["readin"], tokens, cfg)
+    embedded = gpt.embed(c["readin"], tokens, cfg, ops)
     x = jnp.where(stage == 0, embedded, lax.stop_gradient(x_in).astype(embedded.dtype))
-    h = gpt.run_blocks(x, c["blocks"], cfg, gpt.SINGLE_DEVICE, remat)  # (b, T, D)
-    loss = gpt.cross_entropy(gpt.unembed(c["readout"], h, cfg), targets)
+    h = gpt.run_blocks(x, c["blocks"], cfg, ops, remat)  # (b, T, D)
+    loss = gpt.cross_entropy(gpt.unembed(c["readout"], h, cfg, ops), targets)
     if objective == "recon":  # ‖h·W − x‖² / ‖x‖² per sequence, the input as the target
         target = lax.stop_gradient(x).astype(jnp.float32)
         error = jnp.einsum("btd,de->bte", h, c["decoder"]).astype(jnp.float32) - target
@@ -142,6 +151,9 @@ class LocalPipeline:
         ly = step.layout
         self.owner, self.optimizer = step, optimizer
         self.p, self.q, self.m, self.dp = ly.stage, ly.queue, step.microbatches, ly.data
+        # the manual batch axes inside a stage (each device its rows) and their device count
+        self.batch_axes = tuple(a for a, n in ((DATA, ly.data), (FSDP, ly.fsdp)) if n > 1)
+        self.replicas = ly.data * ly.fsdp
         # steps of targets kept: a microbatch reaches the last stage q·(p−1) ticks after stage 0
         self.history = -(-self.q * (self.p - 1) // self.m)
         self.rows = step.train.global_batch // self.m  # sequences of one microbatch (B/m)
@@ -168,16 +180,23 @@ class LocalPipeline:
         return tree
 
     def state_shardings(self):
-        mesh, staged = self.owner.mesh, NamedSharding(self.owner.mesh, PartitionSpec(STAGE))
-        replicated = NamedSharding(mesh, PartitionSpec())
+        mesh, ly = self.owner.mesh, self.owner.layout
+        staged, replicated = NamedSharding(mesh, PartitionSpec(STAGE)), NamedSharding(
+            mesh, PartitionSpec())
+        dims = stage_dims(self.owner.model, ly)
+
+        def stored(kind):  # per leaf: stage, then the layout's rules (stage_spec)
+            return jax.tree.map(lambda d: NamedSharding(mesh, stage_spec(ly, d, kind)), dims,
+                                is_leaf=_is_dims)
+
         shapes = jax.eval_shape(self._stage_params, jax.random.key(0))
-        params = jax.tree.map(lambda _: staged, shapes)
         opt = optax.tree_map_params(self.optimizer, lambda _, s: s,
-                                    jax.eval_shape(self.optimizer.init, shapes), params,
+                                    jax.eval_shape(self.optimizer.init, shapes), stored("opt"),
                                     transform_non_params=lambda _: replicated)
-        return {"stages": params, "opt": opt,
-                "queue": NamedSharding(mesh, PartitionSpec(STAGE, None, DATA)),
-                "targets": NamedSharding(mesh, PartitionSpec(None, DATA)),
+        rows = ly.spec(("batch",))[0]  # (data, fsdp): each device its rows
+        return {"stages": stored("param"), "opt": opt,
+                "queue": NamedSharding(mesh, PartitionSpec(STAGE, None, rows)),
+                "targets": NamedSharding(mesh, PartitionSpec(None, rows)),
                 "steps": replicated, "local_losses": staged}
 
     def init_state(self, key):
@@ -199,7 +218,7 @@ class LocalPipeline:
         """(B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... as parex.step does."""
         x = x.reshape(x.shape[0] // self.m, self.m, *x.shape[1:]).swapaxes(0, 1)
         return lax.with_sharding_constraint(
-            x, NamedSharding(self.owner.mesh, PartitionSpec(None, DATA)))
+            x, NamedSharding(self.owner.mesh, self.owner.layout.spec((None, "batch"))))
 
     def step(self, state, batch):
         """(state, batch) -> (state, the last stage's mean loss over the microbatches it
@@ -215,26 +234,73 @@ class LocalPipeline:
                 "steps": state["steps"] + 1, "local_losses": losses}, loss
 
 
+def _leaf_dims(dims) -> tuple:
+    """A per-stage leaf's dims as the layout's rules read them: the leading stage dim dropped,
+    `layers` (the stage's own L/p, never split again) unnamed."""
+    return tuple(None if d == "layers" else d for d in dims[1:])
+
+
+def stage_spec(layout, dims, kind: str = "param") -> PartitionSpec:
+    """How a per-stage leaf is stored: stage first, then the layout's rules for the rest
+    (W_in[stage, D_fsdp, F_tensor]; ZeRO-1's optimizer state split over data too)."""
+    return PartitionSpec(STAGE, *layout.spec(_leaf_dims(dims), kind))
+
+
+def _manual_only(spec, manual) -> PartitionSpec:
+    """`spec` naming only the shard_map's manual axes (the others stay with XLA inside)."""
+    def keep(entry):
+        names = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        names = tuple(n for n in names if n in manual)
+        return None if not names else names[0] if len(names) == 1 else names
+    return PartitionSpec(*(keep(e) for e in spec))
+
+
+def _stage_shards(cfg, ops, dims) -> ChunkShards:
+    """How this device's per-stage tree is split over a manual fsdp axis: each leaf's embed dim
+    (fsdp_stage.ChunkShards, over the whole stage rather than one pipeline chunk) and its
+    tensor split, which the gathers and reduce-scatters keep (a shard_map over tensor)."""
+    plain = jax.tree.map(_leaf_dims, dims, is_leaf=_is_dims)
+    embed = jax.tree.map(lambda d: d.index("embed") if "embed" in d else None, plain,
+                         is_leaf=_is_dims)
+    specs = jax.tree.map(lambda d: ops.layout.spec(d, "param"), plain, is_leaf=_is_dims)
+    base = ChunkShards.of(cfg, ops)  # its automatic axes and mesh; the trees are the stage's
+    return ChunkShards(embed, specs, base.free, base.mesh)
+
+
 def local_grads(pipe: LocalPipeline, state, tokens, known):
     """(per-stage gradients (p, ...), the new queue, each stage's mean local loss (p,), the last
-    stage's) for one step: m ticks of L ops in one shard_map over stage and data. `tokens`
-    (m, B/m, T) are this step's inputs, `known` the targets of the last H steps and this one."""
-    step, p, q, m, dp = pipe.owner, pipe.p, pipe.q, pipe.m, pipe.dp
+    stage's) for one step: m ticks of L ops in one shard_map over stage and the batch axes.
+    `tokens` (m, B/m, T) are this step's inputs, `known` the targets of the last H steps and
+    this one.
+
+    Inside a stage: `data` and `fsdp` are manual (each device its rows), `tensor` is XLA's
+    (the model's Megatron ops: W_in[D, F_tensor], all-reduces after W_out and W_o forward and
+    before W_in and W_qkv backward). fsdp gathers the stage's weights once per step and
+    reduce-scatters their gradients once: the parameters do not change between ticks.
+
+        before the ticks   W = all_gather(W[D_fsdp], fsdp)
+        after the ticks    dW[D_fsdp] = psum_scatter(Σ_ticks dW, fsdp); psum over data
+    """
+    step, p, q, m = pipe.owner, pipe.p, pipe.q, pipe.m
     first = pipe.history * m  # index of this step's first microbatch in `known`
     cfg, remat, objective = step.model, step.train.remat, step.layout.local_loss
-    data = DATA if dp > 1 else None  # a manual data axis of one device would add a psum
-    manual = (STAGE, DATA) if dp > 1 else (STAGE,)
+    batch = pipe.batch_axes  # a manual axis of one device would add a collective
+    manual = (STAGE, *batch)
+    dims = stage_dims(cfg, step.layout)
 
     def per_device(stages, queue, tokens, known, steps):
         s = lax.axis_index(STAGE)
-        params = _vary(jax.tree.map(lambda a: a[0], stages), manual)
+        ops = step.ops.inside(DATA in batch, manual_fsdp=FSDP in batch)
+        shards = _stage_shards(cfg, ops, dims) if FSDP in batch else None
+        params = jax.tree.map(lambda a: a[0], stages)
+        params = _vary(params if shards is None else shards.gather(params), manual)
         lag = s * q  # microbatch j reaches stage s at tick j + s·q
 
         def tick(carry, t):
             queue, grads, total = carry
             target = lax.dynamic_index_in_dim(known, first + t - lag, keepdims=False)
             (loss, h), g = jax.value_and_grad(stage_loss, has_aux=True)(
-                params, queue[0], tokens[t], target, s, p, cfg, remat, objective)
+                params, queue[0], tokens[t], target, s, p, cfg, remat, objective, ops)
             valid = (steps * m + t - lag >= 0).astype(jnp.float32)  # an empty slot (1st step)
             grads = jax.tree.map(lambda a, b: a + valid * b, grads, g)
             sent = lax.ppermute(h.astype(queue.dtype), STAGE, [(i, i + 1) for i in range(p - 1)])
@@ -245,20 +311,26 @@ def local_grads(pipe: LocalPipeline, state, tokens, known):
         total = _vary(jnp.zeros((), jnp.float32), manual)
         (queue, grads, total), _ = lax.scan(tick, (queue[0], zeros, total), jnp.arange(m))
         count = m - jnp.clip(lag - steps * m, 0, m)  # valid ticks of this stage this step
-        norm = dp * jnp.maximum(count, 1)
-        replicas = (lambda x: lax.psum(x, DATA)) if dp > 1 else (lambda x: x)  # no 1-device op
-        grads = jax.tree.map(lambda g: replicas(g) / norm, grads)
-        mean = jnp.where(count > 0, replicas(total) / norm, jnp.nan)
+        norm = pipe.replicas * jnp.maximum(count, 1)
+        if shards is not None:  # dW -> dW[D_fsdp]; the leaves without an embed dim summed
+            grads = shards.sum_unsharded(shards.scatter(grads))
+        if DATA in batch:
+            grads = lax.psum(grads, DATA)
+        grads = jax.tree.map(lambda g: g / norm, grads)
+        mean = jnp.where(count > 0, (lax.psum(total, batch) if batch else total) / norm, jnp.nan)
         last = lax.psum(jnp.where(s == p - 1, mean, 0.0), STAGE)
         return jax.tree.map(lambda g: g[None], grads), queue[None], mean[None], last
 
-    staged, rows, queued = PartitionSpec(STAGE), PartitionSpec(None, data), PartitionSpec(
-        STAGE, None, data)
+    held = jax.tree.map(lambda d: _manual_only(stage_spec(step.layout, d), manual), dims,
+                        is_leaf=_is_dims)
+    entry = None if not batch else batch[0] if len(batch) == 1 else batch
+    staged, rows, queued = PartitionSpec(STAGE), PartitionSpec(None, entry), PartitionSpec(
+        STAGE, None, entry)
     run = jax.shard_map(per_device, mesh=step.mesh, axis_names=set(manual),
-                        in_specs=(staged, queued, rows, rows, PartitionSpec()),
-                        out_specs=(staged, queued, staged, PartitionSpec()))
+                        in_specs=(held, queued, rows, rows, PartitionSpec()),
+                        out_specs=(held, queued, staged, PartitionSpec()))
     return run(state["stages"], state["queue"], tokens, known, state["steps"])
 
 
 __all__ = ["LocalPipeline", "clip_per_stage", "local_grads", "model_params", "stage_dims",
-           "stage_loss"]
+           "stage_loss", "stage_spec"]

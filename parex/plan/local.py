@@ -7,8 +7,8 @@ schedule=local changes the optimisation: each stage learns from its own loss and
 crosses a stage boundary (parex.parallel.local), so the model it trains is not the one end-to-end
 backprop trains. `plan` therefore ranks backprop layouts only and never picks a local one. Asked
 for them, this module takes the plan's pipeline layouts (stage > 1, one chunk per stage), best
-first, and folds each into what the local executor runs and parex.predict.local models (fsdp,
-tensor and seq into data, ZeRO off, layers split evenly: validation.rules.local_fold), with the
+first, and folds each into what the local executor runs and parex.predict.local models (seq
+into data, sp off, ZeRO-2/3 to ZeRO-1, layers split evenly: validation.rules.local_fold), with the
 same stages, microbatches and remat. It predicts each distinct one with schedule=local and with
 1F1B on the same mesh, keeps those that fit under the plan's cap and ranks them by the plan's
 objective. Each row says where it would rank among the backprop rows and carries

@@ -340,18 +340,25 @@ _rule(LIMITS, "tables-split-over-stages",
 
 
 def local_fold(l: Layout) -> Layout:
-    """The nearest layout parex's local-learning executor runs: fsdp, tensor and seq folded into
-    data, ZeRO off, an even split of the layers (parallel.local keeps one data axis manual)."""
-    data = l.data * l.fsdp * l.tensor * l.seq
-    return l.replace(data=data, fsdp=1, tensor=1, seq=1, zero=0, sp=False, cp="none",
+    """The nearest layout parex's local-learning executor runs: seq folded into data (sp and cp
+    off), ZeRO-2/3 down to ZeRO-1, an even split of the layers. data, fsdp and tensor compose
+    inside local stages (parallel.local: data and fsdp manual, tensor XLA's)."""
+    return l.replace(data=l.data * l.seq, seq=1, zero=min(l.zero, 1), sp=False, cp="none",
                      layers_per_stage=None)
 
 
-_rule(LIMITS, "local-data-only",
-      lambda g, c: ((g.schedule != LOCAL_CODE) | ((g.fsdp == 1) & (g.tensor == 1) & (g.seq == 1)
-                                                  & (g.zero == 0) & (g.partition_n == 0))),
-      lambda l, c: (f"parex's schedule=local executor runs data parallelism inside stages, not "
-                    f"fsdp, tensor, seq, ZeRO or an explicit partition (layout {l})"))
+def _local_unsupported(l: Layout) -> str:
+    return ", ".join(k for k, on in (("seq", l.seq > 1), ("sp", l.sp),
+                                     (f"zero={l.zero}", l.zero > 1),
+                                     ("an explicit partition", l.layers_per_stage is not None))
+                     if on)
+
+
+_rule(LIMITS, "local-in-stage",
+      lambda g, c: ((g.schedule != LOCAL_CODE) | ((g.seq == 1) & (g.sp == 0) & (g.zero <= 1)
+                                                  & (g.partition_n == 0))),
+      lambda l, c: (f"parex's schedule=local executor runs data, fsdp, tensor and zero=1 inside "
+                    f"stages, not {_local_unsupported(l)}"))  # checks adds local_fold's layout
 EXECUTOR_LIMITS = tuple(LIMITS)
 
 

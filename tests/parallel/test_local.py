@@ -76,7 +76,11 @@ def _reference(stages, queue, tokens, known, steps, p, q, m, history, objective=
 @pytest.mark.parametrize("layout_text", [
     "data=2,stage=4,schedule=local,microbatches=4",
     "data=4,stage=2,schedule=local,microbatches=2,queue=3",
-    "data=2,stage=4,schedule=local,microbatches=4,local_loss=recon"])
+    "data=2,stage=4,schedule=local,microbatches=4,local_loss=recon",
+    "stage=2,tensor=2,data=2,schedule=local,microbatches=4",
+    "stage=2,fsdp=2,data=2,schedule=local,microbatches=4,local_loss=recon",
+    "stage=2,tensor=2,fsdp=2,schedule=local,microbatches=2,queue=2",
+    "stage=2,data=4,zero=1,schedule=local,microbatches=4"])
 def test_each_stage_learns_from_its_own_loss_only(layout_text):
     """First step and after three (the queue holds activations of the previous step, and with
     queue=3 > m the targets of two steps back; with recon, a decoder that has trained):
@@ -179,12 +183,25 @@ def test_local_table_every_stage_busy_in_steady_state():
     ("data=2,stage=4,schedule=local,local_loss=kd", "ce, recon"),
     ("data=2,stage=4,schedule=local,local_loss=rcon", "did you mean 'recon'?"),
     ("data=2,stage=4,schedule=local,queue=0", "queue=1"),
-    ("tensor=2,stage=4,schedule=local", "data=2,stage=4,schedule=local"),
+    ("seq=2,cp=ring,stage=4,schedule=local", "data=2,stage=4,schedule=local"),
+    ("data=2,tensor=2,stage=2,zero=2,schedule=local", "zero=1"),
 ])
 def test_bad_local_layouts_get_one_line_before_compiling(text, words):
     with pytest.raises(LayoutError) as error:
         validate(Layout.parse(text), MODEL, TrainConfig(global_batch=16), 8)
     assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_tensor_fsdp_and_zero1_compose_inside_local_stages():
+    """data, fsdp, tensor and ZeRO-1 inside local stages pass validation (the executor runs
+    them: the parity cases above); seq, sp, ZeRO-2/3 are refused, naming a layout that runs."""
+    train = TrainConfig(global_batch=16)
+    for text in ("stage=2,tensor=2,data=2,schedule=local", "stage=2,fsdp=2,data=2,schedule=local",
+                 "stage=2,tensor=2,fsdp=2,schedule=local", "stage=2,data=4,zero=1,schedule=local"):
+        validate(Layout.parse(text), MODEL, train, 8)
+    with pytest.raises(LayoutError, match="the nearest layout that runs is "
+                                          "data=2,tensor=2,stage=2,schedule=local"):
+        validate(Layout.parse("tensor=2,seq=2,cp=ring,stage=2,schedule=local"), MODEL, train, 8)
 
 
 @pytest.mark.parametrize("layout, words", [
@@ -251,6 +268,22 @@ def test_predicted_collectives_equal_the_compiled_step(text):
     predicted = predict(model, train, layout, "cpu-local").comm_bytes_per_device
     assert predicted["collective-permute"] == measured["collective-permute"] > 0
     assert predicted == pytest.approx(measured)
+
+
+@pytest.mark.slow  # two compiles of tiny: ~40 s
+@pytest.mark.parametrize("text", ["stage=2,tensor=2,fsdp=2,schedule=local,microbatches=4",
+                                  "stage=2,data=4,zero=1,schedule=local,microbatches=4"])
+def test_predicted_collectives_of_composed_local_stages_equal_the_compiled_step(text):
+    """Tensor's all-reduces inside a stage, fsdp's gather and reduce-scatter once per step,
+    ZeRO-1's gather of the updated parameters: every kind's bytes as compiled."""
+    from parex.predict import predict
+
+    model, train = model_preset("tiny"), TrainConfig()
+    layout = Layout.parse(text)
+    step, compiled, _ = compile_layout(model, train, layout)
+    measured = bytes_by_kind(compiled_stats(compiled, step)["collectives"])
+    predicted = predict(model, train, layout, "cpu-local").comm_bytes_per_device
+    assert measured["all-gather"] > 0 and predicted == pytest.approx(measured)
 
 
 def test_planner_ranks_local_pipelines_beside_and_never_picks_them():
