@@ -14,6 +14,10 @@ Inputs (not checks): the model table (data/reference/axonn_models.csv), the mach
 for the scored run 2,048 sequences of 2,048 tokens per step (AxoNN's public run scripts' global
 batch; the paper does not state it). Checks: the paper's numbers in data/reference/axonn.csv.
 A bracket is two rows (its low and high end) marked `known`: shown, never scored as a point.
+The 3D layouts are predicted with AxoNN's overlaps (gpu convention, parex.predict.tensor3d.
+overlaps): against the step without them, the Frontier 8,192-GCD bracket's high end rose from
+1.077 to 1.087 and the Alps bracket's low end from 1.57 to 1.63 EF/s; the 80B rows did not move
+(its best 3D layout, tensor=1x1x256, has no Y group and its Z collectives were already hidden).
 """
 
 from __future__ import annotations

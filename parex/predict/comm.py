@@ -89,10 +89,13 @@ class Convention:
     overlaps_tp_backward: bool = False  # the column-parallel layers' input-gradient all-reduce
     #   (SP: reduce-scatter) runs beside their weight-gradient GEMM (Megatron-LM from September
     #   2021: mpu/layers.py LinearWithGradAccumulationAndAsync*, async_op=True; on by default)
+    axonn_overlaps: bool = False  # 3D tensor layouts: AxoNN's three overlaps, each hiding
+    #   min(collective, the compute behind it) (predict.tensor3d.overlaps); False: their
+    #   collectives are timed as the 1D families they resemble (tensor3d.TIME_FAMILY)
 
 
 CONVENTIONS = {
-    "gpu": Convention("gpu", True, False, False, False, False),
+    "gpu": Convention("gpu", True, False, False, False, False, axonn_overlaps=True),
     "xla-cpu": Convention("xla-cpu", False, True, True, True, True),
 }
 

@@ -75,6 +75,11 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
                                            opt_elements, rec.activations == "korthikanti")
     if emulated:
         compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
+    hidden: dict = {}
+    if layout3d is not None and conv.axonn_overlaps and not emulated:  # AxoNN's overlaps
+        seconds, hidden = tensor3d.with_overlaps(seconds, terms, on_axes, chip, sizes, grid,
+                                                 model.dtype, act,
+                                                 compute["per_microbatch"] * grid.microbatches)
     step = time.step_time(grid, compute, seconds, emulated, remat, conv.overlaps_grad_reduce)
     hw = flops.hardware_flops(model, grid, remat)
     mf = flops.model_flops(model, grid)
@@ -90,6 +95,7 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
             "tokens_per_s": grid.B * grid.T / step["total"],
             "fits": mem["total"] <= chip.hbm_bytes,
             "over_capacity_bytes": np.maximum(mem["total"] - chip.hbm_bytes, 0.0)}
+    out |= {tensor3d.hidden_column(k): v for k, v in hidden.items()}
     return out, terms
 
 
@@ -183,6 +189,8 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
                                 "bytes_per_op": float(term.bytes_per_op[0]),
                                 "seconds": float(alpha_beta.term_seconds(term, on_axes,
                                                                          cluster.chip)[0])})
+    hidden = {k: value.get(tensor3d.hidden_column(k)) for k in tensor3d.OVERLAPS}  # 3D, gpu
+    tensor3d.annotate(collectives, {k: v for k, v in hidden.items() if v is not None})
     return Prediction(
         model=model.name, layout=str(layout), n_devices=layout.n_devices, hardware=cluster.name,
         step_time_s={k: value[f"step_{k}_s"] for k in STEP_TIME_PARTS},

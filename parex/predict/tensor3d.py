@@ -23,6 +23,11 @@ parex.parallel.tensor3d), one family per line, b = B/(data·Z) rows of T tokens 
                     an all-gather over X of (b, T, D)
     cross-entropy   vocab-parallel over Y: 3 all-reduces of (b·T,) float32
 
+Under the gpu convention (Convention.axonn_overlaps) the step time prices AxoNN's three overlaps
+(`overlaps`): the backward all-reduce of dX over Y beside dW's GEMM, the reduce-scatter of dW
+over Z deferred behind the next block's backward, the next block's all-gather of W over Z
+prefetched behind the current block's compute.
+
 The terms are one microbatch's (the executor runs 3D layouts with one). The few scalars of the
 global gradient norm (reduced over the axes each weight is split on) are left out, as comm.py
 leaves out the loss scalars XLA fuses. The counts are parex's program's; XLA's all-reduce
@@ -38,7 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..layout import Axis, Layout
-from . import memory
+from . import accelerator, memory
+from .alpha_beta import term_seconds
 from .comm import Convention, Term
 from .shapes import Grid, ModelSizes
 
@@ -49,6 +55,80 @@ X, Y, Z, DATA = Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.DATA
 TIME_FAMILY = {"t3d-x": "tp", "t3d-y": "tp", "t3d-gather-x": "tp", "t3d-positions": "tp",
                "t3d-gather-z": "fsdp-gather", "t3d-scatter-z": "grad-reduce",
                "t3d-grads": "grad-reduce"}
+# AxoNN's overlaps (SC'24, arXiv 2502.08145), each with the family whose seconds it hides
+OVERLAPS = {"dx-y-beside-dw": "t3d-y", "scatter-z-deferred": "t3d-scatter-z",
+            "gather-z-prefetched": "t3d-gather-z"}
+
+
+def hidden_column(overlap: str) -> str:
+    """The columns' name of the seconds an overlap hides, e.g. hidden_dx_y_beside_dw_s."""
+    return f"hidden_{overlap.replace('-', '_')}_s"
+
+
+def dw_seconds(sizes: ModelSizes, grid: Grid, chip, dtype: str, act_bytes: int) -> tuple:
+    """(QKV's, the MLP input's (SwiGLU: both), the head's) weight-gradient GEMM seconds per
+    block and step at the sustained rate: predict.accelerator's roofline of the forward shape
+    (grid: the `equivalent` layout, the same per-device FLOPs)."""
+    rate, bandwidth = chip.peak(dtype) * chip.matmul_efficiency, chip.hbm_bandwidth
+    shapes = accelerator.matmul_shapes(sizes, grid)
+    head = (grid.tokens, sizes.D, sizes.V / grid.tensor, 1)
+    return tuple(accelerator.gemm_seconds(*shape, rate, bandwidth, act_bytes)
+                 / chip.step_efficiency for shape in (shapes[0], shapes[2], head))
+
+
+def overlaps(by_name: dict, y_ops, dw: tuple, work, L: int) -> dict:
+    """Seconds each of AxoNN's overlaps hides per step (columns), each min(the collective's
+    time, the compute it runs behind), from the families' α-β seconds (`by_name`), the Y
+    all-reduces per step (`y_ops`), `dw_seconds` and the step's compute `work`:
+
+        dx-y-beside-dw       L·[min(a, dW_qkv) + min(a, dW_mlp_in)] + min(a, dW_head),
+                             a = one all-reduce of (b, T, D/X) over Y: t3d-y / its ops
+        scatter-z-deferred   (L−1)·min(S/L, ⅔·work/L): block l's dW reduce-scatter runs
+                             during block l−1's backward; the last one has none after it
+        gather-z-prefetched  (L−1)·min(G/L, work/L): block l+1's W gathers run during block
+                             l's compute; the first block's has nothing before it
+
+    The last two are the 1D prefetch and gradient-reduce formulas (time.step_time) per family:
+    the Z scatters get their own window beside the data all-reduces (other links)."""
+    a = by_name.get("t3d-y", 0.0) / np.maximum(y_ops, 1)
+    qkv, mlp_in, head = dw
+    gather, scatter = by_name.get("t3d-gather-z", 0.0), by_name.get("t3d-scatter-z", 0.0)
+    return {"dx-y-beside-dw": L * (np.minimum(a, qkv) + np.minimum(a, mlp_in))
+            + np.minimum(a, head),
+            "scatter-z-deferred": (L - 1) * np.minimum(scatter / L, 2 / 3 * work / L),
+            "gather-z-prefetched": (L - 1) * np.minimum(gather / L, work / L)}
+
+
+def with_overlaps(seconds: dict, terms: list[Term], on_axes, chip, sizes: ModelSizes,
+                  grid: Grid, dtype: str, act_bytes: int, work) -> tuple[dict, dict]:
+    """(family seconds for time.step_time, seconds each overlap hides): the three overlapped
+    families leave their 1D families and what they do not hide is exposed ("tp": on the
+    critical path, as time.EXPOSED; a 3D layout has no pipeline bubble it would lengthen)."""
+    by_name: dict = {}
+    for term in terms:
+        by_name[term.name] = by_name.get(term.name, 0.0) + term_seconds(term, on_axes, chip)
+    y_ops = sum(term.count for term in terms if term.name == "t3d-y")
+    hidden = overlaps(by_name, y_ops, dw_seconds(sizes, grid, chip, dtype, act_bytes), work,
+                      sizes.L)
+    out = dict(seconds)
+    for overlap, name in OVERLAPS.items():
+        t = by_name.get(name, 0.0)
+        out[TIME_FAMILY[name]] = out.get(TIME_FAMILY[name], 0.0) - t
+        out["tp"] = out.get("tp", 0.0) + t - hidden[overlap]
+    return out, hidden
+
+
+def annotate(collectives: list[dict], hidden: dict) -> None:
+    """Each overlapped family's entries (Prediction.collectives) get `overlap` and
+    `hidden_s`, their share (by seconds) of what the overlap hides."""
+    for overlap, name in OVERLAPS.items():
+        if overlap not in hidden:
+            continue
+        entries = [c for c in collectives if c["name"] == name]
+        total = sum(c["seconds"] for c in entries)
+        for c in entries:
+            share = c["seconds"] / total if total else 0.0
+            c |= {"overlap": overlap, "hidden_s": float(hidden[overlap]) * share}
 
 
 @dataclass(frozen=True)

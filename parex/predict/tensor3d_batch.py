@@ -5,7 +5,9 @@
 
 The same formulas as one layout's predict() (parex.predict.core.columns over the equivalent 1D
 grid, predict.tensor3d's collectives over the layouts' own X, Y and Z), one microbatch each (the
-3D executor's), so that a row's numbers are what `parex predict` gives for its layout.
+3D executor's), so that a row's numbers are what `parex predict` gives for its layout. Under the
+gpu convention the columns also hold the seconds AxoNN's overlaps hide (predict.tensor3d.overlaps:
+hidden_dx_y_beside_dw_s, hidden_scatter_z_deferred_s, hidden_gather_z_prefetched_s).
 """
 
 from __future__ import annotations

@@ -349,3 +349,38 @@ def test_gallery_legends_list_only_the_kinds_a_figure_has():
     assert _colors_of(ratio_strip(Result).to_dict()) == {"predicted": style.PREDICTED}
     Result.rows = [Row("predicted"), Row("measured")]
     assert _colors_of(ratio_strip(Result).to_dict()) == style.SOURCE_COLORS
+
+
+def test_the_mesh_diagram_shows_one_devices_x_y_and_z_groups():
+    """tensor=2x2x2 on 8 devices: every device's X, Y and Z groups are the executor's mesh's
+    (chart device d is the d-th device of make_mesh's array, row-major over MESH_AXES)."""
+    import numpy as np
+
+    from parex.charts.mesh import groups_3d, groups_3d_frame
+    from parex.mesh import make_mesh
+
+    layout = Layout.parse("tensor=2x2x2")
+    mesh = make_mesh(layout)
+    ids = [d.id for d in mesh.devices.ravel()]
+    names = list(mesh.axis_names)
+    for device in range(8):
+        where = np.unravel_index(device, mesh.devices.shape)
+        groups = groups_3d(layout, device)
+        for group, axis in (("X", "tensor"), ("Y", "tensor_y"), ("Z", "tensor_z")):
+            index = list(where)
+            index[names.index(axis)] = slice(None)
+            members = sorted(d.id for d in mesh.devices[tuple(index)].ravel())
+            assert sorted(ids[d] for d in groups[group]) == members, (device, group)
+    assert groups_3d(layout, 0) == {"X": [0, 1], "Y": [0, 2], "Z": [0, 4]}
+    frame = groups_3d_frame(layout, devices_per_node=4)
+    assert frame["role"].tolist() == ["the device", "X", "Y", "none", "Z", "none", "none",
+                                      "none"]
+    spec = charts.mesh_chart(layout, devices_per_node=4).to_dict()
+    first = spec["hconcat"][0]
+    assert first["title"]["text"] == "device 0's groups (tensor=2x2x2)"
+    assert len(spec["hconcat"]) == 4  # the groups, then the tensor_z, tensor_y, tensor panels
+    assert [p["title"]["text"] for p in spec["hconcat"][1:]] == [
+        "tensor_z=2 (Z): 4 groups of 2", "tensor_y=2 (Y): 4 groups of 2",
+        "tensor=2 (X): 4 groups of 2"]
+    one_d = charts.mesh_chart(Layout(tensor=8)).to_dict()["hconcat"]
+    assert [p["title"]["text"] for p in one_d] == ["tensor=8: 1 group of 8"]

@@ -1,15 +1,17 @@
 """AxoNN's performance model (parex.predict.axonn): its per-layer buffers against parex's own
 counted bytes for the same 3D layout, its placement-dependent bandwidths, and its ranking."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from parex.config import ModelConfig, model_preset
+from parex.config import ModelConfig, TrainConfig, model_preset
 from parex.hardware import load_chip
 from parex.layout import Axis, Layout
-from parex.predict import axonn, tensor3d
+from parex.predict import axonn, predict, tensor3d
 from parex.predict.comm import convention
-from parex.predict.shapes import model_sizes
+from parex.predict.shapes import Grid, model_sizes
 
 B, T = 16, 64
 # AxoNN's groups against parex's families (predict.tensor3d), by the mesh axes they run over
@@ -93,3 +95,66 @@ def test_megatron_is_y_alone():
     assert axonn.layout_text(1, 2, 2, 2) == "tensor=2x2x2"
     rows = axonn.configurations(model_preset("tiny"), 8).tolist()
     assert [1, 8, 1, 1] not in rows and [1, 1, 8, 1] in rows and [8, 1, 1, 1] in rows
+
+
+# AxoNN's overlaps under the gpu convention (predict.tensor3d.overlaps): a Perlmutter-like 20B
+GPT_20B = ModelConfig("axonn-gpt-20b", "gpt", layers=32, hidden=7168, heads=56, vocab=50304,
+                      seq_len=2048)
+NO_OVERLAPS = dataclasses.replace(convention("gpu"), axonn_overlaps=False)
+
+
+def hidden_by_overlap(prediction) -> dict[str, float]:
+    out = {}
+    for c in prediction.collectives:
+        if "overlap" in c:
+            assert 0.0 <= c["hidden_s"] <= c["seconds"] * (1 + 1e-12), c["name"]
+            out[c["overlap"]] = out.get(c["overlap"], 0.0) + c["hidden_s"]
+    return out
+
+
+def family_seconds(prediction, name: str) -> float:
+    return sum(c["seconds"] for c in prediction.collectives if c["name"] == name)
+
+
+@pytest.mark.parametrize("text", ["data=2,tensor=2x4x4", "tensor=4x4x4"])
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_axonn_overlaps_hide_at_most_the_collective_and_the_compute_behind_it(text, remat):
+    layout, train = Layout.parse(text), TrainConfig(global_batch=64, seq_len=2048, remat=remat)
+    on = predict(GPT_20B, train, layout, "perlmutter")
+    off = predict(GPT_20B, train, layout, "perlmutter", convention=NO_OVERLAPS)
+    hidden = hidden_by_overlap(on)
+    assert set(hidden) == set(tensor3d.OVERLAPS) and min(hidden.values()) > 0
+    assert not hidden_by_overlap(off)
+    assert on.step_time_s["exposed_comm"] < off.step_time_s["exposed_comm"]
+    assert on.step_time_s["compute"] == off.step_time_s["compute"]
+    # (a) the backward's Y all-reduces: 2 per block and the head's, of 4L + 2 (+ L recomputed)
+    L = GPT_20B.layers
+    y_ops = 4 * L + 2 + (L if remat == "full" else 0)
+    model = GPT_20B.replace(dtype="bfloat16")
+    grid = Grid.from_layouts([tensor3d.equivalent(layout)], train, model)
+    qkv, mlp_in, head = (float(v[0]) for v in tensor3d.dw_seconds(
+        model_sizes(model), grid, load_chip("perlmutter"), "bfloat16", 2))
+    dx = hidden["dx-y-beside-dw"]
+    assert dx <= family_seconds(on, "t3d-y") * (2 * L + 1) / y_ops * (1 + 1e-9)
+    assert dx <= L * (qkv + mlp_in) + head
+    # (b) behind the backward, (c) behind the compute
+    compute = on.step_time_s["compute"]
+    assert hidden["scatter-z-deferred"] <= min(family_seconds(on, "t3d-scatter-z"),
+                                               2 / 3 * compute)
+    assert hidden["gather-z-prefetched"] <= min(family_seconds(on, "t3d-gather-z"), compute)
+    # here everything hides but the first block's share of (b) and (c): what drops is (a)
+    assert off.step_time_s["exposed_comm"] - on.step_time_s["exposed_comm"] == pytest.approx(
+        dx, rel=1e-9)
+
+
+def test_without_overlaps_the_step_is_todays():
+    """axonn_overlaps=False times the 3D families as the 1D ones they resemble (the numbers
+    before the overlaps were modelled); xla-cpu and the emulated mesh never overlap them."""
+    train = TrainConfig(global_batch=64, seq_len=2048)
+    off = predict(GPT_20B, train, Layout.parse("data=2,tensor=2x4x4"), "perlmutter",
+                  convention=NO_OVERLAPS)
+    assert off.step_time_s["exposed_comm"] == pytest.approx(0.6315389807442708, rel=1e-9)
+    assert not convention("xla-cpu").axonn_overlaps and convention("gpu").axonn_overlaps
+    tiny = predict(model_preset("tiny"), TrainConfig(global_batch=16, seq_len=64),
+                   Layout.parse("tensor=2x2x2"), "cpu-local", convention="gpu")
+    assert not hidden_by_overlap(tiny)
