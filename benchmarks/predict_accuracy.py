@@ -15,12 +15,12 @@ Emulated mesh (8 CPU devices), every layout preset for the tiny and small models
 "xla-cpu", hardware "cpu-local". Targets: argument memory within 2 %, total memory within 10 %,
 collective bytes per kind equal, FLOPs within 5 %, step time median absolute error <= 20 %.
 Published: ZeRO Table 1 and Korthikanti's Table 2 through predict() (state and activation
-memory); step time on published A100 runs, one profile, no per-row tuning: leave-one-out on
-Megatron-LM's Table 1 (the fit set of the one fitted constant, the step efficiency) and the
-held-out runs of other papers (data/reference/heldout_runs.csv), the held-out runs added
-after the model was developed (data/reference/added_runs.csv) and those of other clusters and
-code (data/reference/other_runs.csv), each set on its own; targets
-median <= 5 %, max <= 12 %.
+memory); step time on published A100 runs per software stack (the `stack` column of
+data/reference/*_runs.csv and megatron_table1.csv): each stack's step efficiency fitted on its
+named fit set (parex.predict.published.STACKS) and scored on the stack's other runs, no per-row
+tuning; runs with an unpublished setting (the `unknown` column) as brackets. Targets: held-out
+runs of the fitted stack median <= 3.5 %, max <= 8.5 %; a stack calibrated from one of its runs
+median <= 5 %, max <= 12 % on its other runs.
 """
 
 from __future__ import annotations
@@ -238,33 +238,86 @@ def published_tables() -> None:
 
 
 def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
-    """Step time on published runs: leave-one-out on the fit set (Megatron-LM Table 1), the
-    committed profile on the held-out set (other papers)."""
-    result = published_runs.accuracy(hardware)
-    print(f"\nstep efficiency: fitted on Megatron-LM Table 1 {result['fitted']:.4f}, profile "
-          f"{result['profile']:.3f} (the only fitted constant; matmul and network efficiencies "
-          f"come from published benchmarks, see the profile's efficiency_sources)")
-    sets = (("FIT set, leave-one-out (Megatron-LM Table 1, Narayanan et al. 2021)", "fit_loo"),
-            ("TEST set, held out (Korthikanti et al. 2022 Table 5, MT-NLG 2022)", "test"),
-            ("TEST set, ADDED (Narayanan et al. 2021 Table 2, PTD-P rows; typed in and scored "
-             "before the latest model changes, which were chosen on the fit set's "
-             "leave-one-out error)", "added"),
-            ("TEST set, OTHER clusters and code (BigScience BLOOM-176B; the facts parex does not "
-             "describe are listed in data/reference/other_runs.csv)", "other"))
-    for name, key in sets:
-        frame = result[key]
-        rows = [[r.run, r.tp, r.pp, r.gpus, r.virtual, r.remat, f"{r.step_s:.2f}",
-                 f"{r.parex_step_s:.2f}", f"{r.ratio:.3f}"] for r in frame.itertuples()]
-        print(f"\n{name}, seconds per iteration on {hardware}:")
-        print(table(rows, ["run", "TP", "PP", "GPUs", "v", "remat", "paper s", "parex s",
-                           "ratio"]))
-        s = result[{"fit_loo": "fit_summary", "test": "test_summary",
-                    "added": "added_summary", "other": "other_summary"}[key]]
-        print(f"|ratio − 1|: median {s['median']:.3f}, max {s['max']:.3f} over {s['n']} runs "
-              f"[targets: median <= 0.05, max <= 0.12]")
-    s = result["all_test_summary"]
-    print(f"\nall {s['n']} held-out runs together: |ratio − 1| median {s['median']:.3f}, max "
-          f"{s['max']:.3f} [targets: median <= 0.05, max <= 0.12]")
+    """Step time on published runs, per software stack (parex.predict.published.STACKS): each
+    stack's step efficiency fitted on its named fit set only, scored on the stack's other
+    fully published runs; a run with an unpublished setting is a bracket (predicted over the
+    setting's plausible values: a hit if the published time is inside [min, max]), never a
+    point. Llama 3 405B is in no set."""
+    result = published.stack_accuracy(hardware)
+    print(f"\nstep time on published A100 runs, one step efficiency per stack, on {hardware} "
+          f"(matmul and network efficiencies from published benchmarks: the profile's "
+          f"efficiency_sources)")
+    for stack, r in result.items():
+        print(f"\n== {stack}: step efficiency {r['efficiency']:.4f} fitted on "
+              f"{_fit_name(r['fit_set'])}")
+        if r["loo"] is not None:
+            _runs_table("every published run, fitted on the stack's other published runs "
+                        "(leave-one-out)", r["loo"], r["loo_summary"], "median <= 0.035, "
+                        "max <= 0.085")
+        if len(r["test"]):
+            _runs_table("TEST: the stack's other published runs, with the efficiency of the "
+                        "fit set", r["test"], r["test_summary"], "median <= 0.05, max <= 0.12")
+        else:
+            print("TEST: no other fully published run of this stack")
+        if len(r["brackets"]):
+            _brackets_table(r["brackets"])
+    print("\none run chosen instead (megatron-lm-2022): calibrated on each published run "
+          "alone, the error on the other seven")
+    every = published.every_single_run_fit("megatron-lm-2022", hardware)
+    print(table([[e.run, f"{e.efficiency:.4f}", f"{e.median:.3f}", f"{e.max:.3f}"]
+                 for e in every.itertuples()], ["calibrated on", "efficiency", "median",
+                                                "max"]))
+    _uncalibrated(hardware)
+
+
+def _fit_name(fit_set) -> str:
+    if len(fit_set) > 3:
+        return f"{len(fit_set)} runs ({fit_set[0]} ... {fit_set[-1]})"
+    return ", ".join(fit_set) + " (one run, as `parex calibrate --from-run`)"
+
+
+def _runs_table(title: str, frame, s: dict, targets: str) -> None:
+    rows = [[r.run, r.tp, r.pp, r.gpus, r.virtual, r.microbatch, r.remat, f"{r.step_s:.2f}",
+             f"{r.parex_step_s:.2f}", f"{r.ratio:.3f}"] for r in frame.itertuples()]
+    print(f"{title}, seconds per iteration:")
+    print(table(rows, ["run", "TP", "PP", "GPUs", "v", "b", "remat", "paper s", "parex s",
+                       "ratio"]))
+    print(f"|ratio − 1|: median {s['median']:.3f}, max {s['max']:.3f} over {s['n']} runs "
+          f"[targets: {targets}]")
+
+
+def _brackets_table(frame) -> None:
+    rows = [[r.run, r.unknown, f"{r.step_s:.2f}", f"{r.parex_min_s:.2f}", f"{r.parex_max_s:.2f}",
+             f"{r.parex_max_s / r.parex_min_s - 1:.1%}",
+             "hit" if r.hit else f"miss ({_outside(r):+.1%})"] for r in frame.itertuples()]
+    print("BRACKETS: runs with a setting the paper does not publish, predicted over its "
+          "plausible values (never scored as a point):")
+    print(table(rows, ["run", "unknown", "paper s", "parex min s", "parex max s", "width",
+                       "in range"]))
+    print(f"{int(frame.hit.sum())} of {len(frame)} published times inside the bracket")
+
+
+def _outside(r) -> float:
+    """How far the published time lies outside the bracket, relative to the nearer end."""
+    end = r.parex_min_s if r.step_s < r.parex_min_s else r.parex_max_s
+    return r.step_s / end - 1
+
+
+def _uncalibrated(hardware: str) -> None:
+    """For scale: every stack's published runs with the committed profile (Megatron-LM 2021's
+    Table 1 fit), no per-stack calibration."""
+    from parex.hardware import load_chip
+
+    every = published.stack_runs()
+    points = every[(every.unknown == "-") & (every["stack"] != "megatron-lm-2021")]
+    scored = published_runs.scored(points, load_chip(hardware))
+    rows = []
+    for stack, frame in scored.groupby("stack"):
+        s = published_runs.summary(frame.ratio)
+        rows.append([stack, s["n"], f"{s['median']:.3f}", f"{s['max']:.3f}"])
+    print("\nwithout a stack's own efficiency (the committed profile, fitted on Megatron-LM "
+          "2021), its published runs:")
+    print(table(rows, ["stack", "runs", "median |ratio − 1|", "max"]))
 
 
 def _half_unit(value: float) -> float:

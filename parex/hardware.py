@@ -165,18 +165,31 @@ def chip_from_json(data: dict) -> Chip:
                 efficiency_sources=dict(data.get("efficiency_sources", {})))
 
 
+def user_hardware_dir() -> Path:
+    """Where the user's own profiles live (`parex calibrate --from-run` writes them): the
+    cache of machine profiles, beside this machine's cpu-local-<fingerprint> files."""
+    return cache_dir()
+
+
 def known_hardware(directory: Path = HARDWARE_DIR) -> list[str]:
+    """The profiles in `directory`; for the shipped directory, with cpu-local and the user's."""
     names = {p.stem for p in Path(directory).glob("*.json")}
-    return sorted(names | ({LOCAL} if Path(directory) == HARDWARE_DIR else set()))
+    if Path(directory) == HARDWARE_DIR:
+        names |= {LOCAL} | {p.stem for p in user_hardware_dir().glob("*.json")
+                            if not p.stem.startswith(f"{LOCAL}-")}
+    return sorted(names)
 
 
 def load_chip(name: str, directory: Path = HARDWARE_DIR) -> Chip:
     """The profile called `name` (case-insensitive); an unknown name lists the known ones.
     `cpu-local` is this machine's calibration from the user's cache (load_local: read, never
-    measured here)."""
+    measured here); a name not shipped in data/hardware/ is looked up among the user's own
+    profiles (user_hardware_dir), so predict, plan and the Explorer all read them."""
     if name.lower() == LOCAL and Path(directory) == HARDWARE_DIR:
         return load_local()
     path = Path(directory) / f"{name.lower()}.json"
+    if not path.exists() and Path(directory) == HARDWARE_DIR:
+        path = user_hardware_dir() / f"{name.lower()}.json"
     if not path.exists():
         raise InputError(unknown("hardware", name, known_hardware(directory)))
     return chip_from_json(json.loads(path.read_text()))

@@ -5,6 +5,9 @@
     parex predict --model llama --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 \
         --vocab 128256 --seq 8192 --layout fsdp=8 --hardware h100-sxm --json
     parex calibrate                      # this machine's cpu-local profile, in ~/.cache/parex
+    parex calibrate --from-run 18.13 --name a100-mystack --model gpt3-175b --hardware a100-80gb \
+        --layout data=1,tensor=8,stage=8,schedule=interleaved,virtual=3 --global-batch 64 \
+        --microbatch 1 --remat full      # a profile whose step efficiency gives that step time
     parex compare --model tiny --layout dp_tp     # measured and predicted on the emulated mesh
 """
 
@@ -73,20 +76,9 @@ def prediction_report(p, model: ModelConfig, cluster, defaults: list[str] = ()) 
 # --- parex predict --------------------------------------------------------------------------------
 
 def cmd_predict(args) -> int:
-    from ..hardware import load_chip
-    from ..predict import as_cluster, predict
+    from ..predict import predict
 
-    hardware = hardware_of(args)
-    ready(hardware, progress=not args.json)  # calibrate this machine on first use
-    chip = load_chip(hardware)
-    nodes = args.nodes
-    if nodes is None:
-        probe = args.layout if args.layout.strip() not in _layout_presets() else None
-        n = Layout.parse(probe).n_devices if probe else chip.devices_per_node
-        nodes = max(1, -(-n // chip.devices_per_node))
-    cluster = as_cluster(_cluster(chip, nodes))
-    model, train, a = predict_setup(args, cluster)
-    layout = layout_from_args(args.layout, cluster.n_devices, a, args.microbatch)
+    cluster, model, train, a, layout = _predict_inputs(args)
     from .lowcomm import diloco_report, refuse_wan_args, wan_from_args
 
     refuse_wan_args(args, layout)
@@ -104,6 +96,26 @@ def cmd_predict(args) -> int:
     if p.diloco and not args.json:
         print(diloco_report(p.diloco))
     return 0
+
+
+def _predict_inputs(args):
+    """(cluster, model, train, assumptions, layout) of the predict flags; the profile shipped
+    in data/hardware/ or written to the cache by `parex calibrate --from-run`."""
+    from ..hardware import load_chip
+    from ..predict import as_cluster
+
+    hardware = hardware_of(args)
+    ready(hardware, progress=not args.json)  # calibrate this machine on first use
+    chip = load_chip(hardware)
+    nodes = args.nodes
+    if nodes is None:
+        probe = args.layout if args.layout.strip() not in _layout_presets() else None
+        n = Layout.parse(probe).n_devices if probe else chip.devices_per_node
+        nodes = max(1, -(-n // chip.devices_per_node))
+    cluster = as_cluster(_cluster(chip, nodes))
+    model, train, a = predict_setup(args, cluster)
+    layout = layout_from_args(args.layout, cluster.n_devices, a, args.microbatch)
+    return cluster, model, train, a, layout
 
 
 def fits_instead(p, model, train, cluster, a) -> list:
@@ -168,6 +180,14 @@ def add_predict(sub) -> None:
 # --- parex calibrate ----------------------------------------------------------------------------
 
 def cmd_calibrate(args) -> int:
+    if args.from_run is not None:
+        return cmd_from_run(args)
+    given = [f"--{f}" for f in ("name", "hardware", "nodes") if getattr(args, f) is not None]
+    if given:
+        from ..errors import InputError
+
+        raise InputError(f"{', '.join(given)}: only with --from-run SECONDS (without it "
+                         f"`parex calibrate` measures this machine's cpu-local profile)")
     from ..mesh import emulate_devices
 
     emulate_devices(args.devices)
@@ -182,11 +202,58 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def cmd_from_run(args) -> int:
+    """`parex calibrate --from-run SECONDS`: the step efficiency that makes `parex predict` of
+    these flags take SECONDS, saved as a copy of the profile (parex.calibrate.from_run)."""
+    from ..calibrate import from_run as fr
+    from ..errors import InputError
+    from ..predict import predict
+
+    hardware = hardware_of(args)
+    if hardware.lower() == "cpu-local":
+        raise InputError("--from-run calibrates an accelerator profile; this machine's "
+                         "cpu-local profile is measured by `parex calibrate` without it")
+    name = fr.check_name(args.name or f"{hardware}-from-run")
+    cluster, model, train, a, layout = _predict_inputs(args)
+    kwargs = {"convention": a.convention, "recipe": a.recipe, "dtype": a.dtype}
+    efficiency = fr.from_run(model, train, layout, cluster, args.from_run, **kwargs)
+    source = (f"from-run: {model.name} {layout} {args.from_run:g} s (global batch "
+              f"{train.global_batch} x {a.seq_len}, microbatch {train.microbatch or 'default'}, "
+              f"remat {train.remat}, {a.dtype}, {cluster.name})")
+    chip = fr.calibrated_chip(cluster.chip, name, efficiency, source)
+    path = fr.write_profile(chip)
+    p = predict(model, train, layout, _cluster(chip, cluster.nodes), **kwargs)
+    if args.json:
+        print(json.dumps(chip.to_json() | {"path": str(path)}, indent=2))
+        return 0
+    print(f"parex calibrate --from-run · {model.name} · layout {layout} · {cluster.name} · "
+          f"measured {format_seconds(args.from_run)} per step")
+    print(assumptions_line(p.assumptions, defaulted(args)))
+    print(f"step efficiency {efficiency:.4f} (profile {hardware}: "
+          f"{cluster.chip.step_efficiency:.4f}): predicted step "
+          f"{format_seconds(p.step_time_s['total'])}; wrote {path}")
+    print(f"use it: parex predict --hardware {name} ...")
+    return 0
+
+
 def add_calibrate(sub) -> None:
     p = sub.add_parser("calibrate", help="measure this machine and write its cpu-local profile "
-                       "(to $PAREX_CACHE or ~/.cache/parex)")
+                       "(to $PAREX_CACHE or ~/.cache/parex), or with --from-run fit an "
+                       "accelerator profile's step efficiency to one measured step")
     p.add_argument("--devices", type=at_least(2), default=DEFAULT_DEVICES,
                    help=f"emulated devices (default {DEFAULT_DEVICES})")
+    p.add_argument("--from-run", type=float, default=None, metavar="SECONDS",
+                   help="a measured step time (seconds per iteration) of your own code at the "
+                   "layout the predict flags describe: fit --hardware's step efficiency to it")
+    p.add_argument("--name", default=None,
+                   help="--from-run: the new profile's name (default <hardware>-from-run)")
+    add_predict_model_args(p)
+    p.add_argument("--layout", default="dp", help="--from-run: the measured run's layout")
+    add_hardware_arg(p, "--from-run: the profile to fit")
+    p.add_argument("--nodes", type=at_least(1), default=None,
+                   help="--from-run: nodes in the cluster (default: enough for the layout)")
+    p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
+    p.add_argument("--recipe", default=None, choices=["parex", "mixed"])
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(func=cmd_calibrate)
 

@@ -8,6 +8,11 @@
                            (published_runs: the runs the step efficiency is fitted on)
 
 Each returns a pandas DataFrame with the paper's value, parex's value and their ratio.
+
+    stack_accuracy()       the published runs per software stack (the CSVs' `stack` column):
+                           each stack's step efficiency fitted on its named fit set (STACKS),
+                           scored on the stack's other runs; runs with an unpublished setting
+                           (`unknown`) as brackets over its plausible values, never as points
 """
 
 from __future__ import annotations
@@ -117,6 +122,116 @@ def megatron_table1(hardware: str = "a100-80gb"):
     return table
 
 
+# --- software stacks: one step efficiency per stack -----------------------------------------------
+
+# Each stack's fit set, named before any of its runs was scored: Megatron-LM 2021, the paper's
+# Table 1 (the committed a100-80gb profile's fit); the others one run each, as a user calibrates
+# (`parex calibrate --from-run`): Korthikanti et al.'s first row (the smallest run, the one a
+# user can afford to measure) and BLOOM-176B, the one fully published DeepSpeed-with-Megatron run.
+STACKS = {"megatron-lm-2021": ("megatron-1.7b", "megatron-3.6b", "megatron-7.5b",
+                               "megatron-18.4b", "megatron-39.1b", "megatron-76.1b",
+                               "megatron-145.6b", "megatron-310.1b", "megatron-529.6b",
+                               "megatron-1008b"),
+          "megatron-lm-2022": ("korthikanti-22b-full",),
+          "megatron-deepspeed": ("bloom-176b",)}
+# Llama 3 405B (Dubey et al. 2024) ran Meta's own stack on H100s: kept out of every fit and test
+# set here (a different chip and code, and too few published facts of its step)
+EXCLUDED = ("llama3-405b", "llama-3-405b")
+
+
+def stack_runs():
+    """Every published run of the four tables with its stack, table and unknown ('-' if none),
+    the excluded runs left out."""
+    import pandas as pd
+
+    from .published_runs import added_runs, fit_runs, heldout_runs, other_runs
+
+    tables = {"megatron_table1": fit_runs(), "heldout_runs": heldout_runs(),
+              "added_runs": added_runs(), "other_runs": other_runs()}
+    runs = pd.concat([t.assign(table=name) for name, t in tables.items()], ignore_index=True)
+    runs["unknown"] = runs["unknown"].fillna("-")
+    keep = ~runs.run.str.lower().str.startswith(EXCLUDED)
+    return runs[keep].reset_index(drop=True)
+
+
+def unknown_values(run) -> tuple[str, list[int]]:
+    """(column, plausible values) of a run's unpublished setting, e.g. ('microbatch', [1, 2, 4])."""
+    column, values = run.unknown.split("=")
+    return column, [int(v) for v in values.split("/")]
+
+
+def bracket(run, chip) -> tuple[float, float]:
+    """(min, max) predicted seconds of a run over its unknown's plausible values."""
+    from .published_runs import predict_run
+
+    column, values = unknown_values(run)
+    seconds = [predict_run(run._replace(**{column: v}), chip)["total"] for v in values]
+    return min(seconds), max(seconds)
+
+
+def stack_fit(runs, stack: str, chip):
+    """The chip with `stack`'s step efficiency, fitted on its named fit set alone."""
+    import dataclasses
+
+    from .published_runs import fit_step_efficiency
+
+    fit = runs[runs.run.isin(STACKS[stack])]
+    assert len(fit) == len(STACKS[stack]) and (fit["stack"] == stack).all(), stack
+    return dataclasses.replace(chip, step_efficiency=fit_step_efficiency(fit, chip, tol=1e-7))
+
+
+def stack_accuracy(hardware: str = "a100-80gb") -> dict:
+    """Per stack: the fit set, the step efficiency fitted on it, the stack's other fully
+    published runs scored as points (`test`, its summary) and those with an unpublished setting
+    as brackets (`brackets`: min, max, hit); `loo`, where a stack has three or more published
+    runs, each scored with the efficiency fitted on the others."""
+    from ..hardware import load_chip
+    from .published_runs import leave_one_out, scored, summary
+
+    chip, runs, out = load_chip(hardware), stack_runs(), {}
+    for stack, fit_set in STACKS.items():
+        mine = runs[runs["stack"] == stack]
+        tuned = stack_fit(runs, stack, chip)
+        points = mine[mine.unknown == "-"]
+        test = scored(points[~points.run.isin(fit_set)], tuned)
+        brackets = mine[mine.unknown != "-"].copy()
+        bounds = [bracket(r, tuned) for r in brackets.itertuples()]
+        brackets["parex_min_s"] = [lo for lo, _ in bounds]
+        brackets["parex_max_s"] = [hi for _, hi in bounds]
+        brackets["hit"] = ((brackets.parex_min_s <= brackets.step_s)
+                           & (brackets.step_s <= brackets.parex_max_s))
+        loo = leave_one_out(points, chip) if len(points) >= 3 else None
+        out[stack] = {"fit_set": fit_set, "efficiency": tuned.step_efficiency, "test": test,
+                      "test_summary": summary(test.ratio) if len(test) else None,
+                      "brackets": brackets, "loo": loo,
+                      "loo_summary": summary(loo.ratio) if loo is not None else None}
+    return out
+
+
+def every_single_run_fit(stack: str, hardware: str = "a100-80gb"):
+    """For each fully published run of `stack`: calibrated on it alone, the median and max error
+    on the stack's other published runs (how much the choice of the one run matters)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from ..hardware import load_chip
+    from .published_runs import fit_step_efficiency, scored, summary
+
+    chip, runs = load_chip(hardware), stack_runs()
+    points = runs[(runs["stack"] == stack) & (runs.unknown == "-")]
+    rows = []
+    for i in range(len(points)):
+        one = points.iloc[[i]]
+        tuned = dataclasses.replace(chip, step_efficiency=fit_step_efficiency(one, chip,
+                                                                              tol=1e-7))
+        s = summary(scored(points.drop(points.index[i]), tuned).ratio)
+        rows.append({"run": one.run.item(), "efficiency": tuned.step_efficiency,
+                     "median": s["median"], "max": s["max"]})
+    return pd.DataFrame(rows)
+
+
 __all__ = ["CONFIGURATIONS", "korthikanti_paper_bytes", "korthikanti_table", "megatron_flops",
-           "megatron_table1", "predicted_layer_bytes", "read_reference", "zero_state_gb",
-           "zero_table1"]
+           "EXCLUDED", "STACKS", "bracket", "every_single_run_fit", "megatron_table1",
+           "predicted_layer_bytes", "read_reference", "stack_accuracy", "stack_fit", "stack_runs",
+           "unknown_values", "zero_state_gb", "zero_table1"]
