@@ -11,7 +11,8 @@ embedding and logits). Activations move between sub-meshes with jax.device_put; 
 a per-stage jax.vjp that recomputes the stage's forward from the stashed input (as the SPMD
 executor does). Each pipeline runs its 1F1B table (parex.parallel.schedules) over its own rows of
 the batch — its own share and microbatch count — and dispatch is asynchronous, so stages on
-different devices run at the same time.
+different devices run at the same time. Attention runs the train config's kernel (naive or
+flash, parex.attention), by default the platform's, as in TrainStep.
 
 The loss is the mean over the global batch: microbatch j of pipeline i weighs b_i / B, seeded
 into its last stage's backward. The gradients of every block are then summed over the pipelines
@@ -29,6 +30,7 @@ from jax.sharding import NamedSharding
 
 from .. import model as gpt
 from ..config import ModelConfig, TrainConfig
+from ..defaults import attention_of
 from ..layout import Layout, LayoutError
 from ..mesh import make_mesh
 from ..sharding import MeshOps
@@ -102,8 +104,8 @@ def _stage_fn(cfg: ModelConfig, ops, remat: str, first: bool, last: bool):
     return fn
 
 
-def _program(cfg, remat, layout, mesh, first, last, layers) -> StageProgram:
-    ops = MeshOps(layout, mesh)
+def _program(cfg, remat, attention, layout, mesh, first, last, layers) -> StageProgram:
+    ops = MeshOps(layout, mesh).with_kernel(attention)
     fn = _stage_fn(cfg, ops, remat, first, last)
 
     def forward(params, x, targets=None):
@@ -128,13 +130,15 @@ class MpmdRunner:
         check_plan(plan, cluster, model, train.global_batch)
         self.model, self.train, self.plan, self.cluster = model, train, plan, cluster
         where = device_map(cluster, devices)
+        # the attention kernel as TrainStep picks it: the train config's, else the platform's
+        self.attention = attention_of(train, jax.devices()[0].platform == "cpu")
         self.programs = []
         for pipe in plan.pipelines:
             row = []
             for j, (stage, layers) in enumerate(zip(pipe.stages, pipe.layer_ranges())):
                 layout = Layout(tensor=stage.tensor)
                 mesh = make_mesh(layout, [where[(stage.group, d)] for d in stage.devices])
-                row.append(_program(model, train.remat, layout, mesh, j == 0,
+                row.append(_program(model, train.remat, self.attention, layout, mesh, j == 0,
                                     j == len(pipe.stages) - 1, layers))
             self.programs.append(row)
         self.dims = gpt.param_dims(model)

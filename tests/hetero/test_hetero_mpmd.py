@@ -20,8 +20,9 @@ TOY = cluster_from_dict({"name": "toy", "groups": [
     {"chip": "rtx-3090", "devices_per_node": 4, "name": "slow"}]})
 
 
-def check_parity(model: ModelConfig, plan_text: str, batch_size: int, remat: str = "none"):
-    train = TrainConfig(global_batch=batch_size, remat=remat)
+def check_parity(model: ModelConfig, plan_text: str, batch_size: int, remat: str = "none",
+                 attention: str | None = None):
+    train = TrainConfig(global_batch=batch_size, remat=remat, attention=attention)
     params = gpt.init_params(model, jax.random.key(0))
     batch = Batches("corpus", batch_size, model.seq_len, model.vocab)[0]
     ref_loss, ref_grads = reference_loss_and_grads(model, train, params, batch)
@@ -43,6 +44,14 @@ def test_uneven_layers_batches_and_tensor_degrees_match_the_reference():
     assert first.mesh.devices.size == 2 and runner.programs[0][1].mesh.devices.size == 1
     assert set(first.mesh.devices.flat) == {jax.devices()[0], jax.devices()[1]}
     assert set(runner.programs[1][0].mesh.devices.flat) == {jax.devices()[6], jax.devices()[7]}
+
+
+@pytest.mark.slow
+def test_stages_run_the_flash_kernel_when_asked():
+    model = model_preset("tiny-llama").replace(seq_len=64)
+    runner, _ = check_parity(model, "batch=4 micro=2: fast[0:2] t2 L2 > slow[0:1] t1 L2", 4,
+                             attention="flash")
+    assert runner.attention == "flash"
 
 
 @pytest.mark.slow
