@@ -136,9 +136,9 @@ def submitted_line(jobs, skipped, out, cluster: str) -> str:
 def status_report(out, configs) -> str:
     from ..measure.report import table
     from ..sweep import error_line
-    from ..sweep.status import states
+    from ..sweep.status import report
 
-    now = states(out, {c.key(): c for c in configs})
+    now, note = report(out, {c.key(): c for c in configs})
     if not now:
         return f"{out}: no configurations yet"
     rows = [[s["config"].get("layout", "?"), s["config"].get("model", "?"), s["state"],
@@ -148,5 +148,6 @@ def status_report(out, configs) -> str:
     for s in now.values():
         counts[s["state"]] = counts.get(s["state"], 0) + 1
     summary = ", ".join(f"{n} {state}" for state, n in counts.items())
+    note = f"\n{note}" if note else ""  # SLURM could not be asked: say so, once
     return (table(rows, ["layout", "model", "state", "job", "scheduler", "detail"])
-            + f"\n\n{out}: {len(now)} configurations: {summary}")
+            + f"\n\n{out}: {len(now)} configurations: {summary}{note}")

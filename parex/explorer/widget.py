@@ -38,8 +38,9 @@ from .explain import explain
 from .guide import fit_fixes, ways_out
 from .live_panel import LivePanel
 from .measure_panel import MeasurePanel
-from .state import (CONVENTIONS, DIMS, RECIPES, SPLIT_AXES, cli_command, model_of, predicted,
-                    control_defaults, resolve, train_of)
+from .state import (CONVENTIONS, DIMS, RECIPES, SPLIT_AXES, cli_command, control_defaults,
+                    model_of, predicted, resolve, train_of)
+from .sweep_store import StoreView
 from .view import (
     GPU_FOR_BUBBLE,
     STYLE,
@@ -155,12 +156,15 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
                             pane(self.sweep_note, self.sweep_chart), pane(self.explain_table),
                             self.data_label, self.cli_line]
         overview, pictures, compare, sweep, explained = self.stale_views[:5]
+        self.store_view = StoreView()  # a sweep's results, read into the measured panel
         self.tabs = w.Tab(children=[
             overview, pictures,
             w.VBox([w.HBox([b["pin"], b["keep"], b["clear"]]), compare]),
             w.VBox([w.HBox([self.sweep_control, self.sweep_button, self.sweep_measure_button]),
                     sweep]),
-            w.VBox([self.history_note, self.history_table, self.history_chart]), explained])
+            w.VBox([self.history_note, self.history_table, self.history_chart,
+                    w.HTML("<b>A sweep's store</b> (<code>parex sweep --out</code>): its runs "
+                           "beside their predictions"), self.store_view.widget]), explained])
         for i, title in enumerate(PANELS):
             self.tabs.set_title(i, title)
         self.tabs.observe(lambda _: self._draw_visible(), "selected_index")
