@@ -176,7 +176,8 @@ class Layout:
             "seq": (Axis.SEQ,),
             "seq_res": (Axis.SEQ,),
             "hidden": (),
-            "embed": (Axis.TENSOR, Axis.TENSOR_Z) if kind != "act" else (),
+            # state: ZeRO's data axis (state_axes) after X and Z, as in the 1D rules
+            "embed": (Axis.TENSOR, Axis.TENSOR_Z) + self.state_axes(kind) if kind != "act" else (),
             "heads": y,
             "kv_heads": y,
             "head_dim": (),

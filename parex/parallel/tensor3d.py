@@ -19,6 +19,13 @@ for the backward: `jax.checkpoint` gathers it again (keeping it, which saves tha
 memory of a gathered block per layer, is not built), so a device holds 1/(XYZ) of each weight
 between layers.
 
+Beside data parallelism: fsdp=F cuts each block's D again, W_in[D_(X,Z,fsdp), F_Y], and the
+block is gathered over Z·F at once (one all-gather, its gradient one reduce-scatter), the batch
+split over data × fsdp × Z; ZeRO-1 splits the optimizer state's D over data as well
+(Layout's rules for "opt"), so the update runs on 1/data of it and XLA all-gathers the updated
+parameters over data once per step. ZeRO-2/3 and ZeRO-1 beside fsdp are refused
+(parex.validation.rules.tensor3d_limit).
+
 Between the pairs the residual stream, the norms and the attention core hold D whole
 (x[B_{data,Z}, T, D]), so the norms need no collective: entering a pair slices D over X (no
 communication; backward: an all-gather of dX over X), leaving it all-gathers over X (backward:
@@ -79,9 +86,9 @@ drop_x.defvjp(_drop_fwd, _drop_bwd)
 
 def per_device_batch(layout: Layout, global_batch: int, microbatches: int = 1) -> int:
     """Sequences each device computes per microbatch: B / (data · fsdp · Z · m). The batch is
-    split over data and Z only, so the X (column) and Y (row) devices of a 3D group see the
-    same shard: multiply the per-device batch by data · Z, not by the device count, to get the
-    global batch (AxoNN's users ask; tensor_z is 1 in every other layout)."""
+    split over data, fsdp and Z only, so the X (column) and Y (row) devices of a 3D group see
+    the same shard: multiply the per-device batch by data · fsdp · Z, not by the device count,
+    to get the global batch (AxoNN's users ask; tensor_z is 1 in every other layout)."""
     rows = layout.data * layout.fsdp * layout.tensor_z * microbatches
     if global_batch % rows:
         raise ValueError(f"global batch {global_batch} is not divisible by data × fsdp × Z × "
@@ -111,14 +118,18 @@ class Tensor3DOps(MeshOps):
         return gather_whole(y, X, axis=y.ndim - 1, tiled=True) if self._size(X) > 1 else y
 
     def _gather_z(self, w, w_dims):
-        """W's local block, all-gathered over Z along D (backward: reduce-scatter over Z, then
-        the shard all-reduced over data). W is made varying over data first: otherwise JAX
-        would sum the gathered block's gradient over data, Z times the bytes."""
-        replicas = tuple(a for a in (Axis.DATA.value, Axis.FSDP.value) if self._size(a) > 1)
+        """W's local block, all-gathered along D over the axes its parameter sharding adds to X:
+        Z, and fsdp when there is one (backward: reduce-scatter over them, then the shard
+        all-reduced over data). W is made varying over data first: otherwise JAX would sum the
+        gathered block's gradient over data, Z·fsdp times the bytes."""
+        entry = self.layout.spec(w_dims, "param")[w_dims.index("embed")]
+        split = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ()) if a != X)
+        replicas = tuple(a for a in (Axis.DATA.value, Axis.FSDP.value)
+                         if self._size(a) > 1 and a not in split)
         w = jax.lax.pcast(w, replicas, to="varying") if replicas else w
-        if self._size(Z) == 1:
+        if not split:
             return w
-        return jax.lax.all_gather(w, Z, axis=w_dims.index("embed"), tiled=True)
+        return jax.lax.all_gather(w, split, axis=w_dims.index("embed"), tiled=True)
 
     def _psum(self, y, axis: str):
         return jax.lax.psum(y, axis) if self._size(axis) > 1 else y

@@ -1,5 +1,6 @@
 """Predicted collectives of AxoNN's 3D tensor parallelism (`tensor=XxYxZ`,
-parex.parallel.tensor3d), one family per line, b = B/(data·Z) rows of T tokens per device:
+parex.parallel.tensor3d), one family per line, b = B/(data·fsdp·Z) rows of T tokens per device;
+with fsdp the "Z" families run over Z·fsdp (ZF: W's block is gathered over both at once):
 
     t3d-gather-z    all-gather W's block over Z, per layer and weight in the forward and again in
                     the backward (the gathered block is not kept); the tables once each (XLA
@@ -22,6 +23,9 @@ parex.parallel.tensor3d), one family per line, b = B/(data·Z) rows of T tokens 
     t3d-positions   xla-cpu, GPT: XLA gathers the used position rows over Z and adds them after
                     an all-gather over X of (b, T, D)
     cross-entropy   vocab-parallel over Y: 3 all-reduces of (b·T,) float32
+    zero-gather     ZeRO-1 (data > 1): the updated parameters with a D dim back from their data
+                    shards, once per step: all-gather over data of the device's XYZ shard
+                    (L·layer_w/Z + the two tables + GPT's T_max·D/(X·Z) positions)
 
 Under the gpu convention (Convention.axonn_overlaps) the step time prices AxoNN's three overlaps
 (`overlaps`): the backward all-reduce of dX over Y beside dW's GEMM, the reduce-scatter of dW
@@ -48,7 +52,13 @@ from .alpha_beta import term_seconds
 from .comm import Convention, Term
 from .shapes import Grid, ModelSizes
 
-X, Y, Z, DATA = Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.DATA
+X, Y, Z, DATA, FSDP = Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.DATA, Axis.FSDP
+ZF = (FSDP, Z)  # the axes W's block is sharded over along D beside X: Z, and fsdp (Z·fsdp)
+
+
+def _zf_axes(layout: "Sizes3D") -> tuple:
+    """The Z families' axes: (Z,) where no layout has fsdp (the planner's grids), else ZF."""
+    return ZF if np.any(np.asarray(layout.fsdp) > 1) else (Z,)
 # How the step time (predict.time) treats each family: the activations' collectives sit on the
 # critical path as Megatron's do; the Z gathers can be prefetched as FSDP's; the gradients'
 # reduce-scatters and all-reduces hide behind the backward.
@@ -150,13 +160,14 @@ class Sizes3D:
     tensor: np.ndarray  # X
     tensor_y: np.ndarray  # Y
     tensor_z: np.ndarray  # Z
+    zero: np.ndarray | None = None  # ZeRO stage (None: 0, the planner's grids)
 
     @classmethod
     def of(cls, layout) -> "Sizes3D":
         if isinstance(layout, Sizes3D):
             return layout
         return cls(*(np.array([getattr(layout, f)], np.int64)
-                     for f in ("data", "fsdp", "tensor", "tensor_y", "tensor_z")))
+                     for f in ("data", "fsdp", "tensor", "tensor_y", "tensor_z", "zero")))
 
     @property
     def data_parallel(self) -> np.ndarray:
@@ -165,19 +176,23 @@ class Sizes3D:
     def on(self) -> dict:
         """1.0 where an axis has more than one device, per layout."""
         return {X: (self.tensor > 1) * 1.0, Y: (self.tensor_y > 1) * 1.0,
-                Z: (self.tensor_z > 1) * 1.0, DATA: (self.data > 1) * 1.0}
+                Z: (self.tensor_z > 1) * 1.0, DATA: (self.data > 1) * 1.0,
+                ZF: (self.tensor_z * self.fsdp > 1) * 1.0}
 
 
 def equivalent(layout: Layout) -> Layout:
     """The 1D layout whose per-device matmul FLOPs and model state come closest to a 3D one's:
-    batch over data × Z, weights over X·Y·Z (fsdp=Z, tensor=X·Y). The predictor's compute and
-    memory read it; the collectives are this module's."""
-    return Layout(data=layout.data, fsdp=layout.tensor_z, tensor=layout.tensor * layout.tensor_y)
+    batch over data × fsdp × Z, weights over X·Y·Z·fsdp (fsdp=Z·fsdp, tensor=X·Y). The
+    predictor's compute and memory read it; the collectives are this module's."""
+    return Layout(data=layout.data, fsdp=layout.tensor_z * layout.fsdp,
+                  tensor=layout.tensor * layout.tensor_y,
+                  zero=layout.zero)  # ZeRO-1: the optimizer state's D also over data
 
 
 def equivalent_columns(sizes: Sizes3D) -> dict:
     """`equivalent` as Grid columns (data, fsdp, tensor) for many layouts."""
-    return {"data": sizes.data, "fsdp": sizes.tensor_z, "tensor": sizes.tensor * sizes.tensor_y}
+    return {"data": sizes.data, "fsdp": sizes.tensor_z * sizes.fsdp,
+            "tensor": sizes.tensor * sizes.tensor_y}
 
 
 def axes_grid(grid: Grid, layout) -> AxesGrid:
@@ -256,11 +271,12 @@ def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Conventio
         out.append(Term(name, kind, axes, np.broadcast_to(np.asarray(count, float), (n,)),
                         np.broadcast_to(np.asarray(elements * unit, float), (n,))))
 
+    zf_axes = _zf_axes(layout)
     for per_layer, w in weights.values():  # activations and weights in the compute dtype
-        term("t3d-gather-z", "all-gather", (Z,), 2 * L * per_layer * on[Z], w, a)
-        term("t3d-scatter-z", "reduce-scatter", (Z,), L * per_layer * on[Z], w, a)
-    term("t3d-gather-z", "all-gather", (Z,), (2 if xla else 3) * on[Z], table, a)
-    term("t3d-scatter-z", "reduce-scatter", (Z,), 2 * on[Z], table, a)
+        term("t3d-gather-z", "all-gather", zf_axes, 2 * L * per_layer * on[ZF], w, a)
+        term("t3d-scatter-z", "reduce-scatter", zf_axes, L * per_layer * on[ZF], w, a)
+    term("t3d-gather-z", "all-gather", zf_axes, (2 if xla else 3) * on[ZF], table, a)
+    term("t3d-scatter-z", "reduce-scatter", zf_axes, 2 * on[ZF], table, a)
 
     term("t3d-x", "all-reduce", (X,), L * on[X], s.tok * s.qkv, a)
     term("t3d-x", "all-reduce", (X,), L * on[X], s.tok * n_in * s.Fy, a)
@@ -273,18 +289,24 @@ def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Conventio
     term("t3d-gather-x", "all-gather", (X,), (4 * L + 2 + again) * on[X], s.tok * sizes.D, a)
     term("cross-entropy", "all-reduce", (Y,), 3 * on[Y], s.tok, 4)
     if gpt and xla:
-        term("t3d-positions", "all-gather", (Z,), on[Z], T * s.Dx, a)
+        term("t3d-positions", "all-gather", zf_axes, on[ZF], T * s.Dx, a)
         term("t3d-positions", "all-gather", (X,), on[X], s.tok * sizes.D, a)
     layer_w = sum(k * w for k, w in weights.values())
-    out += _grad_terms(s, L, layer_w, table, layout.tensor_z, on[DATA], a, grad_bytes, n)
+    zf = layout.tensor_z * layout.fsdp
+    out += _grad_terms(s, L, layer_w, table, zf, zf_axes, on[DATA], a, grad_bytes, n)
+    zero1 = on[DATA] * (np.asarray(0 if layout.zero is None else layout.zero) >= 1)
+    positions = sizes.T_max * s.Dx if gpt else 0  # GPT's whole table, D over X·Z
+    shard = (L * layer_w + 2 * table + positions) / zf
+    # the master parameters' bytes: grad_bytes, equal to the recipe's param_bytes in both
+    term("zero-gather", "all-gather", (DATA,), zero1, shard, grad_bytes)
     return out
 
 
-def _grad_terms(s: _Shapes, L: int, layer_w, table, z, data, a: int,
+def _grad_terms(s: _Shapes, L: int, layer_w, table, z, z_axes: tuple, data, a: int,
                 grad_bytes: float, n: int) -> list[Term]:
-    """t3d-grads: the weight shards (1/Z of the blocks) over data; the norms and biases, and
-    once the final norm, GPT's position rows and the loss (4 bytes), over data × Z. Where Z = 1
-    XLA's combiner puts both on one all-reduce over data."""
+    """t3d-grads: the weight shards (1/(Z·fsdp) of the blocks, z = Z·fsdp) over data; the norms
+    and biases, and once the final norm, GPT's position rows and the loss (4 bytes), over
+    data × fsdp × Z. Where Z·fsdp = 1 XLA's combiner puts both on one all-reduce over data."""
     shards = {"layer": (L, layer_w * a / z), "once": (1, 2 * table * a / z)}
     small = {"layer": s.small * grad_bytes, "once": s.once * grad_bytes + 4}
     alone = (np.asarray(z) == 1) * 1.0  # Z = 1: one all-reduce over data carries both
@@ -296,6 +318,6 @@ def _grad_terms(s: _Shapes, L: int, layer_w, table, z, data, a: int,
     for key, (count, shard) in shards.items():
         out.append(Term("t3d-grads", "all-reduce", (DATA,), column(count * data),
                         column(shard + small[key] * alone)))
-        out.append(Term("t3d-grads", "all-reduce", (DATA, Z), column(count * (1 - alone)),
+        out.append(Term("t3d-grads", "all-reduce", (DATA,) + z_axes, column(count * (1 - alone)),
                         column(small[key])))
     return out

@@ -158,3 +158,29 @@ def test_without_overlaps_the_step_is_todays():
     tiny = predict(model_preset("tiny"), TrainConfig(global_batch=16, seq_len=64),
                    Layout.parse("tensor=2x2x2"), "cpu-local", convention="gpu")
     assert not hidden_by_overlap(tiny)
+
+
+def test_zero1_and_fsdp_split_the_predicted_3d_state():
+    """ZeRO-1 beside 3D divides the optimizer state of the parameters with a D dim by data
+    (Llama's few norm scales stay whole) and adds one collective, the all-gather of the
+    device's parameter shards over data; fsdp divides the parameters themselves, and turns the
+    Z families into Z·fsdp ones. The planner's grids (no zero column) get no ZeRO gather."""
+    model, train = model_preset("tiny-llama"), TrainConfig(global_batch=B, seq_len=T)
+    ps = {text: predict(model, train, Layout.parse(text), "cpu-local", convention="xla-cpu")
+          for text in ("data=2,tensor=1x2x2", "data=2,tensor=1x2x2,zero=1",
+                       "fsdp=2,tensor=1x2x2")}
+    plain, zero1, fsdp = (p.memory_bytes_per_device for p in ps.values())
+    assert zero1["optimizer"] == pytest.approx(plain["optimizer"] / 2, rel=0.01)
+    assert zero1["params"] == plain["params"]
+    assert fsdp["params"] == pytest.approx(plain["params"] / 2, rel=0.01)
+    gathers = {text: sum(c["bytes"] for c in p.collectives if c["name"] == "zero-gather")
+               for text, p in ps.items()}
+    assert gathers["data=2,tensor=1x2x2"] == gathers["fsdp=2,tensor=1x2x2"] == 0
+    assert gathers["data=2,tensor=1x2x2,zero=1"] == pytest.approx(plain["params"], rel=0.01)
+    depth = {tuple(c["axes"]) for c in ps["fsdp=2,tensor=1x2x2"].collectives
+             if c["name"] in ("t3d-gather-z", "t3d-scatter-z")}
+    assert depth == {("fsdp", "tensor_z")}
+    sizes = tensor3d.Sizes3D(*(np.array([v]) for v in (2, 1, 1, 2, 2)))
+    assert not any(t.name == "zero-gather" and t.count.any()
+                   for t in tensor3d.terms(model_sizes(model), sizes, B, T, "none",
+                                           convention("xla-cpu"), 4, 4.0))
