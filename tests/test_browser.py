@@ -13,6 +13,7 @@ Needs `bash tests/browser_setup.sh` (apt chromium, pip playwright; no Playwright
 Run with `python -m pytest -m browser tests/test_browser.py`.
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -272,21 +273,35 @@ def _runs(ui: Explorer, layout: str) -> int:
     raise AssertionError(f"no row for {layout} in {table.inner_text()}")
 
 
-def test_the_explorer_in_a_browser(jupyterlab):
+@contextlib.contextmanager
+def lab_page(base: str, token: str, path: str, artifact: str):
+    """A headless Chromium page on JupyterLab's `path`, the notebook open and its kernel idle;
+    on the way out, pass or fail, its full-page screenshot saved as ARTIFACTS/artifact (the
+    first thing to look at on a failure)."""
     from playwright.sync_api import sync_playwright
 
-    base, token, notebook = jupyterlab
-    source, timings = notebook.read_bytes(), {}
-    ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
         page = browser.new_page(viewport={"width": 1400, "height": 2600})
         try:
-            page.goto(f"{base}/lab/tree/explorer.py?reset&token={token}")
+            page.goto(f"{base}/lab/tree/{path}?reset&token={token}")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)  # a notebook
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                    timeout=60_000)
+            yield page
+        finally:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / artifact), full_page=True)
+            browser.close()
+
+
+def test_the_explorer_in_a_browser(jupyterlab):
+    base, token, notebook = jupyterlab
+    source, timings = notebook.read_bytes(), {}
+    ARTIFACTS.mkdir(exist_ok=True)
+    with lab_page(base, token, "explorer.py", "browser_explorer.png") as page:
+        try:
             start = time.monotonic()
             _run_all(page)
             page.wait_for_function(f"() => ({CHART_COUNT_JS})() > 0", timeout=300_000)
@@ -341,11 +356,8 @@ def test_the_explorer_in_a_browser(jupyterlab):
 
             page.keyboard.press("Control+s")  # save: jupytext writes the .py back
             page.wait_for_timeout(2000)
-        finally:  # the screenshot is the artifact, and the first thing to look at on a failure
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "browser_explorer.png"), full_page=True)
+        finally:
             (ARTIFACTS / "browser_timings.json").write_text(json.dumps(timings, indent=2))
-            browser.close()
     assert notebook.with_suffix(".ipynb").exists(), "the save did not go through"
     assert notebook.read_bytes() == source, "opening and saving changed the .py"
     print(json.dumps(timings))
@@ -373,37 +385,23 @@ def _write_planner_notebook(folder: Path) -> Path:
 def test_the_planner_hands_its_best_layout_to_the_explorer(jupyterlab):
     """Llama 2 7B on 4 nodes of H100s: the Planner's first row, sent to the Explorer, shows
     there with the same step time and memory (every assumption travels with it)."""
-    from playwright.sync_api import sync_playwright
-
     base, token, explorer_notebook = jupyterlab
     _write_planner_notebook(explorer_notebook.parent)
     timings = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                    args=["--no-sandbox", "--disable-dev-shm-usage"])
-        page = browser.new_page(viewport={"width": 1400, "height": 2600})
-        try:
-            page.goto(f"{base}/lab/tree/planner.ipynb?reset&token={token}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                                   timeout=60_000)
-            start = time.monotonic()
-            _run_all(page)
-            _wait_until_done(page)
-            page.wait_for_function(ROW_JS, timeout=120_000)
-            timings["run_all_s"] = time.monotonic() - start
-            step, memory = page.evaluate(ROW_JS)
-            assert step.endswith(" s") and memory.endswith(" GB"), (step, memory)
-            page.locator("button", has_text="#1 → Explorer").first.click()
-            ui = Explorer(page)
-            check = f"status.includes({json.dumps(step + ' per step')}) && " \
-                    f"status.includes({json.dumps(memory + ' of')})"
-            timings["handed_over_s"] = ui.until(check)
-            status = page.evaluate(STATUS_JS)
-            assert "assumes h100-sxm" in status and "recipe mixed" in status
-            ui.shot("planner_to_explorer")
-        finally:
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "browser_planner.png"), full_page=True)
-            browser.close()
+    with lab_page(base, token, "planner.ipynb", "browser_planner.png") as page:
+        start = time.monotonic()
+        _run_all(page)
+        _wait_until_done(page)
+        page.wait_for_function(ROW_JS, timeout=120_000)
+        timings["run_all_s"] = time.monotonic() - start
+        step, memory = page.evaluate(ROW_JS)
+        assert step.endswith(" s") and memory.endswith(" GB"), (step, memory)
+        page.locator("button", has_text="#1 → Explorer").first.click()
+        ui = Explorer(page)
+        check = f"status.includes({json.dumps(step + ' per step')}) && " \
+                f"status.includes({json.dumps(memory + ' of')})"
+        timings["handed_over_s"] = ui.until(check)
+        status = page.evaluate(STATUS_JS)
+        assert "assumes h100-sxm" in status and "recipe mixed" in status
+        ui.shot("planner_to_explorer")
     print(json.dumps(timings))
