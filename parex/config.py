@@ -33,12 +33,41 @@ class ModelConfig:
     vocab: int = 256  # V
     seq_len: int = 128  # T (s), the longest sequence; GPT's position table has T rows
     dtype: str = "float32"  # compute dtype; master weights and optimizer state stay float32
+    # --- mixture of experts (parex.moe): every block's MLP becomes E routed experts ---------------
+    experts: int = 0  # E, routed experts per block; 0: a dense model
+    top_k: int = 1  # k, experts each token is sent to (its gates renormalised to sum to 1)
+    expert_ffn: int | None = None  # F_e, each expert's MLP width; None means ffn
+    shared_experts: int = 0  # experts every token passes through (DeepSeekMoE), width F_e each
+    capacity_factor: float | None = None  # C = ceil(cf·k·T/E) tokens per expert per sequence,
+    # the rest dropped; None: dropless (C = T, room for every token)
+    balance_loss: float = 0.01  # α of the sequence-wise load-balancing loss α·Σ_i f_i·P_i
+    z_loss: float = 0.0  # coefficient of the router z-loss, mean(logsumexp(logits)²) (ST-MoE)
 
     def __post_init__(self):
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.ffn is None:
             object.__setattr__(self, "ffn", 4 * self.hidden)
+        if self.expert_ffn is None:
+            object.__setattr__(self, "expert_ffn", self.ffn)
+
+    @property
+    def moe(self) -> bool:
+        """Whether the blocks' MLPs are mixtures of experts."""
+        return self.experts > 0
+
+    def _mlp_params(self, width: int) -> int:
+        """One MLP of inner width `width` (GELU with biases, or SwiGLU)."""
+        D = self.hidden
+        return 2 * D * width + width + D if self.family == "gpt" else 3 * D * width
+
+    def _block_mlp_params(self, experts: int) -> int:
+        """A block's MLP parameters with `experts` routed experts counted (dense: the MLP)."""
+        if not self.moe:
+            return self._mlp_params(self.ffn)
+        shared = self._mlp_params(self.shared_experts * self.expert_ffn) if self.shared_experts \
+            else 0
+        return self.hidden * self.experts + experts * self._mlp_params(self.expert_ffn) + shared
 
     @property
     def head_dim(self) -> int:
@@ -47,15 +76,24 @@ class ModelConfig:
     @property
     def n_params(self) -> int:
         """Exact parameter count (untied embeddings); tests check it against the real pytree."""
-        D, F, V, T = self.hidden, self.ffn, self.vocab, self.seq_len
+        return self._count_params(self.experts)
+
+    @property
+    def n_active_params(self) -> int:
+        """Parameters one token passes through: the router, k routed experts and the shared
+        ones (n_params for a dense model)."""
+        return self._count_params(self.top_k if self.moe else 0)
+
+    def _count_params(self, experts: int) -> int:
+        D, V, T = self.hidden, self.vocab, self.seq_len
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        mlp = self._block_mlp_params(experts)
         if self.family == "gpt":
             attn = D * q + q + 2 * (D * kv + kv) + q * D + D  # QKV and output, with biases
-            mlp = D * F + F + F * D + D
             block = attn + mlp + 2 * 2 * D  # two LayerNorms, scale and bias
             return V * D + T * D + self.layers * block + 2 * D + D * V
         attn = D * q + 2 * D * kv + q * D
-        block = attn + 3 * D * F + 2 * D  # SwiGLU has three matrices; two RMSNorm scales
+        block = attn + mlp + 2 * D  # SwiGLU has three matrices; two RMSNorm scales
         return V * D + self.layers * block + D + D * V
 
     def replace(self, **changes) -> "ModelConfig":
@@ -127,6 +165,12 @@ def tiny_llama() -> ModelConfig:
                        ffn=344, vocab=256, seq_len=128)
 
 
+def tiny_moe() -> ModelConfig:
+    """tiny-llama with 8 routed experts of width 128, top-2 (Mixtral's routing), dropless:
+    ~2.1M parameters, ~0.9M active per token."""
+    return tiny_llama().replace(name="tiny-moe", experts=8, top_k=2, expert_ffn=128)
+
+
 def _gpt(name, layers, hidden, heads, vocab=50304, seq_len=1024):
     return ModelConfig(name, "gpt", layers, hidden, heads, vocab=vocab, seq_len=seq_len)
 
@@ -139,6 +183,7 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "tiny": tiny,
     "small": small,
     "tiny-llama": tiny_llama,
+    "tiny-moe": tiny_moe,
     "gpt2-small": lambda: _gpt("gpt2-small", 12, 768, 12),
     "gpt2-medium": lambda: _gpt("gpt2-medium", 24, 1024, 16),
     "gpt2-large": lambda: _gpt("gpt2-large", 36, 1280, 20),
@@ -150,6 +195,17 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "llama3-8b": lambda: _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
     "llama3-70b": lambda: _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
     "llama3-405b": lambda: _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+    # Mixtral 8x7B (Jiang et al. 2024, arXiv:2401.04088): Mistral 7B's blocks with 8 SwiGLU
+    # experts, top-2; 46.7B parameters, 12.9B active. Sequence 4096 as in Megatron-LM's example.
+    "mixtral-8x7b": lambda: _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096).replace(
+        experts=8, top_k=2),
+    # DeepSeek-V3 (arXiv:2412.19437): 61 blocks, 256 routed experts of width 2048, top-8, one
+    # shared expert, V = 129280, pre-training at 4096 tokens. For prediction only, and two
+    # approximations: multi-head latent attention is counted as 128-head attention at D = 7168
+    # (its low-rank projections are smaller), and its first 3 dense blocks as MoE blocks.
+    "deepseek-v3": lambda: _llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280,
+                                  4096).replace(experts=256, top_k=8, expert_ffn=2048,
+                                                shared_experts=1),
 }
 
 # Megatron-LM weak scaling, Narayanan et al. 2021, Table 1: (params B, heads, hidden, layers).

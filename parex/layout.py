@@ -30,6 +30,11 @@ class Axis(str, enum.Enum):
     STAGE = "stage"  # pipeline stages
     DATA = "data"  # replicas of the model state (partitioned only as far as ZeRO says)
     FSDP = "fsdp"  # data parallel with parameters, gradients and optimizer state sharded
+    # Expert parallelism (parex.moe): carved out of the data-parallel devices, as Megatron-LM and
+    # torchtitan do. The batch is split over it like data; a mixture of experts' routed experts
+    # are split over it, and tokens reach them by all-to-all. Inside data/fsdp: EP groups sit on
+    # nearer devices than the gradients' all-reduce.
+    EXPERT = "expert"
     SEQ = "seq"  # context parallelism: the sequence split across devices
     # AxoNN's 3D tensor parallelism (parex.parallel.tensor3d) adds two axes inside seq: Z, the
     # depth group Gd (weights sharded again, the batch split), and Y, the outer group Gr. Its
@@ -88,6 +93,7 @@ class Layout:
 
     data: int = 1  # data-parallel replicas
     fsdp: int = 1  # fully sharded data parallel (ZeRO-3 on this axis)
+    expert: int = 1  # expert-parallel size: routed experts split, the batch split too
     tensor: int = 1  # tensor-parallel size t; X of a 3D layout, written tensor=XxYxZ
     tensor_y: int = 1  # Y, AxoNN's outer group of a 3D layout (1: Megatron's 1D tensor axis)
     tensor_z: int = 1  # Z, AxoNN's depth group of a 3D layout
@@ -136,8 +142,9 @@ class Layout:
 
     @property
     def data_parallel(self) -> int:
-        """Number of model replicas that each see a different slice of the batch."""
-        return self.data * self.fsdp
+        """Number of model replicas that each see a different slice of the batch (expert
+        parallelism's devices are data-parallel for everything but the routed experts)."""
+        return self.data * self.fsdp * self.expert
 
     # --- logical dims -> mesh axes ----------------------------------------------------------
     def state_axes(self, kind: str) -> tuple[Axis, ...]:
@@ -150,7 +157,7 @@ class Layout:
         "opt" for model state, "act" for activations."""
         if self.tensor3d:
             return self._rules_3d(kind)
-        tensor, data_axes = (Axis.TENSOR,), (Axis.DATA, Axis.FSDP)
+        tensor, data_axes = (Axis.TENSOR,), (Axis.DATA, Axis.FSDP, Axis.EXPERT)
         return {
             "batch": data_axes,
             "seq": (Axis.SEQ,),
@@ -163,6 +170,11 @@ class Layout:
             "mlp": tensor,
             "vocab": tensor,
             "layers": (Axis.STAGE,),
+            # a mixture of experts' routed experts (parex.moe): E over expert, their own D
+            # sharded as `embed` (the expert axis already splits them), F_e over tensor
+            "experts": (Axis.EXPERT,),
+            "expert_embed": self.state_axes(kind) if kind != "act" else (),
+            "expert_mlp": tensor,
         }
 
     def _rules_3d(self, kind: str) -> dict[str, tuple[Axis, ...]]:

@@ -26,6 +26,8 @@ import jax.numpy as jnp
 from .attention import attention as attention_kernel
 from .attention import naive_attention as attention_core  # noqa: F401 (its old home)
 from .config import ModelConfig
+from .moe import routing
+from .moe.layer import moe_mlp
 
 
 class Ops:
@@ -61,6 +63,11 @@ class Ops:
     def seq_order(self, x, axis: int = 1):
         """x with its sequence dim in the order the layout stores positions."""
         return x
+
+    def experts(self, ffn, slots, weights, dims):
+        """A mixture of experts' expert MLPs, ffn(slots, weights, reduce), on the dispatch buffer
+        (B, E, C, D); `dims` names the weights' dims (parex.moe.layer)."""
+        return ffn(slots, weights, lambda y: y)
 
     def weighted(self, fn, x, params):
         """fn(x, params): one place where a block's parameters meet an activation (a norm, a
@@ -103,12 +110,34 @@ def param_table(cfg: ModelConfig) -> dict:
     else:  # SwiGLU
         mlp = {"w_gate": layer((D, "embed"), (F, "mlp")), "w_up": layer((D, "embed"), (F, "mlp")),
                "w_out": layer((F, "mlp"), (D, "embed"))}
+    if cfg.moe:
+        mlp = _moe_table(cfg, layer, mlp)
     table = {"tokens": ((V, D), ("vocab", "embed"))}
     if gpt:
         table["positions"] = ((cfg.seq_len, D), (None, "embed"))
     table |= {"blocks": {"norm1": norm(True), "attn": attn, "norm2": norm(True), "mlp": mlp},
               "final_norm": norm(False),
               "unembed": ((D, V), ("embed", "vocab"))}
+    return table
+
+
+def _moe_table(cfg: ModelConfig, layer, dense: dict) -> dict:
+    """A block's mixture of experts (parex.moe): the router W_r[D, E], the routed experts'
+    weights with a leading experts dim (their D is `expert_embed`, their width `expert_mlp`), and
+    the shared experts as one dense MLP of width S·F_e, shaped like `dense`."""
+    D, E, Fe = cfg.hidden, cfg.experts, cfg.expert_ffn
+    experts = {}
+    for name, entry in dense.items():
+        shape, dims = entry[0][1:], entry[1][1:]
+        renamed = tuple({"embed": "expert_embed", "mlp": "expert_mlp"}.get(d, d) for d in dims)
+        sized = tuple(Fe if d == "mlp" else n for n, d in zip(shape, dims))
+        experts[name] = layer((E, "experts"), *zip(sized, renamed))
+    table = {"router": layer((D, "embed"), (E, None)), "experts": experts}
+    if cfg.shared_experts:
+        width = cfg.shared_experts * Fe
+        table["shared"] = {name: layer(*((width if d == "mlp" else n, d)
+                                         for n, d in zip(entry[0][1:], entry[1][1:])))
+                           for name, entry in dense.items()}
     return table
 
 
@@ -233,22 +262,34 @@ _MLP_OUT_W = ("mlp", "embed")
 
 def block(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
     """One pre-norm transformer block on the residual stream x (B, T, D)."""
+    return block_with_stats(x, p, cfg, ops, remat)[0]
+
+
+def block_with_stats(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
+    """(block(x), its router statistics: parex.moe.routing.aux_stats, {} for a dense MLP)."""
     res = ("batch", "seq_res", "hidden")  # sequence-parallel region under SP
     norm = partial(_norm, family=cfg.family)
     h = ops.weighted(norm, ops.constrain(x, res), p["norm1"])
     x = ops.constrain(x + _attention(h, p["attn"], cfg, ops, remat), res)
     h = ops.weighted(norm, x, p["norm2"])
-    return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops), res)
+    if not cfg.moe:
+        return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops), res), {}
+    y, stats = moe_mlp(h, p["mlp"], cfg, ops)
+    if "shared" in p["mlp"]:
+        y = y + _mlp(h, p["mlp"]["shared"], cfg, ops)
+    return ops.constrain(x + y, res), stats
 
 
-def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none"):
-    """Scan the stacked blocks over x; `full` remat keeps only each block's input."""
+def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none", with_stats=False):
+    """Scan the stacked blocks over x; `full` remat keeps only each block's input. With
+    `with_stats`: (x, the router statistics stacked over layers)."""
     def body(h, p):
-        return block(h, p, cfg, ops, remat), None
+        return block_with_stats(h, p, cfg, ops, remat)
 
     if remat == "full":
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
-    return jax.lax.scan(body, x, blocks)[0]
+    x, stats = jax.lax.scan(body, x, blocks)
+    return (x, stats) if with_stats else x
 
 
 def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
@@ -270,12 +311,15 @@ def cast(params, dtype):
     return jax.tree.map(lambda p: p.astype(dtype), params)
 
 
-def forward(params, tokens, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none"):
-    """Logits (B, T, V) for tokens (B, T), both in ops.seq_order (natural on one device)."""
+def forward(params, tokens, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none",
+            with_stats=False):
+    """Logits (B, T, V) for tokens (B, T), both in ops.seq_order (natural on one device); with
+    `with_stats`, (logits, the router statistics per layer)."""
     params = cast(params, jnp.dtype(cfg.dtype))
     x = embed(params, tokens, cfg, ops)
-    x = run_blocks(x, params["blocks"], cfg, ops, remat)
-    return unembed(params, x, cfg, ops)
+    x, stats = run_blocks(x, params["blocks"], cfg, ops, remat, with_stats=True)
+    logits = unembed(params, x, cfg, ops)
+    return (logits, stats) if with_stats else logits
 
 
 def cross_entropy(logits, targets):
@@ -289,14 +333,23 @@ def cross_entropy(logits, targets):
 def loss_fn(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none"):
     """batch = {"inputs": (B, T) int32, "targets": (B, T) int32}. The mean loss does not depend
     on the order of positions, so both are put in the layout's ops.seq_order."""
-    logits = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat)
-    return cross_entropy(logits, ops.seq_order(batch["targets"]))
+    logits, stats = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat, True)
+    loss = cross_entropy(logits, ops.seq_order(batch["targets"]))
+    return loss + routing.aux_loss(stats, cfg) if cfg.moe else loss
+
+
+def router_stats(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE) -> dict:
+    """A mixture of experts' routing on `batch`: per layer (L, ...) the balance and z losses,
+    each expert's load and kept assignments, and the dropped fraction over all layers."""
+    _, stats = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, with_stats=True)
+    return stats | {"dropped": routing.dropped_fraction(stats)}
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
-    """Model FLOPs of forward + backward per token (multiply-add = 2, no recompute).
+    """Model FLOPs of forward + backward per token (multiply-add = 2, no recompute), with the
+    parameters a token passes through (a mixture of experts' active ones, router included).
     Causal attention is counted in full (T² scores, as in Megatron's papers): 6N + 12·L·D·T."""
     T = seq_len or cfg.seq_len
     positions = cfg.seq_len * cfg.hidden if cfg.family == "gpt" else 0
-    non_embedding = cfg.n_params - cfg.vocab * cfg.hidden - positions
+    non_embedding = cfg.n_active_params - cfg.vocab * cfg.hidden - positions
     return 6 * non_embedding + 12 * cfg.layers * cfg.hidden * T

@@ -13,6 +13,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 
 from .layout import Axis, Layout
 from .model import Ops
+from .moe.layer import SLOTS
 from .parallel.context import ring_attention, ulysses_attention, zigzag
 from .parallel.nested import nested_shard_map
 
@@ -106,7 +107,7 @@ class MeshOps(Ops):
         if param == act:
             return w
         split = {name for entry in param for name in _names(entry)}
-        replicas = tuple(a.value for a in (Axis.DATA, Axis.FSDP, Axis.SEQ)
+        replicas = tuple(a.value for a in (Axis.DATA, Axis.FSDP, Axis.EXPERT, Axis.SEQ)
                          if self.layout.axis_sizes()[a] > 1 and a.value not in split)
         w = jax.lax.pcast(w, replicas, to="varying") if replicas else w
         for i, (entry, used) in enumerate(zip(param, act)):
@@ -174,6 +175,29 @@ class MeshOps(Ops):
         if self.gathers_weights(w_dims):  # keep the weight's shard, not the gathered weight
             local = jax.checkpoint(local)
         return self.manual(local, (u_dims, Weight(w_dims)), RESIDUAL)(u, w)
+
+    # --- expert parallelism (parex.moe.layer) ---------------------------------------------------
+
+    def experts(self, ffn, slots, weights, dims):
+        """The dispatch buffer x_e[B, E, C, D] (B split over data, fsdp and expert) to the
+        devices that hold each expert and back: an all-to-all over `expert` splits E and gathers
+        B (x_e[ep·B_local, E/ep, C, D]), each device runs its experts (F_e split over tensor:
+        their partial outputs psum'd), and the transposed all-to-all returns the slots."""
+        expert, tensor = Axis.EXPERT.value, Axis.TENSOR.value
+        ep, tp = self.layout.expert, self.layout.tensor
+
+        def reduce(y):
+            return jax.lax.psum(y, tensor) if tp > 1 else y
+
+        def local(slots, weights):
+            weights = {n: self.gather_weight(w, dims[n]) for n, w in weights.items()}
+            if ep > 1:  # (b, E, C, D) -> (ep·b, E/ep, C, D)
+                slots = jax.lax.all_to_all(slots, expert, 1, 0, tiled=True)
+            out = ffn(slots, weights, reduce)
+            return jax.lax.all_to_all(out, expert, 0, 1, tiled=True) if ep > 1 else out
+
+        w_dims = {n: Weight(d) for n, d in dims.items()}
+        return self.manual(local, (SLOTS, w_dims), SLOTS)(slots, weights)
 
     # --- context parallelism on the seq axis ----------------------------------------------------
 

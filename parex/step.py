@@ -32,7 +32,8 @@ def make_optimizer(train: TrainConfig, model: ModelConfig, clip: bool = True,
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, train.learning_rate, train.warmup_steps, max(train.steps, train.warmup_steps + 1),
         end_value=train.learning_rate * train.min_lr_ratio)
-    decay_mask = jax.tree.map(lambda d: "embed" in d, dims or gpt.param_dims(model),
+    decay_mask = jax.tree.map(lambda d: "embed" in d or "expert_embed" in d,
+                              dims or gpt.param_dims(model),
                               is_leaf=_is_dims)  # `dims`: another tree's (parallel.local)
     clipping = optax.clip_by_global_norm(train.grad_clip) if clip else optax.identity()
     return optax.chain(clipping,

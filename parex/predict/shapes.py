@@ -82,7 +82,7 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.
-_INT_FIELDS = ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages")
+_INT_FIELDS = ("data", "fsdp", "expert", "tensor", "seq", "stage", "zero", "virtual_stages")
 _CP_CODE = {name: i for i, name in enumerate(CP_MODES)}
 _SCHEDULE_CODE = {name: i for i, name in enumerate(ALL_SCHEDULES)}  # local last
 
@@ -93,6 +93,7 @@ class Grid:
 
     data: np.ndarray
     fsdp: np.ndarray
+    expert: np.ndarray  # expert parallelism (parex.moe): data-parallel but for routed experts
     tensor: np.ndarray
     seq: np.ndarray
     stage: np.ndarray
@@ -118,11 +119,11 @@ class Grid:
     @property
     def dp(self) -> np.ndarray:
         """Replicas that each see a different slice of the batch."""
-        return self.data * self.fsdp
+        return self.data * self.fsdp * self.expert
 
     @property
     def n_devices(self) -> np.ndarray:
-        return self.data * self.fsdp * self.tensor * self.seq * self.stage
+        return self.data * self.fsdp * self.expert * self.tensor * self.seq * self.stage
 
     @property
     def b(self) -> np.ndarray:
@@ -157,7 +158,8 @@ class Grid:
         cols["sp"] = np.broadcast_to(np.asarray(columns.get("sp", 0), dtype=np.int64), (n,))
         cols["cp"] = _codes(columns.get("cp", "none"), _CP_CODE, n)
         cols["schedule"] = _codes(columns.get("schedule", "gpipe"), _SCHEDULE_CODE, n)
-        cols["microbatches"] = resolved_microbatches(cols["microbatches"], cols["data"] * cols["fsdp"],
+        cols["microbatches"] = resolved_microbatches(cols["microbatches"],
+                                                   cols["data"] * cols["fsdp"] * cols["expert"],
                                                    train.global_batch, train.microbatch)
         parts = columns.get("partition")
         stats = np.zeros((5, n), np.int64)  # stage_layers, n, min, sum, max

@@ -40,7 +40,8 @@ class LayoutValues:
     partitions with the helpers below)."""
 
     def __init__(self, layout: Layout, model: ModelConfig, train: TrainConfig):
-        for name in ("data", "fsdp", "tensor", "seq", "stage", "zero", "virtual_stages"):
+        for name in ("data", "fsdp", "expert", "tensor", "seq", "stage", "zero",
+                     "virtual_stages"):
             setattr(self, name, getattr(layout, name))
         self.sp = int(layout.sp)
         if layout.tensor3d:  # Megatron's tensor and SP rules do not apply: tensor3d_problem's do

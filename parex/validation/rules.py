@@ -158,7 +158,8 @@ _rule(RULES, "state-shards", lambda g, c: c.model.hidden % g.embed_shards("opt")
 # --- the batch ----------------------------------------------------------------------------------
 _rule(RULES, "batch-replicas", lambda g, c: c.train.global_batch % g.dp == 0,
       lambda l, c: (f"global batch {c.train.global_batch} is not divisible by the "
-                    f"{l.data_parallel} data-parallel replicas (data × fsdp): use a global batch "
+                    f"{l.data_parallel} data-parallel replicas (data × fsdp × expert): use a "
+                    f"global batch "
                     f"that is a multiple of {l.data_parallel}"))
 _rule(RULES, "microbatch-size",
       lambda g, c: (c.train.microbatch is None
@@ -182,7 +183,8 @@ _rule(RULES, "microbatch-agreement",
 def _batch_message(l: Layout, c: Context) -> str:
     B, dp, m = c.train.global_batch, l.data_parallel, num_microbatches(l, c.train)
     return (f"global batch {B} is too small or uneven for {m} microbatches on {dp} replicas: "
-            f"it must be a multiple of data × fsdp × microbatches = {dp * m}; raise the batch "
+            f"it must be a multiple of data × fsdp × expert × microbatches = {dp * m}; raise "
+            f"the batch "
             f"to {dp * m * max(1, -(-B // (dp * m)))} or lower microbatches")
 
 
@@ -321,6 +323,29 @@ for _name in ("heads", "kv_heads"):
               f"seq from the divisors of {n}/tensor = {getattr(c.model, n) // l.tensor}, or "
               f"use cp=ring"))
 
+# --- mixtures of experts (parex.moe) and the expert axis -----------------------------------------
+_MOE_PRESETS = "tiny-moe, mixtral-8x7b, deepseek-v3"
+_rule(RULES, "expert-needs-experts", lambda g, c: (g.expert == 1) | c.model.moe,
+      lambda l, c: (f"expert={l.expert} on a dense model: {c.model.name} has no experts to "
+                    f"split; fold the expert devices into data (data={l.data * l.expert}), or "
+                    f"use a mixture of experts ({_MOE_PRESETS})"))
+_rule(RULES, "moe-top-k", lambda g, c: not c.model.moe or 1 <= c.model.top_k <= c.model.experts,
+      lambda l, c: (f"top_k={c.model.top_k} with {c.model.experts} experts: each token goes to "
+                    f"between 1 and experts={c.model.experts} experts"))
+_rule(RULES, "moe-capacity",
+      lambda g, c: not c.model.moe or c.model.capacity_factor is None
+      or c.model.capacity_factor > 0,
+      lambda l, c: (f"capacity_factor={c.model.capacity_factor}: an expert's capacity "
+                    f"ceil(cf·k·T/E) needs cf > 0 (1.0 to 2.0 is usual), or None for dropless"))
+_rule(RULES, "moe-experts-over-expert", lambda g, c: c.model.experts % g.expert == 0,
+      lambda l, c: (f"experts={c.model.experts} is not divisible by expert={l.expert}: expert "
+                    f"parallelism gives every device experts/expert whole experts; choose "
+                    f"expert from {divisors(c.model.experts)}"))
+_rule(RULES, "moe-expert-ffn-tensor", lambda g, c: c.model.expert_ffn % g.tensor == 0,
+      lambda l, c: (f"expert_ffn={c.model.expert_ffn} is not divisible by tensor={l.tensor}: "
+                    f"each expert's MLP width is split over the tensor axis; choose tensor from "
+                    f"{divisors(c.model.expert_ffn)}"))
+
 VALID_RULES = tuple(RULES)
 
 # --- what parex's executor cannot run yet (the predictor covers them) ---------------------------
@@ -359,6 +384,12 @@ _rule(LIMITS, "local-in-stage",
                                                   & (g.partition_n == 0))),
       lambda l, c: (f"parex's schedule=local executor runs data, fsdp, tensor and zero=1 inside "
                     f"stages, not {_local_unsupported(l)}"))  # checks adds local_fold's layout
+_rule(LIMITS, "moe-composes",
+      lambda g, c: not c.model.moe or ((g.stage == 1) & (g.seq == 1)),
+      lambda l, c: (f"parex's executor runs a mixture of experts with data, fsdp, ZeRO, tensor "
+                    f"and expert axes, not yet with {'stage' if l.stage > 1 else 'seq'} > 1 "
+                    f"(the predictor covers it); the nearest layout that runs is "
+                    f"{l.replace(data=l.data * l.stage * l.seq, stage=1, seq=1, cp='none', schedule='gpipe', virtual_stages=1, layers_per_stage=None)}"))
 EXECUTOR_LIMITS = tuple(LIMITS)
 
 
@@ -430,7 +461,8 @@ def tensor3d_limit(l: Layout, c: Context) -> str | None:
     # ZeRO-2/3 would store the gradients or weights split over data, which the executor's
     # shard_map takes whole over data (their gradient leaves it all-reduced); ZeRO-1 beside
     # fsdp splits the state over data between X·Z and fsdp: a reshuffle, not an all-gather
-    unsupported = [k for k, on in (("stage", l.stage > 1), ("seq", l.seq > 1),
+    unsupported = [k for k, on in (("a mixture of experts", c.model.moe),
+                                   ("stage", l.stage > 1), ("seq", l.seq > 1),
                                    (f"zero={l.zero}", l.zero > 1 and l.fsdp == 1),
                                    (f"zero={l.zero} beside fsdp", both),
                                    ("microbatches", num_microbatches(l, c.train) > 1)) if on]

@@ -1,0 +1,98 @@
+"""Token routing of a mixture of experts: top-k gates, capacity, dispatch and combine masks, and
+the router's auxiliary losses. Everything is per sequence, so that it does not depend on how a
+layout splits the batch: the same tokens are dropped, and the same losses summed, on one device
+and on any mesh that keeps sequences whole.
+
+Shapes: B sequences, T tokens, D hidden, E routed experts, k experts per token, C capacity.
+
+- Gates: softmax over the E router logits (float32), the top k kept; with k > 1 renormalised to
+  sum to 1 (Mixtral, DeepSeek-V3), with k = 1 the probability itself (Switch), so that the router
+  learns from the loss through its gate.
+- Capacity: each expert takes at most C = ceil(cf·k·T/E) tokens of one sequence (a GShard group
+  of one sequence), first choices before second choices, earlier tokens first; the rest are
+  dropped (their expert output is zero, the residual carries them). Dropless (cf None): C = T,
+  the most one sequence can send to one expert, so that nothing is dropped.
+- Load-balancing loss, sequence-wise (DeepSeek-V3, arXiv:2412.19437, eqs. 17-20; Switch's
+  α·E·Σ f_i·P_i per sequence): f_i = E/(k·T)·#{t: i in top-k(t)}, P_i = mean_t p_i(t);
+  L_bal = mean over sequences of Σ_i f_i·P_i (≥ 1, = 1 when balanced).
+- Router z-loss (ST-MoE, arXiv:2202.08906): mean over tokens of logsumexp(logits)².
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from ..config import ModelConfig
+
+
+def capacity(cfg: ModelConfig, T: int) -> int:
+    """C, tokens one expert takes from one sequence of T tokens."""
+    if cfg.capacity_factor is None:
+        return T
+    return max(1, min(T, math.ceil(cfg.capacity_factor * cfg.top_k * T / cfg.experts)))
+
+
+def route(x, w_router, cfg: ModelConfig):
+    """Gates and expert choices for x (B, T, D): (gates (B, T, k), choice (B, T, k), probs
+    (B, T, E), logits (B, T, E)), in float32."""
+    logits = jnp.einsum("btd,de->bte", x.astype(jnp.float32), w_router.astype(jnp.float32))
+    probs = jax.nn.softmax(logits, -1)
+    top, choice = top_k(probs, cfg.top_k)
+    gates = top / jnp.sum(top, -1, keepdims=True) if cfg.top_k > 1 else top
+    return gates, choice, probs, logits
+
+
+def top_k(probs, k: int):
+    """(values, indices) of the k largest entries of the last dim, by k rounds of argmax (ties:
+    the lower index first). XLA's SPMD partitioner all-gathers the batch of a lax.top_k; an
+    argmax is a reduction it keeps local."""
+    values, indices = [], []
+    for _ in range(k):
+        i = jnp.argmax(probs, -1)
+        values.append(jnp.take_along_axis(probs, i[..., None], -1)[..., 0])
+        indices.append(i)
+        probs = jnp.where(jax.nn.one_hot(i, probs.shape[-1], dtype=bool), -jnp.inf, probs)
+    return jnp.stack(values, -1), jnp.stack(indices, -1).astype(jnp.int32)
+
+
+def dispatch_and_combine(gates, choice, E: int, C: int):
+    """(dispatch, combine), each (B, T, E, C): dispatch[b, t, e, c] = 1 where token t of
+    sequence b takes slot c of expert e; combine is the same weighted by its gate."""
+    B, T, k = choice.shape
+    chosen = jax.nn.one_hot(choice, E, dtype=jnp.int32)  # (B, T, k, E)
+    # slots in order of priority: all first choices (in token order), then second choices, ...
+    ranked = chosen.transpose(0, 2, 1, 3).reshape(B, k * T, E)
+    slot = jnp.cumsum(ranked, 1) - 1  # the slot each assignment would take in its expert
+    slot = jnp.sum(slot * ranked, -1).reshape(B, k, T).transpose(0, 2, 1)  # (B, T, k)
+    placed = chosen[..., None] * jax.nn.one_hot(slot, C, dtype=jnp.int32)[..., None, :]
+    # one_hot of a slot >= C is all zeros: that assignment is dropped
+    dispatch = jnp.sum(placed, 2).astype(jnp.float32)  # (B, T, E, C)
+    combine = jnp.sum(placed * gates[..., None, None], 2)
+    return dispatch, combine
+
+
+def aux_stats(choice, probs, logits, dispatch, E: int) -> dict:
+    """One layer's router statistics: the sequence-wise balance loss and z-loss (scalars), each
+    expert's load (assignments, before capacity) and the assignments it kept, summed over the
+    batch (E,)."""
+    B, T, k = choice.shape
+    assigned = jnp.sum(jax.nn.one_hot(choice, E, dtype=jnp.float32), 2)  # (B, T, E)
+    f = E / (k * T) * jnp.sum(assigned, 1)  # (B, E)
+    balance = jnp.mean(jnp.sum(f * jnp.mean(probs, 1), -1))
+    z = jnp.mean(jnp.square(jax.nn.logsumexp(logits, -1)))
+    return {"balance": balance, "z": z, "load": jnp.sum(assigned, (0, 1)),
+            "kept": jnp.sum(dispatch, (0, 1, 3))}
+
+
+def aux_loss(stats: dict, cfg: ModelConfig):
+    """The router's losses added to the model's: α·L_bal + β·L_z, each the mean over layers."""
+    return cfg.balance_loss * jnp.mean(stats["balance"]) + cfg.z_loss * jnp.mean(stats["z"])
+
+
+def dropped_fraction(stats: dict):
+    """The share of token-to-expert assignments that found no room (0 when dropless)."""
+    load = jnp.sum(stats["load"])
+    return 1.0 - jnp.sum(stats["kept"]) / jnp.maximum(load, 1.0)

@@ -1,0 +1,340 @@
+"""DualPipe and DualPipeV (DeepSeek-V3, arXiv 2412.19437 §3.2.1) as timed schedule tables.
+
+DualPipe feeds microbatches from both ends of a p-device pipeline (p even). Every device holds
+two model chunks: stage i of the direction that enters at device 0 (chunk 0) and stage p−1−i of
+the direction that enters at device p−1 (chunk 1), so it keeps two copies of its share of the
+parameters. Each direction carries m/2 of the m microbatches. In the steady state a device runs
+the forward of one direction paired with the backward of the other as one overlapped "F&B" unit,
+whose communication hides behind the other's compute. DualPipeV (the DualPipe repository's
+"cut-in-half" variant) keeps one direction on p devices with 2p virtual stages placed V-wise:
+chunk 0 of device r is virtual stage r, chunk 1 virtual stage 2p−1−r.
+
+Both follow the same eight steps on every device, r steps from its nearer end (DualPipe: r =
+min(i, p−1−i), n = p/2 devices per half, m/2 microbatches per direction; DualPipeV: r = i, n = p,
+m microbatches). "Near" is the chunk fed from the device's own end, "far" the other one:
+
+    1  2(n−r−1) × F near             5  n−r−1 × (B far, F far & B near)
+    2  r+1 × (F near, F far)         6  r+1 × (B far, B near), the later half split (zero bubble)
+    3  n−r−1 × (B far split, W, F far) 7  n−r−1 × (W, B near split)
+    4  m_dir−2n+r+1 × (F near & B far, F far & B near)   8  r+1 × W
+
+A split backward B runs the input gradient and leaves its weight gradient to a later W; an
+unsplit one (every B inside an F&B unit) runs both. On the middle devices (r = n−1) the first
+unit of step 4 runs F and B one after the other instead of overlapped.
+
+Costs follow DeepSeek-V3 Table 2: F a forward chunk, B a *full* backward chunk (input and weight
+gradients), W its weight-gradient part (so a split B takes B − W), F&B an overlapped forward and
+backward pair (default F + B: on one device nothing overlaps in compute). The published bubbles,
+with PP pipeline stages (`published_bubble`):
+
+    1F1B       (PP−1)(F+B)               parameters 1×, activations PP
+    ZB1P       (PP−1)(F+B−2W)            parameters 1×, activations PP
+    DualPipe   (PP/2−1)(F&B+B−3W)        parameters 2×, activations PP+1   (PP devices)
+    DualPipeV  (PP/2−1)(F&B+B−3W)        parameters 2×, activations PP+1   (PP/2 devices)
+
+Bubble here is a device's idle time between 0 and the makespan: makespan − busy time, an F&B
+unit counted once. The table's bubble is the most idle device's; DualPipe's and DualPipeV's equal
+the formula (tests/parallel/test_dualpipe.py). Activations count chunk-microbatches whose F has
+run and whose backward has not finished (the W, or an unsplit B): one unit is one stage's
+activations for one microbatch, 1/PP of the model's. Parameters are chunks held per device, in
+units of one stage's parameters (1/PP of the model).
+
+These tables are timed and drawn (`gantt_rows`, charts.pipeline.dual_gantt_chart), not executed:
+DualPipe is not a `schedule=` of a Layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schedules import Schedule
+
+SCHEDULES = ("dualpipe", "dualpipev")
+
+Key = tuple[str, int, int]  # (kind "F"/"B"/"W", microbatch, chunk) on one device
+Unit = tuple[Key, ...]  # one key, or an F&B pair (F key, B key) that runs overlapped
+
+
+@dataclass(frozen=True)
+class DualOp:
+    """One op of a timed table. The two ops of an F&B unit share their device and span."""
+
+    device: int  # 0..p-1
+    kind: str  # "F", "B" (input gradient; the whole backward when `full`), "W" (weight gradient)
+    microbatch: int  # 0..m-1; DualPipe: 0..m/2-1 enter at device 0, m/2..m-1 at device p-1
+    chunk: int  # DualPipe: the direction (0 from device 0, 1 from device p-1); DualPipeV: 0/1
+    start: float
+    end: float
+    pair: bool  # one half of an overlapped F&B unit
+    full: bool  # a B that also forms its weight gradient (no W follows)
+
+
+@dataclass(frozen=True)
+class DualTable:
+    """A timed schedule: ops sorted by (device, start), with the costs they were timed with."""
+
+    name: str  # "dualpipe", "dualpipev", or a parex schedule timed here ("1f1b", "zbh1")
+    p: int  # devices
+    m: int  # microbatches
+    stages: int  # PP: pipeline stages of the model (DualPipeV: 2p)
+    costs: tuple[float, float, float, float]  # (F, B full backward, W, F&B)
+    ops: tuple[DualOp, ...]
+
+    def makespan(self) -> float:
+        return max(op.end for op in self.ops)
+
+    def busy(self) -> list[float]:
+        """Per device, the seconds it computes (an F&B unit once)."""
+        out = [0.0] * self.p
+        for op in self.ops:
+            if not (op.pair and op.kind == "B"):
+                out[op.device] += op.end - op.start
+        return out
+
+    def idle(self) -> list[float]:
+        """Per device, makespan − busy time."""
+        span = self.makespan()
+        return [span - b for b in self.busy()]
+
+    def bubble(self) -> float:
+        """The most idle device's idle time (the definition that gives Table 2's bubbles)."""
+        return max(self.idle())
+
+    def peak_in_flight(self) -> list[int]:
+        """Per device, the most chunk-microbatches between F and the end of their backward."""
+        peaks, held = [0] * self.p, [0] * self.p
+        for op in sorted(self.ops, key=lambda o: (o.device, o.start, "FBW".index(o.kind))):
+            held[op.device] += (op.kind == "F") - (op.kind == "W" or op.kind == "B" and op.full)
+            peaks[op.device] = max(peaks[op.device], held[op.device])
+        return peaks
+
+    def parameters(self) -> list[int]:
+        """Per device, the chunks it holds, each one stage's parameters."""
+        return [len({op.chunk for op in self.ops if op.device == d}) for d in range(self.p)]
+
+
+# --- orders per device ---------------------------------------------------------------------------
+
+def _steps(n: int, m_dir: int, r: int) -> list[tuple]:
+    """The eight steps (module docstring) of the device r steps from its end, over phases
+    0 (near chunk) and 1 (far chunk): ("F", ph), ("B", ph, split), ("W",), ("FB", ph_f, ph_b)."""
+    rest = n - r - 1
+    seq = [("F", 0)] * (2 * rest)
+    for i in range(r + 1):
+        seq += [("F", 0, rest > 0), ("F", 1, rest == 0 and i == r)]
+    seq += [("B", 1, True), ("W",), ("F", 1)] * rest
+    for i in range(m_dir - 2 * n + r + 1):
+        first = [("F", 0, True), ("B", 1, False)] if i == 0 and rest == 0 else [("FB", 0, 1)]
+        seq += first + [("FB", 1, 0)]
+    seq += [("B", 1, False), ("FB", 1, 0)] * rest
+    half = (r + 1) // 2  # step 6: the backwards from here on are split
+    for i in range(r + 1):
+        seq += [("B", 1, i > half or i == half and r % 2 == 1), ("B", 0, i >= half)]
+    return seq + [("W",), ("B", 0, True)] * rest + [("W",)] * (r + 1)
+
+
+def _resolve(steps: list[tuple], chunk_of: tuple[int, int], first_mb: tuple[int, int]
+             ) -> list[Unit]:
+    """Steps over phases to units of keys: each phase runs its F's and B's in microbatch order;
+    W's take the split B's first in, first out."""
+    next_f, next_b, waiting, units = [0, 0], [0, 0], [], []
+
+    def f(ph, late=False):
+        next_f[ph] += 1
+        return ("F", first_mb[ph] + next_f[ph] - 1, chunk_of[ph]) + (("late",) if late else ())
+
+    def b(ph, split):
+        next_b[ph] += 1
+        key = ("B", first_mb[ph] + next_b[ph] - 1, chunk_of[ph])
+        if split:
+            waiting.append(key)
+        return key
+
+    for step in steps:
+        if step[0] == "F":
+            units.append((f(*step[1:]),))
+        elif step[0] == "B":
+            units.append((b(*step[1:]),))
+        elif step[0] == "W":
+            units.append((("W",) + waiting.pop(0)[1:],))
+        else:
+            units.append((f(step[1]), b(step[2], False)))
+    return units
+
+
+def dualpipe_orders(p: int, m: int) -> list[list[Unit]]:
+    """DualPipe's units per device. Devices i < p/2 take direction 0 as their near chunk, the
+    others direction 1; direction 1 carries microbatches m/2..m−1."""
+    _check("dualpipe", p, m)
+    n, m_dir = p // 2, m // 2
+    orders = []
+    for i in range(p):
+        near = int(i >= n)
+        steps = _steps(n, m_dir, min(i, p - 1 - i))
+        orders.append(_resolve(steps, (near, 1 - near), (near * m_dir, (1 - near) * m_dir)))
+    return orders
+
+
+def dualpipev_orders(p: int, m: int) -> list[list[Unit]]:
+    """DualPipeV's units per device: chunk 0 (virtual stage r) is near, chunk 1 far."""
+    _check("dualpipev", p, m)
+    return [_resolve(_steps(p, m, r), (0, 1), (0, 0)) for r in range(p)]
+
+
+def _check(name: str, p: int, m: int) -> None:
+    if name == "dualpipe" and (p < 2 or p % 2 or m % 2 or m < 2 * p):
+        raise ValueError(f"dualpipe needs an even p >= 2 and an even m >= 2p (m/2 per "
+                         f"direction), got p={p}, m={m}")
+    if name == "dualpipev" and (p < 1 or m < 2 * p):
+        raise ValueError(f"dualpipev needs m >= 2p microbatches, got p={p}, m={m}")
+
+
+def path(name: str, p: int, m: int, microbatch: int) -> list[tuple[int, int]]:
+    """(device, chunk) of each virtual stage microbatch `microbatch` passes, in forward order."""
+    if name == "dualpipe":
+        direction = int(microbatch >= m // 2)
+        return [(p - 1 - s if direction else s, direction) for s in range(p)]
+    if name == "dualpipev":
+        return [(k, 0) for k in range(p)] + [(p - 1 - k, 1) for k in range(p)]
+    raise ValueError(f"no path for {name!r}; time parex's tables with time_schedule")
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+def time_orders(name: str, p: int, m: int, stages: int, orders: list[list[Unit]], paths,
+                F: float, B: float, W: float, FB: float | None = None) -> DualTable:
+    """Each device runs its units in order, each as soon as the device is free and its inputs
+    exist: F after the previous virtual stage's F, B after its own F and the next virtual stage's
+    B, W after its B. `paths(mb)` lists (device, chunk) per virtual stage. A split B takes B − W,
+    an unsplit one B, an F&B unit FB (default F + B)."""
+    split = {(d, key[1], key[2]) for d, order in enumerate(orders)
+             for unit in order for key in unit if key[0] == "W"}
+    route = {mb: paths(mb) for mb in range(m)}
+    stage_of = {(mb, *place): k for mb, places in route.items() for k, place in enumerate(places)}
+
+    def needs(d, kind, mb, c):
+        k, last = stage_of[mb, d, c], len(route[mb]) - 1
+        if kind == "F":
+            return [("F", mb, *route[mb][k - 1])] if k else []
+        if kind == "B":
+            return [("F", mb, d, c)] + ([("B", mb, *route[mb][k + 1])] if k < last else [])
+        return [("B", mb, d, c)]
+
+    def cost(d, unit):
+        one = {"F": F, "W": W, "B": B - W if (d, *unit[0][1:]) in split else B}
+        if len(unit) == 2:
+            return F + B if FB is None else FB
+        return one[unit[0][0]]
+
+    end, free, pos, ops, late = {}, [0.0] * p, [0] * p, [], [[] for _ in range(p)]
+    while any(pos[d] < len(orders[d]) for d in range(p)):
+        moved = False
+        for d in range(p):
+            while pos[d] < len(orders[d]):
+                unit = orders[d][pos[d]]
+                inputs = [key for kind, mb, c, *_ in unit for key in needs(d, kind, mb, c)]
+                if any(key not in end for key in inputs):
+                    break
+                start = max([free[d]] + [end[key] for key in inputs])
+                free[d] = start + cost(d, unit)
+                for kind, mb, c in late[d]:
+                    end[kind, mb, d, c] = free[d]
+                late[d] = []
+                for kind, mb, c, *sent in unit:
+                    if sent:
+                        late[d].append((kind, mb, c))
+                    else:
+                        end[kind, mb, d, c] = free[d]
+                    ops.append(DualOp(d, kind, mb, c, start, free[d], len(unit) == 2,
+                                      kind == "B" and (d, mb, c) not in split))
+                pos[d], moved = pos[d] + 1, True
+        if not moved:
+            raise RuntimeError(f"{name} order deadlocks at p={p}, m={m}")
+    ops.sort(key=lambda o: (o.device, o.start, "FBW".index(o.kind)))
+    return DualTable(name, p, m, stages, (F, B, W, F + B if FB is None else FB), tuple(ops))
+
+
+def dualpipe(p: int, m: int, F: float = 1.0, B: float = 2.0, W: float = 1.0,
+             FB: float | None = None) -> DualTable:
+    """DualPipe on p devices (PP = p stages) with m microbatches, m/2 from each end, timed."""
+    return time_orders("dualpipe", p, m, p, dualpipe_orders(p, m),
+                       lambda mb: path("dualpipe", p, m, mb), F, B, W, FB)
+
+
+def dualpipev(p: int, m: int, F: float = 1.0, B: float = 2.0, W: float = 1.0,
+              FB: float | None = None) -> DualTable:
+    """DualPipeV on p devices (PP = 2p half-size stages, placed V-wise) with m microbatches."""
+    return time_orders("dualpipev", p, m, 2 * p, dualpipev_orders(p, m),
+                       lambda mb: path("dualpipev", p, m, mb), F, B, W, FB)
+
+
+def time_schedule(schedule: Schedule, F: float, B: float, W: float) -> DualTable:
+    """A parex table (schedules.make_schedule) timed here, B the full backward (an unsplit B
+    takes B, a split one B − W then W), for comparing with DualPipe."""
+    orders = [[((op.op, op.microbatch, op.chunk),) for op in schedule.ops if op.stage == s]
+              for s in range(schedule.p)]
+    stages = [schedule.place(k) for k in range(schedule.p * schedule.v)]
+    return time_orders(schedule.name, schedule.p, schedule.m, schedule.p * schedule.v, orders,
+                       lambda mb: stages, F, B, W)
+
+
+# --- the published numbers (DeepSeek-V3 Table 2) -------------------------------------------------
+
+PUBLISHED = ("1f1b", "zb1p", "dualpipe", "dualpipev")
+
+
+def published_bubble(schedule: str, pp: int, F: float, B: float, W: float,
+                     FB: float | None = None) -> float:
+    """Table 2's bubble for PP = pp stages; B is the full backward, FB defaults to F + B."""
+    FB = F + B if FB is None else FB
+    bubbles = {"1f1b": (pp - 1) * (F + B), "zb1p": (pp - 1) * (F + B - 2 * W),
+               "dualpipe": (pp / 2 - 1) * (FB + B - 3 * W),
+               "dualpipev": (pp / 2 - 1) * (FB + B - 3 * W)}
+    return bubbles[_published(schedule)]
+
+
+def published_parameters(schedule: str) -> int:
+    """Parameters per device, in units of one of the PP stages' parameters."""
+    return 2 if _published(schedule) in SCHEDULES else 1
+
+
+def published_activations(schedule: str, pp: int) -> int:
+    """Microbatches' stage activations a device holds at most, in units of one stage's."""
+    return pp + 1 if _published(schedule) in SCHEDULES else pp
+
+
+def published_devices(schedule: str, pp: int) -> int:
+    return pp // 2 if _published(schedule) == "dualpipev" else pp
+
+
+def _published(schedule: str) -> str:
+    if schedule not in PUBLISHED:
+        raise ValueError(f"unknown schedule {schedule!r}: Table 2 lists {', '.join(PUBLISHED)}")
+    return schedule
+
+
+# --- drawing -------------------------------------------------------------------------------------
+
+def gantt_rows(table: DualTable) -> list[dict]:
+    """The rows charts.pipeline's Gantt chart reads (Schedule.timeline's: tick, stage, op,
+    microbatch, chunk, start, end), one per op. An F&B unit is drawn as its F then its B, the
+    span split in proportion F : B (DeepSeek-V3's Figure 5 draws the pair side by side); `tick`
+    is the op's rank on its device."""
+    F, B, W, _ = table.costs
+    rows, rank = [], [0] * table.p
+    for op in table.ops:
+        start, end = op.start, op.end
+        if op.pair:
+            cut = start + (end - start) * F / (F + B)
+            start, end = (start, cut) if op.kind == "F" else (cut, end)
+        rows.append({"tick": rank[op.device], "stage": op.device, "op": op.kind,
+                     "microbatch": op.microbatch, "chunk": op.chunk, "start": start,
+                     "end": end, "overlapped": op.pair})
+        rank[op.device] += 1
+    return rows
+
+
+__all__ = ["PUBLISHED", "SCHEDULES", "DualOp", "DualTable", "dualpipe", "dualpipe_orders",
+           "dualpipev", "dualpipev_orders", "gantt_rows", "path", "published_activations",
+           "published_bubble", "published_devices", "published_parameters", "time_orders",
+           "time_schedule"]
