@@ -64,6 +64,11 @@ class Ops:
         """x with its sequence dim in the order the layout stores positions."""
         return x
 
+    def seq_positions(self, T: int):
+        """seq_order of positions 0..T-1 as a numpy array (known while tracing), or None when
+        the layout stores them in order."""
+        return None
+
     def experts(self, ffn, slots, weights, dims):
         """A mixture of experts' expert MLPs, ffn(slots, weights, reduce), on the dispatch buffer
         (B, E, C, D); `dims` names the weights' dims (parex.moe.layer)."""

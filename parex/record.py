@@ -37,6 +37,8 @@ class Measurement:
     tokens_per_step: int = 0
     diloco: dict | None = None  # DiLoCo layouts: inner_steps, cross_replica_bytes_per_step,
     # outer_bytes_per_sync, inner_bytes_per_device_per_step, ... (parex.lowcomm.measure)
+    moe: dict | None = None  # mixtures of experts, per step: dropped_fraction, expert_load
+    # (each expert's share of the assignments), balance_loss (parex.moe.measure)
 
     @property
     def tokens_per_s(self) -> float:
@@ -72,7 +74,16 @@ class Measurement:
         row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
         row |= {f"comm_{k.replace('-', '_')}_bytes": v
                 for k, v in self.comm_bytes_per_device.items()}
-        return row | diloco_columns(self.diloco)
+        return row | diloco_columns(self.diloco) | moe_columns(self.moe)
+
+
+def moe_columns(block: dict | None) -> dict:
+    """A `moe` block's last step as columns: moe_dropped_fraction, moe_max_load_ratio (the
+    busiest expert's load over the mean: what sets an imbalanced step)."""
+    if not block or not block.get("dropped_fraction"):
+        return {}
+    return {"moe_dropped_fraction": block["dropped_fraction"][-1],
+            "moe_max_load_ratio": block["max_load_ratio"][-1]}
 
 
 def diloco_columns(block: dict | None) -> dict:

@@ -162,4 +162,39 @@ def bubble_chart(df: pd.DataFrame, width: int = 360, height: int = 240) -> alt.H
     return alt.hconcat(times, bubble).properties(title=f"pipeline bubble at p={p}")
 
 
-__all__ = ["bubble_chart", "gantt_chart", "gantt_stack", "idle_fraction", "schedule_frame"]
+def dual_gantt_chart(table, width: int = 640, height_per_stage: int = 28) -> alt.LayerChart:
+    """Gantt chart of a timed DualPipe or DualPipeV table (parallel.dualpipe.DualTable, not a
+    Schedule: it is timed, not executed): device on y, time on x, one bar per op labelled with
+    its microbatch, the ops of an overlapped F&B unit outlined in black, chunk 1 lighter
+    (DualPipe: the direction that enters at device p−1); grey shows the bubble."""
+    from ..parallel.dualpipe import gantt_rows
+
+    frame = pd.DataFrame(gantt_rows(table))
+    names = {"F": "forward", "W": "weight gradient"}
+    frame["op_name"] = [names.get(op) or ("backward" if full else "input gradient")
+                        for op, full in zip(frame["op"], frame["full"])]
+    span = table.makespan()
+    px = width * (frame["end"] - frame["start"]) / span
+    frame["text"] = [str(j) if w >= LABEL_PX * len(str(j)) + 2 else ""
+                     for j, w in zip(frame["microbatch"], px)]
+    x = alt.X("start:Q", title="time (units of F)", scale=alt.Scale(domain=[0, span], nice=False))
+    y = alt.Y("stage:O", title="device", sort="ascending")
+    lanes = pd.DataFrame({"stage": range(table.p), "start": 0.0, "end": span})
+    lane = alt.Chart(lanes).mark_bar(color=OP_COLORS["idle (bubble)"]).encode(y=y, x=x, x2="end:Q")
+    bars = alt.Chart(frame).mark_bar(strokeWidth=1).encode(
+        y=y, x=x, x2="end:Q", color=color("op_name", COLORS, frame["op_name"], title="op"),
+        opacity=alt.Opacity("chunk:O", title="chunk", scale=alt.Scale(range=[1.0, 0.6])),
+        stroke=alt.condition("datum.overlapped", alt.value("black"), alt.value("white")),
+        tooltip=["op_name:N", "stage:O", "microbatch:Q", "chunk:Q", "start:Q", "end:Q",
+                 "overlapped:N"])
+    frame["ink"] = ["#222222" if op == "F" else "#ffffff" for op in frame["op"]]
+    text = alt.Chart(frame).transform_calculate(middle="(datum.start + datum.end) / 2").mark_text(
+        fontSize=9).encode(x="middle:Q", y=y, text="text:N", color=alt.Color("ink:N", scale=None))
+    title = (f"{table.name} · p={table.p} m={table.m} · makespan {span:g}, "
+             f"bubble {table.bubble():g}")
+    return (lane + bars + text).properties(width=width, height=height_per_stage * table.p,
+                                           title=alt.TitleParams(title, anchor="start"))
+
+
+__all__ = ["bubble_chart", "dual_gantt_chart", "gantt_chart", "gantt_stack", "idle_fraction",
+           "schedule_frame"]

@@ -120,6 +120,37 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "(default none)")
     add_attention_arg(p)
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
+    add_moe_args(p)
+
+
+def add_moe_args(p: argparse.ArgumentParser) -> None:
+    """A mixture of experts' routing (parex.moe), overriding the preset's."""
+    p.add_argument("--experts", type=int, default=None, help="routed experts per block (E)")
+    p.add_argument("--top-k", type=int, default=None, help="experts per token (k)")
+    p.add_argument("--expert-ffn", type=at_least(1), default=None,
+                   help="each expert's MLP width (F_e)")
+    p.add_argument("--capacity-factor", type=_capacity, default=None,
+                   help="C = ceil(cf·k·T/E) slots per expert per sequence, the rest dropped; "
+                   "'dropless' for room for every token (the presets' default)")
+
+
+def _capacity(text: str):
+    if text == "dropless":
+        return "dropless"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number (e.g. 1.25) or 'dropless'")
+
+
+def with_moe_args(model: ModelConfig, args) -> ModelConfig:
+    """`model` with the --experts, --top-k, --expert-ffn, --capacity-factor given."""
+    changes = {name: getattr(args, name, None) for name in ("experts", "top_k", "expert_ffn",
+                                                             "capacity_factor")}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if changes.get("capacity_factor") == "dropless":
+        changes["capacity_factor"] = None
+    return model.replace(name=f"{model.name}*", **changes) if changes else model
 
 
 def add_device_args(p: argparse.ArgumentParser) -> None:
@@ -149,7 +180,7 @@ def setup_devices(args, layout_text: str | None) -> int:
 def configs_from_args(args):
     """(model, train) of a command that runs on this machine's emulated mesh: parex.defaults'
     cpu-local defaults (the preset's dtype, a global batch of LOCAL_GLOBAL_BATCH, no remat)."""
-    model = preset(args.model)
+    model = with_moe_args(preset(args.model), args)
     if args.dtype:
         model = model.replace(dtype=args.dtype)
     if args.seq and args.seq > model.seq_len:  # a longer context: GPT's position table grows
@@ -243,6 +274,7 @@ def add_predict_model_args(p) -> None:
         p.add_argument(f"--{name.replace('_', '-')}", type=at_least(1), default=None,
                        help=f"{letter}: overrides the preset's, required for a bare family"
                        if name in ("layers", "hidden", "heads") else f"{letter}")
+    add_moe_args(p)
 
 
 def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
@@ -263,6 +295,7 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
                                   **dims)
         if args.dtype:
             model = model.replace(dtype=args.dtype)
+    model = with_moe_args(model, args)
     train = TrainConfig(global_batch=args.global_batch or LOCAL_GLOBAL_BATCH,
                         microbatch=getattr(args, "microbatch", None), seq_len=args.seq,
                         remat=getattr(args, "remat", None) or "none",

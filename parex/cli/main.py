@@ -31,6 +31,7 @@ from .args import (
 def cmd_run(args) -> int:
     from ..measure import measure
     from ..measure.report import measurement_report
+    from ..moe.measure import router_report
 
     if args.study == "long-sequence":  # the same table as `parex seqstudy`
         from ..studies.sequence import DEFAULT_LENGTHS, STUDY_MODES
@@ -54,6 +55,8 @@ def cmd_run(args) -> int:
         from .lowcomm import diloco_report
 
         print(diloco_report(m.diloco))
+    if m.moe and not args.json:
+        print(router_report(m.moe))
     return 0
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
+from ..moe.measure import RouterProbe
 from ..record import Measurement
 from .compiled import compile_layout, compiled_stats, time_steps
 
@@ -28,14 +29,15 @@ def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=N
         return measure_diloco(model, train, layout, devices=devices, data=data, warmup=warmup,
                               progress=progress)
     step, compiled, compile_time = compile_layout(model, train, layout, devices)
-    losses, times = time_steps(step, compiled, data, progress)
+    probe = RouterProbe(step) if model.moe else None
+    losses, times = time_steps(step, compiled, data, progress, probe=probe)
     timed = times[warmup:] if len(times) > warmup else times
     return Measurement(
         model=model.name, layout=str(layout), n_devices=step.mesh.size,
         platform=step.mesh.devices.flat[0].platform, losses=losses,
         step_time_s={"median": statistics.median(timed), "min": min(timed), "max": max(timed)},
         compile_time_s=compile_time, tokens_per_step=train.tokens_per_step(model),
-        **compiled_stats(compiled, step))
+        moe=probe.block() if probe else None, **compiled_stats(compiled, step))
 
 
 def relative_error(tree, reference) -> float:

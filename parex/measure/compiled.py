@@ -95,9 +95,9 @@ def compiled_stats(compiled, step: TrainStep) -> dict:
 
 
 def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=None,
-               on_step=None) -> tuple[list, list]:
+               on_step=None, probe=None) -> tuple[list, list]:
     """(losses, seconds) for `train.steps` steps from `state` (default: the initial state);
-    `on_step(i)` is called after step i."""
+    `on_step(i)` is called after step i, `probe(state, batch)` before it, untimed."""
     train, model = step.train, step.model
     batches = Batches(data, train.global_batch, step.seq_len, model.vocab, train.seed)
     state = step.init_state() if state is None else state
@@ -105,6 +105,8 @@ def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=No
     for i in tqdm(range(train.steps), desc=f"{model.name} {step.layout}", disable=not progress,
                   leave=False):
         batch = batches.on_mesh(i, step.batch_sharding)
+        if probe is not None:
+            probe(state, batch)
         start = time.perf_counter()
         state, loss = compiled(state, batch)
         jax.block_until_ready(loss)

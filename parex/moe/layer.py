@@ -50,7 +50,8 @@ def moe_mlp(x, p, cfg: ModelConfig, ops):
     B, T, _ = x.shape
     C = routing.capacity(cfg, T)
     gates, choice, probs, logits = routing.route(x, p["router"], cfg)
-    dispatch, combine = routing.dispatch_and_combine(gates, choice, cfg.experts, C)
+    dispatch, combine = routing.dispatch_and_combine(gates, choice, cfg.experts, C,
+                                                     ops.seq_positions(T))
     slots = jnp.einsum("btec,btd->becd", dispatch.astype(x.dtype), x)
     slots = ops.constrain(slots, SLOTS)
     weights = {n: w for n, w in p["experts"].items()}

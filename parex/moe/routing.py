@@ -24,6 +24,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..config import ModelConfig
 
@@ -58,15 +59,19 @@ def top_k(probs, k: int):
     return jnp.stack(values, -1), jnp.stack(indices, -1).astype(jnp.int32)
 
 
-def dispatch_and_combine(gates, choice, E: int, C: int):
+def dispatch_and_combine(gates, choice, E: int, C: int, order=None):
     """(dispatch, combine), each (B, T, E, C): dispatch[b, t, e, c] = 1 where token t of
-    sequence b takes slot c of expert e; combine is the same weighted by its gate."""
+    sequence b takes slot c of expert e; combine is the same weighted by its gate. `order`: the
+    position of each stored token when the layout stores them out of order (ring attention's
+    zig-zag), so that slots still go by position."""
     B, T, k = choice.shape
     chosen = jax.nn.one_hot(choice, E, dtype=jnp.int32)  # (B, T, k, E)
+    ranked = chosen if order is None else jnp.take(chosen, np.argsort(order), 1)
     # slots in order of priority: all first choices (in token order), then second choices, ...
-    ranked = chosen.transpose(0, 2, 1, 3).reshape(B, k * T, E)
+    ranked = ranked.transpose(0, 2, 1, 3).reshape(B, k * T, E)
     slot = jnp.cumsum(ranked, 1) - 1  # the slot each assignment would take in its expert
     slot = jnp.sum(slot * ranked, -1).reshape(B, k, T).transpose(0, 2, 1)  # (B, T, k)
+    slot = slot if order is None else jnp.take(slot, np.asarray(order), 1)
     placed = chosen[..., None] * jax.nn.one_hot(slot, C, dtype=jnp.int32)[..., None, :]
     # one_hot of a slot >= C is all zeros: that assignment is dropped
     dispatch = jnp.sum(placed, 2).astype(jnp.float32)  # (B, T, E, C)

@@ -32,12 +32,16 @@ with PP pipeline stages (`published_bubble`):
     DualPipe   (PP/2−1)(F&B+B−3W)        parameters 2×, activations PP+1   (PP devices)
     DualPipeV  (PP/2−1)(F&B+B−3W)        parameters 2×, activations PP+1   (PP/2 devices)
 
-Bubble here is a device's idle time between 0 and the makespan: makespan − busy time, an F&B
-unit counted once. The table's bubble is the most idle device's; DualPipe's and DualPipeV's equal
-the formula (tests/parallel/test_dualpipe.py). Activations count chunk-microbatches whose F has
-run and whose backward has not finished (the W, or an unsplit B): one unit is one stage's
-activations for one microbatch, 1/PP of the model's. Parameters are chunks held per device, in
-units of one stage's parameters (1/PP of the model).
+Bubble here is a device's idle time between 0 and the makespan, makespan − its busy time (an
+F&B unit counted once); the table's bubble is the most idle device's (`DualTable.bubble`). With
+it, 1F1B's table (schedules.make_schedule) idles exactly (PP−1)(F+B) and ZB-H1's (PP−1)(F+B−2W)
+whenever W ≤ B − W. DualPipe's and DualPipeV's tables, timed from the orders above, idle exactly
+(PP/2−1)(F&B+B−3W) when a forward takes as long as an input gradient (F = B − W), W ≤ F and
+B ≤ F&B, for every p and m ≥ 2p, whatever F&B; otherwise the bubble is another piecewise-linear
+function of the costs (F=1, B=2, W=0.8: 2.4·(PP/2−1) against the formula's 2.6·(PP/2−1)).
+Activations count chunk-microbatches whose F has run and whose backward has not finished (the W,
+or an unsplit B): one unit is one stage's activations for one microbatch, 1/PP of the model's;
+every device peaks at PP+1. Parameters are chunks held per device, in units of one stage's.
 
 These tables are timed and drawn (`gantt_rows`, charts.pipeline.dual_gantt_chart), not executed:
 DualPipe is not a `schedule=` of a Layout.
@@ -46,13 +50,21 @@ DualPipe is not a `schedule=` of a Layout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .schedules import Schedule
 
 SCHEDULES = ("dualpipe", "dualpipev")
 
 Key = tuple[str, int, int]  # (kind "F"/"B"/"W", microbatch, chunk) on one device
-Unit = tuple[Key, ...]  # one key, or an F&B pair (F key, B key) that runs overlapped
+
+
+class Unit(NamedTuple):
+    """What a device runs at once: one op, or the F and B of an overlapped F&B pair."""
+
+    keys: tuple[Key, ...]
+    late: bool = False  # an F whose output is sent only after the device's next unit, as
+    # DualPipe does in its warm-up (step 2) and on the middle devices' first unit of step 4
 
 
 @dataclass(frozen=True)
@@ -84,7 +96,7 @@ class DualTable:
         return max(op.end for op in self.ops)
 
     def busy(self) -> list[float]:
-        """Per device, the seconds it computes (an F&B unit once)."""
+        """Per device, the time it computes (an F&B unit once)."""
         out = [0.0] * self.p
         for op in self.ops:
             if not (op.pair and op.kind == "B"):
@@ -117,7 +129,8 @@ class DualTable:
 
 def _steps(n: int, m_dir: int, r: int) -> list[tuple]:
     """The eight steps (module docstring) of the device r steps from its end, over phases
-    0 (near chunk) and 1 (far chunk): ("F", ph), ("B", ph, split), ("W",), ("FB", ph_f, ph_b)."""
+    0 (near chunk) and 1 (far chunk): ("F", ph[, late]), ("B", ph, split), ("W",) and the F&B
+    pair ("FB", ph_f, ph_b)."""
     rest = n - r - 1
     seq = [("F", 0)] * (2 * rest)
     for i in range(r + 1):
@@ -135,30 +148,25 @@ def _steps(n: int, m_dir: int, r: int) -> list[tuple]:
 
 def _resolve(steps: list[tuple], chunk_of: tuple[int, int], first_mb: tuple[int, int]
              ) -> list[Unit]:
-    """Steps over phases to units of keys: each phase runs its F's and B's in microbatch order;
-    W's take the split B's first in, first out."""
+    """Steps over phases to units: each phase runs its F's and B's in microbatch order; W's take
+    the split B's first in, first out."""
     next_f, next_b, waiting, units = [0, 0], [0, 0], [], []
 
-    def f(ph, late=False):
-        next_f[ph] += 1
-        return ("F", first_mb[ph] + next_f[ph] - 1, chunk_of[ph]) + (("late",) if late else ())
-
-    def b(ph, split):
-        next_b[ph] += 1
-        key = ("B", first_mb[ph] + next_b[ph] - 1, chunk_of[ph])
-        if split:
-            waiting.append(key)
-        return key
+    def key(kind, counter, ph):
+        counter[ph] += 1
+        return (kind, first_mb[ph] + counter[ph] - 1, chunk_of[ph])
 
     for step in steps:
         if step[0] == "F":
-            units.append((f(*step[1:]),))
+            units.append(Unit((key("F", next_f, step[1]),), late=len(step) > 2 and step[2]))
         elif step[0] == "B":
-            units.append((b(*step[1:]),))
+            units.append(Unit((key("B", next_b, step[1]),)))
+            if step[2]:
+                waiting.append(units[-1].keys[0])
         elif step[0] == "W":
-            units.append((("W",) + waiting.pop(0)[1:],))
+            units.append(Unit((("W",) + waiting.pop(0)[1:],)))
         else:
-            units.append((f(step[1]), b(step[2], False)))
+            units.append(Unit((key("F", next_f, step[1]), key("B", next_b, step[2]))))
     return units
 
 
@@ -205,14 +213,16 @@ def time_orders(name: str, p: int, m: int, stages: int, orders: list[list[Unit]]
                 F: float, B: float, W: float, FB: float | None = None) -> DualTable:
     """Each device runs its units in order, each as soon as the device is free and its inputs
     exist: F after the previous virtual stage's F, B after its own F and the next virtual stage's
-    B, W after its B. `paths(mb)` lists (device, chunk) per virtual stage. A split B takes B − W,
+    B, W after its B; an output exists when its unit ends (a `late` F's when the next unit ends).
+    `paths(mb)` lists (device, chunk) per virtual stage. A split B (one a W follows) takes B − W,
     an unsplit one B, an F&B unit FB (default F + B)."""
-    split = {(d, key[1], key[2]) for d, order in enumerate(orders)
-             for unit in order for key in unit if key[0] == "W"}
+    FB = F + B if FB is None else FB
+    split = {(d, mb, c) for d, order in enumerate(orders)
+             for unit in order for kind, mb, c in unit.keys if kind == "W"}
     route = {mb: paths(mb) for mb in range(m)}
     stage_of = {(mb, *place): k for mb, places in route.items() for k, place in enumerate(places)}
 
-    def needs(d, kind, mb, c):
+    def needs(d, kind, mb, c):  # (kind, mb, device, chunk) of the ops this op waits for
         k, last = stage_of[mb, d, c], len(route[mb]) - 1
         if kind == "F":
             return [("F", mb, *route[mb][k - 1])] if k else []
@@ -220,38 +230,38 @@ def time_orders(name: str, p: int, m: int, stages: int, orders: list[list[Unit]]
             return [("F", mb, d, c)] + ([("B", mb, *route[mb][k + 1])] if k < last else [])
         return [("B", mb, d, c)]
 
-    def cost(d, unit):
-        one = {"F": F, "W": W, "B": B - W if (d, *unit[0][1:]) in split else B}
-        if len(unit) == 2:
-            return F + B if FB is None else FB
-        return one[unit[0][0]]
+    def cost(d, keys):
+        kind, mb, c = keys[0]
+        if len(keys) == 2:
+            return FB
+        return {"F": F, "W": W, "B": B - W if (d, mb, c) in split else B}[kind]
 
-    end, free, pos, ops, late = {}, [0.0] * p, [0] * p, [], [[] for _ in range(p)]
+    end, free, pos, ops, late = {}, [0.0] * p, [0] * p, [], [None] * p
     while any(pos[d] < len(orders[d]) for d in range(p)):
         moved = False
         for d in range(p):
             while pos[d] < len(orders[d]):
                 unit = orders[d][pos[d]]
-                inputs = [key for kind, mb, c, *_ in unit for key in needs(d, kind, mb, c)]
+                inputs = [key for kind, mb, c in unit.keys for key in needs(d, kind, mb, c)]
                 if any(key not in end for key in inputs):
                     break
                 start = max([free[d]] + [end[key] for key in inputs])
-                free[d] = start + cost(d, unit)
-                for kind, mb, c in late[d]:
-                    end[kind, mb, d, c] = free[d]
-                late[d] = []
-                for kind, mb, c, *sent in unit:
-                    if sent:
-                        late[d].append((kind, mb, c))
+                free[d] = start + cost(d, unit.keys)
+                if late[d]:  # the previous unit's output is sent now
+                    end[late[d]] = free[d]
+                late[d] = None
+                for kind, mb, c in unit.keys:
+                    if unit.late:
+                        late[d] = (kind, mb, d, c)
                     else:
                         end[kind, mb, d, c] = free[d]
-                    ops.append(DualOp(d, kind, mb, c, start, free[d], len(unit) == 2,
+                    ops.append(DualOp(d, kind, mb, c, start, free[d], len(unit.keys) == 2,
                                       kind == "B" and (d, mb, c) not in split))
                 pos[d], moved = pos[d] + 1, True
         if not moved:
             raise RuntimeError(f"{name} order deadlocks at p={p}, m={m}")
     ops.sort(key=lambda o: (o.device, o.start, "FBW".index(o.kind)))
-    return DualTable(name, p, m, stages, (F, B, W, F + B if FB is None else FB), tuple(ops))
+    return DualTable(name, p, m, stages, (F, B, W, FB), tuple(ops))
 
 
 def dualpipe(p: int, m: int, F: float = 1.0, B: float = 2.0, W: float = 1.0,
@@ -271,7 +281,7 @@ def dualpipev(p: int, m: int, F: float = 1.0, B: float = 2.0, W: float = 1.0,
 def time_schedule(schedule: Schedule, F: float, B: float, W: float) -> DualTable:
     """A parex table (schedules.make_schedule) timed here, B the full backward (an unsplit B
     takes B, a split one B − W then W), for comparing with DualPipe."""
-    orders = [[((op.op, op.microbatch, op.chunk),) for op in schedule.ops if op.stage == s]
+    orders = [[Unit(((op.op, op.microbatch, op.chunk),)) for op in schedule.ops if op.stage == s]
               for s in range(schedule.p)]
     stages = [schedule.place(k) for k in range(schedule.p * schedule.v)]
     return time_orders(schedule.name, schedule.p, schedule.m, schedule.p * schedule.v, orders,
@@ -304,6 +314,7 @@ def published_activations(schedule: str, pp: int) -> int:
 
 
 def published_devices(schedule: str, pp: int) -> int:
+    """Devices that run PP stages: DualPipeV puts two on each."""
     return pp // 2 if _published(schedule) == "dualpipev" else pp
 
 
@@ -316,11 +327,12 @@ def _published(schedule: str) -> str:
 # --- drawing -------------------------------------------------------------------------------------
 
 def gantt_rows(table: DualTable) -> list[dict]:
-    """The rows charts.pipeline's Gantt chart reads (Schedule.timeline's: tick, stage, op,
-    microbatch, chunk, start, end), one per op. An F&B unit is drawn as its F then its B, the
-    span split in proportion F : B (DeepSeek-V3's Figure 5 draws the pair side by side); `tick`
-    is the op's rank on its device."""
-    F, B, W, _ = table.costs
+    """One row per op in the format of Schedule.timeline, which charts.pipeline's Gantt charts
+    read (tick, stage, op, microbatch, chunk, start, end), with `overlapped` and `full` (a B that
+    also forms its weight gradient). An F&B unit is drawn as its F, then its B, its span split
+    in proportion F : B, as DeepSeek-V3's Figure 5 draws the pair side by side; `tick` is the
+    op's place in its device's order."""
+    F, B, _, _ = table.costs
     rows, rank = [], [0] * table.p
     for op in table.ops:
         start, end = op.start, op.end
@@ -329,7 +341,7 @@ def gantt_rows(table: DualTable) -> list[dict]:
             start, end = (start, cut) if op.kind == "F" else (cut, end)
         rows.append({"tick": rank[op.device], "stage": op.device, "op": op.kind,
                      "microbatch": op.microbatch, "chunk": op.chunk, "start": start,
-                     "end": end, "overlapped": op.pair})
+                     "end": end, "overlapped": op.pair, "full": op.full})
         rank[op.device] += 1
     return rows
 

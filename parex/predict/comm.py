@@ -66,7 +66,7 @@ from ..layout import CP_MODES, Axis, fsdp_by_hand, grads_split_over_seq
 from ..measure.hlo import KINDS
 from ..parallel.schedules import SCHEDULES, SPLIT, VEE
 from .schedule_stats import table_columns
-from .shapes import GROUPS, Grid, ModelSizes, named
+from .shapes import GROUPS, ROUTED_GROUPS, Grid, ModelSizes, named
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,17 @@ def _elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None, layers=N
     return total
 
 
+def routed_elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None) -> np.ndarray:
+    """A mixture of experts' routed-expert parameters per device before any batch-axis sharding:
+    E/expert experts of each of the stage's layers, F_e split over tensor (0 for a dense
+    model); only those with / without an expert_embed dim when asked."""
+    total = np.zeros(len(grid))
+    for (e, t), n in zip(ROUTED_GROUPS, sizes.routed):
+        if n and (embed is None or e == embed):
+            total = total + n / ((grid.tensor if t else 1) * grid.stage * grid.expert)
+    return total
+
+
 def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes: int,
           param_bytes: float, grad_bytes: float) -> list[Term]:
     """Every collective family of one step, as columns (count 0 where a layout has none), in
@@ -138,6 +149,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     step = _Step(sizes, grid, remat, conv, act_bytes, param_bytes, grad_bytes)
     return (_grad_reduce_terms(step) + _gather_terms(step)
             + _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, step.x_bytes)
+            + moe_terms(step)
             + _context_terms(sizes, grid, remat, conv, act_bytes)
             + _pipeline_terms(sizes, grid, conv, param_bytes, grad_bytes, step.x_bytes))
 
@@ -184,7 +196,8 @@ class _Step:
         instead (not inside parex's per-replica accumulation loop, where the table is whole)."""
         grid = self.grid
         return (self.conv.xla_embedding & self.grads_sharded & (grid.dp * grid.seq > 1)
-                & (grid.tensor == 1) & ~self.per_replica & ~self.fsdp_piped)
+                & (grid.tensor == 1) & ~self.per_replica & ~self.fsdp_piped
+                & (grid.expert == 1))  # with expert: the table is gathered (fsdp=2,expert=4)
 
     @property
     def table(self) -> np.ndarray:
@@ -242,16 +255,59 @@ def _grad_reduce_terms(step: _Step) -> list[Term]:
     out.append(Term("grad-reduce", "reduce-scatter", reduction.axes, count * rs,
                     reduction.bytes))
     out += _fsdp_in_stages(step.sizes, step.grid, step.grad_bytes, step.fsdp_piped)
-    return out + _embedding_lookup_terms(step, reduction.axes)
+    return out + _embedding_lookup_terms(step, reduction.axes) + _routed_grad_terms(step)
 
 
 def _ideal_grad_reduce(step: _Step) -> _Reduction:
-    """The ideal program: every gradient, and the loss summed alongside (4 bytes), reduced once
-    per step over all the batch axes (data, fsdp, seq) at once."""
+    """The ideal program: every gradient (a mixture of experts' routed experts apart:
+    `_routed_grad_terms`), and the loss summed alongside (4 bytes), reduced once per step over
+    all the batch axes (data, fsdp, expert, seq) at once."""
     grid = step.grid
     return _Reduction(step.per_step * (grid.dp * grid.seq > 1),
                       step.grad_bytes * (step.others + step.positions) + 4,
-                      (Axis.DATA, Axis.FSDP, Axis.SEQ))
+                      (Axis.DATA, Axis.FSDP, Axis.EXPERT, Axis.SEQ))
+
+
+def _routed_grad_terms(step: _Step) -> list[Term]:
+    """A mixture of experts' routed experts: each lives on one device of the expert axis, so
+    its gradient is summed over data × fsdp (× seq) only, never over expert. xla-cpu: the
+    experts run in a manual region that gathers their weights over the axes that shard them
+    (fsdp, and data under ZeRO-3: sharding.gather_weight), so the gradient leaves
+    reduce-scattered over those and its shard is all-reduced over the other replicas (data,
+    seq); with neither, shard_map's transpose all-reduces it over data."""
+    sizes, grid = step.sizes, step.grid
+    if not sizes.moe:
+        return []
+    routed = step.grad_bytes * routed_elements(sizes, grid)
+    if step.conv.name == "xla-cpu":
+        zero3 = grid.zero >= 3
+        split = grid.fsdp * np.where(zero3, grid.data, 1)
+        rest = np.where(zero3, 1, grid.data) * grid.seq
+        return [Term("grad-reduce", "reduce-scatter", (Axis.DATA, Axis.FSDP),
+                     step.per_step * (split > 1), routed),
+                Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.SEQ),
+                     step.per_step * (rest > 1), routed / split)]
+    on = step.per_step * (grid.data * grid.fsdp * grid.seq > 1)
+    rs = step.conv.reduce_scatter & step.grads_sharded
+    axes = (Axis.DATA, Axis.FSDP, Axis.SEQ)
+    return [Term("grad-reduce", "all-reduce", axes, on * ~rs, routed),
+            Term("grad-reduce", "reduce-scatter", axes, on * rs, routed)]
+
+
+def _staged_over_expert(step: _Step) -> list[Term]:
+    """xla-cpu, fsdp and expert both > 1: XLA reduces the matmul weights' gradients (the
+    blocks' embed-dim matrices and the unembedding) over data × fsdp whole, then their fsdp
+    shard over expert (the token table, norms and the loss go over all the axes at once). Read
+    off tiny-moe fsdp=2,expert=4."""
+    sizes, grid = step.sizes, step.grid
+    staged = ((grid.fsdp > 1) & (grid.expert > 1) & (grid.sp == 0) & (grid.stage == 1)
+              & ~step.fsdp_piped)
+    matrices = step.grad_bytes * (_elements(sizes, grid, embed=True, layers=True)
+                                  + sizes.head[0] / grid.tensor) * staged
+    return [Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.FSDP), step.per_step * staged,
+                 matrices),
+            Term("grad-reduce", "all-reduce", (Axis.EXPERT,), step.per_step * staged,
+                 matrices / grid.fsdp)]
 
 
 def _xla_cpu_grad_reduce(step: _Step) -> tuple[list[Term], _Reduction]:
@@ -273,7 +329,11 @@ def _xla_cpu_grad_reduce(step: _Step) -> tuple[list[Term], _Reduction]:
     out.append(Term("seq-grads", "all-gather", (Axis.SEQ,), 1.0 * _seq_sliced(sizes, grid),
                     grad_bytes * _elements(sizes, grid, embed=True, layers=True)))
     out += _sp_weight_reduces(grid, step.per_step, manual)
-    return out, _Reduction(step.per_step * (grid.dp > 1), reduce, (Axis.DATA, Axis.FSDP))
+    staged = _staged_over_expert(step)
+    out += staged
+    reduce = reduce - staged[0].bytes_per_op
+    return out, _Reduction(step.per_step * (grid.dp > 1), reduce,
+                           (Axis.DATA, Axis.FSDP, Axis.EXPERT))
 
 
 def _over_seq_term(step: _Step, manual) -> Term:
@@ -314,12 +374,20 @@ def _gather_terms(step: _Step) -> list[Term]:
     gathers of a D-sharded token table under tensor parallelism (`_xla_cpu_table_terms`)."""
     sizes, grid, param_bytes = step.sizes, step.grid, step.param_bytes
     zero12 = (grid.zero >= 1) & (grid.zero <= 2) & (grid.data > 1)
-    gathered = param_bytes * _elements(sizes, grid, embed=True) / grid.fsdp
+    gathered = param_bytes * (_elements(sizes, grid, embed=True)
+                              + routed_elements(sizes, grid, embed=True)) / grid.fsdp
     out = [Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12, gathered)]
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
     layer_w = param_bytes * _elements(sizes, grid, embed=True, layers=True) / grid.stage_layers
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP),
                     2 * grid.microbatches * grid.stage_layers * fsdp, layer_w))
+    # a mixture of experts' routed experts (E/expert of them); xla-cpu gathers them once per
+    # forward inside the experts' manual region and keeps them for the backward
+    routed_w = param_bytes * routed_elements(sizes, grid, embed=True) / grid.stage_layers
+    passes = 1 + (step.remat == "full") if step.conv.name == "xla-cpu" else 2
+    out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP),
+                    passes * grid.microbatches * grid.stage_layers * fsdp * (routed_w > 0),
+                    routed_w))
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp,
                     _head_gather_bytes(step)))
     return out + _xla_cpu_table_terms(step, fsdp)
@@ -447,9 +515,12 @@ def _tp_activation_terms(sizes, grid, remat, conv, x_bytes) -> list[Term]:
     full = 1 if remat == "full" else 0
     axes = (Axis.TENSOR,)
     piped = grid.stage > 1
-    backward = 2 + sizes.n_mlp_in - 1
+    # a mixture of experts' MLP is (b, T, D)-sized only in its shared experts (the routed
+    # experts' reductions are on the dispatch buffer: moe_terms)
+    dense_mlp = 1 if (not sizes.moe or sizes.shared_F) else 0
+    backward = 1 + dense_mlp * sizes.n_mlp_in
     last = full * conv.megatron_block  # the recomputed block's last all-reduce / reduce-scatter
-    per_block = 2 + backward + full + last
+    per_block = 1 + dense_mlp + backward + full + last
     # the column-parallel layers' backward ones (QKV's and the MLP inputs') run beside their
     # weight-gradient GEMMs where the program overlaps them
     beside = backward * L * conv.overlaps_tp_backward
@@ -670,6 +741,39 @@ def _uneven_regroup(sizes, grid, param_bytes, grad_bytes) -> list[Term]:
                  grad_bytes * per_layer * layers)]
 
 
+def dispatch_slots(sizes: ModelSizes, grid: Grid) -> np.ndarray:
+    """Expert slots per sequence a MoE block moves. parex's program (xla-cpu) dispatches densely
+    (parex.moe.layer): E·C, padded to capacity (dropless: C = T, E·T slots). The ideal program
+    (Megatron-LM's alltoall dispatcher, a ragged all-to-all) moves only the k·T assignments, or
+    the E·C that capacity keeps when fewer."""
+    padded = sizes.E * sizes.capacity(grid.T)
+    return np.where(grid.executor, padded, np.minimum(sizes.k * grid.T, padded))
+
+
+def moe_terms(step: _Step) -> list[Term]:
+    """A mixture of experts, per block and microbatch (parex.moe.layer). Expert parallelism:
+    the dispatch buffer x_e[b, E, C, D] (b sequences per device, `dispatch_slots` slots each)
+    goes to the experts' devices by an all-to-all over expert and comes back by a second; the
+    backward runs their two transposes; full remat's recomputed forward both again (the
+    combine's backward needs the experts' output, for the gates). Tensor parallelism splits
+    F_e: the experts' partial outputs are all-reduced on the buffer (forward; again under full
+    remat) and so are the input gradients of their column-parallel matrices (backward: one
+    per input matrix, SwiGLU's two merged by XLA into one op of twice the bytes)."""
+    sizes, grid, conv = step.sizes, step.grid, step.conv
+    if not sizes.moe:
+        return []
+    full = 1 if step.remat == "full" else 0
+    m_l = grid.microbatches * grid.stage_layers
+    buffer = grid.b * dispatch_slots(sizes, grid) * sizes.D / grid.seq * step.act_bytes
+    tp = (grid.tensor > 1) * 1.0
+    beside = conv.overlaps_tp_backward
+    return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT,),
+                 (4 + 2 * full) * m_l * (grid.expert > 1), buffer),
+            Term("tp", "all-reduce", (Axis.TENSOR,), (1 + full) * m_l * tp, buffer),
+            Term("tp-beside-wgrad" if beside else "tp", "all-reduce", (Axis.TENSOR,),
+                 sizes.n_mlp_in * m_l * tp, buffer)]
+
+
 def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
     totals = {kind: np.zeros(n) for kind in KINDS}
     for term in all_terms:
@@ -678,6 +782,7 @@ def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
 
 
 __all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "convention",
+           "dispatch_slots", "moe_terms", "routed_elements",
            "ring_block_elements", "ring_hops_are_all_to_alls", "seq_sliced_grad_elements",
            "terms"]
 

@@ -54,7 +54,7 @@ from .comm import (fsdp_in_stages, ring_block_elements, ring_hops_are_all_to_all
                    seq_sliced_grad_elements)
 from .schedule_stats import table_columns
 from .stash import loop_grad_elements, split_backward, stash_bytes, window_bytes
-from .shapes import GROUPS, Grid, ModelSizes, named
+from .shapes import GROUPS, ROUTED_GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
 COUNTERS = 8  # two int32 step counters in the optimizer state (Adam's and the schedule's)
@@ -98,6 +98,11 @@ def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     for (e, t, l), n in zip(GROUPS, sizes.groups):
         if n and l:
             total = total + n / ((embed if e else 1) * (grid.tensor if t else 1) * grid.stage)
+    # a mixture of experts' routed experts: W_in[E_expert, D_embed-shards, F_e,tensor]
+    for (e, t), n in zip(ROUTED_GROUPS, sizes.routed):
+        if n:
+            total = total + n / ((embed if e else 1) * (grid.tensor if t else 1) * grid.stage
+                                 * grid.expert)
     return total + head_state_elements(sizes, grid, embed)
 
 

@@ -8,6 +8,11 @@ kinds of dim it has, and that decides how it is sharded (layout.rules):
     embed  -> fsdp, and data too once the ZeRO stage shards that kind of state   (W[D_fsdp, ...])
     tensor -> heads, kv_heads, mlp or vocab, split over the tensor axis           (W[..., F_tensor])
     layers -> the stacked blocks, split over pipeline stages
+A mixture of experts' routed experts (parex.moe) are counted apart, in `ModelSizes.routed`, by
+whether they have an expert_embed dim (sharded as embed) and an expert_mlp dim (over tensor); all
+of them are stacked blocks and split E over the expert axis: W_in[E_expert, D_fsdp, F_e,tensor].
+Everything else in a MoE block (attention, norms, the router W_r[D_fsdp, E], shared experts) is
+in `groups`, replicated over expert like any dense weight.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ..validation.checks import partition_stats
 
 TENSOR_DIMS = ("heads", "kv_heads", "mlp", "vocab")
 GROUPS = tuple((e, t, l) for e in (0, 1) for t in (0, 1) for l in (0, 1))  # (embed, tensor, layers)
+ROUTED_GROUPS = tuple((e, t) for e in (0, 1) for t in (0, 1))  # (expert_embed, expert_mlp)
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,35 @@ class ModelSizes:
     T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
     embedding: tuple[int, int] = (0, 0)  # (token table, GPT's position table) parameters
     head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters
+    # --- a mixture of experts (parex.moe); all 0 for a dense model -------------------------
+    E: int = 0  # routed experts per block
+    k: int = 0  # experts per token
+    Fe: int = 0  # one expert's MLP width
+    shared_F: int = 0  # the shared experts' MLP width, S·F_e (in `groups`, a dense MLP)
+    capacity_factor: float | None = None  # None: dropless (C = T)
+    routed: tuple[int, ...] = (0, 0, 0, 0)  # routed experts' parameters per ROUTED_GROUPS entry
 
     @property
     def n_mlp_in(self) -> int:
         """Matrices entering the MLP: one for GELU, two (gate and up) for SwiGLU."""
         return 1 if self.family == "gpt" else 2
+
+    @property
+    def moe(self) -> bool:
+        return self.E > 0
+
+    @property
+    def routed_layer(self) -> int:
+        """Routed experts' parameters of one block (all E experts)."""
+        return sum(self.routed) // self.L
+
+    def capacity(self, T) -> np.ndarray:
+        """C, slots per expert per sequence of T tokens (parex.moe.routing.capacity, as a
+        column): ceil(cf·k·T/E), or T when dropless."""
+        T = np.asarray(T)
+        if not self.moe or self.capacity_factor is None:
+            return T * 1
+        return np.clip(np.ceil(self.capacity_factor * self.k * T / self.E), 1, T).astype(np.int64)
 
 
 def _is_entry(x) -> bool:
@@ -63,10 +93,14 @@ def _is_entry(x) -> bool:
 @lru_cache(maxsize=256)
 def model_sizes(model: ModelConfig) -> ModelSizes:
     groups = dict.fromkeys(GROUPS, 0)
+    routed = dict.fromkeys(ROUTED_GROUPS, 0)
     layer = hidden = 0
     entries = jax.tree.leaves(param_table(model), is_leaf=_is_entry)
     for shape, dims in entries:
         n = int(np.prod(shape))
+        if "experts" in dims:  # routed experts: stacked, E over expert
+            routed[(int("expert_embed" in dims), int("expert_mlp" in dims))] += n
+            continue
         key = (int("embed" in dims), int(any(d in TENSOR_DIMS for d in dims)),
                int("layers" in dims))
         groups[key] += n
@@ -75,10 +109,15 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
     V, D = model.vocab, model.hidden
     positions = model.seq_len * D if model.family == "gpt" else 0
     final_norm = (2 if model.family == "gpt" else 1) * D
+    moe = dict(E=model.experts, k=model.top_k, Fe=model.expert_ffn,
+               shared_F=model.shared_experts * model.expert_ffn,
+               capacity_factor=model.capacity_factor,
+               routed=tuple(routed[g] for g in ROUTED_GROUPS)) if model.moe else {}
     return ModelSizes(model.family, model.layers, model.hidden, model.heads, model.kv_heads,
-                      model.head_dim, model.ffn, model.vocab, sum(groups.values()),
+                      model.head_dim, model.ffn, model.vocab,
+                      sum(groups.values()) + sum(routed.values()),
                       tuple(groups[g] for g in GROUPS), len(entries), layer, hidden,
-                      model.seq_len, (V * D, positions), (D * V, final_norm))
+                      model.seq_len, (V * D, positions), (D * V, final_norm), **moe)
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.
@@ -205,7 +244,7 @@ def _at_least_1(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 1)
 
 
-__all__ = ["GROUPS", "Grid", "ModelSizes", "model_sizes"]
+__all__ = ["GROUPS", "Grid", "ROUTED_GROUPS", "ModelSizes", "model_sizes"]
 
 
 def named(table: dict, value, kind: type, what: str):

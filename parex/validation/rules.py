@@ -384,12 +384,10 @@ _rule(LIMITS, "local-in-stage",
                                                   & (g.partition_n == 0))),
       lambda l, c: (f"parex's schedule=local executor runs data, fsdp, tensor and zero=1 inside "
                     f"stages, not {_local_unsupported(l)}"))  # checks adds local_fold's layout
-_rule(LIMITS, "moe-composes",
-      lambda g, c: not c.model.moe or ((g.stage == 1) & (g.seq == 1)),
-      lambda l, c: (f"parex's executor runs a mixture of experts with data, fsdp, ZeRO, tensor "
-                    f"and expert axes, not yet with {'stage' if l.stage > 1 else 'seq'} > 1 "
-                    f"(the predictor covers it); the nearest layout that runs is "
-                    f"{l.replace(data=l.data * l.stage * l.seq, stage=1, seq=1, cp='none', schedule='gpipe', virtual_stages=1, layers_per_stage=None)}"))
+_rule(LIMITS, "moe-composes", lambda g, c: not c.model.moe or (g.stage == 1),
+      lambda l, c: (f"parex's executor runs a mixture of experts with data, fsdp, ZeRO, tensor, "
+                    f"sp, seq and expert axes, not yet inside pipeline stages (the predictor "
+                    f"covers them)"))
 EXECUTOR_LIMITS = tuple(LIMITS)
 
 
