@@ -19,8 +19,10 @@ TOLERANCE = 1e-5
 class Reference:
     """One model's parameters and batch, its single-device loss and gradients, and `check`."""
 
-    def __init__(self, name: str, train: TrainConfig):
-        self.model, self.train = model_preset(name), train
+    def __init__(self, name, train: TrainConfig):
+        """`name`: a preset's name, or a ModelConfig."""
+        self.model = model_preset(name) if isinstance(name, str) else name
+        self.train = train
         self.params = gpt.init_params(self.model, jax.random.key(0))
         seq = train.seq_len or self.model.seq_len
         self.batch = Batches("corpus", train.global_batch, seq, self.model.vocab)[0]

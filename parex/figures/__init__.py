@@ -15,7 +15,7 @@ parex, ratio): `zero_table1()`, `korthikanti_table()`, `megatron_table1(hardware
 
 from __future__ import annotations
 
-from . import axonn, hetero, pipeline_memory, pipelines, roofline, sequence, tables, training  # noqa: F401
+from . import axonn, hetero, moe, pipeline_memory, pipelines, roofline, sequence, tables, training  # noqa: F401
 from .ppll import eval_batches, local_vs_1f1b, loss_run, losing_frame  # noqa: F401 (PPLL)
 from ..predict.published import korthikanti_table, megatron_table1, zero_table1
 from .charts import figure_chart

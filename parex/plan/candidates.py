@@ -1,9 +1,10 @@
 """Every layout of a model on n devices, as numpy columns (one entry per layout).
 
 The space, built by cross joins of small option tables (never a Python loop over layouts):
-    axes          data × fsdp × tensor × seq × stage = n, each axis cutting the dims it splits
-                  into equal pieces (tensor: heads, KV heads, MLP, vocabulary; seq: the
-                  sequence; fsdp: the hidden size), at most one layer per stage
+    axes          data × fsdp × expert × tensor × seq × stage = n, each axis cutting the dims
+                  it splits into equal pieces (tensor: heads, KV heads, MLP, vocabulary, the
+                  experts' MLP; seq: the sequence; fsdp: the hidden size; expert, for a mixture
+                  of experts only: the routed experts), at most one layer per stage
     zero          0..3 where data > 1 and data·fsdp divides the hidden size (ZeRO stages
                   shard state over the data axis too)
     sp            on/off where tensor > 1
@@ -35,8 +36,8 @@ from ..parallel.schedules import LOOPING, SCHEDULES, VEE
 MAX_VIRTUAL = 8  # chunks per device the enumeration tries (Megatron's runs use 2-5)
 MAX_CHUNKS_PER_STAGE = 32  # m·v <= 32·p (Megatron's Table 1 layouts run 6p-24p)
 # Layout fields named after their mesh axes
-DATA, FSDP, TENSOR, SEQ, STAGE = AXES = tuple(a.value for a in (Axis.DATA, Axis.FSDP, Axis.TENSOR,
-                                                                Axis.SEQ, Axis.STAGE))
+DATA, FSDP, EXPERT, TENSOR, SEQ, STAGE = AXES = tuple(
+    a.value for a in (Axis.DATA, Axis.FSDP, Axis.EXPERT, Axis.TENSOR, Axis.SEQ, Axis.STAGE))
 COLUMNS = AXES + ("zero", "sp", "cp", "schedule", "virtual_stages", "microbatches",
                   "stage_layers", "partitioned")
 
@@ -61,17 +62,21 @@ def cross(base: dict, options: dict, keep) -> dict:
 
 
 def axis_columns(model: ModelConfig, seq_len: int, n_devices: int) -> dict:
-    """All (data, fsdp, tensor, seq, stage) with product n where each axis cuts the dims it
-    splits into equal pieces: tensor the heads, KV heads, MLP and vocabulary (Megatron's column
-    and row splits), seq the sequence, fsdp the hidden size, stage at most the layers."""
+    """All (data, fsdp, expert, tensor, seq, stage) with product n where each axis cuts the
+    dims it splits into equal pieces: tensor the heads, KV heads, MLP and vocabulary (Megatron's
+    column and row splits) and the experts' MLP, seq the sequence, fsdp the hidden size, expert
+    the routed experts (1 for a dense model), stage at most the layers."""
     d = divisors(n_devices)
-    tensor = d[np.gcd.reduce([model.heads, model.kv_heads, model.ffn, model.vocab]) % d == 0]
-    grids = np.meshgrid(d, d[model.hidden % d == 0], tensor, d[seq_len % d == 0],
+    split = [model.heads, model.kv_heads, model.ffn, model.vocab]
+    split += [model.expert_ffn] if model.moe else []
+    tensor = d[np.gcd.reduce(split) % d == 0]
+    expert = d[model.experts % d == 0] if model.moe else np.ones(1, np.int64)
+    grids = np.meshgrid(d, d[model.hidden % d == 0], expert, tensor, d[seq_len % d == 0],
                         indexing="ij")
-    four = [g.ravel() for g in grids]
-    prod = four[0] * four[1] * four[2] * four[3]
+    five = [g.ravel() for g in grids]
+    prod = np.prod(five, axis=0)
     ok = n_devices % prod == 0
-    cols = [c[ok] for c in four]
+    cols = [c[ok] for c in five]
     cols.append(n_devices // (prod[ok]))
     cols = dict(zip(AXES, cols))
     keep = cols[STAGE] <= model.layers
@@ -108,7 +113,7 @@ def layout_columns(model: ModelConfig, global_batch: int, seq_len: int, n_device
     del cols["_plain"]
     m = divisors(global_batch)
     cols = cross(cols, {"microbatches": m}, lambda b, o: (
-        (global_batch % (b[DATA] * b[FSDP] * o["microbatches"]) == 0)
+        (global_batch % (b[DATA] * b[FSDP] * b[EXPERT] * o["microbatches"]) == 0)
         & ((b[STAGE] == 1) | (o["microbatches"] * b["virtual_stages"]
                                <= MAX_CHUNKS_PER_STAGE * b[STAGE]))))
     p, v = cols[STAGE], cols["virtual_stages"]

@@ -25,7 +25,7 @@ from ..layout import Layout, LayoutError
 from ..predict import Grid, predict_batch
 from ..validation.checks import check_layout, check_valid, valid_columns
 from . import rank, tensor3d
-from .candidates import COLUMNS, DATA, FSDP, Candidates, layout_at
+from .candidates import COLUMNS, DATA, EXPERT, FSDP, Candidates, layout_at
 from .names import cluster_of
 
 PREDICTED = (("step_time_s",) + tuple(f"step_{p}_s" for p in rank.TIME_PARTS)
@@ -81,7 +81,7 @@ class Plan:
 
     def entry(self, i: int) -> dict:
         """Row i as the JSON of one ranked layout."""
-        dp = int(self.columns[DATA][i] * self.columns[FSDP][i])
+        dp = int(self.columns[DATA][i] * self.columns[FSDP][i] * self.columns[EXPERT][i])
         dp *= int(self.columns["tensor_z"][i]) if "tensor_z" in self.columns else 1  # 3D: Z too
         b = self.train.global_batch // (dp * int(self.columns["microbatches"][i]))
         return {"layout": layout_text(self.layout(i)), "remat": self.train_of(i).remat,

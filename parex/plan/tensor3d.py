@@ -21,7 +21,7 @@ from ..config import REMAT_POLICIES
 from ..predict.axonn import comm_seconds, step_seconds
 from ..predict.core import DTYPE_BYTES
 from ..predict.tensor3d_batch import configurations, predict_3d_batch
-from .candidates import DATA, FSDP, SEQ, STAGE, TENSOR
+from .candidates import DATA, EXPERT, FSDP, SEQ, STAGE, TENSOR
 from .rank import distinct
 
 EXTRA = ("tensor_y", "tensor_z")  # plan columns 1D rows hold as 1
@@ -30,6 +30,8 @@ EXTRA = ("tensor_y", "tensor_z")  # plan columns 1D rows hold as 1
 def rows_3d(model, train, cluster, settings: dict, remat: str, predicted: tuple,
             layout_columns: tuple) -> dict | None:
     """The plan columns of every 3D layout on the cluster under `remat` (None: there is none)."""
+    if model.moe:  # parex's 3D split has no expert axis (validation refuses the two together)
+        return None
     sizes = configurations(model, train, cluster.n_devices)
     n = len(sizes.data)
     if not n:
@@ -38,7 +40,8 @@ def rows_3d(model, train, cluster, settings: dict, remat: str, predicted: tuple,
     out = predict_3d_batch(model, train_r, sizes, cluster, **settings)
     ones, zeros = np.ones(n, np.int64), np.zeros(n, np.int64)
     cols = {k: zeros for k in layout_columns}
-    cols |= {DATA: sizes.data, FSDP: ones, TENSOR: sizes.tensor, SEQ: ones, STAGE: ones,
+    cols |= {DATA: sizes.data, FSDP: ones, EXPERT: ones, TENSOR: sizes.tensor, SEQ: ones,
+             STAGE: ones,
              "virtual_stages": ones, "microbatches": ones,
              "stage_layers": np.full(n, model.layers, np.int64),
              "tensor_y": sizes.tensor_y, "tensor_z": sizes.tensor_z}

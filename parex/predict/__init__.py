@@ -25,7 +25,7 @@ from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
 from ..record import Prediction
 from .comm import CONVENTIONS, Convention
-from .core import (as_cluster, assumptions_of, checked, columns, predict_batch,
+from .core import (EXPERT_IMBALANCE, as_cluster, assumptions_of, checked, columns, predict_batch,
                    predict_synchronous, shared_fields)
 from .memory import RECIPES, Recipe
 from .shapes import Grid
@@ -33,7 +33,8 @@ from .shapes import Grid
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
             convention: str | Convention | None = None, recipe: str | Recipe | None = None,
-            dtype: str | None = None, wan=None) -> Prediction:
+            dtype: str | None = None, wan=None,
+            expert_imbalance: float = EXPERT_IMBALANCE) -> Prediction:
     """Predicted step time, memory, FLOPs and communication of one layout. A layout that is not
     a real program raises LayoutError (parex.validation's rules); a valid one that parex's
     executor cannot run yet is predicted with `executable=False` and the reason; one that does
@@ -41,7 +42,10 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
     `recipe` and `dtype` (the compute dtype) default by profile: on an accelerator "gpu",
     "mixed" and bfloat16; on the calibrated `cpu-local` "xla-cpu", "parex" and the model's own
     dtype. A DiLoCo layout (replica, inner_steps) is one replica's inner step plus the outer
-    exchange over `wan` (a hardware.Link, default 1 Gb/s): parex.lowcomm.predict."""
+    exchange over `wan` (a hardware.Link, default 1 Gb/s): parex.lowcomm.predict.
+    `expert_imbalance`: a mixture of experts' most-loaded expert over the mean (1.0: balanced),
+    which sets the ideal program's expert compute (accelerator.expert_slots); stated in the
+    Prediction's assumptions."""
     if layout.diloco:
         from ..lowcomm.predict import predict_diloco
 
@@ -52,8 +56,8 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
                                        dtype).to_json()  # the whole batch, not one replica's
         return p
     return predict_synchronous(model, train, layout, hardware, convention=convention,
-                               recipe=recipe, dtype=dtype)
+                               recipe=recipe, dtype=dtype, expert_imbalance=expert_imbalance)
 
 
-__all__ = ["CONVENTIONS", "Convention", "Grid", "RECIPES", "Recipe", "as_cluster",
+__all__ = ["CONVENTIONS", "Convention", "EXPERT_IMBALANCE", "Grid", "RECIPES", "Recipe", "as_cluster",
            "assumptions_of", "columns", "predict", "predict_batch", "shared_fields"]

@@ -49,53 +49,92 @@ def gemm_seconds(M, K, N, count, rate: float, bandwidth: float, act_bytes: int):
                               / bandwidth)
 
 
-def matmul_shapes(sizes: ModelSizes, grid: Grid) -> list[tuple]:
+def matmul_shapes(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> list[tuple]:
     """(M, K, N, count) of one block's forward matmuls on one device per microbatch: QKV, W_o,
-    the MLP's input(s) and output, then QKᵀ and PV per (sequence, head)."""
+    the MLP's input(s) and output, then QKᵀ and PV per (sequence, head). A mixture of experts'
+    MLP (`moe_shapes`): the shared experts in the MLP's place (count 0 without), then the
+    router and the routed experts."""
     t, M, T = grid.tensor, grid.tokens, grid.T
     q, kv = sizes.H * sizes.Dh, sizes.K * sizes.Dh
     per_head = grid.b * sizes.H / t  # attention runs per sequence and head
-    return [(M, sizes.D, (q + 2 * kv) / t, 1), (M, q / t, sizes.D, 1),
-            (M, sizes.D, sizes.F / t, sizes.n_mlp_in), (M, sizes.F / t, sizes.D, 1),
-            (T / grid.seq, sizes.Dh, T, per_head), (T / grid.seq, T, sizes.Dh, per_head)]
+    F, mlp = (sizes.shared_F, int(sizes.shared_F > 0)) if sizes.moe else (sizes.F, 1)
+    shapes = [(M, sizes.D, (q + 2 * kv) / t, 1), (M, q / t, sizes.D, 1),
+              (M, sizes.D, F / t, sizes.n_mlp_in * mlp), (M, F / t, sizes.D, mlp),
+              (T / grid.seq, sizes.Dh, T, per_head), (T / grid.seq, T, sizes.Dh, per_head)]
+    return shapes + (moe_shapes(sizes, grid, imbalance) if sizes.moe else [])
 
 
-def elementwise_elements(sizes: ModelSizes, grid: Grid, dropout: bool) -> tuple:
+def expert_slots(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> np.ndarray:
+    """Slots the busiest local expert processes per microbatch: its C from each of the
+    expert·b sequences of its group in parex's padded program (grid.executor; dropless C = T);
+    in the ideal one (a grouped GEMM on the tokens routed to it) the balanced k·T/E times
+    `imbalance`, the most-loaded expert's load over the mean (an assumption, 1.0 = balanced,
+    never fitted), and at most C where a capacity drops the rest."""
+    per_sequence = sizes.capacity(grid.T)
+    ideal = np.minimum(imbalance * sizes.k * grid.T / sizes.E, per_sequence)
+    per_sequence = np.where(grid.executor, per_sequence, ideal)
+    return grid.expert * grid.b * per_sequence / grid.seq
+
+
+def moe_shapes(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> list[tuple]:
+    """The router W_r[D, E] on every token; the E/expert local experts, each on `expert_slots`
+    slots (SwiGLU's two input matrices, then the output); parex's dense dispatch and combine
+    einsums per sequence, (E·C, T) @ (T, D) and (T, E·C) @ (E·C, D) (none in the ideal
+    program, which permutes the tokens: memory traffic, `elementwise_elements`)."""
+    t, M, EC = grid.tensor, grid.tokens, sizes.E * sizes.capacity(grid.T)
+    local, slots = sizes.E / grid.expert, expert_slots(sizes, grid, imbalance)
+    einsums = grid.b * grid.executor
+    return [(M, sizes.D, sizes.E, 1),
+            (slots, sizes.D, sizes.Fe / t, sizes.n_mlp_in * local),
+            (slots, sizes.Fe / t, sizes.D, local),
+            (EC, grid.T / grid.seq, sizes.D, einsums), (grid.T / grid.seq, EC, sizes.D, einsums)]
+
+
+def elementwise_elements(sizes: ModelSizes, grid: Grid, dropout: bool,
+                         imbalance: float = 1.0) -> tuple:
     """(elements per token of one block's forward memory-bound kernels, of which the attention
     core's), read plus written (module docstring)."""
     t = grid.tensor
     h = np.where(grid.sp, sizes.D / t, sizes.D)
     d = 1.0 if dropout else 0.0
-    mlp = (2.0 if sizes.family == "gpt" else 3.0) * sizes.F / t
+    per_unit = 2.0 if sizes.family == "gpt" else 3.0
+    mlp = per_unit * sizes.F / t
+    if sizes.moe:  # the shared experts; each of k assignments' activation (the busiest
+        #            expert's, `expert_slots`) and its permutation there and back (read, write)
+        slots = expert_slots(sizes, grid, imbalance) * sizes.E / grid.expert / grid.tokens
+        mlp = per_unit * (sizes.shared_F + slots * sizes.Fe) / t + 4 * slots * sizes.D \
+            + 2 * sizes.E
     core = (2.0 + 2.5 * d) * sizes.H / t * grid.T
     return h * (4.0 + 6.0 + d) + mlp + core, core
 
 
 def layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, rate: float, bandwidth: float,
-                  act_bytes: int, megatron: bool) -> np.ndarray:
+                  act_bytes: int, megatron: bool, imbalance: float = 1.0) -> np.ndarray:
     """One block per microbatch on one device: forward, backward and any recompute, at the
     kernels' own rates."""
     gemms = [gemm_seconds(M, K, N, c, rate, bandwidth, act_bytes)
-             for M, K, N, c in matmul_shapes(sizes, grid)]
+             for M, K, N, c in matmul_shapes(sizes, grid, imbalance)]
     forward, core, w_out = sum(gemms), gemms[4] + gemms[5], gemms[3]
     full, selective = recompute_layers(grid, remat)
     # selective remat recomputes the attention core; full remat the whole block, except its
     # last matmul in XLA's program (dead code there: flops.recomputed_block), not in Megatron's
     recomputed = forward - (0.0 if megatron else w_out)
     matmuls = 3 * forward + full * recomputed + selective * core
-    elements, core_elements = elementwise_elements(sizes, grid, megatron)
+    elements, core_elements = elementwise_elements(sizes, grid, megatron, imbalance)
     moved = elements * (1 + BACKWARD_BYTES + full) + selective * core_elements
     return matmuls + moved * grid.tokens * act_bytes / bandwidth
 
 
 def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, dtype: str,
-                        act_bytes: int, opt_elements, megatron: bool = False) -> dict:
+                        act_bytes: int, opt_elements, megatron: bool = False,
+                        imbalance: float = 1.0) -> dict:
     """Seconds per step on a GPU/TPU: the block's and the head's kernels per microbatch and the
     optimizer's memory traffic, divided by the step efficiency the profile states. `megatron`:
-    Megatron-LM's block (dropout, whole-block recompute) rather than parex's compiled one."""
+    Megatron-LM's block (dropout, whole-block recompute) rather than parex's compiled one;
+    `imbalance`: a mixture of experts' most-loaded expert over the mean (`expert_slots`)."""
     rate = chip.peak(dtype) * chip.matmul_efficiency
     bandwidth = chip.hbm_bandwidth
-    layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron)
+    layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron, imbalance)
     # the head: (M, D) @ (D, V/t) forward and its two gradients, and Megatron-LM's loss on the
     # (M, V/t) logits
     logits = grid.tokens * sizes.V / grid.tensor
@@ -110,4 +149,5 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
 
 
 __all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
-           "elementwise_elements", "gemm_seconds", "layer_seconds", "matmul_shapes"]
+           "elementwise_elements", "expert_slots", "gemm_seconds", "layer_seconds",
+           "matmul_shapes", "moe_shapes"]

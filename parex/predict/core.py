@@ -22,6 +22,9 @@ from .memory import Recipe
 from .shapes import Grid, model_sizes
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+# A mixture of experts' most-loaded expert over the mean (accelerator.expert_slots): balanced
+# unless the caller says otherwise, a stated assumption (Prediction.assumptions), never fitted
+EXPERT_IMBALANCE = 1.0
 
 
 def as_cluster(hardware, n_devices: int = 1) -> Cluster:
@@ -45,10 +48,13 @@ def _check_fits_cluster(layout: Layout, cluster: Cluster) -> None:
 
 
 def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster,
-            conv: Convention, rec: Recipe, layout3d: Layout | None = None) -> tuple[dict, list]:
+            conv: Convention, rec: Recipe, layout3d: Layout | None = None,
+            expert_imbalance: float = EXPERT_IMBALANCE) -> tuple[dict, list]:
     """Every predicted quantity as columns over the grid, and the collective terms.
     `layout3d`: a 3D tensor layout whose `tensor3d.equivalent` the grid holds: its collectives
-    are predict.tensor3d's, timed over its own axes."""
+    are predict.tensor3d's, timed over its own axes. `expert_imbalance`: a mixture of experts'
+    most-loaded expert over the mean, on an accelerator's ideal program
+    (accelerator.expert_slots)."""
     chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
     grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu",
                                flash=attention_of(train, chip.calibration is not None) == "flash")
@@ -72,7 +78,8 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
                                    chip.hbm_bandwidth, opt_elements)
     else:
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
-                                           opt_elements, rec.activations == "korthikanti")
+                                           opt_elements, rec.activations == "korthikanti",
+                                           expert_imbalance)
     if emulated:
         compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     hidden: dict = {}
@@ -159,8 +166,8 @@ def assumptions_of(model: ModelConfig, train: TrainConfig, layout: Layout, hardw
 
 def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
                         convention: str | Convention | None = None,
-                        recipe: str | Recipe | None = None, dtype: str | None = None
-                        ) -> Prediction:
+                        recipe: str | Recipe | None = None, dtype: str | None = None,
+                        expert_imbalance: float = EXPERT_IMBALANCE) -> Prediction:
     """parex.predict.predict for a layout without replicas: every term of one layout."""
     cluster, conv, rec, model = checked(model, train, layout, hardware, convention, recipe, dtype)
     if layout.schedule == "local":  # local learning: its own step (parex.predict.local)
@@ -176,7 +183,7 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
     reason = executable_reason(layout, model, train)
     layout3d = layout if layout.tensor3d else None  # compute and memory: its 1D equivalent
     grid = Grid.from_layouts([tensor3d.equivalent(layout) if layout3d else layout], train, model)
-    cols, terms = columns(model, train, grid, cluster, conv, rec, layout3d)
+    cols, terms = columns(model, train, grid, cluster, conv, rec, layout3d, expert_imbalance)
     on_axes = tensor3d.axes_grid(grid, layout) if layout3d else grid
     value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
     collectives = []
@@ -203,13 +210,14 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
         collectives=collectives, convention=conv.name,
         hardware_flops_per_device=value["hardware_flops_per_device"],
         executable=reason is None, executable_reason=reason or "",
-        assumptions=assumed.to_json())
+        assumptions=assumed.to_json() | ({"expert_imbalance": expert_imbalance}
+                                         if model.moe else {}))
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
                   convention: str | Convention | None = None,
-                  recipe: str | Recipe | None = None, dtype: str | None = None
-                  ) -> dict[str, np.ndarray]:
+                  recipe: str | Recipe | None = None, dtype: str | None = None,
+                  expert_imbalance: float = EXPERT_IMBALANCE) -> dict[str, np.ndarray]:
     """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid.
     `valid` is parex.validation's verdict (the same rules as predict(), as columns) and the
     numbers of invalid rows are NaN; `executable` marks the valid rows parex's executor runs
@@ -236,7 +244,7 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     else:  # nothing to predict: the shapes of the columns from one valid layout
         check_valid(Layout(), model, train.replace(microbatch=None))
         safe = Grid.from_layouts([Layout()] * len(grid), train.replace(microbatch=None), model)
-    cols, _ = columns(model, train, safe, cluster, conv, rec)
+    cols, _ = columns(model, train, safe, cluster, conv, rec, None, expert_imbalance)
     cols["step_time_s"] = cols.pop("step_total_s")
     for key, value in cols.items():
         if value.dtype.kind == "f":
@@ -277,5 +285,5 @@ def shared_fields(measurement, prediction) -> list[dict]:
             for name, p, m in pairs]
 
 
-__all__ = ["as_cluster", "assumptions_of", "checked", "columns", "predict_batch",
+__all__ = ["EXPERT_IMBALANCE", "as_cluster", "assumptions_of", "checked", "columns", "predict_batch",
            "predict_synchronous", "resolved", "shared_fields"]

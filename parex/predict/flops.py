@@ -26,7 +26,7 @@ from ..config import ModelConfig
 from ..layout import CP_MODES
 from ..model import flops_per_token
 from .memory import state_elements
-from .shapes import Grid, ModelSizes
+from .shapes import Grid, ModelSizes, model_sizes
 
 # Elementwise FLOPs XLA's cost analysis counts per element, forward + backward: a non-negative
 # least-squares fit, once, to the tiny GPT and Llama compiled steps over the layout presets and
@@ -99,8 +99,49 @@ def matmul_split(model: ModelConfig, grid: Grid, remat: str) -> dict:
     full, core = recompute_layers(grid, remat)
     attn = attention_forward_per_token(model, grid.T)
     split = grid.tokens / grid.tensor
+    if model.moe:
+        return {"layer": moe_layer_flops(model, grid, remat), "head": 3 * head * split}
     again = full * recomputed_block(model, grid.T) + core * attn
     return {"layer": (3 * layer + again) * split, "head": 3 * head * split}
+
+
+def moe_forward(model: ModelConfig, grid: Grid) -> dict:
+    """One mixture-of-experts block's forward matmuls per device per microbatch, in the program
+    the grid describes (comm.dispatch_slots): "dense" the attention, norms and shared experts
+    (split by tensor), "shared_out" the shared experts' output matmul, "router" W_r[D, E] (not
+    split by tensor), "experts" the routed experts on b·slots slots (F_e split by tensor; parex
+    pads every expert to its capacity, E·C slots per sequence, where the ideal program runs
+    the k·T assignments), "dispatch" and "combine" parex's dense-dispatch einsums, each
+    2·b·T·E·C·D (none in the ideal program, which permutes tokens instead)."""
+    from .comm import dispatch_slots
+
+    sizes = model_sizes(model)
+    layer = forward_per_token(model, grid.T)[0]
+    n_mat = sizes.n_mlp_in + 1
+    active = sizes.k * 2 * n_mat * sizes.D * sizes.Fe  # the k experts' matrices per token
+    router = 2 * sizes.D * sizes.E
+    tokens, t = grid.tokens, grid.tensor
+    slots = grid.b * dispatch_slots(sizes, grid) / grid.seq
+    einsum = 2 * tokens * sizes.E * sizes.capacity(grid.T) * sizes.D * grid.executor
+    return {"dense": (layer - active - router) * tokens / t,
+            "shared_out": 2 * sizes.shared_F * sizes.D * tokens / t,
+            "router": router * tokens,
+            "experts": 2 * n_mat * sizes.D * sizes.Fe / t * slots,
+            "dispatch": einsum, "combine": einsum}
+
+
+def moe_layer_flops(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
+    """A MoE block's executed matmul FLOPs per device per microbatch: forward, backward (twice
+    the forward, but the dispatch einsum's: its mask is not differentiated, so only the input
+    gradient, once) and recompute. Full remat recomputes all of the forward but the combine
+    and the shared experts' output matmul (dead code: the backward needs only their inputs;
+    the experts' output is needed, for the gates' gradient); selective the attention core."""
+    f = moe_forward(model, grid)
+    forward = sum(f.values())
+    full, core = recompute_layers(grid, remat)
+    attn = attention_forward_per_token(model, grid.T) * grid.tokens / grid.tensor
+    again = full * (forward - f["combine"] - f["shared_out"]) + core * attn
+    return 3 * forward - f["dispatch"] + again
 
 
 def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
@@ -143,5 +184,5 @@ def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -
 
 
 __all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "forward_per_token",
-           "hardware_flops", "matmul_split", "model_flops", "recomputed_block",
+           "hardware_flops", "matmul_split", "model_flops", "moe_forward", "moe_layer_flops", "recomputed_block",
            "ring_attention_counted", "xla_counted"]

@@ -156,7 +156,22 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     # log-sum-exp (one per head); selective remat recomputes either kernel's forward
     kept = (grid.cp == 1) | grid.flash
     scores = 0 if remat == "selective" else np.where(kept, sizes.H / t, 2 * sizes.H / t * grid.T)
+    if sizes.moe:
+        return full_h + split_h + scores + moe_elements(sizes, grid)
     return full_h + split_h + 6 * sizes.F / t + scores
+
+
+def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
+    """A mixture of experts' MLP in parex's dense dispatch (parex.moe), elements per token of
+    one layer's saved activations, read off tiny-moe's buffer assignment (data=2,expert=4, F_e
+    and C varied): per sequence the combine's one-hot·gate product (T, k, E, C), the dispatch
+    and combine masks (T, E, C) twice, the slots on both sides of the all-to-all (E, C, D)
+    twice, and the experts' hidden terms as the dense MLP's, 6·(E, C, F_e/t); plus the
+    shared experts' (a dense MLP, 6·S·F_e/t per token) and the router's logits and
+    probabilities (2·E per token)."""
+    t, E, C = grid.tensor, sizes.E, sizes.capacity(grid.T)
+    per_sequence = E * C * ((sizes.k + 2) * grid.T + 2 * sizes.D + 6 * sizes.Fe / t)
+    return per_sequence / grid.T + 6 * sizes.shared_F / t + 2 * E
 
 
 def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_bytes: int):
@@ -164,10 +179,29 @@ def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_byte
     tokens = grid.tokens
     if rec.activations == "korthikanti":
         # the paper's s is the local sequence; CP splits it (tokens = b·T/seq)
-        return korthikanti_layer_bytes(grid.T / grid.seq, grid.b, sizes.D, sizes.H, grid.tensor,
-                                       grid.sp.astype(bool), remat,
-                                       flash=grid.flash) * np.ones(len(grid))
+        block = korthikanti_layer_bytes(grid.T / grid.seq, grid.b, sizes.D, sizes.H, grid.tensor,
+                                        grid.sp.astype(bool), remat,
+                                        flash=grid.flash) * np.ones(len(grid))
+        if sizes.moe and remat != "full":
+            block = block + korthikanti_moe_delta(sizes, grid) * tokens
+        return block
     return xla_layer_elements(sizes, grid, remat) * tokens * act_bytes
+
+
+def korthikanti_moe_delta(sizes: ModelSizes, grid: Grid) -> np.ndarray:
+    """Bytes per token a mixture of experts' MLP keeps beyond Korthikanti et al.'s dense MLP
+    (16-bit, with dropout: its input 2h and mask h unsplit, 16h/t for the 4h-wide linear
+    output and GELU output; SP splits all of it). A MoE keeps the same input and mask, the
+    router's float32 logits (4E), and for each of a token's k assignments its permuted input
+    (2h) and its expert's linear outputs and activation output, 2·(n_in + 1)·F_e/t (the
+    shared experts likewise, once); dropless and balanced (time.py's imbalance factor is not
+    applied to memory)."""
+    h, t, sp = sizes.D, grid.tensor, grid.sp.astype(bool)
+    dense = np.where(sp, 19 * h / t, 3 * h + 16 * h / t)
+    widths = 2 * (sizes.n_mlp_in + 1) / t
+    moe = (np.where(sp, 3 * h / t, 3 * h) + 4 * sizes.E
+           + sizes.k * (2 * h + widths * sizes.Fe) + widths * sizes.shared_F)
+    return moe - dense
 
 
 def in_flight(grid: Grid) -> np.ndarray:
@@ -251,7 +285,7 @@ def sharded_layer_bytes(sizes, grid, rec) -> np.ndarray:
     its gradient before the reduction that shards it: one layer's parameters (split only by
     tensor) in the stored and the gradient dtypes. A pipeline that gathers its chunks by hand
     holds a whole chunk instead (gathered_chunk_bytes)."""
-    layer = sizes.layer_params / grid.tensor
+    layer = sizes.layer_params / grid.tensor + sizes.routed_layer / (grid.tensor * grid.expert)
     by_layer = grads_sharded(grid) & ~chunks_gathered_by_hand(grid)
     return np.where(by_layer, (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
 

@@ -67,7 +67,8 @@ def cpu_rate_scale(grid: Grid, n_calibrated: int, parallel: float) -> np.ndarray
 def cpu_matmul_rate(M, K, N, curve) -> np.ndarray:
     """FLOP/s of an (M, K) @ (K, N) matmul from the calibrated square ones, matched by
     arithmetic intensity (FLOPs per float32 byte moved): a square n³ matmul has n/6."""
-    intensity = 2 * M * K * N / (4 * (M * K + K * N + M * N))
+    intensity = np.maximum(2 * M * K * N / (4 * (M * K + K * N + M * N)), 1e-9)  # (count-0
+    #   shapes, a mixture of experts' absent shared experts, have a zero width)
     square = (curve[:, 0] / 2) ** (1 / 3) / 6
     return np.interp(np.log(intensity), np.log(square), curve[:, 1])
 
