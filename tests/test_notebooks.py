@@ -33,6 +33,8 @@ PARAMETERS = {
     "12_local_learning": {"offline": False, "steps": 4, "every": 2,
                           "layout_text": "data=2,stage=4,microbatches=4"},
     "13_tensor_3d": {"offline": False, "steps": 2, "batches": [16, 64]},
+    "14_experts": {"offline": False, "steps": 2, "layouts_text": ["data=8", "data=2,expert=4"],
+                   "pp": 4},
 }
 # Text each notebook must print: evidence that it computed what its prose promises.
 EXPECTED = {
@@ -59,16 +61,18 @@ EXPECTED = {
                           "changes the optimisation"],
     "13_tensor_3d": ["fastest that fits", "the fastest 3D tensor layouts", "AxoNN step",
                      "Kendall's tau", "best 3D ÷ best Megatron-LM"],
+    "14_experts": ["losses equal: True", "all_to_all_predicted", "expert=8,zero=1", "dualpipe"],
 }
 # notebooks moved to the slow suite: 09 searches three clusters and compiles two programs per
 # stage of its MPMD run (80 s on 2 busy cores); 10 trains seven runs (about 90 s); 04 compiles
 # and times ten pipelines (50 s; tests/test_pipeline*.py cover each in the default suite); 02 and
 # 05 compile a dozen layouts each (30 s and 20 s; test_measure, test_context cover them); 03
 # compiles its tensor and SP layouts (24 s; test_sequence_parallel covers each); 13 trains three
-# 3D layouts and plans a cluster (70 s; tests/parallel/test_tensor3d.py covers them)
+# 3D layouts and plans a cluster (70 s; tests/parallel/test_tensor3d.py covers them); 14 trains
+# three mixtures of experts (tests/moe/test_moe.py covers them)
 SLOW = {"02_data_parallel_zero", "03_tensor_sequence", "04_pipeline_schedules",
         "05_long_sequences", "09_heterogeneous", "10_low_communication", "12_local_learning",
-        "13_tensor_3d"}
+        "13_tensor_3d", "14_experts"}
 
 
 def notebook_paths():

@@ -6,9 +6,10 @@ exports any of them offline; `enable_offline` stores Vega's JavaScript in the no
 colours and labels: parex.charts.style."""
 
 from .compare import compare_chart, sweep_chart
+from .experts import expert_load_chart
 from .lowcomm import loss_chart, wan_chart
 from .mesh import mesh_chart, mesh_frame
-from .pipeline import bubble_chart, gantt_chart, gantt_stack, schedule_frame
+from .pipeline import bubble_chart, dual_gantt_chart, gantt_chart, gantt_stack, schedule_frame
 from .planner import pareto_chart
 from .records import (METRICS, collectives_chart, collectives_long, enable_offline, memory_chart,
                       memory_long, overview_chart, pairs, regime, save, scaling_chart,
@@ -17,7 +18,7 @@ from .sequence import long_sequence_chart, sequence_long
 from .style import format_bytes, format_seconds
 
 __all__ = ["METRICS", "bubble_chart", "collectives_chart", "collectives_long", "compare_chart",
-           "enable_offline", "format_bytes", "format_seconds", "gantt_chart", "gantt_stack",
+           "dual_gantt_chart", "enable_offline", "expert_load_chart", "format_bytes", "format_seconds", "gantt_chart", "gantt_stack",
            "long_sequence_chart", "loss_chart", "memory_chart", "memory_long", "mesh_chart",
            "mesh_frame", "overview_chart", "pairs", "pareto_chart", "regime", "save",
            "scaling_chart", "scatter_chart", "schedule_frame", "sequence_long", "step_time_chart",

@@ -24,7 +24,6 @@ from ..config import TrainConfig, model_preset
 from ..hardware import load_chip
 from ..layout import Layout
 from ..parallel import dualpipe
-from ..parallel.schedules import make_schedule
 from ..predict.references import read_reference
 from .axonn import bracket_rows
 from .core import Figure, Row, Tolerance, figure
@@ -77,10 +76,7 @@ def dualpipe_rows() -> list[Row]:
     rows = []
     for pp in (4, 8):
         m = 4 * pp
-        tables = {"1f1b": dualpipe.time_schedule(make_schedule("1f1b", pp, m), F, B, W),
-                  "zb1p": dualpipe.time_schedule(make_schedule("zbh1", pp, m), F, B, W),
-                  "dualpipe": dualpipe.dualpipe(pp, m, F, B, W),
-                  "dualpipev": dualpipe.dualpipev(pp // 2, m, F, B, W)}
+        tables = dualpipe.compare_tables(pp, m, F, B, W)
         for name, table in tables.items():
             rows.append(Row(f"{name} bubble · PP={pp} · F=1, B=1.8, W=0.8 (units of F)",
                             dualpipe.published_bubble(name, pp, F, B, W), table.bubble(),

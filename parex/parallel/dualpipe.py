@@ -346,7 +346,20 @@ def gantt_rows(table: DualTable) -> list[dict]:
     return rows
 
 
-__all__ = ["PUBLISHED", "SCHEDULES", "DualOp", "DualTable", "dualpipe", "dualpipe_orders",
+__all__ = ["PUBLISHED", "SCHEDULES", "DualOp", "DualTable", "compare_tables", "dualpipe",
+           "dualpipe_orders",
            "dualpipev", "dualpipev_orders", "gantt_rows", "path", "published_activations",
            "published_bubble", "published_devices", "published_parameters", "time_orders",
            "time_schedule"]
+
+
+def compare_tables(pp: int, m: int, F: float = 1.0, B: float = 1.8, W: float = 0.8,
+                   FB: float | None = None) -> dict[str, DualTable]:
+    """Table 2's four schedules for PP = pp stages and m microbatches, timed alike: parex's
+    1F1B and ZB-H1 tables, DualPipe on pp devices, DualPipeV on pp/2."""
+    from .schedules import make_schedule
+
+    return {"1f1b": time_schedule(make_schedule("1f1b", pp, m), F, B, W),
+            "zb1p": time_schedule(make_schedule("zbh1", pp, m), F, B, W),
+            "dualpipe": dualpipe(pp, m, F, B, W, FB),
+            "dualpipev": dualpipev(pp // 2, m, F, B, W, FB)}

@@ -59,5 +59,5 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
                                recipe=recipe, dtype=dtype, expert_imbalance=expert_imbalance)
 
 
-__all__ = ["CONVENTIONS", "Convention", "EXPERT_IMBALANCE", "Grid", "RECIPES", "Recipe", "as_cluster",
-           "assumptions_of", "columns", "predict", "predict_batch", "shared_fields"]
+__all__ = ["CONVENTIONS", "Convention", "EXPERT_IMBALANCE", "Grid", "RECIPES", "Recipe",
+           "as_cluster", "assumptions_of", "columns", "predict", "predict_batch", "shared_fields"]

@@ -4,8 +4,12 @@ Bytes follow parex.measure.hlo's convention (the full logical buffer: the all-re
 result, the unscattered input, the array sent). Each `Term` is one family of collectives with its
 kind, mesh axes, count per step and bytes per op, as columns over the layouts:
 
-    grad-reduce   gradients over the batch axes (data, fsdp, seq)   all-reduce, or reduce-scatter
-                  where gradients are sharded (ZeRO-2/3, fsdp)
+    grad-reduce   gradients over the batch axes (data, fsdp, expert, seq)   all-reduce, or
+                  reduce-scatter where gradients are sharded (ZeRO-2/3, fsdp); a mixture of
+                  experts' routed experts over data × fsdp (× seq) only: each lives on one
+                  device of the expert axis (xla-cpu: reduce-scattered over the axes that shard
+                  them, fsdp, then the shard over data; with expert and sharded gradients XLA
+                  sums the matmul weights over data × fsdp, then their shard over expert)
                   (xla-cpu, fsdp inside pipeline stages: each backward op reduce-scatters its
                   chunk's gradients over fsdp, parallel.fsdp_stage; the rest is summed after)
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
@@ -43,6 +47,12 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   a forward's worth more under full remat (the recomputed forward)
     pipeline      activations forward and cotangents backward between stages; the shared
                   embedding and head gradients summed over stages
+    moe-dispatch  a mixture of experts under expert parallelism: the dispatch buffer
+                  x_e[b, E, C, D] to the experts' devices and back (all-to-all over expert), 2
+                  per block forward, their 2 transposes backward, 2 more under full remat;
+                  b·E·C·D elements per op in parex's padded program, b·k·T·D in the ideal
+                  ragged one (`dispatch_slots`); with tensor parallelism the experts' split F_e
+                  all-reduces the buffer (tp: 1 forward, 1 per input matrix backward)
 
 Conventions (`Convention`): "gpu" is the ideal program (reduce-scatter where the result is
 sharded, gradients reduced once per step). "xla-cpu" is what parex's step compiles to on the CPU:
@@ -295,19 +305,20 @@ def _routed_grad_terms(step: _Step) -> list[Term]:
 
 
 def _staged_over_expert(step: _Step) -> list[Term]:
-    """xla-cpu, fsdp and expert both > 1: XLA reduces the matmul weights' gradients (the
-    blocks' embed-dim matrices and the unembedding) over data × fsdp whole, then their fsdp
-    shard over expert (the token table, norms and the loss go over all the axes at once). Read
-    off tiny-moe fsdp=2,expert=4."""
+    """xla-cpu, gradients sharded (fsdp, or ZeRO-2/3 over data) and expert > 1: XLA reduces the
+    matmul weights' gradients (the blocks' embed-dim matrices and the unembedding) over data ×
+    fsdp whole, then their shard over expert (the token table, norms and the loss go over all
+    the axes at once). Read off tiny-moe fsdp=2,expert=4, data=2,fsdp=2,expert=2 and
+    data=2,expert=4 under ZeRO-2 and ZeRO-3."""
     sizes, grid = step.sizes, step.grid
-    staged = ((grid.fsdp > 1) & (grid.expert > 1) & (grid.sp == 0) & (grid.stage == 1)
+    staged = (step.grads_sharded & (grid.expert > 1) & (grid.sp == 0) & (grid.stage == 1)
               & ~step.fsdp_piped)
     matrices = step.grad_bytes * (_elements(sizes, grid, embed=True, layers=True)
                                   + sizes.head[0] / grid.tensor) * staged
     return [Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.FSDP), step.per_step * staged,
                  matrices),
             Term("grad-reduce", "all-reduce", (Axis.EXPERT,), step.per_step * staged,
-                 matrices / grid.fsdp)]
+                 matrices / grid.embed_shards("grad"))]
 
 
 def _xla_cpu_grad_reduce(step: _Step) -> tuple[list[Term], _Reduction]:
@@ -781,8 +792,7 @@ def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
     return totals
 
 
-__all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "convention",
-           "dispatch_slots", "moe_terms", "routed_elements",
-           "ring_block_elements", "ring_hops_are_all_to_alls", "seq_sliced_grad_elements",
-           "terms"]
+__all__ = ["CONVENTIONS", "Convention", "Term", "bytes_by_kind", "convention", "dispatch_slots",
+           "moe_terms", "ring_block_elements", "ring_hops_are_all_to_alls", "routed_elements",
+           "seq_sliced_grad_elements", "terms"]
 

@@ -285,5 +285,5 @@ def shared_fields(measurement, prediction) -> list[dict]:
             for name, p, m in pairs]
 
 
-__all__ = ["EXPERT_IMBALANCE", "as_cluster", "assumptions_of", "checked", "columns", "predict_batch",
-           "predict_synchronous", "resolved", "shared_fields"]
+__all__ = ["EXPERT_IMBALANCE", "as_cluster", "assumptions_of", "checked", "columns",
+           "predict_batch", "predict_synchronous", "resolved", "shared_fields"]

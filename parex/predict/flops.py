@@ -10,7 +10,10 @@ Hardware FLOPs add recomputation: selective remat repeats the attention core's f
 token per layer), full remat repeats the block forward except its last matmul (W_out: the
 backward needs only each op's inputs, so XLA drops it); pipelines recompute nothing beyond that
 (parex.parallel.stash). They are the busiest device's: a pipeline's last stage runs the head
-beside its layers, so its FLOPs exceed the average by the head's share.
+beside its layers, so its FLOPs exceed the average by the head's share. A mixture of experts'
+model FLOPs count its active parameters (k experts and the router per token); its hardware FLOPs
+count what the program runs (`moe_layer_flops`): parex pads every expert to its capacity (E·C
+slots per sequence, E·T dropless) and adds the dispatch and combine einsums.
 
 XLA's cost analysis (the measured `flops_per_device`) counts a while loop's body once, whatever its
 trip count: the scan over layers and the scan over microbatches each count one iteration. Under
@@ -25,6 +28,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..layout import CP_MODES
 from ..model import flops_per_token
+from .comm import dispatch_slots
 from .memory import state_elements
 from .shapes import Grid, ModelSizes, model_sizes
 
@@ -113,8 +117,6 @@ def moe_forward(model: ModelConfig, grid: Grid) -> dict:
     pads every expert to its capacity, E·C slots per sequence, where the ideal program runs
     the k·T assignments), "dispatch" and "combine" parex's dense-dispatch einsums, each
     2·b·T·E·C·D (none in the ideal program, which permutes tokens instead)."""
-    from .comm import dispatch_slots
-
     sizes = model_sizes(model)
     layer = forward_per_token(model, grid.T)[0]
     n_mat = sizes.n_mlp_in + 1
@@ -149,7 +151,10 @@ def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
     for the optimizer (XLA's per-element counts, ELEMENTWISE)."""
     t, tokens = grid.tensor, grid.tokens
     hidden = np.where(grid.sp, sizes.D / t, sizes.D)
-    per_token = (ELEMENTWISE["hidden"] * hidden + ELEMENTWISE["mlp"][sizes.family] * sizes.F / t
+    mlp = sizes.F
+    if sizes.moe:  # the experts' units on their slots, per token, and the shared experts'
+        mlp = sizes.shared_F + grid.b * dispatch_slots(sizes, grid) * sizes.Fe / grid.tokens
+    per_token = (ELEMENTWISE["hidden"] * hidden + ELEMENTWISE["mlp"][sizes.family] * mlp / t
                  + ELEMENTWISE["scores"] * sizes.H / t * grid.T)
     opt = (ELEMENTWISE["optimizer"] * state_elements(sizes, grid, "opt")
            + ELEMENTWISE["grad"] * state_elements(sizes, grid, "grad"))
@@ -184,5 +189,5 @@ def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -
 
 
 __all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "forward_per_token",
-           "hardware_flops", "matmul_split", "model_flops", "moe_forward", "moe_layer_flops", "recomputed_block",
-           "ring_attention_counted", "xla_counted"]
+           "hardware_flops", "matmul_split", "model_flops", "moe_forward", "moe_layer_flops",
+           "recomputed_block", "ring_attention_counted", "xla_counted"]

@@ -23,6 +23,9 @@ Activations, two formulas:
       flash attention keep a/t instead, each row's log-sum-exp, and recompute their blocks in
       the backward: parex.attention)
       full remat keeps only the block input, h (h/t under SP).
+      A mixture of experts' MLP replaces 6·F/t by its dispatch's buffers (`moe_elements`);
+      Korthikanti's by each token's k assignments (`korthikanti_moe_delta`). Routed experts'
+      state: E/expert experts per device, split like any weight (state_elements).
 The pipeline holds the activations of every microbatch-chunk in flight, taken from the schedule
 table (Schedule.peak_in_flight); parex's executor keeps them in slot buffers (predict.stash: the
 chunks' residuals, the embedding's and head's, a split backward's records and tap cotangents,

@@ -50,8 +50,9 @@ class ModelSizes:
     n_params: int
     groups: tuple[int, ...]  # parameters per GROUPS entry
     leaves: int  # parameter arrays (for the per-array costs of the optimizer)
-    layer_params: int  # parameters of one block
-    hidden_params: int  # parameters with neither an embed nor a tensor dim (norms, biases on D)
+    layer_params: int  # parameters of one block (a mixture's routed experts: routed_layer)
+    hidden_params: int  # parameters with neither an embed nor a tensor dim (norms, biases on D;
+    #                     routed experts' apart)
     T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
     embedding: tuple[int, int] = (0, 0)  # (token table, GPT's position table) parameters
     head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters
@@ -109,10 +110,10 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
     V, D = model.vocab, model.hidden
     positions = model.seq_len * D if model.family == "gpt" else 0
     final_norm = (2 if model.family == "gpt" else 1) * D
-    moe = dict(E=model.experts, k=model.top_k, Fe=model.expert_ffn,
-               shared_F=model.shared_experts * model.expert_ffn,
-               capacity_factor=model.capacity_factor,
-               routed=tuple(routed[g] for g in ROUTED_GROUPS)) if model.moe else {}
+    moe = {"E": model.experts, "k": model.top_k, "Fe": model.expert_ffn,
+           "shared_F": model.shared_experts * model.expert_ffn,
+           "capacity_factor": model.capacity_factor,
+           "routed": tuple(routed[g] for g in ROUTED_GROUPS)} if model.moe else {}
     return ModelSizes(model.family, model.layers, model.hidden, model.heads, model.kv_heads,
                       model.head_dim, model.ffn, model.vocab,
                       sum(groups.values()) + sum(routed.values()),
@@ -244,7 +245,7 @@ def _at_least_1(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 1)
 
 
-__all__ = ["GROUPS", "Grid", "ROUTED_GROUPS", "ModelSizes", "model_sizes"]
+__all__ = ["GROUPS", "ROUTED_GROUPS", "Grid", "ModelSizes", "model_sizes"]
 
 
 def named(table: dict, value, kind: type, what: str):

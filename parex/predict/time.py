@@ -16,7 +16,11 @@ compute; comm.Convention.overlaps_tp_backward); gradient reductions hide behind 
 (or, where the program starts them after it, Convention.overlaps_grad_reduce False, are exposed),
 fsdp gathers behind the compute of the previous layer, ring-attention hops behind half the
 compute, each except one layer's share that cannot be hidden; ZeRO's parameter gather after the
-update and the embedding's collectives are exposed. The emulated CPU mesh overlaps nothing
+update and the embedding's collectives are exposed, and so are a mixture of experts' dispatch
+all-to-alls (the experts wait for their tokens; Megatron-LM's shared-expert overlap is not
+modelled). The experts' compute is the busiest expert's (accelerator.expert_slots): padded to
+capacity in parex's program, k·T/E slots per sequence times `expert_imbalance` (an assumption,
+1.0 by default, capped at C by a capacity) in the ideal one. The emulated CPU mesh overlaps nothing
 (collectives are copies on the same cores).
 
 Pipeline bubble: the schedule table (parex.parallel.schedules) timed with per-chunk costs

@@ -385,9 +385,9 @@ _rule(LIMITS, "local-in-stage",
       lambda l, c: (f"parex's schedule=local executor runs data, fsdp, tensor and zero=1 inside "
                     f"stages, not {_local_unsupported(l)}"))  # checks adds local_fold's layout
 _rule(LIMITS, "moe-composes", lambda g, c: not c.model.moe or (g.stage == 1),
-      lambda l, c: (f"parex's executor runs a mixture of experts with data, fsdp, ZeRO, tensor, "
-                    f"sp, seq and expert axes, not yet inside pipeline stages (the predictor "
-                    f"covers them)"))
+      lambda l, c: ("parex's executor runs a mixture of experts with data, fsdp, ZeRO, tensor, "
+                    "sp, seq and expert axes, not yet inside pipeline stages (the predictor "
+                    "covers them)"))
 EXECUTOR_LIMITS = tuple(LIMITS)
 
 
@@ -460,10 +460,10 @@ def tensor3d_limit(l: Layout, c: Context) -> str | None:
     # shard_map takes whole over data (their gradient leaves it all-reduced); ZeRO-1 beside
     # fsdp splits the state over data between X·Z and fsdp: a reshuffle, not an all-gather
     unsupported = [k for k, on in (("a mixture of experts", c.model.moe),
-                                   ("stage", l.stage > 1), ("seq", l.seq > 1),
+                                   ("seq", l.seq > 1),
                                    (f"zero={l.zero}", l.zero > 1 and l.fsdp == 1),
                                    (f"zero={l.zero} beside fsdp", both),
-                                   ("microbatches", num_microbatches(l, c.train) > 1)) if on]
+                                   ("microbatches", num_microbatches(l, c.train) > 1 and l.stage == 1)) if on]
     X, Y, Z = l.tensor, l.tensor_y, l.tensor_z
     if unsupported:
         return (f"{', '.join(unsupported)} with tensor={X}x{Y}x{Z}: parex's 3D tensor "

@@ -1,0 +1,190 @@
+"""Mixtures of experts in the predictor (parex.moe, issue 32): the expert axis's all-to-alls and
+gradient reductions, routed experts' state, the padded dispatch's FLOPs, against the compiled
+step on the emulated mesh (xla-cpu); the ideal program's terms by hand; Mixtral 8x7B at scale
+beside Megatron-LM's published 468 TFLOP/s per GPU."""
+
+import jax
+import numpy as np
+import pytest
+
+from parex.config import TrainConfig, model_preset
+from parex.hardware import load_chip
+from parex.layout import Axis, Layout
+from parex.measure.compiled import compile_layout, compiled_stats
+from parex.measure.hlo import KINDS, bytes_by_kind
+from parex.predict import alpha_beta, predict
+from parex.predict.comm import Term
+from parex.predict.shapes import Grid, model_sizes
+
+TINY_MOE = model_preset("tiny-moe")  # L=4, D=128, T=128, E=8, k=2, F_e=128, dropless: C = T
+TRAIN = TrainConfig(global_batch=16)
+SLOTS = 8 * 128 * 128 * 4  # one sequence's dispatch buffer: E·C·D float32
+
+
+def compare(spec, model=TINY_MOE, remat="none"):
+    train = TRAIN.replace(remat=remat)
+    layout = Layout.parse(spec)
+    step, compiled, _ = compile_layout(model, train, layout, jax.devices()[:layout.n_devices])
+    return (predict(model, train, layout, "cpu-local", convention="xla-cpu"),
+            compiled_stats(compiled, step))
+
+
+# the five layouts of issue 32, about 4 s of compiling each
+LAYOUTS = ["data=2,expert=4", "expert=8", "fsdp=2,expert=4", "data=2,expert=2,tensor=2",
+           "data=2,expert=4,zero=1"]
+
+
+@pytest.mark.parametrize("spec", LAYOUTS)
+def test_collectives_memory_and_flops_match_the_compiled_step(spec):
+    p, measured = compare(spec)
+    check(p, measured)
+
+
+# beyond the five: a capacity with F_e ≠ D (C = ceil(1·2·128/8) = 32), full remat (the
+# dispatch's two all-to-alls again in the recomputed forward), TP with a capacity under full
+# remat, selective remat with fsdp; gradients sharded over data by ZeRO-2/3 and with data and
+# fsdp both (XLA sums the matmul weights over data × fsdp, then their shard over expert)
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, changes, remat", [
+    ("data=2,expert=4", {"expert_ffn": 64, "capacity_factor": 1.0}, "none"),
+    ("data=2,expert=4", {}, "full"),
+    ("data=2,expert=2,tensor=2", {"capacity_factor": 1.25}, "full"),
+    ("fsdp=2,expert=4", {}, "selective"),
+    ("data=2,expert=4,zero=2", {}, "none"), ("data=2,expert=4,zero=3", {}, "none"),
+    ("data=2,fsdp=2,expert=2", {}, "none"), ("expert=4,tensor=2", {}, "none")])
+def test_more_moe_steps_match(spec, changes, remat):
+    check(*compare(spec, TINY_MOE.replace(**changes), remat))
+
+
+def check(p, measured):
+    mem, pmem = measured["memory_bytes_per_device"], p.memory_bytes_per_device
+    assert pmem["argument"] == mem["argument"]  # routed experts' state: E/expert experts
+    assert pmem["total"] / mem["total"] == pytest.approx(1.0, abs=0.10)
+    # the padded dispatch's matmuls, every loop trip, and XLA's count (loop bodies once)
+    assert p.hardware_flops_per_device / measured["matmul_flops_per_device"] == \
+        pytest.approx(1.0, abs=0.01)
+    assert p.flops_per_device / measured["flops_per_device"] == pytest.approx(1.0, abs=0.05)
+    kinds = bytes_by_kind(measured["collectives"])
+    assert p.comm_bytes_per_device["all-to-all"] == kinds["all-to-all"]  # to the byte
+    for kind in KINDS:  # up to the loss's and the router statistics' scalars XLA reduces
+        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5,
+                                                              abs=128), kind
+
+
+def by_name(layout, convention="xla-cpu", model=TINY_MOE, train=TRAIN, **kw):
+    p = predict(model, train, Layout.parse(layout), "cpu-local" if convention == "xla-cpu"
+                else "h100-sxm", convention=convention, **kw)
+    return p, [(c["name"], c["kind"], tuple(c["axes"]), c["count"], c["bytes_per_op"])
+               for c in p.collectives]
+
+
+def test_routed_experts_are_counted_apart_and_add_up():
+    sizes = model_sizes(TINY_MOE)
+    assert sizes.n_params == TINY_MOE.n_params
+    assert sum(sizes.routed) == 4 * 8 * 3 * 128 * 128  # L·E·(gate, up, out)·D·F_e
+    assert sizes.routed_layer == 8 * 3 * 128 * 128
+    assert sizes.capacity(128) == 128  # dropless
+    assert model_sizes(TINY_MOE.replace(capacity_factor=1.25)).capacity(128) == 40
+
+
+def test_dispatch_all_to_alls_and_gradient_axes_by_hand():
+    """data=2,expert=4: b = 16/8 = 2 sequences per device. Four all-to-alls of the dispatch
+    buffer per block (two forward, their transposes backward); dense gradients summed over data
+    × expert, the two local experts' over data only."""
+    _, terms = by_name("data=2,expert=4")
+    assert ("moe-dispatch", "all-to-all", ("expert",), 16.0, 2 * SLOTS) in terms
+    dense = 4 * (4 * (16384 + 32768 + 1024 + 256) + 32768 + 32768 + 128) + 4  # + the loss
+    assert ("grad-reduce", "all-reduce", ("data", "fsdp", "expert"), 1.0, dense) in terms
+    assert ("grad-reduce", "all-reduce", ("data", "seq"), 1.0, 4 * 4 * 2 * 3 * 128 * 128) in terms
+    _, full = by_name("data=2,expert=4", train=TRAIN.replace(remat="full"))
+    assert ("moe-dispatch", "all-to-all", ("expert",), 24.0, 2 * SLOTS) in full
+    _, alone = by_name("expert=8")  # each expert on one device: nothing to reduce
+    assert not [t for t in alone if t[2] == ("data", "seq")]
+
+
+def test_the_ideal_program_moves_only_the_routed_tokens():
+    """gpu convention (a ragged all-to-all, Megatron-LM's alltoall dispatcher): b·k·T·D per op,
+    dropless; with a capacity at most the E·C slots it keeps."""
+    train = TrainConfig(global_batch=64, seq_len=128)
+    _, terms = by_name("data=2,expert=4", "gpu", train=train, dtype="float32", recipe="parex")
+    b = 64 // 8
+    assert ("moe-dispatch", "all-to-all", ("expert",), 16.0, b * 2 * 128 * 128 * 4) in terms
+    drop = TINY_MOE.replace(capacity_factor=0.5)  # C = ceil(0.5·2·128/8) = 16 < k·T/E = 32
+    _, dropped = by_name("data=2,expert=4", "gpu", model=drop, train=train, dtype="float32",
+                         recipe="parex")
+    assert ("moe-dispatch", "all-to-all", ("expert",), 16.0, b * 8 * 16 * 128 * 4) in dropped
+
+
+def test_the_all_to_all_runs_on_the_expert_groups_links():
+    """α-β over the expert axis: an expert group of 8 inside an H100 node (NVLink), of 16
+    across two (the inter-node level on 1/8 of the bytes, each GPU on its own NIC)."""
+    chip = load_chip("h100-sxm")
+    model = model_preset("mixtral-8x7b")
+    train = TrainConfig(global_batch=64, seq_len=4096)
+    inside = Grid.from_layouts([Layout(data=2, expert=8)], train, model)
+    across = Grid.from_layouts([Layout(expert=16)], train, model)
+    S = 1 * 2 * 4096 * 4096 * 2.0  # b·k·T·D bf16
+    term = Term("moe-dispatch", "all-to-all", (Axis.EXPERT,), np.ones(1), np.full(1, S))
+    t_in = alpha_beta.term_seconds(term, inside, chip)[0]
+    intra = chip.intra_node.bandwidth * chip.network_efficiency
+    assert t_in == pytest.approx(7 / 8 * S / intra + 7 * chip.intra_node.latency)
+    t_out = alpha_beta.term_seconds(term, across, chip)[0]
+    inter = chip.inter_node.bandwidth * chip.network_efficiency
+    assert t_out == pytest.approx(t_in + 1 / 2 * S / 8 / inter + chip.inter_node.latency)
+
+
+def test_imbalance_is_a_stated_assumption_that_slows_the_experts():
+    """The ideal program's step is set by its most-loaded expert: `expert_imbalance` (1.0,
+    balanced, by default) scales its slots; a capacity caps them at C."""
+    model, train = model_preset("mixtral-8x7b"), TrainConfig(global_batch=64, seq_len=4096)
+    layout = Layout(data=2, expert=8)
+    even = predict(model, train, layout, "h100-sxm")
+    skewed = predict(model, train, layout, "h100-sxm", expert_imbalance=1.5)
+    assert even.assumptions["expert_imbalance"] == 1.0
+    assert skewed.assumptions["expert_imbalance"] == 1.5
+    assert skewed.step_time_s["compute"] > 1.2 * even.step_time_s["compute"]
+    assert skewed.comm_bytes_per_device == even.comm_bytes_per_device  # bytes as balanced
+    capped = model.replace(capacity_factor=1.0)  # C = k·T/E: nothing beyond the balanced load
+    assert predict(capped, train, layout, "h100-sxm", expert_imbalance=1.5).step_time_s[
+        "compute"] == pytest.approx(even.step_time_s["compute"], rel=1e-6)
+    assert "expert_imbalance" not in predict(model_preset("tiny"), TRAIN, Layout(data=8),
+                                             "cpu-local").assumptions
+
+
+def test_model_flops_count_active_parameters_and_the_program_its_padding():
+    """MFU's FLOPs: 6·N_active + attention per token. parex's padded program (dropless: every
+    expert on all T slots of every sequence) runs E/k = 4 times the experts' active FLOPs."""
+    p, _ = by_name("data=2,expert=4")
+    from parex.model import flops_per_token
+
+    assert p.model_flops_per_device == pytest.approx(flops_per_token(TINY_MOE) * 16 * 128 / 8)
+    b, T, D, E, Fe = 2, 128, 128, 8, 128
+    experts = 3 * 2 * 3 * D * Fe * b * E * T  # fwd + bwd of gate, up and out on E·T slots
+    einsums = 5 * 2 * b * T * E * T * D  # dispatch (fwd, dx) and combine (fwd, dx, d-gates)
+    attention = 3 * (2 * D * 256 + 2 * 128 * D + 4 * D * T + 2 * D * E) * b * T
+    head = 3 * 2 * D * 256 * b * T
+    assert p.hardware_flops_per_device == pytest.approx(4 * (experts + einsums + attention)
+                                                        + head, rel=1e-3)
+
+
+def test_mixtral_8x7b_at_megatron_lms_published_layout():
+    """Megatron-LM's reference mapping for Mixtral 8x7B (megatron/core/transformer/moe/
+    README.md, MCore v0.8-0.9, 'Reference Best Parallel Mapping'): 64 H100, dropless, all-to-all
+    dispatcher, BF16, sequence 4096, TP1 EP8 PP4 VP8, MBS 1, GBS 256, distributed optimizer;
+    published 468 TFLOP/s per GPU. With 64 GPUs, data × expert = 16: data=2,expert=8."""
+    model = model_preset("mixtral-8x7b")
+    train = TrainConfig(global_batch=256, microbatch=1, seq_len=4096)
+    layout = Layout.parse("data=2,expert=8,stage=4,virtual=8,schedule=interleaved,zero=1")
+    p = predict(model, train, layout, "h100-sxm")
+    assert not p.executable and p.fits
+    names = {c["name"] for c in p.collectives}
+    assert {"moe-dispatch", "grad-reduce", "pipeline"} <= names
+    a2a = next(c for c in p.collectives if c["name"] == "moe-dispatch")
+    assert a2a["count"] == 4 * 8 * 16  # 4 per block, 8 blocks per stage, 16 microbatches
+    assert a2a["bytes_per_op"] == 1 * 2 * 4096 * 4096 * 2  # b·k·T·D, bf16
+    # Megatron's FLOPs per step are 6·N_active + 12·L·D·T per token (its router uncounted):
+    # its TFLOP/s per GPU are parex's model FLOPs per device over the step
+    tflops = p.model_flops_per_device / p.step_time_s["total"] / 1e12
+    print(f"mixtral-8x7b {layout}: {tflops:.0f} TFLOP/s per GPU predicted, 468 published; "
+          f"{p.memory_bytes_per_device['total'] / 2**30:.1f} GiB per GPU")
+    assert 0.6 < tflops / 468 < 1.3
