@@ -96,6 +96,9 @@ class Chip:
     calibration: Calibration | None = None
     step_efficiency: float = 1.0  # a training step's kernels / their best rates (fitted)
     efficiency_sources: dict = field(default_factory=dict)  # efficiency name -> where from
+    # the fused attention kernel's rate / dense peak by pass, head dim and sequence length, from
+    # a published benchmark of the chip, or {"assumed_from": profile} (predict.accelerator)
+    flash_attention: dict = field(default_factory=dict)
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype`; float32 falls back to bfloat16's when not listed (TPUs run
@@ -114,6 +117,8 @@ class Chip:
                "step_efficiency": self.step_efficiency,
                "efficiency_sources": dict(self.efficiency_sources),
                "sources": list(self.sources)}
+        if self.flash_attention:
+            out["flash_attention"] = dict(self.flash_attention)
         if self.calibration is not None:
             cal = vars(self.calibration) | {
                 "matmul_curve": [list(p) for p in self.calibration.matmul_curve]}
@@ -162,7 +167,8 @@ def chip_from_json(data: dict) -> Chip:
                 network_efficiency=float(data["network_efficiency"]),
                 sources=tuple(data.get("sources", ())), calibration=cal,
                 step_efficiency=float(data.get("step_efficiency", 1.0)),
-                efficiency_sources=dict(data.get("efficiency_sources", {})))
+                efficiency_sources=dict(data.get("efficiency_sources", {})),
+                flash_attention=dict(data.get("flash_attention", {})))
 
 
 def user_hardware_dir() -> Path:

@@ -279,10 +279,11 @@ def block_with_stats(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: st
     h = ops.weighted(norm, x, p["norm2"])
     if not cfg.moe:
         return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops), res), {}
-    y, stats = moe_mlp(h, p["mlp"], cfg, ops)
-    if "shared" in p["mlp"]:
-        y = y + _mlp(h, p["mlp"]["shared"], cfg, ops)
-    return ops.constrain(x + y, res), stats
+    shared = _mlp(h, p["mlp"]["shared"], cfg, ops) if "shared" in p["mlp"] else 0.0
+    # routing needs whole sequences: under SP they are gathered over tensor first (Megatron's
+    # all-gather before the MoE layer; its output, the same on every tensor device, is sliced)
+    y, stats = moe_mlp(ops.constrain(h, ("batch", "seq", "hidden")), p["mlp"], cfg, ops)
+    return ops.constrain(x + y + shared, res), stats
 
 
 def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none", with_stats=False):

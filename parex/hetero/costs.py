@@ -56,6 +56,10 @@ class Setting:
         recipe and the ideal ("gpu") program."""
         if dtype not in DTYPE_BYTES:
             raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
+        if model.moe:  # its costs count a dense block's parameter groups
+            raise InputError(f"{model.name} is a mixture of experts: heterogeneous plans cost "
+                             f"dense models only; plan it on one kind of device (parex plan) or "
+                             f"use a dense model")
         return cls(model.replace(dtype=dtype), seq_len or model.seq_len, remat,
                    memory.recipe(recipe), comm.CONVENTIONS["gpu"])
 

@@ -31,6 +31,8 @@ EXPERT_DIMS = {"w_in": ("experts", "expert_embed", "expert_mlp"),
                "w_out": ("experts", "expert_mlp", "expert_embed"),
                "b_out": ("experts", "hidden")}
 SLOTS = ("batch", None, None, "hidden")  # the dispatch buffer x_e[B, E, C, D]
+MASKS = ("batch", "seq", None, None)  # dispatch and combine (B, T, E, C)
+TOKENS = ("batch", "seq", "hidden")  # the layer's input and output (B, T, D), whole sequences
 
 
 def expert_ffn(x, w, reduce, family: str):
@@ -52,10 +54,11 @@ def moe_mlp(x, p, cfg: ModelConfig, ops):
     gates, choice, probs, logits = routing.route(x, p["router"], cfg)
     dispatch, combine = routing.dispatch_and_combine(gates, choice, cfg.experts, C,
                                                      ops.seq_positions(T))
+    dispatch, combine = (ops.constrain(m, MASKS) for m in (dispatch, combine))
     slots = jnp.einsum("btec,btd->becd", dispatch.astype(x.dtype), x)
     slots = ops.constrain(slots, SLOTS)
     weights = {n: w for n, w in p["experts"].items()}
     out = ops.experts(lambda s, w, reduce: expert_ffn(s, w, reduce, cfg.family), slots, weights,
                       {n: EXPERT_DIMS[n] for n in weights})
     y = jnp.einsum("btec,becd->btd", combine.astype(x.dtype), ops.constrain(out, SLOTS))
-    return y, routing.aux_stats(choice, probs, logits, dispatch, cfg.experts)
+    return ops.constrain(y, TOKENS), routing.aux_stats(choice, probs, logits, dispatch, cfg.experts)

@@ -40,11 +40,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, Mesh
+from jax.sharding import Mesh
 
 from ..layout import Axis, Layout
 from ..sharding import MeshOps
-from .nested import nested_shard_map
 
 X, Y, Z = Axis.TENSOR.value, Axis.TENSOR_Y.value, Axis.TENSOR_Z.value
 _RESIDUAL = ("batch", "seq", "hidden")  # a pair's input and output, (B, T, D)
@@ -135,18 +134,8 @@ class Tensor3DOps(MeshOps):
     def _psum(self, y, axis: str):
         return jax.lax.psum(y, axis) if self._size(axis) > 1 else y
 
-    @property
-    def nests_shard_maps(self) -> bool:
-        """Inside a pipeline stage every 3D matmul is a nested shard_map (parallel.nested)."""
-        return any(kind == AxisType.Manual for kind in self.mesh.axis_types)
-
     def _shard_map(self, fn, in_specs, out_specs):
         # the gathered weight is gathered again in the backward, not stored (as FSDP does)
-        free = frozenset(name for name, kind in zip(self.mesh.axis_names, self.mesh.axis_types)
-                         if kind != AxisType.Manual)
-        if len(free) < len(self.mesh.axis_names):  # inside the pipeline's shard_map
-            return nested_shard_map(fn, mesh=self.mesh, in_specs=in_specs,
-                                    out_specs=out_specs, axis_names=free)
         return jax.shard_map(jax.checkpoint(fn), mesh=self.mesh, in_specs=in_specs,
                              out_specs=out_specs)
 

@@ -21,6 +21,18 @@ selective remat the attention core. Megatron-LM's block also pays its vocab-para
 cross-entropy's passes over the (tokens, V/t) logits (CROSS_ENTROPY_BYTES each); the head and
 the loss run on a pipeline's last stage only (`head_per_microbatch`, which the bubble leaves out).
 
+Attention under the fused kernel (grid.flash, FlashAttention-2/3, cuDNN): no (s, s) scores in
+memory, the softmax inside the kernel, so neither QKᵀ/PV GEMMs nor softmax traffic; the kernel's
+FLOPs at its own published rate (the profile's `flash_attention`: a fraction of dense peak by
+pass, head dim and sequence length, from FlashAttention-2's A100 and FlashAttention-3's H100
+benchmarks; other chips scaled from those by their matmul efficiency, `flash_table`):
+    forward   F = 4·s_q·s·Dh · b·H/t / 2     (QKᵀ and PV; the causal kernel skips masked blocks)
+    backward  2.5·F                          (QKᵀ again, dV, dP, dQ, dK: 5 GEMMs to the forward's 2)
+FLOPs counted as the benchmarks count them (causal: half the scores), so the published rates
+apply as they are; a recomputed forward (full or selective remat) runs the kernel once more.
+The non-matmul work (norms, residual adds, activations, the optimizer's update) stays
+memory-bound at HBM bandwidth under either kernel.
+
 Both rates are the best a kernel reaches alone; a training step sustains a fraction of them
 (kernel boundaries, real shapes, launch gaps): `step_efficiency`, fitted once on named published
 runs (parex.predict.published_runs.fit_step_efficiency) and stated in each profile.
@@ -28,8 +40,12 @@ runs (parex.predict.published_runs.fit_step_efficiency) and stated in each profi
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
+from ..hardware import Chip, load_chip
+from ..layout import CP_MODES
 from .flops import recompute_layers
 from .shapes import Grid, ModelSizes
 
@@ -40,6 +56,9 @@ BACKWARD_BYTES = 1.5  # elementwise backward bytes / forward bytes (reads dy and
 # backward's in-place multiply by the loss gradient (8) and the cast back to fp16 (4 + 2)
 CROSS_ENTROPY_BYTES = 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6
 OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), write p, m, v (12)
+FLASH_BACKWARD = 2.5  # the fused kernel's backward FLOPs / its forward's (5 GEMMs to 2)
+FLASH_PASSES = ("forward", "backward", "forward_backward")
+FLASH_FALLBACK = "a100-80gb"  # a profile without a flash_attention table is assumed like it
 
 
 def gemm_seconds(M, K, N, count, rate: float, bandwidth: float, act_bytes: int):
@@ -108,10 +127,60 @@ def elementwise_elements(sizes: ModelSizes, grid: Grid, dropout: bool,
     return h * (4.0 + 6.0 + d) + mlp + core, core
 
 
+@lru_cache(maxsize=8)
+def _published_table(name: str) -> tuple[dict, float]:
+    """(a shipped profile's own flash_attention table, its matmul efficiency)."""
+    chip = load_chip(name)
+    if not chip.flash_attention or "assumed_from" in chip.flash_attention:
+        raise ValueError(f"profile {name!r} has no published flash_attention table to scale")
+    return chip.flash_attention, chip.matmul_efficiency
+
+
+def flash_table(chip: Chip) -> dict:
+    """The fused attention kernel's efficiency table of `chip`: its own published one, or, where
+    the profile says {"assumed_from": profile} (or has none: FLASH_FALLBACK), that profile's
+    scaled by the ratio of the two chips' matmul efficiencies (the kernel reaches the same
+    fraction of the chip's best GEMM rate; an assumption the profile states)."""
+    table = chip.flash_attention or {"assumed_from": FLASH_FALLBACK}
+    if "assumed_from" not in table:
+        return table
+    base, base_matmul = _published_table(table["assumed_from"])
+    factor = chip.matmul_efficiency / base_matmul
+    return base | {p: {d: [factor * e for e in row] for d, row in base[p].items()}
+                   for p in FLASH_PASSES if p in base}
+
+
+def flash_efficiency(table: dict, which: str, head_dim: int, seq) -> np.ndarray:
+    """The kernel's rate / dense peak for one pass ("forward" or "backward"; a table that
+    publishes them together only has "forward_backward"), bilinear in log2(sequence length)
+    and log2(head dim) over the table, flat beyond its ends."""
+    rows = table.get(which) or table["forward_backward"]
+    dims = sorted(rows, key=int)
+    log_dims = np.log2([int(d) for d in dims])
+    at_head_dim = [np.interp(np.log2(head_dim), log_dims, [rows[d][k] for d in dims])
+                   for k in range(len(table["seq"]))]
+    return np.interp(np.log2(np.asarray(seq, dtype=float)), np.log2(table["seq"]), at_head_dim)
+
+
+def flash_seconds(sizes: ModelSizes, grid: Grid, peak: float, table: dict) -> tuple:
+    """(forward, backward) seconds of the fused attention kernel in one block per microbatch on
+    one device: s_q = T/seq queries per device against the T keys, b·H/t heads, causal (half the
+    scores), each pass at its published rate for the kernel's sequence (a ring hop's T/seq
+    under ring attention, T otherwise: Ulysses attends whole sequences)."""
+    forward = 4 * (grid.T / grid.seq) * grid.T * sizes.Dh * grid.b * sizes.H / grid.tensor / 2
+    ring = grid.cp == CP_MODES.index("ring")
+    seq = np.where(ring, grid.T / grid.seq, grid.T)
+    return (forward / (peak * flash_efficiency(table, "forward", sizes.Dh, seq)),
+            FLASH_BACKWARD * forward / (peak * flash_efficiency(table, "backward", sizes.Dh, seq)))
+
+
 def layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, rate: float, bandwidth: float,
-                  act_bytes: int, megatron: bool, imbalance: float = 1.0) -> np.ndarray:
+                  act_bytes: int, megatron: bool, imbalance: float = 1.0,
+                  flash: tuple | None = None) -> np.ndarray:
     """One block per microbatch on one device: forward, backward and any recompute, at the
-    kernels' own rates."""
+    kernels' own rates. Under grid.flash the attention core is the fused kernel, `flash` =
+    (dense peak FLOP/s, the chip's flash_table); otherwise QKᵀ and PV are roofline GEMMs and
+    the softmax moves the (s, s) scores."""
     gemms = [gemm_seconds(M, K, N, c, rate, bandwidth, act_bytes)
              for M, K, N, c in matmul_shapes(sizes, grid, imbalance)]
     forward, core, w_out = sum(gemms), gemms[4] + gemms[5], gemms[3]
@@ -119,9 +188,17 @@ def layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, rate: float, bandwi
     # selective remat recomputes the attention core; full remat the whole block, except its
     # last matmul in XLA's program (dead code there: flops.recomputed_block), not in Megatron's
     recomputed = forward - (0.0 if megatron else w_out)
-    matmuls = 3 * forward + full * recomputed + selective * core
     elements, core_elements = elementwise_elements(sizes, grid, megatron, imbalance)
-    moved = elements * (1 + BACKWARD_BYTES + full) + selective * core_elements
+    if grid.flash:
+        if flash is None:
+            raise ValueError("a flash-attention grid needs flash=(peak, flash_table(chip))")
+        kernel_forward, kernel_backward = flash_seconds(sizes, grid, *flash)
+        matmuls = (3 * (forward - core) + full * (recomputed - core)
+                   + (1 + full + selective) * kernel_forward + kernel_backward)
+        moved = (elements - core_elements) * (1 + BACKWARD_BYTES + full)
+    else:
+        matmuls = 3 * forward + full * recomputed + selective * core
+        moved = elements * (1 + BACKWARD_BYTES + full) + selective * core_elements
     return matmuls + moved * grid.tokens * act_bytes / bandwidth
 
 
@@ -134,7 +211,9 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
     `imbalance`: a mixture of experts' most-loaded expert over the mean (`expert_slots`)."""
     rate = chip.peak(dtype) * chip.matmul_efficiency
     bandwidth = chip.hbm_bandwidth
-    layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron, imbalance)
+    flash = (chip.peak(dtype), flash_table(chip)) if grid.flash else None
+    layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron, imbalance,
+                          flash)
     # the head: (M, D) @ (D, V/t) forward and its two gradients, and Megatron-LM's loss on the
     # (M, V/t) logits
     logits = grid.tokens * sizes.V / grid.tensor
@@ -148,6 +227,7 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
             "overhead": 0.0}
 
 
-__all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
-           "elementwise_elements", "expert_slots", "gemm_seconds", "layer_seconds",
+__all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "FLASH_BACKWARD", "FLASH_FALLBACK",
+           "OPTIMIZER_BYTES", "accelerator_compute", "elementwise_elements", "expert_slots",
+           "flash_efficiency", "flash_seconds", "flash_table", "gemm_seconds", "layer_seconds",
            "matmul_shapes", "moe_shapes"]

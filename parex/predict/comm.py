@@ -541,6 +541,13 @@ def _tp_activation_terms(sizes, grid, remat, conv, x_bytes) -> list[Term]:
     regathers = np.where(conv.merges_sp_regathers, 2 * L * (1 - full), 2 * L + 1)
     n_ag = (4 + 2 * full) * L + 2
     n_rs = (4 + full + last) * L + 2 - beside
+    if sizes.moe:  # the routed experts' input gathered whole (forward, recompute; backward: the
+        #           gather of its replicated output's slice), no reduce-scatter, no re-gather
+        routed = (2 + full) * L
+        if not sizes.shared_F:  # in the MLP's place: its gather, scatters and re-gather go
+            n_ag, n_rs = n_ag - routed, n_rs - (2 + last) * L
+            regathers = regathers - L * np.where(conv.merges_sp_regathers, 1 - full, 1)
+        n_ag = n_ag + routed
     nested_ag, nested_rs = _nested_sp_counts(grid, full)
     nested = piped & grid.executor  # SP's ops nested in the pipeline's shard_map
     out.append(Term("sp", "all-gather", axes, m * np.where(nested, nested_ag, n_ag) * sp,
@@ -611,22 +618,24 @@ def _sp_weight_grads(sizes, grid, grad_bytes) -> np.ndarray:
     """Gradient bytes of the weights in SP's manual regions: every matrix with an embed dim
     but GPT's position table."""
     positions = sizes.T_max * sizes.D if sizes.family == "gpt" else 0.0
-    return grid.sp * grad_bytes * (_elements(sizes, grid, embed=True) - positions)
+    router = sizes.D * sizes.E * sizes.L / grid.stage if sizes.moe else 0.0  # routes outside
+    return grid.sp * grad_bytes * (_elements(sizes, grid, embed=True) - positions - router)
 
 
 def _sp_weight_reduces(grid, per_step, manual) -> list[Term]:
     """xla-cpu: those gradients are reduced inside SP's regions, reduce-scattered over the axes
     that shard the weights (fsdp; data too under ZeRO-3: they are gathered there), then the
-    shard all-reduced over the other replica axes (data, seq) at once."""
+    shard all-reduced over the other replica axes (data, expert, seq) at once."""
     zero3, on = grid.zero >= 3, per_step * (manual > 0)
     split = np.where(zero3, grid.data * grid.fsdp, grid.fsdp)
     shard = manual / split
     return [Term("grad-reduce", "reduce-scatter", (Axis.DATA, Axis.FSDP),
                  on * zero3 * (split > 1), manual),
             Term("grad-reduce", "reduce-scatter", (Axis.FSDP,), on * ~zero3 * (split > 1), manual),
-            Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.SEQ),
-                 on * ~zero3 * (grid.data * grid.seq > 1), shard),
-            Term("grad-reduce", "all-reduce", (Axis.SEQ,), on * zero3 * (grid.seq > 1), shard)]
+            Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.EXPERT, Axis.SEQ),
+                 on * ~zero3 * (grid.data * grid.expert * grid.seq > 1), shard),
+            Term("grad-reduce", "all-reduce", (Axis.EXPERT, Axis.SEQ),
+                 on * zero3 * (grid.expert * grid.seq > 1), shard)]
 
 
 def _context_terms(sizes, grid, remat, conv, act_bytes) -> list[Term]:

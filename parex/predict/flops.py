@@ -125,8 +125,9 @@ def moe_forward(model: ModelConfig, grid: Grid) -> dict:
     tokens, t = grid.tokens, grid.tensor
     slots = grid.b * dispatch_slots(sizes, grid) / grid.seq
     einsum = 2 * tokens * sizes.E * sizes.capacity(grid.T) * sizes.D * grid.executor
-    return {"dense": (layer - active - router) * tokens / t,
-            "shared_out": 2 * sizes.shared_F * sizes.D * tokens / t,
+    shared_out = 2 * sizes.shared_F * sizes.D  # per token, apart: full remat skips it
+    return {"dense": (layer - active - router - shared_out) * tokens / t,
+            "shared_out": shared_out * tokens / t,
             "router": router * tokens,
             "experts": 2 * n_mat * sizes.D * sizes.Fe / t * slots,
             "dispatch": einsum, "combine": einsum}

@@ -17,9 +17,10 @@ backward, `grad_overlap`; its tensor-parallel backward beside the weight-gradien
 `tp_overlap`) are columns of the CSVs, with sources, and become the Convention it is predicted
 under (comm.Convention: overlaps_grad_reduce, overlaps_tp_backward).
 
-Every run is predicted with its chip's profile as is (no per-row tuning), the mixed recipe and
-bf16, through the predictor's own columns (`predict.columns`, the formulas predict() and
-predict_batch() evaluate), many rows at once.
+Every run is predicted with its chip's profile as is (no per-row tuning), the mixed recipe,
+bf16 and its code's attention kernel (naive, materialised scores, for every run here: none of
+these codes had a fused one), through the predictor's own columns (`predict.columns`, the
+formulas predict() and predict_batch() evaluate), many rows at once.
 """
 
 from __future__ import annotations
@@ -73,8 +74,13 @@ def run_setup(run) -> tuple[ModelConfig, TrainConfig, dict]:
     model = ModelConfig(name=run.run, family="gpt", layers=int(run.layers),
                         hidden=int(run.hidden), heads=int(run.heads), vocab=int(run.vocab),
                         seq_len=int(run.seq), dtype="bfloat16")
+    # every run here predates a fused attention kernel in its code (Megatron-LM 2021-22 and the
+    # Megatron-DeepSpeed of MT-NLG and BLOOM: fused masked softmax over materialised scores):
+    # the naive kernel, unless a row names its own (an `attention` column)
+    attention = getattr(run, "attention", None)
     train = TrainConfig(global_batch=int(run.global_batch), microbatch=int(run.microbatch),
-                        remat=run.remat)
+                        remat=run.remat,
+                        attention=attention if isinstance(attention, str) else "naive")
     p, v = int(run.pp), int(run.virtual)
     layout = {"data": int(run.gpus) // (int(run.tp) * p), "tensor": int(run.tp), "stage": p,
               "virtual_stages": v, "sp": int(run.sp == "on"),

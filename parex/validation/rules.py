@@ -460,10 +460,10 @@ def tensor3d_limit(l: Layout, c: Context) -> str | None:
     # shard_map takes whole over data (their gradient leaves it all-reduced); ZeRO-1 beside
     # fsdp splits the state over data between X·Z and fsdp: a reshuffle, not an all-gather
     unsupported = [k for k, on in (("a mixture of experts", c.model.moe),
-                                   ("seq", l.seq > 1),
+                                   ("stage", l.stage > 1), ("seq", l.seq > 1),
                                    (f"zero={l.zero}", l.zero > 1 and l.fsdp == 1),
                                    (f"zero={l.zero} beside fsdp", both),
-                                   ("microbatches", num_microbatches(l, c.train) > 1 and l.stage == 1)) if on]
+                                   ("microbatches", num_microbatches(l, c.train) > 1)) if on]
     X, Y, Z = l.tensor, l.tensor_y, l.tensor_z
     if unsupported:
         return (f"{', '.join(unsupported)} with tensor={X}x{Y}x{Z}: parex's 3D tensor "

@@ -19,7 +19,7 @@ def test_new_profiles_load_with_sources_in_the_common_schema(name):
     chip = load_chip(name)
     assert chip.name == name and len(chip.sources) >= 3
     assert set(chip.efficiency_sources) == {"matmul_efficiency", "network_efficiency",
-                                            "step_efficiency"}
+                                            "step_efficiency", "flash_attention"}
     assert 5e13 < chip.peak("bfloat16") < 1e15
     assert chip.peak("float32") == chip.peak("tf32") < chip.peak("bfloat16")
     assert 1e10 <= chip.hbm_bytes <= 8e10 and 8e11 < chip.hbm_bandwidth < 2.1e12

@@ -51,9 +51,21 @@ def test_collectives_memory_and_flops_match_the_compiled_step(spec):
     ("data=2,expert=2,tensor=2", {"capacity_factor": 1.25}, "full"),
     ("fsdp=2,expert=4", {}, "selective"),
     ("data=2,expert=4,zero=2", {}, "none"), ("data=2,expert=4,zero=3", {}, "none"),
-    ("data=2,fsdp=2,expert=2", {}, "none"), ("expert=4,tensor=2", {}, "none")])
+    ("data=2,fsdp=2,expert=2", {}, "none"), ("expert=4,tensor=2", {}, "none"),
+    ("data=2,expert=2,tensor=2,sp=on", {}, "none"), ("data=2,expert=2,tensor=2,sp=on", {}, "full"),
+    ("expert=4,tensor=2,sp=on", {"shared_experts": 1}, "none")])
 def test_more_moe_steps_match(spec, changes, remat):
     check(*compare(spec, TINY_MOE.replace(**changes), remat))
+
+
+@pytest.mark.slow
+def test_a_switch_gpt_with_a_shared_expert_matches():
+    """GPT family (biases), top-1 with the probability as gate, a shared expert, capacity 1.0:
+    the shared experts' output matmul is counted once (full remat skips it)."""
+    switch = model_preset("tiny").replace(name="tiny-switch", experts=4, top_k=1,
+                                          expert_ffn=256, capacity_factor=1.0, shared_experts=1)
+    for spec in ("data=2,expert=4", "expert=4,tensor=2,sp=on"):
+        check(*compare(spec, switch))
 
 
 def check(p, measured):

@@ -66,11 +66,16 @@ def test_full_recompute_costs_a_forward_and_megatron_recomputes_w_out_too():
 def test_every_accelerator_profile_says_where_its_efficiencies_come_from(name):
     chip = load_chip(name)
     sources = chip.efficiency_sources
-    assert set(sources) == {"matmul_efficiency", "network_efficiency", "step_efficiency"}
+    assert set(sources) == {"matmul_efficiency", "network_efficiency", "step_efficiency",
+                            "flash_attention"}
     assert all(len(text) > 40 for text in sources.values())
     assert 0.5 < chip.matmul_efficiency <= 0.9 and 0.5 < chip.step_efficiency <= 1.0
     if name.startswith(("a100", "h100", "h200", "b200", "mi300")):  # a published GEMM benchmark
         assert "Maximum Achievable Matmul FLOPS" in sources["matmul_efficiency"]
+    # the fused attention kernel's rates: a published benchmark, or a stated assumption
+    published = "assumed_from" not in chip.flash_attention
+    assert sources["flash_attention"].startswith("published" if published else "assumed, not "
+                                                                                 "verified")
 
 
 def test_a100_matmul_efficiency_is_the_published_mamf():
