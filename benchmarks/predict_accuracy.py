@@ -18,7 +18,8 @@ Published: ZeRO Table 1 and Korthikanti's Table 2 through predict() (state and a
 memory); step time on published A100 runs per software stack (the `stack` column of
 data/reference/*_runs.csv and megatron_table1.csv): each stack's step efficiency fitted on its
 named fit set (parex.predict.published.STACKS) and scored on the stack's other runs, no per-row
-tuning; runs with an unpublished setting (the `unknown` column) as brackets. Targets: held-out
+tuning; runs with an unpublished setting (the `unknown` column) as brackets; every run with the
+attention kernel its code ran (naive: none of these codes had a fused one). Targets: held-out
 runs of the fitted stack median <= 3.5 %, max <= 8.5 %; a stack calibrated from one of its runs
 median <= 5 %, max <= 12 % on its other runs.
 """
@@ -246,7 +247,8 @@ def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
     result = published.stack_accuracy(hardware)
     print(f"\nstep time on published A100 runs, one step efficiency per stack, on {hardware} "
           f"(matmul and network efficiencies from published benchmarks: the profile's "
-          f"efficiency_sources)")
+          f"efficiency_sources); every run with the naive attention kernel its code ran "
+          f"(materialised scores; published_runs.run_setup)")
     for stack, r in result.items():
         print(f"\n== {stack}: step efficiency {r['efficiency']:.4f} fitted on "
               f"{_fit_name(r['fit_set'])}")

@@ -58,6 +58,8 @@ class Assumptions:
     microbatch: int | None  # b, sequences per replica per microbatch (None: searched per row)
     schedule: str  # the pipeline schedule (the default for pipelines that name none)
     attention: str | None = None  # the attention kernel: flash or naive (default_attention)
+    expert_imbalance: float | None = None  # a mixture of experts' busiest expert's load over
+    # the mean (1.0: balanced; parex.predict.EXPERT_IMBALANCE); None for a dense model
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -69,7 +71,9 @@ class Assumptions:
         return (f"{self.hardware}×{self.nodes} ({self.n_devices} devices) · {self.dtype} · "
                 f"recipe {self.recipe} · convention {self.convention} · {batch}{micro} · "
                 f"remat {self.remat} · schedule {self.schedule}"
-                + (f" · attention {self.attention}" if self.attention else ""))
+                + (f" · attention {self.attention}" if self.attention else "")
+                + (f" · expert imbalance {self.expert_imbalance:g}"
+                   if self.expert_imbalance is not None else ""))
 
     def replace(self, **changes) -> "Assumptions":
         return dataclasses.replace(self, **changes)

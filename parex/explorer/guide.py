@@ -45,7 +45,7 @@ def _show(value) -> str:
 
 
 # --- fitting in memory ---------------------------------------------------------------------
-LAYOUT_CONTROLS = {"fsdp": "fsdp", "tensor": "tensor", "tensor_y": "tensor_y",
+LAYOUT_CONTROLS = {"fsdp": "fsdp", "expert": "expert", "tensor": "tensor", "tensor_y": "tensor_y",
                    "tensor_z": "tensor_z", "seq": "seq", "stage": "stage",
                    "zero": "zero", "sp": "sp", "cp": "cp", "microbatches": "microbatches",
                    "schedule": "schedule", "virtual": "virtual_stages"}

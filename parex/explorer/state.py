@@ -19,8 +19,10 @@ from ..record import Prediction
 from ..validation import validate
 
 # data takes the devices left over; tensor_y and tensor_z are AxoNN's Y and Z (tensor=XxYxZ:
-# the tensor control is then X; with both at 1 it is Megatron's tensor=N)
-SPLIT_AXES = (Axis.FSDP, Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.SEQ, Axis.STAGE)
+# the tensor control is then X; with both at 1 it is Megatron's tensor=N); expert splits a
+# mixture of experts' routed experts (validation refuses it on a dense model)
+SPLIT_AXES = (Axis.FSDP, Axis.EXPERT, Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.SEQ,
+              Axis.STAGE)
 DIMS = ("layers", "hidden", "heads", "seq_len")
 
 
@@ -77,7 +79,7 @@ def layout_of(values: dict) -> Layout:
     """The Layout the controls describe; the data axis takes the devices left over, and the
     schedule and virtual stages apply only to pipelines."""
     n = values["devices"]
-    sizes = {a.value: values[a.value] for a in SPLIT_AXES}
+    sizes = {a.value: values.get(a.value, 1) for a in SPLIT_AXES}
     split = 1
     for size in sizes.values():
         split *= size

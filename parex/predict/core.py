@@ -210,8 +210,8 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
         collectives=collectives, convention=conv.name,
         hardware_flops_per_device=value["hardware_flops_per_device"],
         executable=reason is None, executable_reason=reason or "",
-        assumptions=assumed.to_json() | ({"expert_imbalance": expert_imbalance}
-                                         if model.moe else {}))
+        assumptions=(assumed.replace(expert_imbalance=expert_imbalance) if model.moe
+                     else assumed).to_json())
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
