@@ -26,8 +26,8 @@ memory, the softmax inside the kernel, so neither QKᵀ/PV GEMMs nor softmax tra
 FLOPs at its own published rate (the profile's `flash_attention`: a fraction of dense peak by
 pass, head dim and sequence length, from FlashAttention-2's A100 and FlashAttention-3's H100
 benchmarks; other chips scaled from those by their matmul efficiency, `flash_table`):
-    forward   F = 4·s_q·s·Dh · b·H/t / 2     (QKᵀ and PV; the causal kernel skips masked blocks)
-    backward  2.5·F                          (QKᵀ again, dV, dP, dQ, dK: 5 GEMMs to the forward's 2)
+    forward   F = 4·s_q·s·Dh · b·H/t / 2 (QKᵀ and PV; the causal kernel skips masked blocks)
+    backward  2.5·F                      (QKᵀ again, dV, dP, dQ, dK: 5 GEMMs to the forward's 2)
 FLOPs counted as the benchmarks count them (causal: half the scores), so the published rates
 apply as they are; a recomputed forward (full or selective remat) runs the kernel once more.
 The non-matmul work (norms, residual adds, activations, the optimizer's update) stays
