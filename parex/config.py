@@ -42,6 +42,9 @@ class ModelConfig:
     # the rest dropped; None: dropless (C = T, room for every token)
     balance_loss: float = 0.01  # α of the sequence-wise load-balancing loss α·Σ_i f_i·P_i
     z_loss: float = 0.0  # coefficient of the router z-loss, mean(logsumexp(logits)²) (ST-MoE)
+    bias_rate: float = 0.0  # γ of DeepSeek-V3's auxiliary-loss-free balancing: a per-expert
+    # bias on the scores that choose the top k (not the gates), moved by γ toward balance after
+    # every step (0: off)
 
     def __post_init__(self):
         if self.kv_heads is None:

@@ -138,6 +138,8 @@ def _moe_table(cfg: ModelConfig, layer, dense: dict) -> dict:
         sized = tuple(Fe if d == "mlp" else n for n, d in zip(shape, dims))
         experts[name] = layer((E, "experts"), *zip(sized, renamed))
     table = {"router": layer((D, "embed"), (E, None)), "experts": experts}
+    if cfg.bias_rate > 0:  # not learned by gradient: moved after each step (routing.rebalance)
+        table["router_bias"] = layer((E, None))
     if cfg.shared_experts:
         width = cfg.shared_experts * Fe
         table["shared"] = {name: layer(*((width if d == "mlp" else n, d)
@@ -177,7 +179,7 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     return jax.tree.unflatten(treedef, leaves)
 
 
-_BIASES = ("bias", "bqkv", "bo", "b_in", "b_out")
+_BIASES = ("bias", "bqkv", "bo", "b_in", "b_out", "router_bias")
 
 
 # --- layers ------------------------------------------------------------------------------------
@@ -342,6 +344,15 @@ def loss_fn(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="no
     logits, stats = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat, True)
     loss = cross_entropy(logits, ops.seq_order(batch["targets"]))
     return loss + routing.aux_loss(stats, cfg) if cfg.moe else loss
+
+
+def loss_and_router_load(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE,
+                         remat="none"):
+    """(loss_fn's loss, each layer's expert load (L, E)): what the auxiliary-loss-free
+    balancing moves the router's bias with (parex.moe.routing.rebalance)."""
+    logits, stats = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat, True)
+    loss = cross_entropy(logits, ops.seq_order(batch["targets"])) + routing.aux_loss(stats, cfg)
+    return loss, stats["load"]
 
 
 def router_stats(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE) -> dict:

@@ -56,9 +56,11 @@ def _is_dims(x) -> bool:
 def accumulates_per_replica(layout: Layout) -> bool:
     """Whether gradient accumulation runs with `data` manual, reducing over it once per step:
     replicated parameters (no fsdp, ZeRO < 3) and no nested shard_map (sp, seq), which Shardy
-    cannot place inside a manual `data` axis. Otherwise XLA reduces once per microbatch."""
+    cannot place inside a manual `data` axis, and no expert axis, whose dispatch would be a
+    nested shard_map there (parallel.nested: its backward runs the forward's all-to-alls
+    again). Otherwise XLA reduces once per microbatch."""
     return (layout.data > 1 and layout.fsdp == 1 and layout.zero < 3 and not layout.sp
-            and layout.seq == 1)
+            and layout.seq == 1 and layout.expert == 1)
 
 
 @dataclass
@@ -199,6 +201,14 @@ class TrainStep:
     def _loss(self, params, batch, ops=None):
         return gpt.loss_fn(params, batch, self.model, ops or self.ops, self.train.remat)
 
+    def _loss_and_nothing(self, params, batch, ops):
+        return self._loss(params, batch, ops), ()
+
+    def _loss_and_load(self, params, batch, ops):
+        """The loss and each layer's expert load (L, E): what the auxiliary-loss-free balancing
+        moves the router's bias with (parex.moe.routing.rebalance)."""
+        return gpt.loss_and_router_load(params, batch, self.model, ops, self.train.remat)
+
     def loss_and_grads(self, params, batch):
         """Mean loss and gradient over the global batch, accumulated over m microbatches;
         parameters and gradients in the train state's order (`block_order`)."""
@@ -208,34 +218,54 @@ class TrainStep:
             from .parallel.pipeline import pipeline_loss_and_grads
 
             return pipeline_loss_and_grads(self, params, batch)
+        loss, grads, _ = self._loss_grads_and_aux(params, batch, self._loss_and_nothing)
+        return loss, grads
+
+    def _loss_grads_and_aux(self, params, batch, loss_fn):
+        """(mean loss, mean gradient, the sum of loss_fn's aux) over the m microbatches:
+        loss_fn(params, batch, ops) -> (loss, aux)."""
         if self.microbatches == 1:
-            loss, grads = jax.value_and_grad(self._loss)(params, batch)
-            return loss, self._hold_grads(grads)
+            (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch,
+                                                                           self.ops)
+            return loss, self._hold_grads(grads), aux
         if accumulates_per_replica(self.layout):
-            return self._accumulate_per_replica(params, batch)
-        return self._accumulate(params, batch, self.ops)
+            return self._accumulate_per_replica(params, batch, loss_fn)
+        return self._accumulate(params, batch, self.ops, loss_fn)
 
-    def _accumulate(self, params, batch, ops, varying: tuple = ()):
-        """Sum of the m microbatches' losses and gradients, over m, in a scan (`varying`: the
-        manual axes the carried sums vary over)."""
+    def _accumulate(self, params, batch, ops, loss_fn, varying: tuple = ()):
+        """(the m microbatches' mean loss and gradient, the sum of loss_fn's aux), in a scan
+        (`varying`: the manual axes the carried sums vary over)."""
         m = self.microbatches
-
-        def split(x):  # (B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... so that
-            B = x.shape[0]  # every data shard keeps contributing to every microbatch
-            x = x.reshape(B // m, m, *x.shape[1:]).swapaxes(0, 1)
-            return ops.constrain(x, (None, "batch", None))
+        grad = jax.value_and_grad(loss_fn, has_aux=True)
 
         def accumulate(carry, micro):
-            loss, grads = jax.value_and_grad(self._loss)(params, micro, ops)
-            return jax.tree.map(jnp.add, carry, (loss, self._hold_grads(grads))), None
+            (loss, aux), grads = grad(params, micro, ops)
+            return jax.tree.map(jnp.add, carry, (loss, self._hold_grads(grads), aux)), None
 
+        micro = jax.tree.map(lambda x: x[0], self._microbatches(batch, ops))
+        aux = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                           jax.eval_shape(lambda p, b: loss_fn(p, b, ops), params, micro)[1])
         loss = jnp.zeros((), jnp.float32)  # the gradients' zeros vary as the params do
-        loss = jax.lax.pcast(loss, varying, to="varying") if varying else loss
+        if varying:
+            loss, aux = jax.tree.map(lambda a: jax.lax.pcast(a, varying, to="varying"),
+                                     (loss, aux))
         zeros = self._hold_grads(jax.tree.map(jnp.zeros_like, params))
-        total, _ = jax.lax.scan(accumulate, (loss, zeros), jax.tree.map(split, batch))
-        return jax.tree.map(lambda x: x / m, total)
+        (loss, grads, aux), _ = jax.lax.scan(accumulate, (loss, zeros, aux),
+                                             self._microbatches(batch, ops))
+        return loss / m, jax.tree.map(lambda g: g / m, grads), aux
 
-    def _accumulate_per_replica(self, params, batch):
+    def _microbatches(self, batch, ops):
+        """(B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... so that every data shard
+        keeps contributing to every microbatch."""
+        m = self.microbatches
+
+        def split(x):
+            x = x.reshape(x.shape[0] // m, m, *x.shape[1:]).swapaxes(0, 1)
+            return ops.constrain(x, (None, "batch", None))
+
+        return jax.tree.map(split, batch)
+
+    def _accumulate_per_replica(self, params, batch, loss_fn):
         """Gradient accumulation with `data` manual: each data replica sums its microbatches'
         gradients locally and the replicas are summed once, after the loop. (Left to XLA, the
         replicated gradients would be all-reduced inside the loop, once per microbatch.)"""
@@ -244,23 +274,47 @@ class TrainStep:
         def per_replica(params, batch):
             # varying over data, so that the gradients are not summed over it inside the loop
             params = jax.tree.map(lambda a: jax.lax.pcast(a, (data,), to="varying"), params)
-            total = self._accumulate(params, batch, self.ops.inside(manual_data=True), (data,))
-            return jax.tree.map(lambda x: jax.lax.psum(x, data) / replicas, total)
+            loss, grads, aux = self._accumulate(params, batch,
+                                                self.ops.inside(manual_data=True), loss_fn,
+                                                (data,))
+            loss, grads = jax.tree.map(lambda x: jax.lax.psum(x, data) / replicas,
+                                       (loss, grads))
+            return loss, grads, jax.tree.map(lambda x: jax.lax.psum(x, data), aux)
 
         rows = PartitionSpec(data)
         return jax.shard_map(per_replica, mesh=self.mesh, axis_names={data},
                              in_specs=(PartitionSpec(), {"inputs": rows, "targets": rows}),
                              out_specs=PartitionSpec())(params, batch)
 
+    # --- a mixture of experts balanced without a loss (DeepSeek-V3, parex.moe.routing) ---------
+    @property
+    def rebalances(self) -> bool:
+        """Whether the step moves the router's bias after the update (ModelConfig.bias_rate)."""
+        return self.model.moe and self.model.bias_rate > 0
+
+    def _rebalanced(self, params, load):
+        """params with every block's router bias moved toward balance (routing.rebalance)."""
+        from .moe.routing import rebalance
+
+        mlp = params["blocks"]["mlp"]
+        bias = rebalance(mlp["router_bias"], load, self.model.bias_rate)
+        return params | {"blocks": params["blocks"] | {"mlp": mlp | {"router_bias": bias}}}
+
     def _step(self, state, batch):
         if self.local is not None:
             return self.local.step(state, batch)
-        loss, grads = self.loss_and_grads(state["params"], batch)
+        if self.rebalances:
+            loss, grads, load = self._loss_grads_and_aux(state["params"], batch,
+                                                         self._loss_and_load)
+        else:
+            loss, grads = self.loss_and_grads(state["params"], batch)
         if self.grads_sharded_over_seq:  # clipped on the slices: no whole copy for the norm
             grads = clip_by_global_norm(grads, self.train.grad_clip)
         grads = jax.lax.with_sharding_constraint(grads, self.state_shardings("grad"))
         updates, opt = self.optimizer.update(grads, state["opt"], state["params"])
         params = optax.apply_updates(state["params"], updates)
+        if self.rebalances:
+            params = self._rebalanced(params, load)
         return {"params": params, "opt": opt}, loss
 
     def jitted_step(self):

@@ -51,7 +51,7 @@ def moe_mlp(x, p, cfg: ModelConfig, ops):
     """The routed experts on x (B, T, D): (y (B, T, D), the layer's router statistics)."""
     B, T, _ = x.shape
     C = routing.capacity(cfg, T)
-    gates, choice, probs, logits = routing.route(x, p["router"], cfg)
+    gates, choice, probs, logits = routing.route(x, p["router"], cfg, p.get("router_bias"))
     dispatch, combine = routing.dispatch_and_combine(gates, choice, cfg.experts, C,
                                                      ops.seq_positions(T))
     dispatch, combine = (ops.constrain(m, MASKS) for m in (dispatch, combine))

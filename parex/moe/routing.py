@@ -16,6 +16,10 @@ Shapes: B sequences, T tokens, D hidden, E routed experts, k experts per token, 
   α·E·Σ f_i·P_i per sequence): f_i = E/(k·T)·#{t: i in top-k(t)}, P_i = mean_t p_i(t);
   L_bal = mean over sequences of Σ_i f_i·P_i (≥ 1, = 1 when balanced).
 - Router z-loss (ST-MoE, arXiv:2202.08906): mean over tokens of logsumexp(logits)².
+- Auxiliary-loss-free balancing (DeepSeek-V3 §2.1.2, `bias_rate` γ): a bias b_i per expert
+  and layer is added to the scores that choose the top k (not to the gates); after every step
+  b_i += γ·sign(mean load − load_i), the load counted over the step's whole batch
+  (`rebalance`). It is no gradient's: the optimizer sees a zero gradient for it.
 """
 
 from __future__ import annotations
@@ -36,12 +40,17 @@ def capacity(cfg: ModelConfig, T: int) -> int:
     return max(1, min(T, math.ceil(cfg.capacity_factor * cfg.top_k * T / cfg.experts)))
 
 
-def route(x, w_router, cfg: ModelConfig):
+def route(x, w_router, cfg: ModelConfig, bias=None):
     """Gates and expert choices for x (B, T, D): (gates (B, T, k), choice (B, T, k), probs
-    (B, T, E), logits (B, T, E)), in float32."""
+    (B, T, E), logits (B, T, E)), in float32. `bias` (E,): DeepSeek-V3's balancing bias, added
+    to the scores that choose the experts only; the gates stay the router's probabilities."""
     logits = jnp.einsum("btd,de->bte", x.astype(jnp.float32), w_router.astype(jnp.float32))
     probs = jax.nn.softmax(logits, -1)
-    top, choice = top_k(probs, cfg.top_k)
+    if bias is None:
+        top, choice = top_k(probs, cfg.top_k)
+    else:
+        _, choice = top_k(probs + jax.lax.stop_gradient(bias.astype(jnp.float32)), cfg.top_k)
+        top = jnp.take_along_axis(probs, choice, -1)
     gates = top / jnp.sum(top, -1, keepdims=True) if cfg.top_k > 1 else top
     return gates, choice, probs, logits
 
@@ -101,3 +110,10 @@ def dropped_fraction(stats: dict):
     """The share of token-to-expert assignments that found no room (0 when dropless)."""
     load = jnp.sum(stats["load"])
     return 1.0 - jnp.sum(stats["kept"]) / jnp.maximum(load, 1.0)
+
+
+def rebalance(bias, load, rate: float):
+    """DeepSeek-V3's bias update after a step: each layer's bias (L, E) moved by `rate` toward
+    balance, up for the experts below their layer's mean load (L, E), down for those above."""
+    mean = jnp.mean(load, -1, keepdims=True)
+    return bias + rate * jnp.sign(mean - load).astype(bias.dtype)

@@ -192,7 +192,8 @@ class _Step:
         tables are whole inside its loop, and one psum of the whole tree reduces after it."""
         grid = self.grid
         return ((grid.data > 1) & (grid.fsdp == 1) & (grid.zero < 3) & (grid.sp == 0)
-                & (grid.seq == 1) & (grid.stage == 1) & (grid.microbatches > 1))
+                & (grid.seq == 1) & (grid.stage == 1) & (grid.microbatches > 1)
+                & (grid.expert == 1))
 
     @property
     def fsdp_piped(self) -> np.ndarray:

@@ -53,7 +53,9 @@ def test_collectives_memory_and_flops_match_the_compiled_step(spec):
     ("data=2,expert=4,zero=2", {}, "none"), ("data=2,expert=4,zero=3", {}, "none"),
     ("data=2,fsdp=2,expert=2", {}, "none"), ("expert=4,tensor=2", {}, "none"),
     ("data=2,expert=2,tensor=2,sp=on", {}, "none"), ("data=2,expert=2,tensor=2,sp=on", {}, "full"),
-    ("expert=4,tensor=2,sp=on", {"shared_experts": 1}, "none")])
+    ("expert=4,tensor=2,sp=on", {"shared_experts": 1}, "none"),
+    ("data=2,expert=2,microbatches=2", {}, "none"),  # reduced per microbatch (step.py)
+    ("data=2,expert=2,microbatches=2", {"bias_rate": 0.01}, "none")])  # + the load's sums
 def test_more_moe_steps_match(spec, changes, remat):
     check(*compare(spec, TINY_MOE.replace(**changes), remat))
 
