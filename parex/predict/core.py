@@ -181,10 +181,12 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
                                    executable=reason is None, executable_reason=reason or "")
     assumed = assumptions_of(model, train, layout, cluster, conv.name, rec.name, model.dtype)
     reason = executable_reason(layout, model, train)
-    layout3d = layout if layout.tensor3d else None  # compute and memory: its 1D equivalent
+    # a 3D layout: its collectives from predict.tensor3d (ZeRO-3's data axis playing fsdp's
+    # role, under that name), compute and memory from its 1D equivalent
+    layout3d = tensor3d.zero3_as_fsdp(layout) if layout.tensor3d else None
     grid = Grid.from_layouts([tensor3d.equivalent(layout) if layout3d else layout], train, model)
     cols, terms = columns(model, train, grid, cluster, conv, rec, layout3d, expert_imbalance)
-    on_axes = tensor3d.axes_grid(grid, layout) if layout3d else grid
+    on_axes = tensor3d.axes_grid(grid, layout3d) if layout3d else grid
     value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
     collectives = []
     for term in terms:

@@ -321,3 +321,12 @@ def _grad_terms(s: _Shapes, L: int, layer_w, table, z, z_axes: tuple, data, a: i
         out.append(Term("t3d-grads", "all-reduce", (DATA,) + z_axes, column(count * (1 - alone)),
                         column(small[key])))
     return out
+
+
+def zero3_as_fsdp(layout: Layout) -> Layout:
+    """A 3D layout under ZeRO-3 as the program it compiles to: data=N,zero=3 shards each
+    weight's block over data and gathers it with Z's as fsdp=N does (the same collectives and
+    bytes, over the data axis; tests/parallel/test_tensor3d.py)."""
+    if layout.zero < 3:
+        return layout
+    return layout.replace(fsdp=layout.fsdp * layout.data, data=1, zero=0)

@@ -57,10 +57,8 @@ def test_malformed_sizes_are_refused_in_one_line(text, words):
     ("tiny", "stage=2,tensor=2x2x1", 8, "nearest layout that runs is data=2,tensor=2x2x1"),
     ("tiny", "fsdp=2,tensor=2x2x1,zero=1", 8,
      "zero=1 beside fsdp.*nearest layout that runs is fsdp=2,tensor=2x2x1$"),
-    ("tiny", "data=2,tensor=2x2x1,zero=2", 8,
-     "zero=2 .*nearest layout that runs is data=2,tensor=2x2x1,zero=1$"),
-    ("tiny", "data=2,tensor=1x2x2,zero=3", 8,
-     "zero=3 .*nearest layout that runs is data=2,tensor=1x2x2,zero=1$"),
+    ("tiny", "fsdp=2,tensor=1x2x2,zero=3", 8,
+     "zero=3 beside fsdp.*nearest layout that runs is fsdp=2,tensor=1x2x2$"),
     ("tiny", "seq=2,cp=ring,tensor=1x2x2", 8, "nearest layout that runs is data=2,tensor=1x2x2"),
     ("tiny", "data=2,tensor=1x2x2,microbatches=2", 8, "microbatches"),
 ])
@@ -145,6 +143,28 @@ def test_llama_3d_layouts_match_single_device(tiny_llama, text):
                                   "fsdp=2,tensor=1x2x2", "data=2,fsdp=2,tensor=1x2x1"])
 def test_3d_with_zero1_or_fsdp_matches_single_device(tiny, tiny_llama, name, text):
     {"tiny": tiny, "tiny-llama": tiny_llama}[name].check(Layout.parse(text))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["tiny", "tiny-llama"])
+@pytest.mark.parametrize("text", ["data=2,tensor=2x2x1,zero=2", "data=2,tensor=1x2x2,zero=3",
+                                  "data=2,tensor=2x1x2,zero=3"])
+def test_3d_with_zero2_or_zero3_matches_single_device(tiny, tiny_llama, name, text):
+    {"tiny": tiny, "tiny-llama": tiny_llama}[name].check(Layout.parse(text))
+
+
+@pytest.mark.parametrize("zero3, fsdp", [("data=2,tensor=2x2x1,zero=3", "fsdp=2,tensor=2x2x1")])
+def test_zero3_is_fsdp_over_data_and_is_predicted(zero3, fsdp):
+    """data=N,zero=3 beside a 3D split compiles to fsdp=N's collectives (bytes per kind, over
+    the data axis), and the predictor's bytes per kind are the compiled step's."""
+    from parex.measure.hlo import bytes_by_kind
+
+    measured = bytes_by_kind(_compiled_collectives("tiny", zero3))
+    assert measured == bytes_by_kind(_compiled_collectives("tiny", fsdp))
+    p = predict(model_preset("tiny"), TRAIN, Layout.parse(zero3), "cpu-local",
+                convention="xla-cpu")
+    for kind, value in measured.items():
+        assert p.comm_bytes_per_device[kind] == pytest.approx(value, rel=0.01, abs=SCALARS)
 
 
 @pytest.mark.slow
