@@ -129,6 +129,8 @@ def add_moe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None, help="experts per token (k)")
     p.add_argument("--expert-ffn", type=at_least(1), default=None,
                    help="each expert's MLP width (F_e)")
+    p.add_argument("--bias-rate", type=float, default=None,
+                   help="DeepSeek-V3's loss-free balancing: the router bias's step γ (0: off)")
     p.add_argument("--capacity-factor", type=_capacity, default=None,
                    help="C = ceil(cf·k·T/E) slots per expert per sequence, the rest dropped; "
                    "'dropless' for room for every token (the presets' default)")
@@ -146,7 +148,7 @@ def _capacity(text: str):
 def with_moe_args(model: ModelConfig, args) -> ModelConfig:
     """`model` with the --experts, --top-k, --expert-ffn, --capacity-factor given."""
     changes = {name: getattr(args, name, None) for name in ("experts", "top_k", "expert_ffn",
-                                                             "capacity_factor")}
+                                                             "capacity_factor", "bias_rate")}
     changes = {k: v for k, v in changes.items() if v is not None}
     if changes.get("capacity_factor") == "dropless":
         changes["capacity_factor"] = None

@@ -82,8 +82,9 @@ def cmd_predict(args) -> int:
     from .lowcomm import diloco_report, refuse_wan_args, wan_from_args
 
     refuse_wan_args(args, layout)
+    imbalance = {"expert_imbalance": args.expert_imbalance} if args.expert_imbalance else {}
     p = predict(model, train, layout, cluster, convention=a.convention, recipe=a.recipe,
-                dtype=a.dtype, wan=wan_from_args(args))
+                dtype=a.dtype, wan=wan_from_args(args), **imbalance)
     alts = [] if p.fits or p.diloco else fits_instead(p, model, train, cluster, a)
     if args.json:
         out = p.to_json() | ({"fits_instead": [alt.to_json() for alt in alts]}
@@ -170,6 +171,9 @@ def add_predict(sub) -> None:
                    help="bytes of model state: parex (fp32 weights, grads, Adam) or mixed "
                    "(ZeRO's 2 + 2 + 12; the default for bfloat16 on accelerator profiles, parex "
                    "on cpu-local and for float32)")
+    p.add_argument("--expert-imbalance", type=float, default=None,
+                   help="a mixture of experts' busiest expert's load over the mean, which "
+                   "sets the step (default 1.0: balanced; an assumption, stated in the output)")
     from .lowcomm import add_wan_args
 
     add_wan_args(p)
