@@ -13,13 +13,13 @@ def expert_load_chart(study: pd.DataFrame, width: int = 360) -> alt.Chart:
             for r in study.itertuples() for e, share in enumerate(r.expert_load)]
     frame = pd.DataFrame(rows)
     experts = frame["expert"].nunique()
-    bars = alt.Chart(frame).mark_bar().encode(
+    bars = alt.Chart().mark_bar().encode(
         x=alt.X("expert:O", title="expert"),
         y=alt.Y("share:Q", title="share of assignments", axis=alt.Axis(format="%")),
         tooltip=["layout:N", "expert:O", alt.Tooltip("share:Q", format=".1%")])
-    even = alt.Chart(pd.DataFrame({"share": [1 / experts]})).mark_rule(
-        strokeDash=[4, 3], color="#555555").encode(y="share:Q")
-    return alt.layer(bars, even).properties(width=width, height=160).facet(
+    even = alt.Chart().mark_rule(strokeDash=[4, 3], color="#555555").encode(
+        y=alt.datum(1 / experts))
+    return alt.layer(bars, even, data=frame).properties(width=width, height=160).facet(
         row=alt.Row("layout:N", title=None))
 
 

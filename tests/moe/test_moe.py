@@ -117,7 +117,8 @@ def dropping():
     return Reference(DROPPING, TRAIN)
 
 
-@pytest.mark.parametrize("text", ["data=2,expert=4", "fsdp=2,expert=4"])
+@pytest.mark.parametrize("text", ["data=2,expert=4",
+                                  pytest.param("fsdp=2,expert=4", marks=pytest.mark.slow)])
 def test_expert_layouts_match_single_device(tiny_moe, text):
     tiny_moe.check(Layout.parse(text))
 
@@ -244,3 +245,15 @@ def test_bias_balancing_trains_alike_on_every_layout_and_evens_the_load():
     busiest = {c.name: np.mean(runs[c.name, "data=8"].moe["max_load_ratio"][-4:])
                for c in (base, biased)}
     assert busiest["tiny-moe-bias"] < 0.8 * busiest["tiny-moe"], busiest
+
+
+def test_expert_load_chart_has_a_bar_per_expert_and_layout():
+    import pandas as pd
+
+    from parex.charts import expert_load_chart
+
+    study = pd.DataFrame({"layout": ["data=8", "expert=8"],
+                          "expert_load": [[0.125] * 8, [0.25, 0.05] * 4]})
+    spec = expert_load_chart(study).to_dict()
+    chart_data = next(iter(spec["datasets"].values()))
+    assert len(chart_data) == 16 and {r["layout"] for r in chart_data} == {"data=8", "expert=8"}
