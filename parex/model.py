@@ -8,6 +8,8 @@ naive einsum or the blockwise flash kernel; ring or all-to-all under context par
 `ops.column_parallel` / `ops.row_parallel` are the matmuls that enter and leave the
 tensor-parallel regions (explicit all-gather / reduce-scatter under sequence parallelism), and
 `ops.seq_order` is the order of positions along the sequence dim (zig-zag under ring attention).
+A mixture of experts' MLP (parex.moe) runs its experts through `ops.experts` (the all-to-alls of
+expert parallelism on a mesh).
 So this file never names a mesh axis. Blocks are stacked on a leading `layers` dim and run with
 `lax.scan`.
 
