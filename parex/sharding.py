@@ -9,13 +9,12 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 
 from .layout import Axis, Layout
 from .model import Ops
 from .moe.layer import SLOTS
-from .parallel.context import ring_attention, ulysses_attention, zigzag, zigzag_chunks
+from .parallel.context import ring_attention, ulysses_attention, zigzag, zigzag_positions
 from .parallel.nested import nested_shard_map
 
 RESIDUAL = ("batch", "seq_res", "hidden")  # the residual stream (B, T, D)
@@ -220,5 +219,4 @@ class MeshOps(Ops):
     def seq_positions(self, T: int):
         if self.layout.cp != "ring":
             return None
-        s = self.layout.seq
-        return np.arange(T).reshape(2 * s, T // (2 * s))[zigzag_chunks(s)].reshape(T)
+        return zigzag_positions(T, self.layout.seq)

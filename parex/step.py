@@ -20,6 +20,7 @@ from . import model as gpt
 from .config import ModelConfig, TrainConfig
 from .defaults import attention_of
 from .layout import Axis, Layout, grads_split_over_seq, num_microbatches
+from .moe.routing import rebalance
 from .parallel.tensor3d import mesh_ops
 from .validation import validate
 
@@ -294,8 +295,6 @@ class TrainStep:
 
     def _rebalanced(self, params, load):
         """params with every block's router bias moved toward balance (routing.rebalance)."""
-        from .moe.routing import rebalance
-
         mlp = params["blocks"]["mlp"]
         bias = rebalance(mlp["router_bias"], load, self.model.bias_rate)
         return params | {"blocks": params["blocks"] | {"mlp": mlp | {"router_bias": bias}}}

@@ -24,8 +24,6 @@ Shapes: B sequences, T tokens, D hidden, E routed experts, k experts per token, 
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,9 +33,16 @@ from ..config import ModelConfig
 
 def capacity(cfg: ModelConfig, T: int) -> int:
     """C, tokens one expert takes from one sequence of T tokens."""
-    if cfg.capacity_factor is None:
-        return T
-    return max(1, min(T, math.ceil(cfg.capacity_factor * cfg.top_k * T / cfg.experts)))
+    return int(slots(cfg.capacity_factor, cfg.top_k, cfg.experts, T))
+
+
+def slots(capacity_factor: float | None, k: int, E: int, T):
+    """ceil(cf·k·T/E) within [1, T], or T when dropless (cf None); T a number or a numpy column
+    (the predictor's, parex.predict.shapes.ModelSizes.capacity)."""
+    T = np.asarray(T)
+    if capacity_factor is None:
+        return T * 1
+    return np.clip(np.ceil(capacity_factor * k * T / E), 1, T).astype(np.int64)
 
 
 def route(x, w_router, cfg: ModelConfig, bias=None):

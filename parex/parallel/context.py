@@ -44,6 +44,12 @@ def zigzag_chunks(s: int) -> np.ndarray:
     return np.stack([np.arange(s), 2 * s - 1 - np.arange(s)], 1).reshape(-1)
 
 
+def zigzag_positions(T: int, s: int) -> np.ndarray:
+    """The position each stored token has in the zig-zag layout (zigzag of 0..T-1), in numpy:
+    known while tracing."""
+    return np.arange(T).reshape(2 * s, T // (2 * s))[zigzag_chunks(s)].reshape(T)
+
+
 def zigzag(x, s: int, axis: int = 1):
     """Reorder the sequence dim of x (length T, a multiple of 2s) into the zig-zag layout."""
     T = x.shape[axis]

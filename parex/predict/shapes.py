@@ -27,6 +27,7 @@ import numpy as np
 from ..config import ModelConfig, TrainConfig
 from ..layout import CP_MODES, Layout, resolved_microbatches
 from ..model import param_table
+from ..moe.routing import slots
 from ..parallel.schedules import ALL_SCHEDULES
 from ..validation.checks import partition_stats
 
@@ -81,10 +82,9 @@ class ModelSizes:
     def capacity(self, T) -> np.ndarray:
         """C, slots per expert per sequence of T tokens (parex.moe.routing.capacity, as a
         column): ceil(cf·k·T/E), or T when dropless."""
-        T = np.asarray(T)
-        if not self.moe or self.capacity_factor is None:
-            return T * 1
-        return np.clip(np.ceil(self.capacity_factor * self.k * T / self.E), 1, T).astype(np.int64)
+        if not self.moe:
+            return np.asarray(T) * 1
+        return slots(self.capacity_factor, self.k, self.E, T)
 
 
 def _is_entry(x) -> bool:
