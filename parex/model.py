@@ -54,6 +54,15 @@ class Ops:
         """Rows of the embedding table (V, D) for token ids (B, T): (B, T, D)."""
         return table[tokens]
 
+    def stage_tables(self, params: dict, length: int) -> dict:
+        """The embedding's parameters as a pipeline's first stage hands them to `embed`, for
+        sequences of `length` tokens."""
+        return params
+
+    def cross_entropy(self, logits, targets):
+        """The mean loss of logits as the ops produce them (`cross_entropy`)."""
+        return cross_entropy(logits, targets)
+
     def column_parallel(self, eq, x, ws, w_dims, out_dims):
         """einsum(eq, x, w) for each w in ws; x comes from the residual region (B, T, D)."""
         return tuple(jnp.einsum(eq, x, w) for w in ws)

@@ -98,6 +98,11 @@ class MeshOps(Ops):
             fn, mesh=self.mesh, in_specs=specs(tuple(in_dims)), out_specs=specs(out_dims),
             axis_names=free)
 
+    def stage_tables(self, params: dict, length: int) -> dict:
+        """The token table with its FSDP/ZeRO-3 shards gathered (vocab stays split over
+        tensor), as a pipeline's first stage uses it."""
+        return params | {"tokens": self.constrain(params["tokens"], ("vocab", "embed"))}
+
     def gather_weight(self, w, dims):
         """Inside a manual region: the weight whole over the axes that only its parameter
         sharding splits (W[D_fsdp, F_tensor] -> W[D, F_tensor]: fsdp, and data under ZeRO-3).

@@ -38,6 +38,7 @@ Shape of the computation:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -120,25 +121,23 @@ class _Context:
     cfg: object
     ops: object
     remat: str
-    seed: float  # d(mean loss)/d(one microbatch's loss) = 1/(m · replicas · manual fsdp)
-    manual: tuple  # the shard_map's manual axes: stage, and data and fsdp when manual too
+    seed: float  # d(mean loss)/d(one microbatch's loss) = 1/(m · ManualAxes.count)
+    varying: tuple  # the manual axes every value varies over (ManualAxes.varying)
     taps: BlockTaps | None  # the split backward's taps (zero-bubble schedules), else None
     shards: fsdp_stage.ChunkShards | None  # manual fsdp: how the chunks are split, else None
     specs: dict | None = None  # piece -> Residuals ("embedding", "layers", "head")
 
     def chunk(self, i):
         """Chunk i's weights as its ops use them: gathered over fsdp when it is manual."""
-        return _gathered(_at(self.blocks, i), self.shards, self.manual)
+        return _gathered(_at(self.blocks, i), self.shards, self.varying)
 
     def block_grads(self, grads):
         """A chunk's weight gradients as the accumulator holds them (fsdp: its shards)."""
         return grads if self.shards is None else self.shards.scatter(grads)
 
     def embed(self, tokens):
-        def piece(params):  # the table's FSDP/ZeRO-3 shards are gathered first (vocab stays
-            table = self.ops.constrain(params["tokens"], ("vocab", "embed"))  # split over tensor)
-            return gpt.embed(params | {"tokens": table}, tokens, self.cfg, self.ops)
-        return piece
+        return lambda params: gpt.embed(self.ops.stage_tables(params, tokens.shape[1]), tokens,
+                                        self.cfg, self.ops)
 
     def layers(self, mask):
         if self.taps is None:
@@ -151,8 +150,8 @@ class _Context:
         return tapped
 
     def head_loss(self, targets):
-        return lambda params, y: gpt.cross_entropy(gpt.unembed(params, y, self.cfg, self.ops),
-                                                   targets)
+        return lambda params, y: self.ops.cross_entropy(
+            gpt.unembed(params, y, self.cfg, self.ops), targets)
 
     def layer_args(self, x, blocks):
         """The layers piece's differentiated inputs: x, and when split the taps and the
@@ -225,7 +224,7 @@ def _backward(role, ctx: _Context, state, row, blocks):
     if role == "last":  # the loss seeds its own backward: d(mean over m)/d(loss_j)
         kept = Stash.read(state["head"], row["head"])
         d_head, g = specs["head"].backward(kept, ctx.head, vary(jnp.float32(ctx.seed),
-                                                                ctx.manual))
+                                                                ctx.varying))
         state = _add_head(state, d_head)
     else:
         g = _at(state["inbox"], row["inbox"])
@@ -344,15 +343,15 @@ def _branch(index: int, name: str, ctx: _Context, positions: Positions, like):
 
 # --- the per-device program ----------------------------------------------------------------------
 
-def _initial_state(timetable: Timetable, ctx: _Context, act, manual, blocks32, head32):
+def _initial_state(timetable: Timetable, ctx: _Context, act, varying, blocks32, head32):
     """Buffers sized from the table (timetable.slots), each varying as the values stored in
     it."""
     specs, slots = ctx.specs, timetable.slots
-    state = {"inbox": vary(jnp.zeros((slots["inbox"] + 1, *act.shape), act.dtype), manual),
+    state = {"inbox": vary(jnp.zeros((slots["inbox"] + 1, *act.shape), act.dtype), varying),
              "res": Stash.create(specs["layers"].stashed, slots["res"]),
              "emb": Stash.create(specs["embedding"].stashed, slots["emb"]),
              "head": Stash.create(specs["head"].stashed, slots["head"]),
-             "loss": vary(jnp.zeros((), jnp.float32), manual),
+             "loss": vary(jnp.zeros((), jnp.float32), varying),
              "g_blocks": jax.tree.map(jnp.zeros_like, blocks32),  # varying like their inputs
              "g_head": jax.tree.map(jnp.zeros_like, head32)}
     if ctx.taps is not None:
@@ -362,38 +361,34 @@ def _initial_state(timetable: Timetable, ctx: _Context, act, manual, blocks32, h
     return state
 
 
-def _gathered(chunk, shards, manual):
-    """A chunk's weights whole over a manual fsdp axis, varying over every manual axis (so that
-    its vjp returns this device's partial gradients, reduced by fsdp_stage.scatter)."""
+def _gathered(chunk, shards, varying):
+    """A chunk's weights whole over a manual fsdp axis, varying over `varying` (so that its
+    vjp returns this device's partial gradients, reduced by fsdp_stage.scatter)."""
     if shards is None:
         return chunk
-    return vary(shards.gather(chunk), manual)
+    return vary(shards.gather(chunk), varying)
 
 
-def _per_device(timetable: Timetable, cfg, ops, remat, replicas, fsdp, blocks, mask, head,
+def _per_device(timetable: Timetable, cfg, ops, remat, axes: ManualAxes, blocks, mask, head,
                 tokens, targets, table):
     """The shard_map body: this device's slice of every argument; returns (loss, grads).
-    `replicas` is the data-parallel size when `data` is manual here (1 when it is not), `fsdp`
-    the fsdp size when `fsdp` is (fsdp_stage.manual_fsdp). Three phases: the context every
-    branch reads (`_context`), the scan of the table's ticks (`_Tick`), one reduction each after
-    the loop (`_reduce_after_loop`)."""
-    data = (DATA,) if replicas > 1 else ()
-    manual = (STAGE,) + data + ((fsdp_stage.FSDP,) if fsdp > 1 else ())
+    Three phases: the context every branch reads (`_context`), the scan of the table's ticks
+    (`_Tick`), one reduction each after the loop (`_reduce_after_loop`)."""
     blocks, mask = jax.tree.map(lambda a: a[0], (blocks, mask))  # drop the stage dim
     mask = None if timetable.layer_mask.all() else mask  # no padding: no per-layer cond
-    blocks = vary(blocks, manual)  # already varying over stage (and fsdp's shards)
-    head = vary(head, manual)
-    inner = ops.inside(bool(data), manual_fsdp=fsdp > 1)
-    count = timetable.schedule.m * replicas * fsdp  # the loss is the mean over these
-    ctx, act = _context(timetable, cfg, inner, remat, 1.0 / count, manual,
+    blocks = vary(blocks, axes.varying)  # already varying over stage (and the axes splitting it)
+    head = vary(head, axes.varying)
+    inner = ops.inside(DATA in axes.rows, manual_fsdp=axes.fsdp > 1)
+    count = timetable.schedule.m * axes.count  # the loss is the mean over these
+    ctx, act = _context(timetable, cfg, inner, remat, 1.0 / count, axes,
                         (blocks, mask, head, tokens, targets), table["mb"][0, 0])
-    state = _initial_state(timetable, ctx, act, manual, blocks, head)
+    state = _initial_state(timetable, ctx, act, axes.varying, blocks, head)
     tick = _Tick.build(timetable, ctx, state, act, ops.layout)
     state = lax.scan(tick, state, {k: a[:, 0] for k, a in table.items()})[0]
-    return _reduce_after_loop(state, ctx, data, count)
+    return _reduce_after_loop(state, ctx, axes, count)
 
 
-def _context(timetable: Timetable, cfg, ops, remat, seed, manual, inputs,
+def _context(timetable: Timetable, cfg, ops, remat, seed, axes: ManualAxes, inputs,
              mb) -> tuple[_Context, jax.Array]:
     """Phase 1: what every branch reads, and one activation's (or cotangent's) zeros `act`.
     The chunks and the embedding and head are cast to the compute dtype; a split backward's taps
@@ -402,18 +397,19 @@ def _context(timetable: Timetable, cfg, ops, remat, seed, manual, inputs,
     d(mean loss)/d(one microbatch's loss)."""
     blocks, mask, head, tokens, targets = inputs
     compute = jnp.dtype(cfg.dtype)
-    shards = fsdp_stage.ChunkShards.of(cfg, ops) if fsdp_stage.FSDP in manual else None
+    shards = fsdp_stage.ChunkShards.of(cfg, ops) if axes.fsdp > 1 else None
     b, T = tokens.shape[1:]
-    act = vary(jnp.zeros((b, T, cfg.hidden), compute), manual)  # one activation or cotangent
+    act = vary(jnp.zeros((b, T, cfg.hidden), compute), axes.varying)  # an activation or its
+    # cotangent: a 3D group's X and Y devices hold the same one, so it is invariant over them
     cast = gpt.cast(blocks, compute)
     taps = None
     if timetable.schedule.split_backward:
-        first = _at(_gathered(_at(cast, 0), shards, manual), 0)  # one layer's weights
+        first = _at(_gathered(_at(cast, 0), shards, axes.varying), 0)  # one layer's weights
         taps = BlockTaps.probe(cfg, ops, remat, first, act)
     cast_head = gpt.cast(head, compute)
     ctx = _Context(cast, mask, {k: cast_head[k] for k in EMBEDDING if k in cast_head},
                    {k: cast_head[k] for k in HEAD}, tokens, targets, cfg, ops, remat, seed,
-                   manual, taps, shards)
+                   axes.varying, taps, shards)
     return dataclasses.replace(ctx, specs=ctx.probe(act, mb)), act
 
 
@@ -433,8 +429,8 @@ class _Tick:
     @classmethod
     def build(cls, timetable: Timetable, ctx: _Context, state, act, layout) -> "_Tick":
         stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
-        split_by_xla = partitioned_inside_stages(layout.tensor, layout.seq, layout.fsdp,
-                                                 layout.data, layout.zero)
+        split_by_xla = not layout.tensor3d and partitioned_inside_stages(
+            layout.tensor, layout.seq, layout.fsdp, layout.data, layout.zero)
         positions = _switch_outputs(timetable, ctx, stashes,
                                     (state["g_blocks"], state["g_head"], state["loss"]),
                                     share=not split_by_xla)
@@ -507,21 +503,89 @@ class _Tick:
         return state | {"inbox": inbox}
 
 
-def _reduce_after_loop(state, ctx: _Context, data: tuple, count: int):
+def _reduce_after_loop(state, ctx: _Context, axes: ManualAxes, count: int):
     """Phase 3, one reduction each after the loop: the loss is the mean over `count` (m
-    microbatches · data replicas · fsdp shards, when manual); the embedding's and head's
-    gradients come from the first and last virtual stages only; the data replicas' partial
-    gradients are summed once. Returns (loss, the chunks' gradients (1, v, Lmax, ...), the
+    microbatches · the devices holding distinct rows); the embedding's and head's gradients
+    come from the first and last virtual stages only, so they are summed over stages too; each
+    gradient is summed over the row-splitting axes that do not split it (those that do were
+    reduce-scattered per op). Returns (loss, the chunks' gradients (1, v, Lmax, ...), the
     embedding's and head's)."""
-    loss = lax.psum(state["loss"], ctx.manual) / count
-    g_head = lax.psum(state["g_head"], ctx.manual)
-    g_blocks = lax.psum(state["g_blocks"], data) if data else state["g_blocks"]
-    if ctx.shards is not None:  # the shards are reduced already (B, W); the leaves fsdp does
-        g_blocks = ctx.shards.sum_unsharded(g_blocks)  # not split are not
+    loss = lax.psum(state["loss"], axes.varying) / count
+    g_head = _sum_partials(state["g_head"], axes.head, axes.varying)
+    g_blocks = _sum_partials(state["g_blocks"], axes.chunks, axes.rows)
     return loss, jax.tree.map(lambda a: a[None], g_blocks), g_head
 
 
+def _sum_partials(grads, specs, axes: tuple):
+    """Each gradient summed over those of `axes` its PartitionSpec does not name."""
+    def one(g, spec):
+        split = {a for entry in spec for a in _mesh_axes(entry)}
+        over = tuple(a for a in axes if a not in split)
+        return lax.psum(g, over) if over else g
+    return jax.tree.map(one, grads, specs)
+
+
 # --- the entry point ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ManualAxes:
+    """The pipeline shard_map's manual axes and how its arguments are split over them.
+
+    `stage` always. `rows`, the axes that split the batch: data with replicated parameters
+    (ZeRO < 3), so each replica keeps its partial gradients until one psum after the loop
+    (under ZeRO-3 XLA reduces them per op), and fsdp where fsdp_stage.manual_fsdp says so (each
+    op gathers its chunk's shards). A 3D tensor layout (parallel.tensor3d) makes all of its
+    axes manual, or XLA's partitioner would reshard the Z-split weights inside the schedule's
+    switch branches, where the other stage's devices never join the collective: data, fsdp
+    and Z split the rows, and `tensor` holds X and Y, over which a group's devices hold the
+    same rows (values are invariant over them). Everything else (seq, Megatron's tensor,
+    data under ZeRO-3) is left to XLA's partitioner inside each stage."""
+
+    rows: tuple
+    tensor: tuple
+    count: int  # the devices of a stage holding distinct rows: the product of the rows' sizes
+    fsdp: int  # the fsdp size the pipeline gathers by hand (fsdp_stage), else 1
+    chunks: dict  # the (p, v, Lmax, ...) chunks' PartitionSpecs (and their gradients')
+    head: dict  # the embedding's and head's PartitionSpecs inside the loop
+
+    @property
+    def names(self) -> tuple:
+        return (STAGE,) + self.rows + self.tensor
+
+    @property
+    def varying(self) -> tuple:
+        """The axes every activation, loss and gradient varies over."""
+        return (STAGE,) + self.rows
+
+    @classmethod
+    def of(cls, step) -> ManualAxes:
+        layout, cfg = step.layout, step.model
+        sizes = {axis.value: n for axis, n in layout.axis_sizes().items()}
+        dims = gpt.param_dims(cfg)
+        tables = {k: d for k, d in dims.items() if k != "blocks"}
+        if layout.tensor3d:
+            rows = tuple(a for a in _mesh_axes(layout.spec(("batch",))[0]))
+            tensor = tuple(a for a in (Axis.TENSOR.value, Axis.TENSOR_Y.value) if sizes[a] > 1)
+            chunks = jax.tree.map(lambda d: layout.spec(("layers", None, None) + d[1:], "param"),
+                                  dims["blocks"], is_leaf=_is_dims)
+            head = jax.tree.map(lambda d: layout.spec(d, "param"), tables, is_leaf=_is_dims)
+            return cls(rows, tensor, math.prod(sizes[a] for a in rows), 1, chunks, head)
+        fsdp = fsdp_stage.manual_fsdp(layout)
+        rows = (((DATA,) if layout.zero < 3 and layout.data > 1 else ())
+                + ((fsdp_stage.FSDP,) if fsdp > 1 else ()))
+        head = jax.tree.map(lambda d: PartitionSpec(), tables, is_leaf=_is_dims)
+        return cls(rows, (), math.prod(sizes[a] for a in rows), fsdp,
+                   fsdp_stage.block_specs(cfg, STAGE, fsdp), head)
+
+
+def _is_dims(d) -> bool:
+    return isinstance(d, tuple) and all(x is None or isinstance(x, str) for x in d)
+
+
+def _mesh_axes(entry) -> tuple:
+    """The mesh axes of one PartitionSpec entry."""
+    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+
 
 def timetable_for(step) -> Timetable:
     """The Timetable of a TrainStep's layout (stage, schedule, microbatches, virtual, partition)."""
@@ -571,20 +635,14 @@ def pipeline_loss_and_grads(step, params, batch):
     # positions in the layout's order (zig-zag under ring attention), as parex.model.loss_fn does
     tokens, targets = (split(step.ops.seq_order(batch[k])) for k in ("inputs", "targets"))
     table = {k: jnp.asarray(a) for k, a in timetable.arrays.items()}
-    # With replicated parameters (ZeRO < 3) the data axis is manual too, so each replica keeps
-    # its partial gradients until one psum after the loop; otherwise XLA reduces them per op.
-    # fsdp is manual too where fsdp_stage.manual_fsdp says so: each device takes its rows
-    replicas = step.layout.data if step.layout.zero < 3 else 1
-    fsdp = fsdp_stage.manual_fsdp(step.layout)
-    batch = ((DATA,) if replicas > 1 else ()) + ((fsdp_stage.FSDP,) if fsdp > 1 else ())
-    body = partial(_per_device, timetable, step.model, step.ops, step.train.remat, replicas, fsdp)
+    axes = ManualAxes.of(step)
+    body = partial(_per_device, timetable, step.model, step.ops, step.train.remat, axes)
     stage, everywhere = PartitionSpec(STAGE), PartitionSpec()
-    rows = PartitionSpec(None, batch) if batch else everywhere  # (m, b, T)
-    chunks = fsdp_stage.block_specs(step.model, STAGE, fsdp)
+    rows = PartitionSpec(None, axes.rows) if axes.rows else everywhere  # (m, b, T)
     run = jax.shard_map(
-        body, mesh=step.mesh, axis_names={STAGE, *batch},
-        in_specs=(chunks, stage, everywhere, rows, rows, PartitionSpec(None, STAGE)),
-        out_specs=(everywhere, chunks, everywhere))
+        body, mesh=step.mesh, axis_names=set(axes.names),
+        in_specs=(axes.chunks, stage, axes.head, rows, rows, PartitionSpec(None, STAGE)),
+        out_specs=(everywhere, axes.chunks, axes.head))
     mask = jnp.asarray(timetable.layer_mask)
     loss, g_staged, g_head = run(staged, mask, head, tokens, targets, table)
     return loss, {**g_head, "blocks": unstage(g_staged)[0]}

@@ -8,7 +8,7 @@ nothing in F (an identity whose backward gives the tap y's cotangent), and x is 
 - F differentiates the tapped layers with respect to (x, taps) only, the weights held fixed: its
   residuals are what dx needs, and the records (each op's input) are kept for W.
 - B's backward returns dx and, for every tap, dY: the cotangent of that op's output.
-- W needs only those: dW = ∂/∂w Σ_i ⟨fn_i(x_i, w), dY_i⟩, which for a matmul is x_iᵀ·dY_i, one
+- W needs only those: dW = Σ_i (∂fn_i(x_i, w)/∂w)ᵀ dY_i, which for a matmul is x_iᵀ·dY_i, one
   matmul; the forward fn_i(x_i, w) feeds nothing that is kept, so XLA drops it. Under sequence
   parallelism fn_i all-gathers x_i again first, as Megatron does for its weight gradients.
 - An op whose parameters are all vectors (a norm's scale and bias) is not tapped: its weight
@@ -179,19 +179,18 @@ def tapped_layers(blocks, x, taps, mask, cfg, ops, remat: str, spec: BlockTaps):
 
 def weight_grads(blocks, records, cotangents, spec: BlockTaps):
     """dW of every layer of the chunk from its records and tap cotangents (module docstring),
-    each the gradient of Σ_i ⟨fn_i(x_i, w), dY_i⟩: the gradients of the tapped ops' parameters
-    (`blocks` holds those only, BlockTaps.split). The layers are independent, so they are
+    the sum over ops of each op's pullback of dY_i with respect to w: the gradients of the
+    tapped ops' parameters (`blocks` holds those only, BlockTaps.split). The layers are independent, so they are
     batched (vmap: one batched matmul per weight, no loop) unless their ops nest shard_maps."""
     def layer(p, recs, dys):
-        def pairing(p):
-            total = jnp.zeros((), jnp.float32)
-            for op, x, dy in zip(spec.ops, recs, dys):
-                y = op.fn(x, op.params(p))
-                total = total + sum(jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32))
-                                    for a, b in zip(jax.tree.leaves(y), jax.tree.leaves(dy)))
-            return total
-
-        return jax.grad(pairing)(p)
+        # one pullback per op, not the gradient of one summed pairing: under a 3D tensor layout
+        # some ops' outputs vary over Y and others do not, and summing them into one scalar
+        # would count the invariant ones once per Y device
+        grads = jax.tree.map(jnp.zeros_like, p)
+        for op, x, dy in zip(spec.ops, recs, dys):
+            _, pullback = jax.vjp(lambda w, op=op, x=x: op.fn(x, op.params(w)), p)
+            grads = jax.tree.map(jnp.add, grads, pullback(dy)[0])
+        return grads
 
     if not spec.unroll:
         return jax.vmap(layer)(blocks, records, cotangents)

@@ -38,12 +38,16 @@ split over Y for the vocab-parallel cross-entropy.
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from ..layout import Axis, Layout
-from ..sharding import MeshOps
+from ..model import cross_entropy
+from ..sharding import MeshOps, _names
+from .stash import varying_axes
 
 X, Y, Z = Axis.TENSOR.value, Axis.TENSOR_Y.value, Axis.TENSOR_Z.value
 _RESIDUAL = ("batch", "seq", "hidden")  # a pair's input and output, (B, T, D)
@@ -101,10 +105,39 @@ def mesh_ops(layout: Layout, mesh: Mesh) -> MeshOps:
     return Tensor3DOps(layout, mesh) if layout.tensor3d else MeshOps(layout, mesh)
 
 
+def _vary(w, axes):
+    """w varying over `axes` (those it does not vary over yet)."""
+    missing = tuple(a for a in axes if a not in varying_axes(w))
+    return jax.lax.pcast(w, missing, to="varying") if missing else w
+
+
 class Tensor3DOps(MeshOps):
     """MeshOps whose tensor-parallel matmuls and embedding lookup run AxoNN's 3D algorithm;
     everything else (norms, attention, the loss) follows the Layout's rules under XLA's
-    partitioner."""
+    partitioner.
+
+    Inside a pipeline stage (`inside`, parex.parallel.pipeline) X, Y and Z are manual axes of
+    the pipeline's shard_map with data, fsdp and stage: the ops run their local programs as
+    they are (no shard_map of their own), nothing is left to XLA's partitioner (which would
+    reshard weights inside the schedule's switch branches, where the other stage's devices
+    never join the collective), and the loss is the vocab-parallel cross-entropy over Y."""
+
+    manual = False  # whether an enclosing shard_map holds X, Y and Z manual
+
+    def inside(self, manual_data: bool = False, manual_fsdp: bool = False) -> MeshOps:
+        """In a shard_map whose manual axes include the 3D groups: the whole layout is kept
+        (the ops gather over Z, fsdp and data themselves); otherwise MeshOps.inside."""
+        mesh = jax.sharding.get_abstract_mesh()
+        kinds = dict(zip(mesh.axis_names, mesh.axis_types))
+        if all(kinds.get(a) != jax.sharding.AxisType.Manual for a in (X, Y, Z)):
+            return super().inside(manual_data, manual_fsdp)
+        inner = copy.copy(self)
+        inner.mesh, inner.manual = mesh, True
+        return inner
+
+    def constrain(self, x, dims):
+        # inside a pipeline every axis that splits something is manual: nothing to pin
+        return x if self.manual else super().constrain(x, dims)
 
     def _size(self, axis: str) -> int:
         return self.layout.axis_sizes()[Axis(axis)]
@@ -126,7 +159,7 @@ class Tensor3DOps(MeshOps):
         split = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ()) if a != X)
         replicas = tuple(a for a in (Axis.DATA.value, Axis.FSDP.value)
                          if self._size(a) > 1 and a not in split)
-        w = jax.lax.pcast(w, replicas, to="varying") if replicas else w
+        w = _vary(w, replicas)
         if not split:
             return w
         return jax.lax.all_gather(w, split, axis=w_dims.index("embed"), tiled=True)
@@ -136,6 +169,8 @@ class Tensor3DOps(MeshOps):
 
     def _shard_map(self, fn, in_specs, out_specs):
         # the gathered weight is gathered again in the backward, not stored (as FSDP does)
+        if self.manual:
+            return jax.checkpoint(fn)
         return jax.shard_map(jax.checkpoint(fn), mesh=self.mesh, in_specs=in_specs,
                              out_specs=out_specs)
 
@@ -185,3 +220,44 @@ class Tensor3DOps(MeshOps):
                              self.layout.spec(_RESIDUAL))
         return fn(table, tokens)
 
+
+    # --- inside a pipeline stage (manual) ------------------------------------------------------
+
+    def whole(self, w, dims):
+        """A parameter used whole on every device (GPT's position table P[T, D_XZ]): all-gathered
+        over X invariantly (backward: a slice) and over the axes that split rows (Z, fsdp,
+        ZeRO-3's data) as a varying value (backward: a reduce-scatter of the rows' partial
+        sums)."""
+        for i, entry in enumerate(self.layout.spec(dims, "param")):
+            rows = tuple(a for a in _names(entry) if a not in (X, Y))
+            if rows:
+                w = jax.lax.all_gather(w, rows, axis=i, tiled=True)
+            for a in _names(entry):
+                if a in (X, Y):
+                    w = gather_whole(w, a, axis=i, tiled=True)
+        return w
+
+    def stage_tables(self, params: dict, length: int) -> dict:
+        """The embedding's parameters as the pipeline's first virtual stage hands them to
+        parex.model.embed: the token table stays split (`lookup` gathers it over Z), the
+        position table's first `length` rows are made whole."""
+        if not self.manual or "positions" not in params:
+            return super().stage_tables(params, length)
+        rows = params["positions"][:length]
+        return params | {"positions": self.whole(rows, (None, "embed"))}
+
+    def cross_entropy(self, logits, targets):
+        """The mean loss of logits (B, T, V_Y) split over Y (Megatron's vocab-parallel
+        cross-entropy): the max and the sum of exponentials reduced over Y, the target's logit
+        taken on the Y device that holds its row."""
+        if not self.manual or self._size(Y) == 1:
+            return cross_entropy(logits, targets)
+        logits = logits.astype(jnp.float32)
+        rows = logits.shape[-1]
+        top = jax.lax.pmax(jax.lax.stop_gradient(logits).max(-1), Y)
+        total = jax.lax.psum(jnp.exp(logits - top[..., None]).sum(-1), Y)
+        ids = targets - jax.lax.axis_index(Y) * rows
+        held = (ids >= 0) & (ids < rows)
+        picked = jnp.take_along_axis(logits, jnp.clip(ids, 0, rows - 1)[..., None], -1)[..., 0]
+        target_logit = jax.lax.psum(jnp.where(held, picked, 0.0), Y)
+        return jnp.mean(jnp.log(total) + top - target_logit)

@@ -16,7 +16,7 @@ from ..measure.hlo import KINDS
 from ..parallel.schedules import SCHEDULES
 from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..validation.checks import check_valid, executable_columns, executable_reason, valid_columns
-from . import alpha_beta, comm, flops, memory, stash, tensor3d, ticks, time
+from . import alpha_beta, comm, flops, memory, stash, tensor3d, tensor3d_stages, ticks, time
 from .comm import Convention
 from .memory import Recipe
 from .shapes import Grid, model_sizes
@@ -111,6 +111,12 @@ def comm_terms(sizes, grid: Grid, remat: str, conv: Convention, act: int, rec: R
     """(collective terms, the grid their axes are sized by): comm's, or a 3D tensor layout's."""
     if layout3d is None:
         return comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes), grid
+    if np.any(grid.stage > 1):  # a grid of 3D layouts all inside stages, or none
+        if not np.all(grid.stage > 1):
+            raise ValueError("3D layouts with and without pipeline stages in one grid: "
+                             "predict them in two grids")
+        return (tensor3d_stages.terms(sizes, layout3d, grid, remat, conv, act, rec.param_bytes,
+                                      rec.grad_bytes), tensor3d.axes_grid(grid, layout3d))
     return (tensor3d.terms(sizes, layout3d, grid.B, grid.T, remat, conv, act, rec.grad_bytes,
                            len(grid)), tensor3d.axes_grid(grid, layout3d))
 

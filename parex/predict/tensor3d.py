@@ -182,11 +182,11 @@ class Sizes3D:
 
 def equivalent(layout: Layout) -> Layout:
     """The 1D layout whose per-device matmul FLOPs and model state come closest to a 3D one's:
-    batch over data × fsdp × Z, weights over X·Y·Z·fsdp (fsdp=Z·fsdp, tensor=X·Y). The
-    predictor's compute and memory read it; the collectives are this module's."""
-    return Layout(data=layout.data, fsdp=layout.tensor_z * layout.fsdp,
-                  tensor=layout.tensor * layout.tensor_y,
-                  zero=layout.zero)  # ZeRO-1: the optimizer state's D also over data
+    batch over data × fsdp × Z, weights over X·Y·Z·fsdp (fsdp=Z·fsdp, tensor=X·Y), the
+    pipeline (stage, schedule, microbatches) and ZeRO as they are. The predictor's compute and
+    memory read it; the collectives are this module's (tensor3d_stages' inside stages)."""
+    return layout.replace(fsdp=layout.tensor_z * layout.fsdp,
+                          tensor=layout.tensor * layout.tensor_y, tensor_y=1, tensor_z=1)
 
 
 def equivalent_columns(sizes: Sizes3D) -> dict:
@@ -249,6 +249,12 @@ def _shapes(sizes: ModelSizes, layout: Sizes3D, B: int, T: int) -> _Shapes:
                    Fy, sizes.V // Y_, small, sizes.head[1] + positions)
 
 
+def layer_weights(s: _Shapes, n_in: int) -> dict:
+    """Each weight of a block: (how many, elements of its X·Y shard before Z)."""
+    return {"qkv": (1, s.Dx * s.qkv), "out-proj": (1, s.heads * s.Dx),
+            "mlp-in": (n_in, s.Dx * s.Fy), "mlp-out": (1, s.Fy * s.Dx)}
+
+
 def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Convention,
           act_bytes: int, grad_bytes: float, n: int = 1) -> list[Term]:
     """Every collective family of 3D layouts' steps: a Layout (columns of length n, all alike)
@@ -262,8 +268,7 @@ def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Conventio
     on = layout.on()
     a, gpt, xla = act_bytes, sizes.family == "gpt", conv.name == "xla-cpu"
     again = L if remat == "full" else 0  # blocks whose forward runs again
-    weights = {"qkv": (1, s.Dx * s.qkv), "out-proj": (1, s.heads * s.Dx),
-               "mlp-in": (n_in, s.Dx * s.Fy), "mlp-out": (1, s.Fy * s.Dx)}
+    weights = layer_weights(s, n_in)
     table = s.Vy * s.Dx
     out = []
 
@@ -303,11 +308,13 @@ def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Conventio
 
 
 def _grad_terms(s: _Shapes, L: int, layer_w, table, z, z_axes: tuple, data, a: int,
-                grad_bytes: float, n: int) -> list[Term]:
+                grad_bytes: float, n: int, once: bool = True) -> list[Term]:
     """t3d-grads: the weight shards (1/(Z·fsdp) of the blocks, z = Z·fsdp) over data; the norms
     and biases, and once the final norm, GPT's position rows and the loss (4 bytes), over
-    data × fsdp × Z. Where Z·fsdp = 1 XLA's combiner puts both on one all-reduce over data."""
-    shards = {"layer": (L, layer_w * a / z), "once": (1, 2 * table * a / z)}
+    data × fsdp × Z. Where Z·fsdp = 1 XLA's combiner puts both on one all-reduce over data.
+    `once`: False inside pipeline stages, whose tables are summed over stages too
+    (predict.tensor3d_stages)."""
+    shards = {"layer": (L, layer_w * a / z)} | ({"once": (1, 2 * table * a / z)} if once else {})
     small = {"layer": s.small * grad_bytes, "once": s.once * grad_bytes + 4}
     alone = (np.asarray(z) == 1) * 1.0  # Z = 1: one all-reduce over data carries both
 

@@ -450,26 +450,28 @@ def nearest_3d_hint(l: Layout, c: Context) -> str:
 
 def tensor3d_limit(l: Layout, c: Context) -> str | None:
     """What parex's 3D executor does not compose with yet, and the nearest layout that runs:
-    data, fsdp (each weight's block gathered over Z·fsdp) and ZeRO-1/2/3 over data (ZeRO-1 the
+    data, fsdp (each weight's block gathered over Z·fsdp), ZeRO-1/2/3 over data (ZeRO-1 the
     optimizer state's D split over data too, ZeRO-2 the gradients', ZeRO-3 the weights', which
-    are then gathered over Z·data as fsdp's are) do; ZeRO beside fsdp does not."""
+    are then gathered over Z·data as fsdp's are) and pipeline stages (X, Y and Z manual in the
+    pipeline's shard_map, parallel.pipeline.ManualAxes) do; ZeRO beside fsdp does not, nor
+    more than one microbatch outside a pipeline."""
     both = l.fsdp > 1 and l.zero > 0
-    near = l.replace(data=l.data * l.stage * l.seq, stage=1, seq=1,
-                     zero=0 if l.fsdp > 1 else l.zero, sp=False, cp="none",
-                     schedule="gpipe", virtual_stages=1, layers_per_stage=None, microbatches=1)
+    near = l.replace(data=l.data * l.seq, seq=1, zero=0 if l.fsdp > 1 else l.zero, sp=False,
+                     cp="none", microbatches=l.microbatches if l.stage > 1 else 1)
     # ZeRO beside fsdp splits the state over data between X·Z and fsdp: a reshuffle, not an
-    # all-gather. Inside pipeline stages XLA:CPU's partitioner reshards the Z-split weights by
-    # collective-permutes in the schedule's switch branches, which deadlock there (the fix:
-    # X, Y and Z manual in the pipeline's shard_map, as parallel.fsdp_stage makes fsdp)
+    # all-gather
+    m = num_microbatches(l, c.train)
     unsupported = [k for k, on in (("a mixture of experts", c.model.moe),
-                                   ("stage", l.stage > 1), ("seq", l.seq > 1),
+                                   ("seq", l.seq > 1),
                                    (f"zero={l.zero} beside fsdp", both),
-                                   ("microbatches", num_microbatches(l, c.train) > 1)) if on]
+                                   (f"microbatches={m} without pipeline stages",
+                                    l.stage == 1 and m > 1)) if on]
     X, Y, Z = l.tensor, l.tensor_y, l.tensor_z
     if unsupported:
         return (f"{', '.join(unsupported)} with tensor={X}x{Y}x{Z}: parex's 3D tensor "
                 f"executor runs beside data parallelism with fsdp or ZeRO (not the two "
-                f"together) and one microbatch; the nearest layout that runs is {near}")
+                f"together) and pipeline stages, with one microbatch outside a pipeline; the "
+                f"nearest layout that runs is {near}")
     shards = l.shard_count("embed", "opt")  # X·Z·fsdp, ·data under ZeRO
     if c.model.hidden % shards:
         plain = l.replace(data=l.data * l.fsdp, fsdp=1, zero=0)

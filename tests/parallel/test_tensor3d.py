@@ -54,13 +54,15 @@ def test_malformed_sizes_are_refused_in_one_line(text, words):
     ("tiny-llama", "tensor=1x8x1", 8,
      "kv_heads=4 is not divisible by Y=8.*nearest 3D layout that runs is tensor=1x4x2"),
     ("tiny", "tensor=2x2x2,sp=on", 8, "nearest layout that runs is tensor=2x2x2"),
-    ("tiny", "stage=2,tensor=2x2x1", 8, "nearest layout that runs is data=2,tensor=2x2x1"),
+    ("tiny", "stage=2,seq=2,cp=ring,tensor=1x2x1", 8,
+     "nearest layout that runs is data=2,tensor=1x2x1,stage=2$"),
     ("tiny", "fsdp=2,tensor=2x2x1,zero=1", 8,
      "zero=1 beside fsdp.*nearest layout that runs is fsdp=2,tensor=2x2x1$"),
     ("tiny", "fsdp=2,tensor=1x2x2,zero=3", 8,
      "zero=3 beside fsdp.*nearest layout that runs is fsdp=2,tensor=1x2x2$"),
     ("tiny", "seq=2,cp=ring,tensor=1x2x2", 8, "nearest layout that runs is data=2,tensor=1x2x2"),
-    ("tiny", "data=2,tensor=1x2x2,microbatches=2", 8, "microbatches"),
+    ("tiny", "data=2,tensor=1x2x2,microbatches=2", 8,
+     "microbatches=2 without pipeline stages.*runs is data=2,tensor=1x2x2$"),
 ])
 def test_bad_3d_layouts_get_one_clear_line(model, text, n, words):
     with pytest.raises(LayoutError, match=words) as error:
@@ -151,6 +153,33 @@ def test_3d_with_zero1_or_fsdp_matches_single_device(tiny, tiny_llama, name, tex
                                   "data=2,tensor=2x1x2,zero=3"])
 def test_3d_with_zero2_or_zero3_matches_single_device(tiny, tiny_llama, name, text):
     {"tiny": tiny, "tiny-llama": tiny_llama}[name].check(Layout.parse(text))
+
+
+# inside pipeline stages: X, Y and Z manual in the pipeline's shard_map (ManualAxes)
+
+def test_3d_inside_pipeline_stages_matches_single_device(tiny):
+    tiny.check(Layout.parse("stage=2,tensor=2x2x1,microbatches=2"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", [
+    "stage=2,tensor=1x2x2,microbatches=2", "stage=2,tensor=2x1x2,microbatches=4,schedule=1f1b",
+    "stage=2,data=2,tensor=1x2x1,microbatches=2", "stage=2,fsdp=2,tensor=1x2x1,microbatches=2",
+    "stage=2,data=2,tensor=1x2x1,zero=3,microbatches=2",
+    "stage=2,tensor=2x2x1,microbatches=4,schedule=interleaved,virtual=2",
+    "stage=2,tensor=1x2x2,microbatches=2,schedule=zbh1"])
+def test_gpt_3d_inside_pipeline_stages_matches_single_device(tiny, text):
+    tiny.check(Layout.parse(text))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", [
+    "stage=2,tensor=2x2x1,microbatches=2", "stage=2,tensor=1x2x2,microbatches=4,schedule=1f1b",
+    "stage=2,data=2,tensor=1x2x1,zero=1,microbatches=2",
+    "stage=2,tensor=1x2x2,microbatches=4,schedule=zbv,virtual=2",
+    "stage=2,fsdp=2,tensor=1x2x1,microbatches=2,schedule=zbh1"])
+def test_llama_3d_inside_pipeline_stages_matches_single_device(tiny_llama, text):
+    tiny_llama.check(Layout.parse(text))
 
 
 @pytest.mark.parametrize("zero3, fsdp", [("data=2,tensor=2x2x1,zero=3", "fsdp=2,tensor=2x2x1")])
