@@ -24,6 +24,15 @@ def test_x_y_z_controls_show_the_3d_layouts_prediction():
         want.comm_bytes_per_device)
     explorer.set(tensor_y=1, tensor_z=1, tensor=4)  # both at 1: Megatron's tensor=4
     assert explorer.prediction.layout == "data=2,tensor=4"
+    explorer.set(tensor=2, tensor_y=2, stage=2, microbatches=2)  # 3D inside pipeline stages
+    layout = layout_of(explorer.values)
+    assert layout == Layout.parse("tensor=2x2x1,stage=2,microbatches=2")
+    want = predict(model_preset("tiny"), TrainConfig(global_batch=8, steps=2, remat="none"),
+                   layout, "cpu-local")
+    assert explorer.prediction.layout == str(layout)
+    assert explorer.prediction.comm_bytes_per_device == pytest.approx(
+        want.comm_bytes_per_device)
+    assert {"t3d-gather-x", "pipeline"} <= {c["name"] for c in explorer.prediction.collectives}
 
 
 def test_the_fit_guide_sets_y_and_z_for_a_3d_layout():

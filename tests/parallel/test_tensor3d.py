@@ -157,8 +157,15 @@ def test_3d_with_zero2_or_zero3_matches_single_device(tiny, tiny_llama, name, te
 
 # inside pipeline stages: X, Y and Z manual in the pipeline's shard_map (ManualAxes)
 
-def test_3d_inside_pipeline_stages_matches_single_device(tiny):
-    tiny.check(Layout.parse("stage=2,tensor=2x2x1,microbatches=2"))
+def test_3d_inside_pipeline_stages_matches_single_device_and_is_predicted(tiny):
+    """Parity, and the compiled step's collectives against predict.tensor3d_stages (xla-cpu):
+    bytes per kind and axes, and no collective-permute but the stages' sends (left to XLA's
+    partitioner, the Z-split weights were resharded by permutes inside the switch branches)."""
+    layout = Layout.parse("stage=2,tensor=2x2x1,microbatches=2")
+    step, compiled = tiny.check(layout)
+    measured = compiled_stats(compiled, step)["collectives"]
+    assert {tuple(c.axes) for c in measured if c.kind == "collective-permute"} == {("stage",)}
+    _assert_predicted(measured, "tiny", layout, TRAIN)
 
 
 @pytest.mark.slow
@@ -272,8 +279,12 @@ def by_kind_and_axes(collectives, layout=None):
 
 
 def assert_collectives_predicted(model, text, train=TRAIN):
-    layout = Layout.parse(text)
-    measured = by_kind_and_axes(_compiled_collectives(model, text, train))
+    return _assert_predicted(_compiled_collectives(model, text, train), model,
+                             Layout.parse(text), train)
+
+
+def _assert_predicted(collectives, model, layout, train):
+    measured = by_kind_and_axes(collectives)
     p = predict(model_preset(model), train, layout, "cpu-local", convention="xla-cpu")
     predicted = by_kind_and_axes(p.collectives, layout)
     for key in set(measured) | set(predicted):
@@ -296,6 +307,22 @@ def test_2x2x2_collectives_are_predicted():
     ("tiny-llama", "data=2,tensor=1x2x2,zero=1", "none"), ("tiny", "fsdp=2,tensor=1x2x2", "none"),
     ("tiny-llama", "fsdp=2,tensor=2x2x1", "none"), ("tiny", "data=2,fsdp=2,tensor=1x2x1", "none")])
 def test_more_3d_collectives_are_predicted(model, text, remat):
+    assert_collectives_predicted(model, text, TRAIN.replace(remat=remat))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, text, remat", [
+    ("tiny", "stage=2,tensor=1x2x2,microbatches=2", "none"),
+    ("tiny", "stage=2,tensor=2x1x2,microbatches=2", "full"),
+    ("tiny", "stage=2,data=2,tensor=1x2x1,microbatches=2", "full"),
+    ("tiny", "stage=2,fsdp=2,tensor=1x2x1,microbatches=2", "none"),
+    ("tiny", "stage=2,tensor=2x2x1,microbatches=4,schedule=interleaved,virtual=2", "none"),
+    ("tiny-llama", "stage=2,tensor=1x2x2,microbatches=4,schedule=zbv,virtual=2", "none"),
+    ("tiny-llama", "stage=2,tensor=2x2x1,microbatches=2,schedule=1f1b", "selective")])
+def test_3d_inside_stages_collectives_are_predicted(model, text, remat):
+    """predict.tensor3d_stages: the last stage's per-microbatch families, the after-loop sums
+    over stages and data, the tables' gather before the loop and the stages' sends; ZB-V's
+    device holds the embedding too."""
     assert_collectives_predicted(model, text, TRAIN.replace(remat=remat))
 
 
@@ -395,7 +422,10 @@ def test_per_device_batch_refuses_a_batch_that_does_not_split():
     # transients are counted as Megatron tensor=Y holds them)
     ("tiny", "tensor=2x2x2", "full", 0.25), ("tiny", "data=2,tensor=1x2x2,zero=1", "none", 0.1),
     ("tiny-llama", "data=2,tensor=2x2x1,zero=1", "none", 0.1),
-    ("tiny-llama", "fsdp=2,tensor=1x2x2", "none", 0.1)])
+    ("tiny-llama", "fsdp=2,tensor=1x2x2", "none", 0.1),
+    # inside pipeline stages: the stash of the microbatches in flight (1F1B: p of them)
+    ("tiny", "stage=2,tensor=2x2x1,microbatches=2", "none", 0.1),
+    ("tiny-llama", "stage=2,tensor=1x2x2,microbatches=4,schedule=1f1b", "none", 0.15)])
 def test_3d_memory_is_predicted(model, text, remat, rel):
     """Parameters, gradients and optimizer state (the argument) and the total per device,
     measured from the compiled step against predict(): activations split over Y and the batch
