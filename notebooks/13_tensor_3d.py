@@ -73,6 +73,23 @@ pd.DataFrame(rows).pivot(index="layout", columns="kind", values=["measured", "pr
 print({str(layout): [round(x, 5) for x in m.losses] for layout, m in zip(layouts, measured)})
 
 # %% [markdown]
+# ## 3D inside pipeline stages
+# A 3D split composes with pipeline stages: here a 2x2x1 split inside each of two stages,
+# scheduled 1F1B. Inside the pipeline, X, Y and Z are manual axes of its `shard_map`, like
+# the stage axis, so every collective is the one written in parex's 3D ops; the stages add the
+# activations' sends (collective-permutes) and, after the loop, the embedding's and head's
+# gradients summed over the stages. The losses are again one device's.
+
+# %%
+staged = parex.Layout.parse("stage=2,tensor=2x2x1,microbatches=2,schedule=1f1b")
+m = parex.measure(model, train, staged)
+p = parex.predict(model, train, staged, "cpu-local")
+print(str(staged), [round(x, 5) for x in m.losses])
+pd.DataFrame([{"kind": kind, "measured": parex.format_bytes(m.comm_bytes_per_device[kind]),
+               "predicted": parex.format_bytes(p.comm_bytes_per_device[kind])}
+              for kind in ("all-reduce", "all-gather", "collective-permute")])
+
+# %% [markdown]
 # ## Where each wins: a 20B GPT on Perlmutter
 # AxoNN's GPT-20B (32 layers, hidden 7,168) on 16 nodes of 4 A100-40GB, Slingshot-11 between
 # nodes, full recompute. Megatron's split (tensor=4 inside a node, ZeRO-1 over data) moves the

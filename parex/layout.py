@@ -53,6 +53,17 @@ LOCAL_LOSSES = ("ce", "recon")  # schedule=local's objectives (parex.parallel.lo
 ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
 
 
+def is_dims(x) -> bool:
+    """Whether x is a tuple of logical dim names (None: a dim no axis splits), a leaf of
+    parex.model.param_dims."""
+    return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
+
+
+def spec_axes(entry) -> tuple:
+    """The mesh axes of one PartitionSpec entry (None, a name or a tuple of names)."""
+    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+
+
 def divisors(n: int) -> list[int]:
     """The sizes an axis of n may take: every d that divides n, ascending."""
     return [d for d in range(1, n + 1) if n % d == 0]

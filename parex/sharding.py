@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-from .layout import Axis, Layout
+from .layout import Axis, Layout, is_dims, spec_axes
 from .model import Ops
 from .moe.layer import SLOTS
 from .parallel.context import ring_attention, ulysses_attention, zigzag, zigzag_positions
@@ -20,15 +20,6 @@ from .parallel.nested import nested_shard_map
 RESIDUAL = ("batch", "seq_res", "hidden")  # the residual stream (B, T, D)
 QUERY = ("batch", "seq", "heads", "head_dim")
 KEY_VALUE = ("batch", "seq", "kv_heads", "head_dim")
-
-
-def _is_dims(x) -> bool:
-    return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
-
-
-def _names(entry) -> tuple:
-    """The mesh axes of one PartitionSpec entry."""
-    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
 
 
 @dataclass(frozen=True)
@@ -90,7 +81,7 @@ class MeshOps(Ops):
                 return self.layout.spec(dims.dims, "param")
             return self.layout.spec(dims)
 
-        specs = partial(jax.tree.map, spec, is_leaf=lambda d: _is_dims(d) or isinstance(d, Weight))
+        specs = partial(jax.tree.map, spec, is_leaf=lambda d: is_dims(d) or isinstance(d, Weight))
         free = frozenset(name for name, kind in zip(self.mesh.axis_names, self.mesh.axis_types)
                          if kind != AxisType.Manual)
         nested = len(free) < len(self.mesh.axis_names)  # inside another shard_map
@@ -111,7 +102,7 @@ class MeshOps(Ops):
         param, act = self.layout.spec(dims, "param"), self.layout.spec(dims)
         if param == act:
             return w
-        split = {name for entry in param for name in _names(entry)}
+        split = {name for entry in param for name in spec_axes(entry)}
         replicas = tuple(a.value for a in (Axis.DATA, Axis.FSDP, Axis.EXPERT, Axis.SEQ)
                          if self.layout.axis_sizes()[a] > 1 and a.value not in split)
         w = jax.lax.pcast(w, replicas, to="varying") if replicas else w

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from . import model as gpt
 from .config import ModelConfig, TrainConfig
 from .defaults import attention_of
-from .layout import Axis, Layout, grads_split_over_seq, num_microbatches
+from .layout import Axis, Layout, grads_split_over_seq, is_dims, num_microbatches
 from .moe.routing import rebalance
 from .parallel.tensor3d import mesh_ops
 from .validation import validate
@@ -35,7 +35,7 @@ def make_optimizer(train: TrainConfig, model: ModelConfig, clip: bool = True,
         end_value=train.learning_rate * train.min_lr_ratio)
     decay_mask = jax.tree.map(lambda d: "embed" in d or "expert_embed" in d,
                               dims or gpt.param_dims(model),
-                              is_leaf=_is_dims)  # `dims`: another tree's (parallel.local)
+                              is_leaf=is_dims)  # `dims`: another tree's (parallel.local)
     clipping = optax.clip_by_global_norm(train.grad_clip) if clip else optax.identity()
     return optax.chain(clipping,
                        optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=train.weight_decay,
@@ -48,10 +48,6 @@ def clip_by_global_norm(grads, max_norm: float):
     norm = optax.tree.norm(grads)
     scale = jnp.where(norm < max_norm, 1.0, max_norm / norm)
     return jax.tree.map(lambda g: g * scale.astype(g.dtype), grads)
-
-
-def _is_dims(x) -> bool:
-    return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
 
 
 def accumulates_per_replica(layout: Layout) -> bool:
@@ -100,7 +96,7 @@ class TrainStep:
         as it is stored between steps (Layout.storage_spec)."""
         return jax.tree.map(
             lambda dims: NamedSharding(self.mesh, self.layout.storage_spec(dims, kind)),
-            gpt.param_dims(self.model), is_leaf=_is_dims)
+            gpt.param_dims(self.model), is_leaf=is_dims)
 
     def constrain(self, x, dims):
         return self.ops.constrain(x, dims)
@@ -134,7 +130,7 @@ class TrainStep:
                 entries[dims.index("embed")] = Axis.SEQ.value
             return NamedSharding(self.mesh, PartitionSpec(*entries))
 
-        return jax.tree.map(spec, gpt.param_dims(self.model), is_leaf=_is_dims)
+        return jax.tree.map(spec, gpt.param_dims(self.model), is_leaf=is_dims)
 
     def _hold_grads(self, grads):
         """Gradients as the backward keeps them: split over seq where grads_sharded_over_seq."""

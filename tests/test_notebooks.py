@@ -60,6 +60,7 @@ EXPECTED = {
     "12_local_learning": ["local  on A100s", "gap_vs_1f1b", "tuned for backprop",
                           "changes the optimisation"],
     "13_tensor_3d": ["fastest that fits", "the fastest 3D tensor layouts", "AxoNN step",
+                     "tensor=2x2x1,stage=2,schedule=1f1b",
                      "Kendall's tau", "best 3D ÷ best Megatron-LM"],
     "14_experts": ["losses equal: True", "all_to_all_predicted", "expert=8,zero=1", "dualpipe"],
 }

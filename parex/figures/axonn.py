@@ -73,7 +73,8 @@ def best_80b(batch: int = BATCH_80B) -> dict:
     p = plan(axonn_model("gpt-80b"), TrainConfig(global_batch=batch, seq_len=2048),
              "perlmutter", 256, top=1, **SETTINGS)
     cols, fits = p.columns, p.fits
-    three_d = (cols["tensor_y"] > 1) | (cols["tensor_z"] > 1)
+    # AxoNN's own layouts: 3D × data, no pipeline (parex also plans 3D inside stages)
+    three_d = ((cols["tensor_y"] > 1) | (cols["tensor_z"] > 1)) & (cols["stage"] == 1)
     out = {}
     for kind, mask in (("3d", three_d & fits), ("megatron", megatron_rows(cols) & fits)):
         rows = np.nonzero(mask)[0]

@@ -63,7 +63,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import model as gpt
-from ..layout import Axis, LayoutError
+from ..layout import Axis, LayoutError, is_dims
 from .fsdp_stage import ChunkShards
 from .stash import varying_axes
 
@@ -72,17 +72,13 @@ EMBEDDING, HEAD = ("tokens", "positions"), ("final_norm", "unembed")
 RECON_WEIGHT = 1.0  # the reconstruction term's weight beside the cross-entropy (`recon`)
 
 
-def _is_dims(x) -> bool:
-    return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
-
-
 def stage_dims(model, layout) -> dict:
     """The dims of the per-stage parameter tree (a leading "stage" dim on every leaf): what the
     optimizer's weight-decay mask reads ("embed" in dims)."""
     dims = gpt.param_dims(model)
 
     def staged(tree):
-        return jax.tree.map(lambda d: ("stage", *d), tree, is_leaf=_is_dims)
+        return jax.tree.map(lambda d: ("stage", *d), tree, is_leaf=is_dims)
 
     tree = {"blocks": staged(dims["blocks"]),
             "readin": staged({k: dims[k] for k in EMBEDDING if k in dims}),
@@ -187,7 +183,7 @@ class LocalPipeline:
 
         def stored(kind):  # per leaf: stage, then the layout's rules (stage_spec)
             return jax.tree.map(lambda d: NamedSharding(mesh, stage_spec(ly, d, kind)), dims,
-                                is_leaf=_is_dims)
+                                is_leaf=is_dims)
 
         shapes = jax.eval_shape(self._stage_params, jax.random.key(0))
         opt = optax.tree_map_params(self.optimizer, lambda _, s: s,
@@ -259,10 +255,10 @@ def _stage_shards(cfg, ops, dims) -> ChunkShards:
     """How this device's per-stage tree is split over a manual fsdp axis: each leaf's embed dim
     (fsdp_stage.ChunkShards, over the whole stage rather than one pipeline chunk) and its
     tensor split, which the gathers and reduce-scatters keep (a shard_map over tensor)."""
-    plain = jax.tree.map(_leaf_dims, dims, is_leaf=_is_dims)
+    plain = jax.tree.map(_leaf_dims, dims, is_leaf=is_dims)
     embed = jax.tree.map(lambda d: d.index("embed") if "embed" in d else None, plain,
-                         is_leaf=_is_dims)
-    specs = jax.tree.map(lambda d: ops.layout.spec(d, "param"), plain, is_leaf=_is_dims)
+                         is_leaf=is_dims)
+    specs = jax.tree.map(lambda d: ops.layout.spec(d, "param"), plain, is_leaf=is_dims)
     base = ChunkShards.of(cfg, ops)  # its automatic axes and mesh; the trees are the stage's
     return ChunkShards(embed, specs, base.free, base.mesh)
 
@@ -322,7 +318,7 @@ def local_grads(pipe: LocalPipeline, state, tokens, known):
         return jax.tree.map(lambda g: g[None], grads), queue[None], mean[None], last
 
     held = jax.tree.map(lambda d: _manual_only(stage_spec(step.layout, d), manual), dims,
-                        is_leaf=_is_dims)
+                        is_leaf=is_dims)
     entry = None if not batch else batch[0] if len(batch) == 1 else batch
     staged, rows, queued = PartitionSpec(STAGE), PartitionSpec(None, entry), PartitionSpec(
         STAGE, None, entry)

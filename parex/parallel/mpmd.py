@@ -31,7 +31,7 @@ from jax.sharding import NamedSharding
 from .. import model as gpt
 from ..config import ModelConfig, TrainConfig
 from ..defaults import attention_of
-from ..layout import Layout, LayoutError
+from ..layout import Layout, LayoutError, is_dims
 from ..mesh import make_mesh
 from ..sharding import MeshOps
 from .schedules import make_schedule
@@ -54,10 +54,6 @@ def device_map(cluster, devices=None) -> dict:
             out[(group.name, d)] = devices[k]
             k += 1
     return out
-
-
-def _is_dims(x) -> bool:
-    return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
 
 
 @dataclass
@@ -147,7 +143,7 @@ class MpmdRunner:
         """The stage's parameters on its sub-mesh, split as Layout(tensor=t) says."""
         mine = stage_params(params, program.layers, program.first, program.last)
         dims = stage_params(self.dims, None, program.first, program.last)
-        shardings = jax.tree.map(lambda d: program.sharding(d, "param"), dims, is_leaf=_is_dims)
+        shardings = jax.tree.map(lambda d: program.sharding(d, "param"), dims, is_leaf=is_dims)
         return jax.device_put(mine, shardings)
 
     def loss_and_grads(self, params: dict, batch: dict):

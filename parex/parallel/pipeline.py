@@ -8,9 +8,10 @@ Shape of the computation:
   the train state already stores them in that order (TrainStep.block_order), so this is a
   reshape; uneven ones are gathered. The `stage` axis is manual (shard_map), and so are data
   (ZeRO < 3) and fsdp (fsdp_stage.manual_fsdp: each op gathers its chunk's fsdp shards, each
-  backward op reduce-scatters their gradients). seq and tensor (and data under ZeRO-3, fsdp
-  with SP or seq) stay with XLA's partitioner inside each stage, so sequence, context and
-  tensor parallelism run inside stages.
+  backward op reduce-scatters their gradients), and every axis of a 3D tensor layout
+  (`ManualAxes`: its ops run their collectives as written, parallel.tensor3d). seq and
+  Megatron's tensor (and data under ZeRO-3, fsdp with SP or seq) stay with XLA's partitioner
+  inside each stage, so sequence, context and tensor parallelism run inside stages.
 - One `lax.scan` over the table's ticks. Each tick every device looks up its op and runs one branch
   of a `lax.switch`: idle, or F, B or W of its first, a middle or its last virtual stage. What a
   branch produces travels up, down or stays on the device (timetable.py), by two cyclic `ppermute`s
@@ -30,9 +31,10 @@ Shape of the computation:
 - The embedding and head are stored sharded over `stage` too (their parameters, gradients and
   optimizer state fall with p): XLA gathers them before the loop, and their gradients, produced on
   the first and last virtual stages, are summed over stages after it.
-- Everything differentiated or carried varies over the manual axes (pcast before the loop). With
-  replicated parameters (ZeRO < 3) `data` is manual too, so the data-parallel gradient all-reduce
-  happens once, after the loop, instead of once per backward op.
+- Everything differentiated or carried varies over the manual axes that split the rows (pcast
+  before the loop; a 3D group's X and Y devices hold the same rows, so values are invariant over
+  them). With replicated parameters (ZeRO < 3) `data` is manual too, so the data-parallel
+  gradient all-reduce happens once, after the loop, instead of once per backward op.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from .. import model as gpt
-from ..layout import Axis, partitioned_inside_stages
+from ..layout import Axis, is_dims, partitioned_inside_stages, spec_axes
 from . import fsdp_stage
 from .nested import layer_loop
 from .outputs import Positions, leaf_outputs
@@ -519,7 +521,7 @@ def _reduce_after_loop(state, ctx: _Context, axes: ManualAxes, count: int):
 def _sum_partials(grads, specs, axes: tuple):
     """Each gradient summed over those of `axes` its PartitionSpec does not name."""
     def one(g, spec):
-        split = {a for entry in spec for a in _mesh_axes(entry)}
+        split = {a for entry in spec for a in spec_axes(entry)}
         over = tuple(a for a in axes if a not in split)
         return lax.psum(g, over) if over else g
     return jax.tree.map(one, grads, specs)
@@ -564,27 +566,18 @@ class ManualAxes:
         dims = gpt.param_dims(cfg)
         tables = {k: d for k, d in dims.items() if k != "blocks"}
         if layout.tensor3d:
-            rows = tuple(a for a in _mesh_axes(layout.spec(("batch",))[0]))
+            rows = tuple(a for a in spec_axes(layout.spec(("batch",))[0]))
             tensor = tuple(a for a in (Axis.TENSOR.value, Axis.TENSOR_Y.value) if sizes[a] > 1)
             chunks = jax.tree.map(lambda d: layout.spec(("layers", None, None) + d[1:], "param"),
-                                  dims["blocks"], is_leaf=_is_dims)
-            head = jax.tree.map(lambda d: layout.spec(d, "param"), tables, is_leaf=_is_dims)
+                                  dims["blocks"], is_leaf=is_dims)
+            head = jax.tree.map(lambda d: layout.spec(d, "param"), tables, is_leaf=is_dims)
             return cls(rows, tensor, math.prod(sizes[a] for a in rows), 1, chunks, head)
         fsdp = fsdp_stage.manual_fsdp(layout)
         rows = (((DATA,) if layout.zero < 3 and layout.data > 1 else ())
                 + ((fsdp_stage.FSDP,) if fsdp > 1 else ()))
-        head = jax.tree.map(lambda d: PartitionSpec(), tables, is_leaf=_is_dims)
+        head = jax.tree.map(lambda d: PartitionSpec(), tables, is_leaf=is_dims)
         return cls(rows, (), math.prod(sizes[a] for a in rows), fsdp,
                    fsdp_stage.block_specs(cfg, STAGE, fsdp), head)
-
-
-def _is_dims(d) -> bool:
-    return isinstance(d, tuple) and all(x is None or isinstance(x, str) for x in d)
-
-
-def _mesh_axes(entry) -> tuple:
-    """The mesh axes of one PartitionSpec entry."""
-    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
 
 
 def timetable_for(step) -> Timetable:

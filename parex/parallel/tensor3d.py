@@ -44,9 +44,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from ..layout import Axis, Layout
+from ..layout import Axis, Layout, spec_axes
 from ..model import cross_entropy
-from ..sharding import MeshOps, _names
+from ..sharding import MeshOps
 from .stash import varying_axes
 
 X, Y, Z = Axis.TENSOR.value, Axis.TENSOR_Y.value, Axis.TENSOR_Z.value
@@ -220,21 +220,24 @@ class Tensor3DOps(MeshOps):
                              self.layout.spec(_RESIDUAL))
         return fn(table, tokens)
 
-
     # --- inside a pipeline stage (manual) ------------------------------------------------------
 
     def whole(self, w, dims):
         """A parameter used whole on every device (GPT's position table P[T, D_XZ]): all-gathered
         over X invariantly (backward: a slice) and over the axes that split rows (Z, fsdp,
         ZeRO-3's data) as a varying value (backward: a reduce-scatter of the rows' partial
-        sums)."""
+        sums). The Layout puts X before the row axes in a dim's entry (X the major index), so
+        the rows' pieces are gathered first."""
         for i, entry in enumerate(self.layout.spec(dims, "param")):
-            rows = tuple(a for a in _names(entry) if a not in (X, Y))
+            axes = spec_axes(entry)
+            rows = tuple(a for a in axes if a not in (X, Y))
+            if axes[:len(axes) - len(rows)] != tuple(a for a in axes if a in (X, Y)):
+                raise NotImplementedError(f"{dims}: {entry} splits a dim over X or Y after the "
+                                          f"row axes")
             if rows:
                 w = jax.lax.all_gather(w, rows, axis=i, tiled=True)
-            for a in _names(entry):
-                if a in (X, Y):
-                    w = gather_whole(w, a, axis=i, tiled=True)
+            for a in reversed(axes[:len(axes) - len(rows)]):
+                w = gather_whole(w, a, axis=i, tiled=True)
         return w
 
     def stage_tables(self, params: dict, length: int) -> dict:

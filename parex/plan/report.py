@@ -32,6 +32,7 @@ def plan_json(plan) -> dict:
         "top": [{"rank": r + 1} | plan.entry(i) for r, i in enumerate(plan.top)],
         # AxoNN's 3D layouts and its own model beside parex's (plan.tensor3d)
         "top_3d": [plan.entry(i) for i in best_3d(plan)], "axonn": disagreement(plan),
+        "top_3d_in_stages": [plan.entry(i) for i in best_3d(plan, stages=True)],
     }
 
 
@@ -77,9 +78,12 @@ def plan_report(plan, defaulted=()) -> TextReport:
             f"predicted the same (e.g. data=N,zero=3 and fsdp=N); `parex predict` of a row with "
             f"the same flags and the row's --remat gives its numbers; bottleneck = memory when "
             f"under 10% headroom, else the largest part of the step.")
-    three_d = best_3d(plan)
-    extra = ["", "the fastest 3D tensor layouts (AxoNN's tensor=XxYxZ):",
-             table(plan_rows(plan, three_d), HEADER)] if three_d else []
+    extra = []
+    for title, rows in (("the fastest 3D tensor layouts (AxoNN's tensor=XxYxZ):",
+                         best_3d(plan)),
+                        ("the fastest 3D tensor layouts inside pipeline stages:",
+                         best_3d(plan, stages=True))):
+        extra += ["", title, table(plan_rows(plan, rows), HEADER)] if rows else []
     return TextReport(head, "", table(plan_rows(plan), HEADER), *extra, "",
                       tail + axonn_line(plan))
 

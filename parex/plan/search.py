@@ -151,8 +151,8 @@ def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, 
         part["remat"] = np.full(int(keep.sum()), REMAT_POLICIES.index(remat))
         part |= {k: np.ones(int(keep.sum()), np.int64) for k in tensor3d.EXTRA}
         parts.append(part)
-        three_d = tensor3d.rows_3d(model, train, cluster, settings, remat, PREDICTED, COLUMNS)
-        parts += [three_d] if three_d is not None else []  # AxoNN's layouts (plan.tensor3d)
+        parts += tensor3d.rows_3d(model, train, cluster, settings, remat, PREDICTED,
+                                  COLUMNS)  # AxoNN's layouts (plan.tensor3d)
     names = COLUMNS + tensor3d.EXTRA + PREDICTED + ("remat",)
     if not parts:
         return {k: np.zeros(0) for k in names}, len(valid)

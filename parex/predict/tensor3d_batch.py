@@ -5,7 +5,8 @@
 
 The same formulas as one layout's predict() (parex.predict.core.columns over the equivalent 1D
 grid, predict.tensor3d's collectives over the layouts' own X, Y and Z), one microbatch each (the
-3D executor's), so that a row's numbers are what `parex predict` gives for its layout. Under the
+3D executor's outside a pipeline) or inside pipeline stages, so that a row's numbers are what
+`parex predict` gives for its layout. Under the
 gpu convention the columns also hold the seconds AxoNN's overlaps hide (predict.tensor3d.overlaps:
 hidden_dx_y_beside_dw_s, hidden_scatter_z_deferred_s, hidden_gather_z_prefetched_s).
 """
@@ -32,15 +33,20 @@ def configurations(model: ModelConfig, train: TrainConfig, n_devices: int) -> Si
 
 
 def predict_3d_batch(model: ModelConfig, train: TrainConfig, sizes: Sizes3D, hardware, *,
-                     convention=None, recipe=None, dtype=None) -> dict[str, np.ndarray]:
-    """Columns (Prediction.to_row names, as predict_batch's) of the 3D layouts in `sizes`."""
-    n = int((sizes.data * sizes.tensor * sizes.tensor_y * sizes.tensor_z).max(initial=1))
+                     pipeline: dict | None = None, convention=None, recipe=None,
+                     dtype=None) -> dict[str, np.ndarray]:
+    """Columns (Prediction.to_row names, as predict_batch's) of the 3D layouts in `sizes`;
+    `pipeline`: their Grid columns stage, schedule, virtual_stages and microbatches when all
+    run inside pipeline stages (predict.tensor3d_stages), else one microbatch each."""
+    stage = 1 if pipeline is None else pipeline["stage"]
+    n = int((sizes.data * sizes.tensor * sizes.tensor_y * sizes.tensor_z * stage).max(initial=1))
     cluster, conv, rec, model, _ = resolved(hardware, n, model, train, convention, recipe, dtype)
-    grid = Grid.from_columns(train, model, microbatches=1, **equivalent_columns(sizes))
+    grid = Grid.from_columns(train, model, **(pipeline or {"microbatches": 1}),
+                             **equivalent_columns(sizes))
     cols, _ = columns(model, train, grid, cluster, conv, rec, layout3d=sizes)
     cols["step_time_s"] = cols.pop("step_total_s")
     cols["valid"] = np.ones(len(grid), bool)
-    cols["executable"] = np.ones(len(grid), bool)  # data and one microbatch: the executor's
+    cols["executable"] = np.ones(len(grid), bool)  # what configurations() gives runs
     return cols
 
 

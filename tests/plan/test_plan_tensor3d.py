@@ -9,7 +9,7 @@ import pytest
 from parex.cli.main import main
 from parex.config import ModelConfig, TrainConfig
 from parex.layout import Layout
-from parex.plan import plan
+from parex.plan import plan, plan_report
 from parex.plan.rank import distinct
 from parex.plan.tensor3d import best_3d, disagreement
 from parex.predict import axonn, predict
@@ -38,6 +38,27 @@ def test_plan_lists_3d_layouts_with_both_models_times(perlmutter_plan):
         pred = predict(p.model, p.train_of(i), layout, p.cluster, **p.settings)
         assert e["step_time_s"]["total"] == pytest.approx(pred.step_time_s["total"], rel=1e-9)
         assert e["microbatch"] == TRAIN.global_batch // (layout.data * layout.tensor_z)
+
+
+def test_plan_lists_3d_layouts_inside_pipeline_stages(perlmutter_plan):
+    """3D rows inside pipeline stages, with the 1D rows' schedules and microbatch counts: each
+    row is predict()'s for its layout, and parex runs it (validation accepts it)."""
+    from parex.validation import check_layout
+
+    p, cols = perlmutter_plan, perlmutter_plan.columns
+    staged = ((cols["tensor_y"] > 1) | (cols["tensor_z"] > 1)) & (cols["stage"] > 1)
+    assert len(set(cols["schedule"][staged])) > 2 and len(set(cols["stage"][staged])) > 2
+    rows = best_3d(p, stages=True)
+    assert rows == [int(i) for i in p.order if staged[i]][:3], "the fastest, in parex's order"
+    assert "inside pipeline stages" in str(plan_report(p))
+    for i in rows:
+        layout = p.layout(i)
+        assert layout.tensor3d and layout.stage > 1 and layout.n_devices == 32
+        check_layout(layout, p.model, p.train_of(i), 32)
+        pred = predict(p.model, p.train_of(i), layout, p.cluster, **p.settings)
+        assert p.entry(i)["step_time_s"]["total"] == pytest.approx(pred.step_time_s["total"],
+                                                                   rel=1e-9)
+        assert {"t3d-gather-z", "pipeline"} <= {c["name"] for c in pred.collectives}
 
 
 def test_axonn_time_is_parex_compute_plus_axonns_communication(perlmutter_plan):
@@ -71,6 +92,6 @@ def test_cli_plan_json_has_3d_rows_and_the_comparison(capsys):
                  "56", "--vocab", "50304", "--seq", "2048", "--hardware", "perlmutter",
                  "--nodes", "8", "--global-batch", "256", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["top_3d"] and out["axonn"]["rows_compared"] >= 2
+    assert out["top_3d"] and out["axonn"]["rows_compared"] >= 2 and out["top_3d_in_stages"]
     for e in out["top_3d"]:
         assert Layout.parse(e["layout"]).tensor3d and e["axonn_step_time_s"] > 0
