@@ -424,22 +424,29 @@ def tensor3d_problem(l: Layout, c: Context) -> str | None:
 
 def nearest_3d(l: Layout, c: Context) -> Layout | None:
     """The data × tensor=XxYxZ layout on the available devices that tensor3d_problem accepts
-    and that is closest to l (the sum of |log2| of the ratios of data, X, Y and Z)."""
+    and that is closest to l (the sum of |log2| of the ratios of data, X, Y and Z), inside l's
+    pipeline stages when the devices and layers split over them."""
     n, m, B = c.n_devices or l.n_devices, c.model, c.train.global_batch
+    p = l.stage if n % l.stage == 0 and m.layers % l.stage == 0 else 1
+    micro = num_microbatches(l, c.train) if p > 1 else 1
     best, key = None, None
-    for X in divisors(n):
-        for Y in divisors(n // X):
-            for Z in divisors(n // (X * Y)):
-                data = n // (X * Y * Z)
-                if (Y == Z == 1 or m.hidden % (X * Z) or B % (data * Z)
+    for X in divisors(n // p):
+        for Y in divisors(n // (p * X)):
+            for Z in divisors(n // (p * X * Y)):
+                data = n // (p * X * Y * Z)
+                if (Y == Z == 1 or m.hidden % (X * Z) or B % (data * Z * micro)
                         or any(getattr(m, k) % Y for k in ("kv_heads", "ffn", "vocab"))):
                     continue
                 mine = (data, X, Y, Z)
-                theirs = (l.data * l.fsdp * l.stage * l.seq, l.tensor, l.tensor_y, l.tensor_z)
+                theirs = (l.data * l.fsdp * l.seq * l.stage // p, l.tensor, l.tensor_y,
+                          l.tensor_z)
                 cost = (sum(abs(np.log2(a / b)) for a, b in zip(mine, theirs)), data)
                 if key is None or cost < key:
                     best, key = Layout(data=data, tensor=X, tensor_y=Y, tensor_z=Z), cost
-    return best
+    if best is None or p == 1:
+        return best
+    return best.replace(stage=p, schedule=l.schedule, virtual_stages=l.virtual_stages,
+                        microbatches=l.microbatches, layers_per_stage=l.layers_per_stage)
 
 
 def nearest_3d_hint(l: Layout, c: Context) -> str:

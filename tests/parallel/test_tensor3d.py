@@ -172,6 +172,7 @@ def test_3d_inside_pipeline_stages_matches_single_device_and_is_predicted(tiny):
 @pytest.mark.parametrize("text", [
     "stage=2,tensor=1x2x2,microbatches=2", "stage=2,tensor=2x1x2,microbatches=4,schedule=1f1b",
     "stage=2,data=2,tensor=1x2x1,microbatches=2", "stage=2,fsdp=2,tensor=1x2x1,microbatches=2",
+    "stage=2,data=2,tensor=1x2x1,zero=2,microbatches=2",
     "stage=2,data=2,tensor=1x2x1,zero=3,microbatches=2",
     "stage=2,tensor=2x2x1,microbatches=4,schedule=interleaved,virtual=2",
     "stage=2,tensor=1x2x2,microbatches=2,schedule=zbh1"])
