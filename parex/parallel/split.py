@@ -180,8 +180,9 @@ def tapped_layers(blocks, x, taps, mask, cfg, ops, remat: str, spec: BlockTaps):
 def weight_grads(blocks, records, cotangents, spec: BlockTaps):
     """dW of every layer of the chunk from its records and tap cotangents (module docstring),
     the sum over ops of each op's pullback of dY_i with respect to w: the gradients of the
-    tapped ops' parameters (`blocks` holds those only, BlockTaps.split). The layers are independent, so they are
-    batched (vmap: one batched matmul per weight, no loop) unless their ops nest shard_maps."""
+    tapped ops' parameters (`blocks` holds those only, BlockTaps.split). The layers are
+    independent, so they are batched (vmap: one batched matmul per weight, no loop) unless
+    their ops nest shard_maps."""
     def layer(p, recs, dys):
         # one pullback per op, not the gradient of one summed pairing: under a 3D tensor layout
         # some ops' outputs vary over Y and others do not, and summing them into one scalar
