@@ -438,9 +438,10 @@ def fsdp_in_stages(grid) -> np.ndarray:
 def _fsdp_in_stages(sizes, grid, grad_bytes, on) -> list[Term]:
     """xla-cpu, fsdp manual inside pipeline stages (parallel.fsdp_stage): each backward op (B,
     or W when split) reduce-scatters its chunk's sharded gradients over fsdp; after the loop
-    the shards and the unsharded leaves (biases, norms) are summed over data, the unsharded
-    ones over fsdp, and the embedding's and head's over stage and the batch axes at once. (Its
-    forward and backward gathers are fsdp-gather's, by chunk instead of by layer.)"""
+    the shards are summed over data, the unsharded leaves (biases, norms) over data and fsdp at
+    once, and the embedding's and head's over stage and the batch axes at once
+    (parallel.pipeline._sum_partials). (Its forward and backward gathers are fsdp-gather's, by
+    chunk instead of by layer.)"""
     sharded = grad_bytes * _elements(sizes, grid, embed=True, layers=True)
     unsharded = grad_bytes * _elements(sizes, grid, embed=False, layers=True)
     ops = grid.microbatches * grid.virtual_stages
@@ -448,8 +449,8 @@ def _fsdp_in_stages(sizes, grid, grad_bytes, on) -> list[Term]:
     return [Term("grad-reduce", "reduce-scatter", (Axis.FSDP,), ops * on,
                  sharded / grid.virtual_stages),
             Term("grad-reduce", "all-reduce", (Axis.DATA,), 1.0 * on * (grid.data > 1),
-                 sharded / grid.fsdp + unsharded),
-            Term("grad-reduce", "all-reduce", (Axis.FSDP,), 1.0 * on, unsharded),
+                 sharded / grid.fsdp),
+            Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.FSDP), 1.0 * on, unsharded),
             Term("pipeline-shared", "all-reduce", (Axis.STAGE, Axis.DATA, Axis.FSDP), 1.0 * on,
                  shared)]
 
