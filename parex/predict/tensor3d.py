@@ -86,12 +86,14 @@ def dw_seconds(sizes: ModelSizes, grid: Grid, chip, dtype: str, act_bytes: int) 
                  / chip.step_efficiency for shape in (shapes[0], shapes[2], head))
 
 
-def overlaps(by_name: dict, y_ops, dw: tuple, work, L: int) -> dict:
+def overlaps(by_name: dict, y_ops, dw: tuple, work, L, heads=1) -> dict:
     """Seconds each of AxoNN's overlaps hides per step (columns), each min(the collective's
     time, the compute it runs behind), from the families' α-β seconds (`by_name`), the Y
-    all-reduces per step (`y_ops`), `dw_seconds` and the step's compute `work`:
+    all-reduces per step (`y_ops`), `dw_seconds` and the step's compute `work`; L is the
+    blocks a device runs backward per step (inside pipeline stages: its layers × m) and
+    `heads` the head's backward passes (m):
 
-        dx-y-beside-dw       L·[min(a, dW_qkv) + min(a, dW_mlp_in)] + min(a, dW_head),
+        dx-y-beside-dw       L·[min(a, dW_qkv) + min(a, dW_mlp_in)] + heads·min(a, dW_head),
                              a = one all-reduce of (b, T, D/X) over Y: t3d-y / its ops
         scatter-z-deferred   (L−1)·min(S/L, ⅔·work/L): block l's dW reduce-scatter runs
                              during block l−1's backward; the last one has none after it
@@ -104,7 +106,7 @@ def overlaps(by_name: dict, y_ops, dw: tuple, work, L: int) -> dict:
     qkv, mlp_in, head = dw
     gather, scatter = by_name.get("t3d-gather-z", 0.0), by_name.get("t3d-scatter-z", 0.0)
     return {"dx-y-beside-dw": L * (np.minimum(a, qkv) + np.minimum(a, mlp_in))
-            + np.minimum(a, head),
+            + heads * np.minimum(a, head),
             "scatter-z-deferred": (L - 1) * np.minimum(scatter / L, 2 / 3 * work / L),
             "gather-z-prefetched": (L - 1) * np.minimum(gather / L, work / L)}
 
@@ -118,8 +120,9 @@ def with_overlaps(seconds: dict, terms: list[Term], on_axes, chip, sizes: ModelS
     for term in terms:
         by_name[term.name] = by_name.get(term.name, 0.0) + term_seconds(term, on_axes, chip)
     y_ops = sum(term.count for term in terms if term.name == "t3d-y")
+    blocks = grid.stage_layers * grid.microbatches  # L without stages (one microbatch)
     hidden = overlaps(by_name, y_ops, dw_seconds(sizes, grid, chip, dtype, act_bytes), work,
-                      sizes.L)
+                      blocks, grid.microbatches)
     out = dict(seconds)
     for overlap, name in OVERLAPS.items():
         t = by_name.get(name, 0.0)

@@ -17,8 +17,9 @@ microbatch, Ls = the layers the last stage holds (all its chunks), m microbatche
                     all-reduce when Z·fsdp = 1)
     stage-gather    before the loop, the tables (stored split over stages) gathered, each
                     device's X·Y·Z·fsdp shard of each
-    pipeline        the activations and their cotangents between stages, one send each way per
-                    tick (xla-cpu) of (b, T, D): every device of a 3D group sends its own copy
+    pipeline        the activations and their cotangents between stages, (b, T, D), one send
+                    each way per tick (xla-cpu) or per microbatch and chunk (gpu): every device
+                    of a 3D group sends its own copy
 
 Under ZB-V the first and last virtual stages sit on one device, which then runs the
 embedding's collectives as well. ZeRO-1's gather of the updated parameters is the unstaged
@@ -93,8 +94,11 @@ def terms(sizes: ModelSizes, layout: Layout | Sizes3D, grid: Grid, remat: str,
     term("stage-gather", "all-gather", (STAGE,), 2, table * param_bytes / zf)
     if gpt:
         term("stage-gather", "all-gather", (STAGE,), 1, positions * param_bytes / zf)
-    term("pipeline", "collective-permute", (STAGE,), 2 * table_columns(grid)[0],
-         s.tok * sizes.D * a)
+    # one send each way per tick in parex's program (xla-cpu), per microbatch and chunk in
+    # the ideal one
+    sends = (2 * table_columns(grid)[0] if conv.name == "xla-cpu"
+             else 2 * m * grid.virtual_stages)
+    term("pipeline", "collective-permute", (STAGE,), sends, s.tok * sizes.D * a)
     zero1 = on[DATA] * (np.asarray(0 if s3.zero is None else s3.zero) >= 1)
     term("zero-gather", "all-gather", (DATA,), zero1,
          (Ls * layer_w + (2 * table + positions) / grid.stage) / zf * grad_bytes)
