@@ -37,7 +37,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import model as gpt
 from ..config import ModelConfig, TrainConfig
-from ..layout import MESH_AXES, Axis, Layout
+from ..layout import MESH_AXES, Axis, Layout, spec_axes
 from ..mesh import make_mesh
 from ..step import TrainStep
 from ..validation import validate
@@ -145,9 +145,7 @@ class DiLoCo:
         chosen = [(i, p[0] == "blocks" and self.P > 1) for i, p in enumerate(self.paths)
                   if p[0] == "blocks" or fragment_of(p, self.P) == f]
         specs = jax.tree.leaves(self.param_specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
-        axes = [frozenset(a for entry in specs[i] if entry
-                          for a in ((entry,) if isinstance(entry, str) else entry))
-                for i, _ in chosen]
+        axes = [frozenset(a for entry in specs[i] for a in spec_axes(entry)) for i, _ in chosen]
         split = {key: tuple(a for a in self.inner_axes if a not in key) for key in axes}
 
         def take(tree):

@@ -65,7 +65,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from .. import model as gpt
 from ..layout import Axis, LayoutError, is_dims
 from .fsdp_stage import ChunkShards
-from .stash import varying_axes
+from .stash import vary
 
 STAGE, DATA, FSDP = Axis.STAGE.value, Axis.DATA.value, Axis.FSDP.value
 EMBEDDING, HEAD = ("tokens", "positions"), ("final_norm", "unembed")
@@ -95,15 +95,6 @@ def model_params(state) -> dict:
     blocks = jax.tree.map(lambda w: w.reshape(-1, *w.shape[2:]), stages["blocks"])
     return ({k: v[0] for k, v in stages["readin"].items()} | {"blocks": blocks}
             | jax.tree.map(lambda w: w[-1], stages["readout"]))
-
-
-def _vary(tree, axes):
-    """Values marked varying over `axes` (those they do not vary over yet): a vjp with respect
-    to an invariant value would insert a psum inside the tick loop."""
-    def one(a):
-        missing = tuple(x for x in axes if x not in varying_axes(a))
-        return lax.pcast(a, missing, to="varying") if missing else a
-    return jax.tree.map(one, tree)
 
 
 def clip_per_stage(grads, max_norm: float):
@@ -289,7 +280,7 @@ def local_grads(pipe: LocalPipeline, state, tokens, known):
         ops = step.ops.inside(DATA in batch, manual_fsdp=FSDP in batch)
         shards = _stage_shards(cfg, ops, dims) if FSDP in batch else None
         params = jax.tree.map(lambda a: a[0], stages)
-        params = _vary(params if shards is None else shards.gather(params), manual)
+        params = vary(params if shards is None else shards.gather(params), manual)
         lag = s * q  # microbatch j reaches stage s at tick j + s·q
 
         def tick(carry, t):
@@ -304,7 +295,7 @@ def local_grads(pipe: LocalPipeline, state, tokens, known):
             return (queue, grads, total + valid * loss), None
 
         zeros = jax.tree.map(jnp.zeros_like, params)
-        total = _vary(jnp.zeros((), jnp.float32), manual)
+        total = vary(jnp.zeros((), jnp.float32), manual)
         (queue, grads, total), _ = lax.scan(tick, (queue[0], zeros, total), jnp.arange(m))
         count = m - jnp.clip(lag - steps * m, 0, m)  # valid ticks of this stage this step
         norm = pipe.replicas * jnp.maximum(count, 1)

@@ -50,14 +50,14 @@ from jax import lax
 from jax.sharding import PartitionSpec
 
 from .. import model as gpt
-from ..layout import Axis, is_dims, partitioned_inside_stages, spec_axes
+from ..layout import Axis, is_dims, spec_axes
 from . import fsdp_stage
 from .nested import layer_loop
 from .outputs import Positions, leaf_outputs
 from .timetable import BUFFERS, DOWN, UP, Timetable, make_timetable, stage_partition
 from .schedules import make_schedule
 from .split import BlockTaps, tapped_layers, weight_grads
-from .stash import Residuals, Stash, varying_axes
+from .stash import Residuals, Stash, vary, varying_axes
 
 STAGE, DATA = Axis.STAGE.value, Axis.DATA.value
 EMBEDDING = ("tokens", "positions")  # read by the first virtual stage
@@ -81,15 +81,6 @@ def _run_layers(x, blocks, mask, cfg, ops, remat):
 def nests(ops) -> bool:
     """Whether the ops run shard_maps nested in the pipeline's (sp, seq): parallel.nested."""
     return getattr(ops, "nests_shard_maps", False)
-
-
-def vary(tree, axes):
-    """Mark values varying over `axes` (those they do not vary over yet), so that vjp does not
-    insert a psum inside the loop and scan carries and switch branches agree on their types."""
-    def one(a):
-        missing = tuple(axis for axis in axes if axis not in varying_axes(a))
-        return lax.pcast(a, missing, to="varying") if missing else a
-    return jax.tree.map(one, tree)
 
 
 def _at(tree, i):
@@ -385,7 +376,7 @@ def _per_device(timetable: Timetable, cfg, ops, remat, axes: ManualAxes, blocks,
     ctx, act = _context(timetable, cfg, inner, remat, 1.0 / count, axes,
                         (blocks, mask, head, tokens, targets), table["mb"][0, 0])
     state = _initial_state(timetable, ctx, act, axes.varying, blocks, head)
-    tick = _Tick.build(timetable, ctx, state, act, ops.layout)
+    tick = _Tick.build(timetable, ctx, state, act, axes)
     state = lax.scan(tick, state, {k: a[:, 0] for k, a in table.items()})[0]
     return _reduce_after_loop(state, ctx, axes, count)
 
@@ -429,13 +420,12 @@ class _Tick:
     stashes: tuple  # the stash buffers' names (BUFFERS but the inbox, those in use)
 
     @classmethod
-    def build(cls, timetable: Timetable, ctx: _Context, state, act, layout) -> "_Tick":
+    def build(cls, timetable: Timetable, ctx: _Context, state, act,
+              axes: ManualAxes) -> "_Tick":
         stashes = {name: state[name] for name in BUFFERS if name in state and name != "inbox"}
-        split_by_xla = not layout.tensor3d and partitioned_inside_stages(
-            layout.tensor, layout.seq, layout.fsdp, layout.data, layout.zero)
         positions = _switch_outputs(timetable, ctx, stashes,
                                     (state["g_blocks"], state["g_head"], state["loss"]),
-                                    share=not split_by_xla)
+                                    share=not axes.partitioned)
         branches = tuple(_branch(i, name, ctx, positions, act)
                          for i, name in enumerate(timetable.branches))
         return cls(timetable, positions, branches, tuple(stashes))
@@ -546,6 +536,7 @@ class ManualAxes:
     rows: tuple
     tensor: tuple
     count: int  # the devices of a stage holding distinct rows: the product of the rows' sizes
+    partitioned: bool  # whether an axis that splits something is left to XLA inside the stage
     fsdp: int  # the fsdp size the pipeline gathers by hand (fsdp_stage), else 1
     chunks: dict  # the (p, v, Lmax, ...) chunks' PartitionSpecs (and their gradients')
     head: dict  # the embedding's and head's PartitionSpecs inside the loop
@@ -563,6 +554,10 @@ class ManualAxes:
     def of(cls, step) -> ManualAxes:
         layout, cfg = step.layout, step.model
         sizes = {axis.value: n for axis, n in layout.axis_sizes().items()}
+
+        def left_to_xla(names):
+            return any(n > 1 for a, n in sizes.items() if a not in (STAGE, *names))
+
         dims = gpt.param_dims(cfg)
         tables = {k: d for k, d in dims.items() if k != "blocks"}
         if layout.tensor3d:
@@ -571,12 +566,13 @@ class ManualAxes:
             chunks = jax.tree.map(lambda d: layout.spec(("layers", None, None) + d[1:], "param"),
                                   dims["blocks"], is_leaf=is_dims)
             head = jax.tree.map(lambda d: layout.spec(d, "param"), tables, is_leaf=is_dims)
-            return cls(rows, tensor, math.prod(sizes[a] for a in rows), 1, chunks, head)
+            return cls(rows, tensor, math.prod(sizes[a] for a in rows),
+                       left_to_xla(rows + tensor), 1, chunks, head)
         fsdp = fsdp_stage.manual_fsdp(layout)
         rows = (((DATA,) if layout.zero < 3 and layout.data > 1 else ())
                 + ((fsdp_stage.FSDP,) if fsdp > 1 else ()))
         head = jax.tree.map(lambda d: PartitionSpec(), tables, is_leaf=is_dims)
-        return cls(rows, (), math.prod(sizes[a] for a in rows), fsdp,
+        return cls(rows, (), math.prod(sizes[a] for a in rows), left_to_xla(rows), fsdp,
                    fsdp_stage.block_specs(cfg, STAGE, fsdp), head)
 
 

@@ -29,6 +29,16 @@ def varying_axes(value) -> frozenset:
     return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
 
 
+def vary(tree, axes):
+    """Mark values varying over `axes` (those they do not vary over yet), so that a vjp does not
+    insert a psum inside a manual region's loop, and scan carries and switch branches agree on
+    their types."""
+    def one(a):
+        missing = tuple(axis for axis in axes if axis not in varying_axes(a))
+        return lax.pcast(a, missing, to="varying") if missing else a
+    return jax.tree.map(one, tree)
+
+
 def zeros_like_aval(aval, leading: tuple[int, ...] = ()) -> jax.Array:
     """Zeros of aval's shape (with `leading` dims in front) that vary as aval does, so that a
     scan carry or switch branch holding them agrees with the values stored into them."""

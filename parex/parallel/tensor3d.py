@@ -47,7 +47,7 @@ from jax.sharding import Mesh
 from ..layout import Axis, Layout, spec_axes
 from ..model import cross_entropy
 from ..sharding import MeshOps
-from .stash import varying_axes
+from .stash import vary
 
 X, Y, Z = Axis.TENSOR.value, Axis.TENSOR_Y.value, Axis.TENSOR_Z.value
 _RESIDUAL = ("batch", "seq", "hidden")  # a pair's input and output, (B, T, D)
@@ -105,12 +105,6 @@ def mesh_ops(layout: Layout, mesh: Mesh) -> MeshOps:
     return Tensor3DOps(layout, mesh) if layout.tensor3d else MeshOps(layout, mesh)
 
 
-def _vary(w, axes):
-    """w varying over `axes` (those it does not vary over yet)."""
-    missing = tuple(a for a in axes if a not in varying_axes(w))
-    return jax.lax.pcast(w, missing, to="varying") if missing else w
-
-
 class Tensor3DOps(MeshOps):
     """MeshOps whose tensor-parallel matmuls and embedding lookup run AxoNN's 3D algorithm;
     everything else (norms, attention, the loss) follows the Layout's rules under XLA's
@@ -156,10 +150,10 @@ class Tensor3DOps(MeshOps):
         all-reduced over data). W is made varying over data first: otherwise JAX would sum the
         gathered block's gradient over data, Z·fsdp times the bytes."""
         entry = self.layout.spec(w_dims, "param")[w_dims.index("embed")]
-        split = tuple(a for a in ((entry,) if isinstance(entry, str) else entry or ()) if a != X)
+        split = tuple(a for a in spec_axes(entry) if a != X)
         replicas = tuple(a for a in (Axis.DATA.value, Axis.FSDP.value)
                          if self._size(a) > 1 and a not in split)
-        w = _vary(w, replicas)
+        w = vary(w, replicas)
         if not split:
             return w
         return jax.lax.all_gather(w, split, axis=w_dims.index("embed"), tiled=True)
@@ -222,32 +216,16 @@ class Tensor3DOps(MeshOps):
 
     # --- inside a pipeline stage (manual) ------------------------------------------------------
 
-    def whole(self, w, dims):
-        """A parameter used whole on every device (GPT's position table P[T, D_XZ]): all-gathered
-        over X invariantly (backward: a slice) and over the axes that split rows (Z, fsdp,
-        ZeRO-3's data) as a varying value (backward: a reduce-scatter of the rows' partial
-        sums). The Layout puts X before the row axes in a dim's entry (X the major index), so
-        the rows' pieces are gathered first."""
-        for i, entry in enumerate(self.layout.spec(dims, "param")):
-            axes = spec_axes(entry)
-            rows = tuple(a for a in axes if a not in (X, Y))
-            if axes[:len(axes) - len(rows)] != tuple(a for a in axes if a in (X, Y)):
-                raise NotImplementedError(f"{dims}: {entry} splits a dim over X or Y after the "
-                                          f"row axes")
-            if rows:
-                w = jax.lax.all_gather(w, rows, axis=i, tiled=True)
-            for a in reversed(axes[:len(axes) - len(rows)]):
-                w = gather_whole(w, a, axis=i, tiled=True)
-        return w
-
     def stage_tables(self, params: dict, length: int) -> dict:
         """The embedding's parameters as the pipeline's first virtual stage hands them to
         parex.model.embed: the token table stays split (`lookup` gathers it over Z), the
         position table's first `length` rows are made whole."""
         if not self.manual or "positions" not in params:
             return super().stage_tables(params, length)
-        rows = params["positions"][:length]
-        return params | {"positions": self.whole(rows, (None, "embed"))}
+        # D_(X,Z): gathered over Z (fsdp, ZeRO-3's data) as a varying value, whose backward
+        # reduce-scatters the rows' partial sums, then over X invariantly (backward: a slice)
+        rows = self._gather_z(params["positions"][:length], (None, "embed"))
+        return params | {"positions": self._leave(rows)}
 
     def cross_entropy(self, logits, targets):
         """The mean loss of logits (B, T, V_Y) split over Y (Megatron's vocab-parallel

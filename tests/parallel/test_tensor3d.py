@@ -306,13 +306,10 @@ def test_2x2x2_collectives_are_predicted():
     ("tiny-llama", "tensor=4x2x1", "selective"), ("tiny-llama", "data=2,tensor=1x2x2", "none"),
     ("tiny-llama", "tensor=2x2x2", "full"), ("tiny", "data=2,tensor=2x2x1,zero=1", "none"),
     ("tiny-llama", "data=2,tensor=1x2x2,zero=1", "none"), ("tiny", "fsdp=2,tensor=1x2x2", "none"),
-    ("tiny-llama", "fsdp=2,tensor=2x2x1", "none"), ("tiny", "data=2,fsdp=2,tensor=1x2x1", "none")])
-def test_more_3d_collectives_are_predicted(model, text, remat):
-    assert_collectives_predicted(model, text, TRAIN.replace(remat=remat))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("model, text, remat", [
+    ("tiny-llama", "fsdp=2,tensor=2x2x1", "none"), ("tiny", "data=2,fsdp=2,tensor=1x2x1", "none"),
+    # inside pipeline stages (predict.tensor3d_stages): the last stage's per-microbatch
+    # families, the after-loop sums over stages and data, the tables' gather before the loop
+    # and the stages' sends; ZB-V's device holds the embedding too
     ("tiny", "stage=2,tensor=1x2x2,microbatches=2", "none"),
     ("tiny", "stage=2,tensor=2x1x2,microbatches=2", "full"),
     ("tiny", "stage=2,data=2,tensor=1x2x1,microbatches=2", "full"),
@@ -320,10 +317,7 @@ def test_more_3d_collectives_are_predicted(model, text, remat):
     ("tiny", "stage=2,tensor=2x2x1,microbatches=4,schedule=interleaved,virtual=2", "none"),
     ("tiny-llama", "stage=2,tensor=1x2x2,microbatches=4,schedule=zbv,virtual=2", "none"),
     ("tiny-llama", "stage=2,tensor=2x2x1,microbatches=2,schedule=1f1b", "selective")])
-def test_3d_inside_stages_collectives_are_predicted(model, text, remat):
-    """predict.tensor3d_stages: the last stage's per-microbatch families, the after-loop sums
-    over stages and data, the tables' gather before the loop and the stages' sends; ZB-V's
-    device holds the embedding too."""
+def test_more_3d_collectives_are_predicted(model, text, remat):
     assert_collectives_predicted(model, text, TRAIN.replace(remat=remat))
 
 
