@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="artifacts", help="output folder (git-ignored)")
     args = parser.parse_args(argv)
 
-    from parex.mesh import emulate_devices  # before anything touches a JAX backend
+    from parex.executor.mesh import emulate_devices  # before anything touches a JAX backend
 
     emulate_devices(args.devices)
     import pandas as pd

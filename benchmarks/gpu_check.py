@@ -7,7 +7,7 @@ attention on one GPU: MFU, memory and collectives as measured, beside the predic
 
 The prediction is parex's own program on that chip: convention gpu, recipe parex (the step keeps
 float32 master weights, gradients and Adam moments; compute in bfloat16). MFU counts model FLOPs
-(parex.model.flops_per_token: 6N + 12·L·D·T per token, causal attention in full as Megatron's
+(parex.model.transformer.flops_per_token: 6N + 12·L·D·T per token, causal attention in full as Megatron's
 papers count it) over the chip's bfloat16 peak; flash attention's backward recompute is hardware
 FLOPs, not model FLOPs. Memory: the compiled step's argument + output − alias + temp, and the
 allocator's peak (Device.memory_stats) where the platform reports it. Collectives: one device
@@ -24,7 +24,7 @@ import jax
 
 from parex.config import TrainConfig, model_preset
 from parex.layout import Layout
-from parex.model import flops_per_token
+from parex.model.transformer import flops_per_token
 from parex.predict import predict
 
 # device_kind substrings -> hardware profiles (data/hardware/)

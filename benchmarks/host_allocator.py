@@ -37,7 +37,7 @@ LAYOUTS = ("data=8", "fsdp=8,zero=3", "data=2,tensor=4,sp=on",
 
 def child(model_name: str, steps: int) -> dict:
     """Step times and page faults of every layout in this process."""
-    from parex.mesh import emulate_devices
+    from parex.executor.mesh import emulate_devices
 
     emulate_devices(8)
     from parex.config import TrainConfig, model_preset

@@ -5,7 +5,7 @@
 
 Same model, tokens (the shipped corpus, TrainConfig's seed), optimizer and initial parameters;
 `--layout` is the pipeline without its schedule (default data=2,stage=4,microbatches=8). Every
-`--every` steps it evaluates the *model's* loss (parex.model.loss_fn of the assembled parameters:
+`--every` steps it evaluates the *model's* loss (parex.model.transformer.loss_fn of the assembled parameters:
 for local, stage 0's read-in, every stage's layers and the last stage's head) on 8 fixed batches
 drawn with another seed (parex.figures.ppll.loss_run), so that local's reported training loss,
 whose first p − 1 microbatches per step the earlier stages already trained on, is not what is

@@ -5,7 +5,7 @@ JAX step of the same GPT, same parameters, same batch and the same optax AdamW, 
     python benchmarks/overhead.py --model gpt2-medium --dtype bfloat16 --batch 8 --seq 1024   # a GPU
 
 Prints per-model medians, the ratio parex / hand-written (target <= 1.05) and tokens/s; on a GPU also
-the MFU of the step (model FLOPs from parex.model.flops_per_token over the chip's bf16 peak).
+the MFU of the step (model FLOPs from parex.model.transformer.flops_per_token over the chip's bf16 peak).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import optax
 
 import parex
-from parex import model as gpt
-from parex.data import Batches
-from parex.step import make_optimizer
+from parex.model import transformer as gpt
+from parex.executor.data import Batches
+from parex.executor.step import make_optimizer
 
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2.25e15}
 

@@ -35,7 +35,7 @@ def equal_work(model_name: str, repeats: int, batch: int = 16) -> dict:
     """Median step times (wall, and this process's CPU time) of 1F1B, ZB-H1 and ZB-V at
     p = 4, m = 8, alternated."""
     from parex.config import model_preset
-    from parex.mesh import emulate_devices
+    from parex.executor.mesh import emulate_devices
 
     emulate_devices(8)
     from parex.studies.pipeline import _timer
@@ -60,7 +60,7 @@ def equal_work(model_name: str, repeats: int, batch: int = 16) -> dict:
 
 
 def physical_bubble(model_name: str, ms, repeats: int, out: Path) -> None:
-    from parex.mesh import emulate_devices
+    from parex.executor.mesh import emulate_devices
 
     emulate_devices(2)
     from parex.config import model_preset

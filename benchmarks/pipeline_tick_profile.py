@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args(argv)
-    from parex.mesh import emulate_devices
+    from parex.executor.mesh import emulate_devices
 
     emulate_devices(8)
     names = args.schedules.split(",")

@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 from parex.calibrate import run as calibrate
 from parex.config import TrainConfig, model_preset  # noqa: E402
 from parex.hardware import load_chip  # noqa: E402
-from parex.measure.hlo import KINDS
+from parex.record import KINDS
 from parex.layout import LAYOUT_PRESETS, Layout  # noqa: E402
 from parex.predict import predict, published, published_runs, shared_fields  # noqa: E402
 from parex.measure.report import table
@@ -56,7 +56,7 @@ def measure_round_robin(model, train, layouts, references=()) -> tuple[list, lis
     """Measurements of several layouts whose timed steps alternate (one step of each in turn),
     so that the load of other processes on the shared cores hits every layout alike; the
     `references` (jitted function, arguments) are timed in the same rotation."""
-    from parex.data import Batches
+    from parex.executor.data import Batches
     from parex.measure.compiled import compile_layout, compiled_stats
     from parex.record import Measurement
 

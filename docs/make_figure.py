@@ -18,7 +18,7 @@ def main(path: Path = Path(__file__).resolve().parent / "figure.png") -> Path:
     from parex import charts
     from parex.explorer.measuring import measure_run
     from parex.hardware import load_chip
-    from parex.mesh import devices_for
+    from parex.executor.mesh import devices_for
     from parex.predict import predict
 
     model, train = parex.model_preset("tiny"), parex.TrainConfig(steps=6, global_batch=16)

@@ -121,7 +121,7 @@ alt.Chart(long).mark_line(point=True).encode(
 # A toy cluster of two groups of four emulated devices. The plan: pipeline 1 takes 6 of the 8
 # sequences in 3 microbatches, 3 blocks on two devices (tensor 2), then 1 block on one device;
 # pipeline 2 takes 2 sequences, the whole model on two devices of the other group. Every stage
-# is its own jitted program on its own sub-mesh (parex.parallel.mpmd); loss and gradients
+# is its own jitted program on its own sub-mesh (parex.hetero.mpmd); loss and gradients
 # must equal the single-device reference.
 
 # %%

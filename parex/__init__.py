@@ -18,21 +18,25 @@ the papers' tables). Charts and widgets need the `notebook` extra; `import parex
 
 from .calibrate.local import ensure_local
 from .config import ModelConfig, TrainConfig, model_preset, preset_names
-from .data import Batches
+from .executor.data import Batches
 from .errors import InputError
 from .hardware import Link, known_hardware, load_chip, load_cluster
 from .layout import LAYOUT_PRESETS, Axis, Layout, LayoutError
-from .measure import measure, relative_error
+from .measure import relative_error
 from .measure.report import comparison_table, measurement_report
-from .mesh import emulate_devices, make_mesh
-from .model import init_params
+from .executor.mesh import emulate_devices, make_mesh
+from .model.transformer import init_params
 from .parallel.schedules import make_schedule
-from .predict import predict, predict_batch, shared_fields
+from .predict import predict_batch, shared_fields
 from .record import Measurement, Prediction, records_frame
-from .step import TrainStep, reference_loss_and_grads
+from .executor.step import TrainStep, reference_loss_and_grads
 from .sweep import load as load_sweep
 from .units import format_bytes, format_count, format_seconds
 from .validation import validate
+
+# last: importing the subpackages parex.measure and parex.predict above binds their names to
+# them; the front door's two functions take those names (parex.entry)
+from .entry import measure, predict  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -13,9 +13,10 @@ from typing import Callable
 from .errors import InputError, unknown
 
 FAMILIES = ("gpt", "llama")
-DTYPES = ("float32", "bfloat16")
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}  # compute dtypes and the bytes of one element
+DTYPES = tuple(DTYPE_BYTES)
 REMAT_POLICIES = ("none", "selective", "full")
-ATTENTION_KERNELS = ("flash", "naive")  # parex.attention: blockwise (no scores kept) or einsum
+ATTENTION_KERNELS = ("flash", "naive")  # parex.model.attention: blockwise (no scores kept) or einsum
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class ModelConfig:
     vocab: int = 256  # V
     seq_len: int = 128  # T (s), the longest sequence; GPT's position table has T rows
     dtype: str = "float32"  # compute dtype; master weights and optimizer state stay float32
-    # --- mixture of experts (parex.moe): every block's MLP becomes E routed experts ---------------
+    # --- mixture of experts (parex.model.moe): every block's MLP becomes E routed experts ---------------
     experts: int = 0  # E, routed experts per block; 0: a dense model
     top_k: int = 1  # k, experts each token is sent to (its gates renormalised to sum to 1)
     expert_ffn: int | None = None  # F_e, each expert's MLP width; None means ffn
@@ -107,9 +108,10 @@ class ModelConfig:
 class TrainConfig:
     """What one optimizer step consumes and how the optimizer behaves."""
 
-    global_batch: int = 16  # B, sequences per optimizer step across all devices
+    global_batch: int | None = None  # B, sequences per optimizer step across all devices;
+    # None: the regime's default (parex.defaults.default_global_batch: 16 on the emulated mesh)
     microbatch: int | None = None  # b, sequences per data-parallel replica per microbatch;
-    # None: no gradient accumulation (or the Layout's pipeline microbatches decide)
+    # None: the Layout's microbatch count decides, else parex.defaults.default_microbatch
     seq_len: int | None = None  # tokens per sequence; None means the model's seq_len
     steps: int = 20  # optimizer steps
     learning_rate: float = 3e-3  # peak learning rate
@@ -118,18 +120,26 @@ class TrainConfig:
     weight_decay: float = 0.1  # AdamW decay, applied to matrices only
     grad_clip: float = 1.0  # global-norm clipping threshold
     seed: int = 0  # parameter initialisation and synthetic data
-    remat: str = "none"  # "none", "selective" (recompute attention scores), "full" (blocks)
-    attention: str | None = None  # "flash" or "naive" (parex.attention); None: the platform's
-    # default (parex.defaults.default_attention)
+    remat: str | None = None  # "none", "selective" (recompute attention scores), "full"
+    # (blocks); None: the regime's default (parex.defaults.default_remat)
+    attention: str | None = None  # "flash" or "naive" (parex.model.attention); None: the
+    # regime's default (parex.defaults.default_attention)
 
     def __post_init__(self):
-        if self.attention is not None and self.attention not in ATTENTION_KERNELS:
-            raise InputError(unknown("attention kernel", self.attention, ATTENTION_KERNELS))
+        for what, value, known in (("attention kernel", self.attention, ATTENTION_KERNELS),
+                                   ("remat policy", self.remat, REMAT_POLICIES)):
+            if value is not None and value not in known:
+                raise InputError(unknown(what, value, known))
+        for name in ("global_batch", "microbatch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise InputError(f"TrainConfig({name}={value}): give at least 1 sequence")
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
 
     def tokens_per_step(self, model: ModelConfig) -> int:
+        """B · T of a resolved config (parex.setting fills global_batch)."""
         return self.global_batch * (self.seq_len or model.seq_len)
 
 

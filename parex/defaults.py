@@ -1,96 +1,44 @@
-"""The defaults every entry point shares (the CLI, the Planner, the Explorer, sweeps): a value is a
-default here and nowhere else, and `assume` is the one function that turns a hardware profile,
-a model and what the user said into the `Assumptions` a prediction or a plan was made under.
+"""The defaults: what parex assumes for everything a user leaves out, in each regime. A value is
+a default here and nowhere else; parex.setting.resolve is the one place they are applied.
 
-    a = assume(cluster, model, dtype=None, global_batch=None, ...)   # None: the default here
-    a.describe()   # "cpu-local×1 (8 devices) · float32 · recipe parex · ..."
-    a.to_json()    # the `assumptions` object of every JSON output
-
-Two regimes, keyed on the profile. A calibrated profile (`cpu-local`, this machine's emulated
-mesh) describes parex's own step: the model's dtype, the parex recipe (float32 master weights,
-gradients and Adam moments), the xla-cpu convention, the small global batch of TrainConfig, no
-remat, GPipe. An accelerator profile describes what real runs there use: bfloat16, the mixed
-recipe (ZeRO's 2 + 2 + 12 bytes per parameter; the parex recipe when float32 is asked for), the
-gpu convention, a global batch of the size large runs train with (`default_global_batch`),
-selective remat from 1B parameters on (Korthikanti et al. 2022, Megatron-LM's default for its
-22B-1T runs), 1F1B for pipelines that name no schedule (Narayanan et al. 2021: GPipe's order
-stashes all m microbatches' activations, 1F1B at most p), and the flash attention kernel (the
-emulated mesh keeps naive attention, whose scores it materialises).
+The emulated regime (this machine's CPU mesh) describes parex's own step: the model's dtype,
+the parex recipe (float32 master weights, gradients and Adam moments), the xla-cpu convention,
+a small global batch (LOCAL_GLOBAL_BATCH), no remat, GPipe, naive attention. The accelerator
+regime describes what real runs there use: bfloat16, the mixed recipe (ZeRO's 2 + 2 + 12 bytes
+per parameter; parex's when float32 is asked for), the gpu convention, the global batch large
+runs train with (`default_global_batch`) in microbatches of one sequence from 1B parameters,
+1F1B for pipelines that name no schedule (Narayanan et al. 2021: GPipe's order stashes all m
+microbatches' activations, 1F1B at most p), the flash attention kernel, and no remat (selective
+recompute saves nothing under flash; it stays the default of naive attention from 1B).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
-
-from .config import DTYPES, TrainConfig
-from .errors import InputError
 
 DEVICES = 8  # emulated devices when neither the layout nor --devices says how many
 HARDWARE = "cpu-local"  # every command's profile when --hardware is not given: this machine
 MODEL = "tiny"  # every command's model preset when --model is not given
-LOCAL_GLOBAL_BATCH = TrainConfig.global_batch  # sequences per step on the emulated mesh
-LARGE_MODEL = 1e9  # parameters from which an accelerator run defaults to selective remat
+LOCAL_GLOBAL_BATCH = 16  # sequences per step on the emulated mesh: a step in well under a second
+ACCELERATOR_DTYPE = "bfloat16"  # the compute dtype of real runs (every run since 2022)
+LARGE_MODEL = 1e9  # parameters from which an accelerator run trains one sequence per microbatch
 # tokens per step by model size on an accelerator: GPT-3's Table 2.1 (Brown et al. 2020: 0.5M
 # tokens under 1B parameters, 1-2M up to 13B, 3.2M at 175B) and Llama 2's 4M for every size
 TOKENS_PER_STEP = ((1e9, 2 ** 19), (20e9, 2 ** 21), (float("inf"), 2 ** 22))
-# the attention kernel (parex.attention): flash on an accelerator, as every large run since 2023
-# (FlashAttention-2/3, cuDNN); naive on the emulated mesh, whose memory constants were read off
-# its steps, and the score-materialising program Korthikanti et al. 2022's tables assume
+# the attention kernel (parex.model.attention): flash on an accelerator, as every large run since
+# 2023 (FlashAttention-2/3, cuDNN); naive on the emulated mesh, whose memory constants were read
+# off its steps, and the score-materialising program Korthikanti et al. 2022's tables assume
 ATTENTION_ACCELERATOR = "flash"
 ATTENTION_LOCAL = "naive"
+# a mixture of experts' most-loaded expert over the mean (predict.accelerator.expert_slots):
+# balanced unless the caller says otherwise, a stated assumption, never fitted
+EXPERT_IMBALANCE = 1.0
 
 
-@dataclass(frozen=True)
-class Assumptions:
-    """Everything a predicted number depends on besides the model and the layout."""
-
-    hardware: str  # hardware profile name (data/hardware/ or cpu-local)
-    nodes: int  # nodes of that profile in the cluster
-    n_devices: int  # devices in the cluster
-    dtype: str  # compute dtype: float32 or bfloat16
-    recipe: str  # bytes of model state: parex (fp32 everything) or mixed (ZeRO's 2 + 2 + 12)
-    convention: str  # gpu (the ideal program) or xla-cpu (what the emulated mesh compiles)
-    global_batch: int  # B, sequences per optimizer step
-    seq_len: int  # tokens per sequence
-    remat: str  # none, selective or full; a plan's header lists the policies it searched
-    microbatch: int | None  # b, sequences per replica per microbatch (None: searched per row)
-    schedule: str  # the pipeline schedule (the default for pipelines that name none)
-    attention: str | None = None  # the attention kernel: flash or naive (default_attention)
-    expert_imbalance: float | None = None  # a mixture of experts' busiest expert's load over
-    # the mean (1.0: balanced; parex.predict.EXPERT_IMBALANCE); None for a dense model
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def describe(self) -> str:
-        """One line for a report's header."""
-        batch = f"global batch {self.global_batch} × {self.seq_len} tokens"
-        micro = "" if self.microbatch is None else f" (b={self.microbatch})"
-        return (f"{self.hardware}×{self.nodes} ({self.n_devices} devices) · {self.dtype} · "
-                f"recipe {self.recipe} · convention {self.convention} · {batch}{micro} · "
-                f"remat {self.remat} · schedule {self.schedule}"
-                + (f" · attention {self.attention}" if self.attention else "")
-                + (f" · expert imbalance {self.expert_imbalance:g}"
-                   if self.expert_imbalance is not None else ""))
-
-    def replace(self, **changes) -> "Assumptions":
-        return dataclasses.replace(self, **changes)
-
-    def of_layout(self, layout, microbatch: int | None = None, remat: str | None = None
-                  ) -> "Assumptions":
-        """These assumptions for one layout: its pipeline schedule, its microbatch size b
-        (B / (data-parallel size · m) unless given) and remat."""
-        dp = max(1, layout.data_parallel)
-        b = microbatch or max(1, self.global_batch // (dp * max(1, layout.microbatches)))
-        schedule = layout.schedule if layout.stage > 1 else self.schedule
-        return self.replace(microbatch=int(b), remat=remat or self.remat, schedule=schedule)
-
-
-def emulated(cluster) -> bool:
-    """A calibrated profile (this machine's emulated mesh) rather than an accelerator."""
-    return cluster.chip.calibration is not None
+def default_dtype(model, own: bool) -> str:
+    """The compute dtype: the model's own where parex runs it (the emulated mesh, an execution
+    anywhere), else what accelerator runs use (ACCELERATOR_DTYPE), whatever the preset says."""
+    return model.dtype if own else ACCELERATOR_DTYPE
 
 
 def default_global_batch(model, seq_len: int, n_devices: int, local: bool) -> int:
@@ -103,12 +51,18 @@ def default_global_batch(model, seq_len: int, n_devices: int, local: bool) -> in
     if local:
         return LOCAL_GLOBAL_BATCH
     tokens = next(t for size, t in TOKENS_PER_STEP if model.n_params < size)
-    sequences = 2 ** max(0, round(_log2(tokens / seq_len)))
+    sequences = 2 ** max(0, round(math.log2(max(tokens / seq_len, 1.0))))
     return -(-sequences // n_devices) * n_devices
 
 
-def _log2(x: float) -> float:
-    return math.log2(max(x, 1.0))
+def default_microbatch(model, local: bool) -> int | None:
+    """b when the global batch is the default too and neither the train config nor the
+    layout's microbatch count sets it: one sequence per microbatch for models from 1B
+    parameters on an accelerator (gradient accumulation up to the global batch, as Megatron-LM's
+    large runs with --micro-batch-size 1), so that a hand-typed layout under the default batch
+    of millions of tokens keeps one sequence's activations, not B / dp of them; else None (no
+    accumulation: b = B / dp)."""
+    return 1 if not local and model.n_params >= LARGE_MODEL else None
 
 
 def default_recipe(local: bool, dtype: str) -> str:
@@ -118,45 +72,26 @@ def default_recipe(local: bool, dtype: str) -> str:
     return "mixed" if not local and dtype == "bfloat16" else "parex"
 
 
-def default_remat(model, cluster) -> str:
-    """Selective recompute for models from 1B parameters on an accelerator, else none."""
-    return "selective" if not emulated(cluster) and model.n_params >= LARGE_MODEL else "none"
+def default_convention(local: bool) -> str:
+    """xla-cpu (what the emulated mesh compiles) there; gpu (the ideal program) elsewhere."""
+    return "xla-cpu" if local else "gpu"
 
 
 def default_attention(local: bool) -> str:
-    """flash on an accelerator (a profile, or a GPU/TPU that `parex run` meets), naive on the
-    emulated CPU mesh (ATTENTION_ACCELERATOR, ATTENTION_LOCAL)."""
+    """flash on an accelerator, naive on the emulated CPU mesh."""
     return ATTENTION_LOCAL if local else ATTENTION_ACCELERATOR
 
 
-def attention_of(train, local: bool) -> str:
-    """The kernel a TrainConfig asks for, or the default where it names none."""
-    return train.attention or default_attention(local)
+def default_remat(model, local: bool, attention: str) -> str:
+    """Selective recompute (Korthikanti et al. 2022: the attention scores recomputed, not
+    kept) for models from 1B parameters on an accelerator when the kernel keeps the scores;
+    under flash attention, which keeps none, it would recompute for nothing, so none."""
+    keeps_scores = attention == "naive"
+    return "selective" if not local and keeps_scores and model.n_params >= LARGE_MODEL \
+        else "none"
 
 
-def assume(cluster, model, *, dtype: str | None = None, recipe: str | None = None,
-           convention: str | None = None, global_batch: int | None = None,
-           seq_len: int | None = None, remat: str | None = None, microbatch: int | None = None,
-           schedule: str | None = None, attention: str | None = None) -> Assumptions:
-    """The assumptions of one prediction or plan on `cluster` (a parex.hardware.Cluster):
-    what is given, and the profile's default (module docstring) for each None. `model`'s own
-    dtype counts as given only on the emulated mesh, where parex runs it."""
-    local = emulated(cluster)
-    dtype = dtype or (model.dtype if local else "bfloat16")
-    if dtype not in DTYPES:
-        raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    seq_len = seq_len or model.seq_len
-    return Assumptions(
-        hardware=cluster.chip.name, nodes=cluster.nodes, n_devices=cluster.n_devices,
-        dtype=dtype, recipe=_name(recipe) or default_recipe(local, dtype),
-        convention=_name(convention) or ("xla-cpu" if local else "gpu"),
-        global_batch=global_batch or default_global_batch(model, seq_len, cluster.n_devices,
-                                                          local),
-        seq_len=seq_len, remat=remat or default_remat(model, cluster), microbatch=microbatch,
-        schedule=schedule or ("gpipe" if local else "1f1b"),
-        attention=attention or default_attention(local))
-
-
-def _name(value) -> str | None:
-    """A recipe or convention given by name or as its dataclass (which has a `name`)."""
-    return value if value is None or isinstance(value, str) else value.name
+def default_schedule(local: bool) -> str:
+    """The schedule of a pipeline that names none: 1F1B on an accelerator, GPipe (the order
+    jax.grad over a scan of ticks gives) on the emulated mesh."""
+    return "gpipe" if local else "1f1b"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from .errors import InputError
 
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"  # the checkout's data/ folder
+
 
 def read_toml(path, what: str, keys: str) -> dict:
     """The TOML file at `path` as a dict. `what` names the file ("sweep grid"), `keys` where
@@ -21,4 +23,4 @@ def read_toml(path, what: str, keys: str) -> dict:
         raise InputError(f"{what} file {path}: {err}; fix the TOML ({keys})") from None
 
 
-__all__ = ["read_toml"]
+__all__ = ["DATA_DIR", "read_toml"]

@@ -119,7 +119,7 @@ class Chip:
                "sources": list(self.sources)}
         if self.flash_attention:
             out["flash_attention"] = dict(self.flash_attention)
-        if self.calibration is not None:
+        if self.calibration:  # a cpu-local profile's measurements
             cal = vars(self.calibration) | {
                 "matmul_curve": [list(p) for p in self.calibration.matmul_curve]}
             out["calibration"] = cal

@@ -30,7 +30,7 @@ class Axis(str, enum.Enum):
     STAGE = "stage"  # pipeline stages
     DATA = "data"  # replicas of the model state (partitioned only as far as ZeRO says)
     FSDP = "fsdp"  # data parallel with parameters, gradients and optimizer state sharded
-    # Expert parallelism (parex.moe): carved out of the data-parallel devices, as Megatron-LM and
+    # Expert parallelism (parex.model.moe): carved out of the data-parallel devices, as Megatron-LM and
     # torchtitan do. The batch is split over it like data; a mixture of experts' routed experts
     # are split over it, and tokens reach them by all-to-all. Inside data/fsdp: EP groups sit on
     # nearer devices than the gradients' all-reduce.
@@ -55,7 +55,7 @@ ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
 
 def is_dims(x) -> bool:
     """Whether x is a tuple of logical dim names (None: a dim no axis splits), a leaf of
-    parex.model.param_dims."""
+    parex.model.transformer.param_dims."""
     return isinstance(x, tuple) and all(d is None or isinstance(d, str) for d in x)
 
 
@@ -71,7 +71,7 @@ def divisors(n: int) -> list[int]:
 
 def grads_split_over_seq(ring, seq, stage, sp, fsdp, zero, hidden):
     """Where parex's step keeps the blocks' weight gradients split over seq in the backward
-    (parex.step.TrainStep.grads_sharded_over_seq): ring attention without a pipeline, sp, fsdp
+    (parex.executor.step.TrainStep.grads_sharded_over_seq): ring attention without a pipeline, sp, fsdp
     or ZeRO-2/3 (those shard or reduce the gradients themselves), and an embed dim that seq
     divides. One rule for a Layout's fields and for the predictor's columns of them."""
     return (ring & (seq > 1) & (stage == 1) & (sp == 0) & (fsdp == 1) & (zero < 2)
@@ -97,6 +97,11 @@ class LayoutError(ValueError):
     """An impossible layout; the message names the problem and the fix."""
 
 
+# An engine met a pipeline whose schedule is still None: a caller's bug, not a user's input.
+UNRESOLVED_SCHEDULE = ("a pipeline with no schedule reached an engine: resolve the layout first "
+                       "(parex.setting.resolve fills the regime's default)")
+
+
 @dataclass(frozen=True)
 class Layout:
     """Mesh axis sizes and the per-technique switches. Build with keywords, `Layout.parse`
@@ -113,7 +118,9 @@ class Layout:
     zero: int = 0  # ZeRO stage on the data axis: 1 optimizer state, 2 + gradients, 3 + parameters
     sp: bool = False  # Megatron sequence parallelism in the LayerNorm regions (needs tensor > 1)
     cp: str = "none"  # context parallelism on the seq axis: none, ring, ulysses
-    schedule: str = "gpipe"  # pipeline schedule: gpipe, 1f1b, interleaved, zbh1, bfs, zbv, local
+    schedule: str | None = None  # pipeline schedule: gpipe, 1f1b, interleaved, zbh1, bfs, zbv,
+    # local; None: the regime's default (parex.defaults.default_schedule, filled by
+    # parex.setting) for a pipeline, and nothing to name without one
     virtual_stages: int = 1  # v, model chunks per pipeline device (interleaved, bfs); key `virtual`
     microbatches: int = 1  # m, microbatches per step (gradient accumulation, pipeline fill)
     layers_per_stage: tuple[int, ...] | None = None  # layers per chunk (3, 1); key `partition`,
@@ -157,6 +164,12 @@ class Layout:
         parallelism's devices are data-parallel for everything but the routed experts)."""
         return self.data * self.fsdp * self.expert
 
+    @property
+    def batch_split(self) -> int:
+        """How many slices the batch is cut into: the data-parallel replicas, and a 3D layout's
+        depth groups Z, which split it too (AxoNN's Gd)."""
+        return self.data_parallel * self.tensor_z
+
     # --- logical dims -> mesh axes ----------------------------------------------------------
     def state_axes(self, kind: str) -> tuple[Axis, ...]:
         """Axes over which model state of `kind` ("param", "grad", "opt") is sharded."""
@@ -181,7 +194,7 @@ class Layout:
             "mlp": tensor,
             "vocab": tensor,
             "layers": (Axis.STAGE,),
-            # a mixture of experts' routed experts (parex.moe): E over expert, their own D
+            # a mixture of experts' routed experts (parex.model.moe): E over expert, their own D
             # sharded as `embed` (the expert axis already splits them), F_e over tensor
             "experts": (Axis.EXPERT,),
             "expert_embed": self.state_axes(kind) if kind != "act" else (),
@@ -408,6 +421,26 @@ LAYOUT_PRESETS = {
 }
 
 
+# --- DiLoCo (parex.lowcomm): the replica axis and its keys ----------------------------------
+# The Layout fields that only mean something for a DiLoCo layout (`outer`: the outer optimizer's
+# settings, parex.config.OuterOptimizer), and their keys in the string form.
+DILOCO_FIELDS = ("replica", "inner_steps", "outer", "fragments", "outer_dtype", "overlap")
+DILOCO_KEYS = ("replica", "inner_steps", "outer_lr", "outer_momentum", "fragments",
+               "outer_dtype", "overlap")
+
+
+def inner_layout(layout: Layout) -> Layout:
+    """The layout each replica runs: the same inner axes, no replica axis, no DiLoCo keys."""
+    defaults = Layout()
+    return layout.replace(**{name: getattr(defaults, name) for name in DILOCO_FIELDS})
+
+
+def changed_diloco_keys(layout: Layout) -> list[str]:
+    """The DiLoCo keys `layout`'s string form sets (those away from their defaults)."""
+    keys = [item.partition("=")[0] for item in str(layout).split(",")]
+    return [key for key in keys if key in DILOCO_KEYS]
+
+
 def example_partition(layers: int, chunks: int) -> tuple[int, ...]:
     """An as-even-as-possible split of `layers` into `chunks`."""
     base, extra = divmod(layers, chunks)
@@ -425,8 +458,8 @@ def resolved_microbatches(m, dp, global_batch: int, microbatch: int | None):
 
 
 def num_microbatches(layout: Layout, train: TrainConfig) -> int:
-    """m for one layout (resolved_microbatches)."""
-    return int(resolved_microbatches(layout.microbatches, layout.data_parallel,
+    """m for one layout (resolved_microbatches; b is per slice of the batch: batch_split)."""
+    return int(resolved_microbatches(layout.microbatches, layout.batch_split,
                                      train.global_batch, train.microbatch))
 
 

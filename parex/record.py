@@ -11,7 +11,44 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from .measure.hlo import KINDS, Collective, bytes_by_kind
+# The collective kinds both sides count, with the bytes convention of parex.measure.hlo (the
+# full logical buffer one device contributes or receives) and of parex.predict.comm.
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective as run by one device in one step."""
+
+    kind: str  # one of KINDS
+    count: int  # executions per step (loop trip counts included)
+    bytes: int  # bytes per execution, by the convention above
+    group_size: int  # devices per group
+    axes: tuple[str, ...]  # mesh axes spanned by a group
+
+    @property
+    def total_bytes(self) -> int:
+        return self.count * self.bytes
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "count": self.count, "bytes": self.total_bytes,
+                "bytes_per_op": self.bytes, "group_size": self.group_size, "axes": list(self.axes)}
+
+
+def bytes_by_kind(collectives: list[Collective]) -> dict[str, int]:
+    totals = {kind: 0 for kind in KINDS}
+    for c in collectives:
+        totals[c.kind] += c.total_bytes
+    return totals
+
+
+def wire_bytes(collectives) -> int:
+    """Bytes one device sends per step, ring algorithms over groups of g: all-reduce
+    2(g−1)/g · S, all-gather / reduce-scatter / all-to-all (g−1)/g · S, permute S (S: hlo bytes)."""
+    share = {"all-reduce": lambda g: 2 * (g - 1) / g, "collective-permute": lambda g: 1.0}
+    return int(sum(c.total_bytes * share.get(c.kind, lambda g: (g - 1) / g)(c.group_size)
+                   for c in collectives if c.group_size > 0))
+
 
 MEMORY_PARTS = ("argument", "output", "alias", "temp", "total")
 
@@ -38,7 +75,7 @@ class Measurement:
     diloco: dict | None = None  # DiLoCo layouts: inner_steps, cross_replica_bytes_per_step,
     # outer_bytes_per_sync, inner_bytes_per_device_per_step, ... (parex.lowcomm.measure)
     moe: dict | None = None  # mixtures of experts, per step: dropped_fraction, expert_load
-    # (each expert's share of the assignments), balance_loss (parex.moe.measure)
+    # (each expert's share of the assignments), balance_loss (parex.measure.router)
 
     @property
     def tokens_per_s(self) -> float:

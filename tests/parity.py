@@ -4,13 +4,13 @@
 import jax
 import pytest
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.config import TrainConfig, model_preset
-from parex.data import Batches
+from parex.executor.data import Batches
 from parex.layout import Layout
 from parex.measure import relative_error
-from parex.mesh import make_mesh
-from parex.step import TrainStep, reference_loss_and_grads
+from parex.executor.mesh import make_mesh
+from parex.executor.step import TrainStep, reference_loss_and_grads
 from parex.validation import validate
 
 TOLERANCE = 1e-5

@@ -1,4 +1,4 @@
-"""The attention kernels (parex.attention): flash equals naive (fp32, ~1e-5) on its own, in GPT
+"""The attention kernels (parex.model.attention): flash equals naive (fp32, ~1e-5) on its own, in GPT
 and Llama (GQA) steps under data, tensor, pipeline stages and Ulysses, keeps no (T, T) residual,
 and its compiled step's temporaries grow about linearly in T where naive's grow as T²."""
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from parity import TOLERANCE, reference_fixtures
 
-from parex import attention as kernels
-from parex.attention import blockwise_attention, naive_attention
+from parex.model import attention as kernels
+from parex.model.attention import blockwise_attention, naive_attention
 from parex.config import TrainConfig
 from parex.errors import InputError
 from parex.layout import Layout
@@ -68,10 +68,10 @@ def small_blocks(monkeypatch):
 
 
 def test_a_llama_step_on_one_device_matches_naive(small_blocks):
-    """parex.model with Ops().with_kernel("flash"): loss and gradients of tiny-llama (GQA)."""
-    from parex import model as gpt
+    """parex.model.transformer with Ops().with_kernel("flash"): loss and gradients of tiny-llama (GQA)."""
+    from parex.model import transformer as gpt
     from parex.config import model_preset
-    from parex.data import Batches
+    from parex.executor.data import Batches
 
     cfg = model_preset("tiny-llama")
     params = gpt.init_params(cfg, jax.random.key(0))

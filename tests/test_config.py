@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.config import ModelConfig, model_preset, preset_names
 
 BUILDABLE = ["tiny", "small", "tiny-llama"]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from parex.data import Batches, ByteTokenizer, load_corpus
+from parex.executor.data import Batches, ByteTokenizer, load_corpus
 
 
 def test_tokenizer_round_trips_text():

@@ -1,10 +1,26 @@
 """The floor plan holds: no import cycle among parex's modules (imports inside functions
-included), and loading data never starts a measurement."""
+included), the rooms (subpackages and top-level modules) form a DAG in the order of ROOMS, and
+loading data never starts a measurement."""
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "parex"
+
+# parex's rooms from the ground floor up: a room imports only rooms listed before it
+ROOMS = (
+    # values: what everything reads
+    "errors", "units", "files", "machine", "config", "layout", "record", "hardware", "cluster",
+    "defaults", "setting",
+    # the model, and the executor that runs it on a mesh
+    "model", "parallel", "validation", "executor", "launch",
+    # what a layout does: measured, predicted, calibrated, studied
+    "measure", "predict", "calibrate", "studies", "sweep",
+    # features built on those, and the front door that dispatches to DiLoCo
+    "lowcomm", "entry", "plan", "hetero",
+    # what people see
+    "charts", "explorer", "figures", "cli",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -88,6 +104,42 @@ def test_no_import_cycles_among_parex_modules():
     graph = import_graph()
     assert "parex.predict.core" in graph["parex.predict"]  # the graph sees relative imports
     assert cycles(graph) == []
+
+
+def room(module: str) -> str | None:
+    """The room of a module: its subpackage or top-level module under parex (None for the
+    package itself, the public face that may import every room)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def upward_imports(graph: dict[str, set[str]], rooms=ROOMS) -> list[str]:
+    """Every import from a room to one listed after it (or to a room the list lacks)."""
+    rank = {name: i for i, name in enumerate(rooms)}
+    found = []
+    for module, targets in graph.items():
+        here = room(module)
+        for target in targets:
+            there = room(target)
+            if here is None or there is None or here == there:
+                continue
+            if here not in rank or there not in rank or rank[there] > rank[here]:
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def test_the_room_checker_finds_an_upward_import():
+    graph = {"parex.layout": {"parex.predict.core"}, "parex.predict.core": {"parex.layout"}}
+    assert upward_imports(graph) == ["parex.layout -> parex.predict.core"]
+    assert upward_imports({"parex.newroom": {"parex.layout"}}) == ["parex.newroom -> "
+                                                                   "parex.layout"]
+
+
+def test_rooms_form_a_dag_in_their_order():
+    """No import from a lower room to a higher one; every room is placed on the plan."""
+    graph = import_graph()
+    assert {room(m) for m in graph} - {None} == set(ROOMS)
+    assert upward_imports(graph) == []
 
 
 def test_values_sit_below_what_uses_them():

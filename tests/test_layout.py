@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.config import model_preset
 from parex.layout import LAYOUT_PRESETS, Layout, LayoutError
 

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from parex.config import ModelConfig, TrainConfig, model_preset
+from parex.errors import InputError
 from parex.layout import Layout, LayoutError
 from parex.validation import validate
 
@@ -28,7 +29,6 @@ CASES = [
     ("data=8,microbatches=4", TINY, TRAIN, 8,
      ["too small or uneven for 4 microbatches", "raise the batch to 32"]),
     ("data=0", TINY, TRAIN, 0, ["data=0", "at least 1"]),
-    ("data=2", TINY, TRAIN.replace(remat="some"), 2, ["unknown remat policy 'some'"]),
     ("data=2", TINY.replace(dtype="float8"), TRAIN, 2, ["unknown dtype 'float8'"]),
     ("data=2", TINY.replace(family="mamba"), TRAIN, 2, ["unknown model family 'mamba'"]),
     ("data=2", ModelConfig(hidden=100, heads=8), TRAIN, 2, ["hidden=100 is not divisible by heads=8"]),
@@ -38,6 +38,15 @@ CASES = [
     ("data=2,microbatches=2", TINY, TRAIN.replace(microbatch=2), 2,
      ["microbatches=2 and microbatch=2 disagree"]),
 ]
+
+
+def test_a_misspelt_train_setting_is_refused_where_it_is_written():
+    """TrainConfig(remat="selctive") fails at once, not when a prediction first reads it."""
+    for field, value, says in (("remat", "selctive", "unknown remat policy 'selctive'"),
+                               ("attention", "fast", "unknown attention kernel 'fast'"),
+                               ("global_batch", 0, "global_batch=0")):
+        with pytest.raises(InputError, match=says):
+            TrainConfig(**{field: value})
 
 
 @pytest.mark.parametrize("text, model, train, devices, words", CASES,

@@ -38,12 +38,12 @@ def _probe_run(m: int, devices: int):
     import jax
     import numpy as np
 
-    from .. import model as gpt
+    from ..model import transformer as gpt
     from ..config import TrainConfig
     from ..layout import Layout
-    from ..mesh import make_mesh
+    from ..executor.mesh import make_mesh
     from ..parallel.pipeline import timetable_for
-    from ..step import TrainStep
+    from ..executor.step import TrainStep
 
     model = probe_model()
     layout = Layout.parse(f"{PROBE_LAYOUT},microbatches={m}", devices)

@@ -9,7 +9,7 @@ What is measured (each a median over repeats, all devices busy at once, as in a 
   over groups of 2 and of all devices at several sizes, fitted to α + β·bytes (hlo.py's bytes);
   each timed as a chain of dependent collectives inside one jitted loop, so dispatch cost is out;
 - the fixed cost of one jitted step call, and the optimizer's cost per parameter;
-- two real parex.model GPT blocks, forward and backward, on every device and on one: how fast
+- two real parex.model.transformer GPT blocks, forward and backward, on every device and on one: how fast
   real blocks run against what the kernel rates above predict (`step_efficiency`, covering copies,
   layouts and skew between devices that kernel timings miss), and how many emulated devices
   really run at once (`parallel_devices`: one device alone already uses every core it can);
@@ -178,13 +178,13 @@ def _block_config():
 
 
 def block_step(n: int):
-    """Forward and backward of two parex.model GPT blocks (the kernels a step runs, without
+    """Forward and backward of two parex.model.transformer GPT blocks (the kernels a step runs, without
     embedding, loss or optimizer) on each of n devices, BLOCK_SEQUENCES sequences of 128 tokens
     per device: (jitted function, its arguments)."""
     import jax
     import jax.numpy as jnp
 
-    from .. import model as gpt
+    from ..model import transformer as gpt
 
     cfg = _block_config()
     blocks = jax.jit(lambda key: gpt.init_params(cfg, key)["blocks"])(jax.random.key(0))

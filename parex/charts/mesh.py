@@ -4,7 +4,7 @@ a mesh (devices as squares, one colour per group).
     mesh_chart(Layout(data=2, tensor=4), devices_per_node=8)
 
 The mesh orders devices row-major over parex's axes (parex.layout.MESH_AXES: replica, stage,
-data, fsdp, seq, tensor_z, tensor_y, tensor; tensor innermost), as parex.mesh.make_mesh builds
+data, fsdp, seq, tensor_z, tensor_y, tensor; tensor innermost), as parex.executor.mesh.make_mesh builds
 it. One panel per axis larger than 1; each row of squares is one node (`devices_per_node`), so an
 axis whose groups stay inside a row communicates over the fast links and one whose groups span
 rows crosses the network. A 3D tensor layout (`tensor=XxYxZ`) gets a first panel with one

@@ -8,9 +8,10 @@ import argparse
 from ..config import ATTENTION_KERNELS, FAMILIES, ModelConfig, TrainConfig, model_preset
 from ..config import REMAT_POLICIES as REMATS
 from ..defaults import DEVICES as DEFAULT_DEVICES
-from ..defaults import HARDWARE, LOCAL_GLOBAL_BATCH, MODEL, Assumptions, assume
+from ..defaults import HARDWARE, LOCAL_GLOBAL_BATCH, MODEL
 from ..errors import InputError, UsageError, did_you_mean
 from ..layout import LAYOUT_PRESETS, Layout
+from ..setting import describe
 
 
 class Parser(argparse.ArgumentParser):
@@ -67,6 +68,17 @@ def at_least(low: int):
     return parse
 
 
+def positive_number(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def positive_list(text: str) -> str:
     """An argparse type: comma-separated whole numbers >= 1 (kept as the text)."""
     for item in text.split(","):
@@ -94,11 +106,13 @@ def preset(name: str):
         raise InputError(str(err)) from None
 
 
-GLOBAL_BATCH_HELP = ("sequences per step (default: 16 on cpu-local; on an accelerator the "
-                     "tokens per step of published runs of the model's size, 0.5M-4M, as a "
-                     "multiple of the device count: parex.defaults)")
-REMAT_HELP = ("activation recompute (default: selective from 1B parameters on an accelerator, "
-              "else none)")
+GLOBAL_BATCH_HELP = (f"sequences per step (default: {LOCAL_GLOBAL_BATCH} on cpu-local; on an "
+                     "accelerator the tokens per step of published runs of the model's size, "
+                     "0.5M-4M, as a multiple of the device count: parex.defaults)")
+MICROBATCH_HELP = ("sequences per data-parallel replica per microbatch (default: the layout's "
+                   "microbatches; on an accelerator from 1B parameters, 1)")
+REMAT_HELP = ("activation recompute (default: none; selective from 1B parameters on an "
+              "accelerator with --attention naive, whose scores it saves: parex.defaults)")
 ATTENTION_HELP = ("attention kernel: flash (blockwise, keeps no scores; cuDNN's fused kernel on "
                   "a GPU) or naive (materialised scores); default flash on an accelerator, "
                   "naive on the CPU (parex.defaults)")
@@ -110,21 +124,18 @@ def add_attention_arg(p: argparse.ArgumentParser) -> None:
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=MODEL, help=f"model preset (default {MODEL})")
-    p.add_argument("--global-batch", type=at_least(1), default=None,
-                   help=f"sequences per step (default {LOCAL_GLOBAL_BATCH})")
-    p.add_argument("--microbatch", type=at_least(1), default=None,
-                   help="sequences per data-parallel replica per microbatch")
+    p.add_argument("--global-batch", type=at_least(1), default=None, help=GLOBAL_BATCH_HELP)
+    p.add_argument("--microbatch", type=at_least(1), default=None, help=MICROBATCH_HELP)
     p.add_argument("--seq", type=at_least(1), default=None,
                    help="sequence length (default: the model's)")
-    p.add_argument("--remat", default=None, choices=REMATS, help="activation recompute "
-                   "(default none)")
+    p.add_argument("--remat", default=None, choices=REMATS, help=REMAT_HELP)
     add_attention_arg(p)
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
     add_moe_args(p)
 
 
 def add_moe_args(p: argparse.ArgumentParser) -> None:
-    """A mixture of experts' routing (parex.moe), overriding the preset's."""
+    """A mixture of experts' routing (parex.model.moe), overriding the preset's."""
     p.add_argument("--experts", type=int, default=None, help="routed experts per block (E)")
     p.add_argument("--top-k", type=int, default=None, help="experts per token (k)")
     p.add_argument("--expert-ffn", type=at_least(1), default=None,
@@ -173,37 +184,37 @@ def setup_devices(args, layout_text: str | None) -> int:
             n = Layout.parse(layout_text).n_devices
     if args.platform:
         jax.config.update("jax_platforms", args.platform)
-    from ..mesh import emulate_devices
+    from ..executor.mesh import emulate_devices
 
     emulate_devices(n)
     return n
 
 
 def configs_from_args(args):
-    """(model, train) of a command that runs on this machine's emulated mesh: parex.defaults'
-    cpu-local defaults (the preset's dtype, a global batch of LOCAL_GLOBAL_BATCH, no remat)."""
+    """(model, train) of a command that runs on this machine's mesh: what the flags say, None
+    where they say nothing (the executor's Setting fills it: parex.setting.resolve_run)."""
     model = with_moe_args(preset(args.model), args)
     if args.dtype:
         model = model.replace(dtype=args.dtype)
     if args.seq and args.seq > model.seq_len:  # a longer context: GPT's position table grows
         star = "*" if model.family == "gpt" else ""  # Llama's RoPE has no table: same model
         model = model.replace(name=f"{model.name}{star}", seq_len=args.seq)
-    train = TrainConfig(global_batch=args.global_batch or LOCAL_GLOBAL_BATCH,
-                        microbatch=args.microbatch, seq_len=args.seq,
-                        steps=getattr(args, "steps", 20), remat=args.remat or "none",
-                        attention=getattr(args, "attention", None))
-    return model, train
+    return model, _train_from_args(args)
 
 
-def layout_from_args(text: str, n_devices: int | None, assumed: Assumptions | None = None,
-                     microbatch: int | None = None) -> Layout:
-    """The layout of --layout. A pipeline that names no schedule gets the assumptions' (1F1B on
-    an accelerator, parex.defaults); --microbatch beside a layout's own microbatches=M is
+def _train_from_args(args) -> TrainConfig:
+    """The TrainConfig of the flags, None where a flag was not given."""
+    given = {"global_batch": args.global_batch, "microbatch": getattr(args, "microbatch", None),
+             "seq_len": args.seq, "steps": getattr(args, "steps", None),
+             "remat": getattr(args, "remat", None), "attention": getattr(args, "attention", None)}
+    return TrainConfig(**{name: value for name, value in given.items() if value is not None})
+
+
+def layout_from_args(text: str, n_devices: int | None, microbatch: int | None = None) -> Layout:
+    """The layout of --layout, as written (a pipeline that names no schedule gets the regime's
+    when the Setting is resolved); --microbatch beside a layout's own microbatches=M is
     refused, as both would set the microbatch count."""
     layout = Layout.parse(text, n_devices)
-    named = text.strip() in LAYOUT_PRESETS or "schedule=" in text
-    if assumed and layout.stage > 1 and not named and layout.virtual_stages == 1:
-        layout = layout.replace(schedule=assumed.schedule)
     if microbatch and layout.microbatches != 1:
         raise InputError(f"--microbatch {microbatch} and the layout's "
                          f"microbatches={layout.microbatches} both set the microbatch count: "
@@ -211,23 +222,10 @@ def layout_from_args(text: str, n_devices: int | None, assumed: Assumptions | No
     return layout
 
 
-def assumed_from_args(args, model: ModelConfig, cluster) -> Assumptions:
-    """parex.defaults.assume with what the flags say (None where a flag was not given)."""
-    if getattr(args, "recipe", None) == "mixed" and args.dtype == "float32":
-        raise InputError("--recipe mixed is 16-bit mixed precision (bfloat16 compute, 16-bit "
-                         "activations): with --dtype float32 drop --recipe (float32 training "
-                         "keeps float32 state: the parex recipe) or use --dtype bfloat16")
-    return assume(cluster, model, dtype=args.dtype, recipe=getattr(args, "recipe", None),
-                  convention=getattr(args, "convention", None), global_batch=args.global_batch,
-                  seq_len=args.seq, remat=getattr(args, "remat", None),
-                  microbatch=getattr(args, "microbatch", None),
-                  attention=getattr(args, "attention", None))
-
-
-def assumptions_line(assumed: dict, defaulted: list[str] = ()) -> str:
-    """The header line every command prints: what the numbers assume, and which of it are
-    defaults (parex.defaults) rather than flags."""
-    text = f"assumptions  {Assumptions(**assumed).describe()}"
+def assumptions_line(stated: dict, defaulted: list[str] = ()) -> str:
+    """The header line every command prints: the Setting the numbers were made under, and
+    which of it are defaults (parex.defaults) rather than flags."""
+    text = f"assumptions  {describe(stated)}"
     return text + (f" (defaults: {', '.join(defaulted)})" if defaulted else "")
 
 
@@ -235,15 +233,6 @@ def defaulted(args, flags=("hardware", "dtype", "recipe", "convention", "global_
                            "remat")) -> list[str]:
     """The flags of `flags` the command has and the user left out."""
     return [f.replace("_", " ") for f in flags if getattr(args, f, 0) is None]
-
-
-def predict_setup(args, cluster) -> tuple[ModelConfig, TrainConfig, Assumptions]:
-    """(model in its compute dtype, train, assumptions) of a predicting command on `cluster`."""
-    model, train = model_from_args(args)
-    a = assumed_from_args(args, model, cluster)
-    model = model.replace(dtype=a.dtype) if a.dtype != model.dtype else model
-    return model, train.replace(global_batch=a.global_batch, remat=a.remat,
-                                attention=a.attention), a
 
 
 DIMS = (("layers", "L"), ("hidden", "D"), ("heads", "H"), ("kv_heads", "K"), ("ffn", "F"),
@@ -263,8 +252,7 @@ def add_predict_model_args(p) -> None:
     p.add_argument("--model", default=MODEL,
                    help="model preset, or a bare family (gpt, llama) with dims from the flags")
     p.add_argument("--global-batch", type=at_least(1), default=None, help=GLOBAL_BATCH_HELP)
-    p.add_argument("--microbatch", type=at_least(1), default=None,
-                   help="sequences per data-parallel replica per microbatch")
+    p.add_argument("--microbatch", type=at_least(1), default=None, help=MICROBATCH_HELP)
     p.add_argument("--seq", type=at_least(1), default=None,
                    help="sequence length (default: the model's)")
     p.add_argument("--remat", default=None, choices=REMATS, help=REMAT_HELP)
@@ -280,7 +268,8 @@ def add_predict_model_args(p) -> None:
 
 
 def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
-    """A preset with optional dim overrides, or a bare family built from the flags."""
+    """A preset with optional dim overrides, or a bare family built from the flags; the train
+    config of the flags (None where not given)."""
     dims = {name: getattr(args, name) for name, _ in DIMS if getattr(args, name) is not None}
     if args.model in FAMILIES:
         missing = [n for n in ("layers", "hidden", "heads") if n not in dims]
@@ -298,8 +287,5 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
         if args.dtype:
             model = model.replace(dtype=args.dtype)
     model = with_moe_args(model, args)
-    train = TrainConfig(global_batch=args.global_batch or LOCAL_GLOBAL_BATCH,
-                        microbatch=getattr(args, "microbatch", None), seq_len=args.seq,
-                        remat=getattr(args, "remat", None) or "none",
-                        attention=getattr(args, "attention", None))
-    return model, train  # the batch and remat are placeholders until predict_setup assumes
+    return model, _train_from_args(args)
+

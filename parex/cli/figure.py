@@ -36,7 +36,7 @@ def cmd_list() -> int:
 def cmd_one(args) -> int:
     from ..figures.runner import compute_and_save, spec
     from ..figures.scoreboard import text_report
-    from ..mesh import emulate_devices
+    from ..executor.mesh import emulate_devices
 
     s = spec(args.name)
     if s.devices:

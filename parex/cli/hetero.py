@@ -31,7 +31,7 @@ def cmd_plan_cluster(args) -> int:
     if args.verify or args.objective != "time":
         raise InputError("--cluster ranks by step time and predicts only: drop --verify and "
                          "--objective (an asymmetric plan runs with "
-                         "parex.parallel.mpmd.MpmdRunner)")
+                         "parex.hetero.mpmd.MpmdRunner)")
     result = compare(model, cluster, args.global_batch, args.seq, **options)
     if args.json:
         print(json.dumps(comparison_json(result), indent=2, default=float))

@@ -72,21 +72,21 @@ def diloco_report(block: dict) -> str:
 
 def cmd_lowcomm(args) -> int:
     from ..calibrate.local import ready
+    from ..entry import predict
     from ..lowcomm.predict import wan_rows
-    from ..predict import as_cluster, predict
-    from .args import assumptions_line, defaulted, hardware_of, layout_from_args, predict_setup
+    from ..setting import as_cluster
+    from .args import assumptions_line, defaulted, hardware_of, layout_from_args, model_from_args
 
     hardware = hardware_of(args)
     ready(hardware, progress=not args.json)  # calibrate this machine on first use
     layout = layout_from_args(args.layout, None, microbatch=args.microbatch)
     cluster = as_cluster(hardware, layout.n_devices)
-    model, train, a = predict_setup(args, cluster)
-    layout = layout_from_args(args.layout, None, a, args.microbatch)
+    model, train = model_from_args(args)
     if not layout.diloco:
         raise InputError(f"layout {layout} has no replicas: add replica=R and inner_steps=H, "
                          f"e.g. replica=2,{layout},inner_steps=100")
     wan = wan_from_args(args)
-    p = predict(model, train, layout, cluster, wan=wan, dtype=a.dtype)
+    p = predict(model, train, layout, cluster, wan=wan, dtype=args.dtype)
     rows = wan_rows(p.diloco["inner_step_s"], model.n_params, layout.replica, layout.inner_steps,
                     wan, fragments=layout.fragments, outer_dtype=layout.outer_dtype)
     if args.json:

@@ -29,9 +29,9 @@ from .args import (
 # --- parex run ----------------------------------------------------------------------------------
 
 def cmd_run(args) -> int:
-    from ..measure import measure
+    from ..entry import measure
     from ..measure.report import measurement_report
-    from ..moe.measure import router_report
+    from ..measure.router import router_report
 
     if args.study == "long-sequence":  # the same table as `parex seqstudy`
         from ..studies.sequence import DEFAULT_LENGTHS, STUDY_MODES
@@ -44,9 +44,10 @@ def cmd_run(args) -> int:
 
     n = setup_devices(args, args.layout)
     model, train = configs_from_args(args)
-    layout = Layout.parse(args.layout, n)
-    validate(layout, model, train, n)
     import jax
+
+    layout = validate(Layout.parse(args.layout, n), model, train, n,
+                      platform=jax.devices()[0].platform)
 
     m = measure(model, train, layout, devices=jax.devices()[:n], data=args.data,
                 progress=not args.json)
@@ -84,27 +85,23 @@ DEMO_LAYOUTS = ("dp", "zero1", "zero2", "fsdp", "tp", "tp_sp", "dp_tp", "fsdp_tp
 def cmd_demo(args) -> int:
     from tqdm.auto import tqdm
 
-    from ..measure import measure
+    from ..entry import measure, predict
     from ..measure.report import comparison_table
-    from ..predict import predict
+    from ..setting import resolve
 
     n = setup_devices(args, None)
     model, train = configs_from_args(args)
     import jax
 
     from ..calibrate.local import ensure_local
-
-    ensure_local()  # the predictions need this machine's calibration: measured on first use
-    print(f"parex demo · {model.name} ({format_count(model.n_params)} parameters) · global batch "
-          f"{train.global_batch} × {train.seq_len or model.seq_len} tokens · {args.steps} steps · "
-          f"{n} {jax.devices()[0].platform} devices")
-    from ..defaults import assume
-    from ..predict import as_cluster
     from .args import assumptions_line
 
-    assumed = assume(as_cluster("cpu-local", n), model, global_batch=train.global_batch,
-                     seq_len=train.seq_len, remat=train.remat, microbatch=train.microbatch)
-    print(assumptions_line(assumed.to_json()) + " (predictions; measured: the same program)\n")
+    ensure_local()  # the predictions need this machine's calibration: measured on first use
+    setting = resolve(model, train, Layout.preset("dp", n), "cpu-local")
+    print(f"parex demo · {model.name} ({format_count(model.n_params)} parameters) · global batch "
+          f"{setting.train.global_batch} × {setting.seq_len} tokens · {args.steps} steps · "
+          f"{n} {jax.devices()[0].platform} devices")
+    print(assumptions_line(setting.to_json()) + " (predictions; measured: the same program)\n")
     results, predictions = [], []
     for name in tqdm(DEMO_LAYOUTS, desc="layouts"):
         layout = Layout.preset(name, n)

@@ -18,7 +18,7 @@ from ..defaults import MODEL
 from ..errors import InputError
 from ..units import format_seconds
 from .args import (DIMS, GLOBAL_BATCH_HELP, add_hardware_arg, at_least, defaulted,
-                   hardware_of, predict_setup)
+                   hardware_of, model_from_args, positive_number)
 
 # --- parex plan ---------------------------------------------------------------------------------
 
@@ -37,12 +37,12 @@ def cmd_plan(args) -> int:
     hardware = hardware_of(args)
     ready(hardware, progress=not args.json)
     cluster = cluster_of(hardware, args.nodes or 1)
-    model, train, a = predict_setup(args, cluster)
+    model, train = model_from_args(args)
     cap = None if args.memory_cap is None else args.memory_cap * 1e9
     remats = (args.remat,) if args.remat else REMAT_POLICIES
-    result = plan(model, train, cluster, memory_cap=cap, objective=args.objective,
-                  top=args.top, recipe=args.recipe, convention=args.convention, dtype=a.dtype,
-                  remats=remats)
+    result = plan(model, train.replace(remat=None), cluster, memory_cap=cap,
+                  objective=args.objective, top=args.top, recipe=args.recipe,
+                  convention=args.convention, dtype=args.dtype, remats=remats)
     out = plan_json(result)
     if not args.json:
         print(plan_report(result, defaulted(args)))
@@ -123,7 +123,7 @@ def add_plan(sub) -> None:
                    help="plan with this remat policy only (default: search every policy)")
     for name, letter in DIMS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=letter)
-    p.add_argument("--memory-cap", type=float, default=None,
+    p.add_argument("--memory-cap", type=positive_number, default=None,
                    help="GB (1e9 bytes) per device a layout may use (default: the chip's HBM)")
     p.add_argument("--objective", default="time", choices=["time", "mfu", "memory"])
     p.add_argument("--top", type=int, default=5, help="layouts to print (default 5)")

@@ -20,6 +20,7 @@ from ..config import ModelConfig
 from ..layout import Layout
 from ..measure.report import human_bytes, table
 from ..units import format_count, format_flops, format_seconds
+from ..setting import resolve, resolve_run
 from ..validation import validate
 from .args import (
     DEFAULT_DEVICES,
@@ -32,7 +33,7 @@ from .args import (
     defaulted,
     hardware_of,
     layout_from_args,
-    predict_setup,
+    model_from_args,
     setup_devices,
 )
 
@@ -76,22 +77,21 @@ def prediction_report(p, model: ModelConfig, cluster, defaults: list[str] = ()) 
 # --- parex predict --------------------------------------------------------------------------------
 
 def cmd_predict(args) -> int:
-    from ..predict import predict
-
-    cluster, model, train, a, layout = _predict_inputs(args)
+    from ..entry import predict
     from .lowcomm import diloco_report, refuse_wan_args, wan_from_args
 
+    (model, train, layout, cluster), keywords = _predict_inputs(args)
     refuse_wan_args(args, layout)
-    imbalance = {"expert_imbalance": args.expert_imbalance} if args.expert_imbalance else {}
-    p = predict(model, train, layout, cluster, convention=a.convention, recipe=a.recipe,
-                dtype=a.dtype, wan=wan_from_args(args), **imbalance)
-    alts = [] if p.fits or p.diloco else fits_instead(p, model, train, cluster, a)
+    # the command's numbers are parex.predict's of the same inputs: nothing decided here
+    setting = resolve(model, train, layout, cluster, **keywords)
+    p = predict(model, train, layout, cluster, wan=wan_from_args(args), **keywords)
+    alts = [] if p.fits or p.diloco else fits_instead(p, setting)
     if args.json:
         out = p.to_json() | ({"fits_instead": [alt.to_json() for alt in alts]}
                              if not p.fits else {})
         print(json.dumps(out, indent=2))
     else:
-        print(prediction_report(p, model, cluster, defaulted(args)))
+        print(prediction_report(p, setting.model, setting.cluster, defaulted(args)))
         if not p.fits:
             print(fits_instead_text(alts, p))
     if p.diloco and not args.json:
@@ -100,10 +100,11 @@ def cmd_predict(args) -> int:
 
 
 def _predict_inputs(args):
-    """(cluster, model, train, assumptions, layout) of the predict flags; the profile shipped
-    in data/hardware/ or written to the cache by `parex calibrate --from-run`."""
+    """((model, train, layout, cluster), keywords) as the flags give them, None where they say
+    nothing: what parex.predict takes, so that the command and the Python API resolve the same
+    inputs. The cluster is the profile (shipped in data/hardware/ or written to the cache by
+    `parex calibrate --from-run`) with nodes enough for the layout unless given."""
     from ..hardware import load_chip
-    from ..predict import as_cluster
 
     hardware = hardware_of(args)
     ready(hardware, progress=not args.json)  # calibrate this machine on first use
@@ -113,19 +114,22 @@ def _predict_inputs(args):
         probe = args.layout if args.layout.strip() not in _layout_presets() else None
         n = Layout.parse(probe).n_devices if probe else chip.devices_per_node
         nodes = max(1, -(-n // chip.devices_per_node))
-    cluster = as_cluster(_cluster(chip, nodes))
-    model, train, a = predict_setup(args, cluster)
-    layout = layout_from_args(args.layout, cluster.n_devices, a, args.microbatch)
-    return cluster, model, train, a, layout
+    cluster = _cluster(chip, nodes)
+    model, train = model_from_args(args)
+    layout = layout_from_args(args.layout, cluster.n_devices, args.microbatch)
+    keywords = {"dtype": args.dtype, "recipe": getattr(args, "recipe", None),
+                "convention": getattr(args, "convention", None),
+                "expert_imbalance": getattr(args, "expert_imbalance", None)}
+    return (model, train, layout, cluster), keywords
 
 
-def fits_instead(p, model, train, cluster, a) -> list:
+def fits_instead(p, setting) -> list:
     """The planner's fastest layouts that fit on the same devices (parex.plan.alternatives)."""
     from ..plan.alternatives import fitting_layouts
 
-    return fitting_layouts(model, train, cluster.chip, p.n_devices,
-                           current_step_s=p.step_time_s["total"], convention=a.convention,
-                           recipe=a.recipe, dtype=a.dtype)
+    return fitting_layouts(setting.model, setting.train, setting.cluster.chip, p.n_devices,
+                           current_step_s=p.step_time_s["total"], convention=setting.convention,
+                           recipe=setting.recipe, dtype=setting.dtype)
 
 
 def fits_instead_text(alts: list, p) -> str:
@@ -138,7 +142,7 @@ def fits_instead_text(alts: list, p) -> str:
     lines = [f"\nfits instead (the planner's fastest on the same {p.n_devices} devices; "
              f"`parex plan` ranks them all):"]
     for alt in alts:
-        lines.append(f"  --layout {alt.to_json()['layout']} --remat {alt.remat} · "
+        lines.append(f"  {alt.flags} · "
                      f"{format_seconds(alt.step_time_s)} "
                      f"({saving_text(alt, p.step_time_s['total'])}) · "
                      f"{human_bytes(alt.memory_total_bytes)}")
@@ -192,7 +196,7 @@ def cmd_calibrate(args) -> int:
 
         raise InputError(f"{', '.join(given)}: only with --from-run SECONDS (without it "
                          f"`parex calibrate` measures this machine's cpu-local profile)")
-    from ..mesh import emulate_devices
+    from ..executor.mesh import emulate_devices
 
     emulate_devices(args.devices)
     from ..calibrate import run as calibrate
@@ -218,12 +222,14 @@ def cmd_from_run(args) -> int:
         raise InputError("--from-run calibrates an accelerator profile; this machine's "
                          "cpu-local profile is measured by `parex calibrate` without it")
     name = fr.check_name(args.name or f"{hardware}-from-run")
-    cluster, model, train, a, layout = _predict_inputs(args)
-    kwargs = {"convention": a.convention, "recipe": a.recipe, "dtype": a.dtype}
+    (model, train, layout, cluster), keywords = _predict_inputs(args)
+    s = resolve(model, train, layout, cluster, **keywords)
+    model, train, layout = s.model, s.train, s.layout
+    kwargs = {"convention": s.convention, "recipe": s.recipe, "dtype": s.dtype}
     efficiency = fr.from_run(model, train, layout, cluster, args.from_run, **kwargs)
     source = (f"from-run: {model.name} {layout} {args.from_run:g} s (global batch "
-              f"{train.global_batch} x {a.seq_len}, microbatch {train.microbatch or 'default'}, "
-              f"remat {train.remat}, {a.dtype}, {cluster.name})")
+              f"{train.global_batch} x {s.seq_len}, microbatch {s.microbatch}, "
+              f"remat {train.remat}, {s.dtype}, {cluster.name})")
     chip = fr.calibrated_chip(cluster.chip, name, efficiency, source)
     path = fr.write_profile(chip)
     p = predict(model, train, layout, _cluster(chip, cluster.nodes), **kwargs)
@@ -268,18 +274,22 @@ def cmd_compare(args) -> int:
     n = setup_devices(args, args.layout)
     model, train = configs_from_args(args)
     layout = layout_from_args(args.layout, n, microbatch=args.microbatch)
-    validate(layout, model, train, n)
     import jax
 
-    from ..measure import measure
+    from ..entry import measure
     from ..predict import predict, shared_fields
 
+    platform = jax.devices()[0].platform
+    layout = validate(layout, model, train, n, platform=platform)
+    run = resolve_run(model, train, layout, platform)  # the program that is measured
     hardware = hardware_of(args)
     if hardware.lower() == "cpu-local":
         ready(hardware, progress=not args.json)  # calibrate this machine on first use
-    # predicted in the dtype that is measured, whatever the profile's default
-    p = predict(model, train, layout, hardware, convention=args.convention, dtype=model.dtype)
-    m = measure(model, train, layout, devices=jax.devices()[:n], progress=not args.json)
+    # predicted as measured: its batch, remat, kernel and dtype, whatever the profile's defaults
+    p = predict(run.model, run.train, run.layout, hardware, convention=args.convention,
+                dtype=run.dtype)
+    m = measure(run.model, run.train, run.layout, devices=jax.devices()[:n],
+                progress=not args.json)
     fields = shared_fields(m, p)
     if args.json:
         print(json.dumps({"convention": p.convention, "hardware": p.hardware, "fields": fields,

@@ -1,43 +1,35 @@
 """Explain each predicted number: its formula with the values plugged in.
 
-    explain(prediction, model, train, layout, chip) -> {part: "formula = plugged = value"}
+    explain(prediction, setting) -> {part: "formula = plugged = value"}
 
 The keys are memory parts (params, grads, optimizer, activations, temp, inputs), step-time parts
 (compute, exposed_comm, bubble) and collective kinds (all-reduce, ...). Every text ends with the
-predictor's own number, read from the Prediction; where a formula is rebuilt here from published
-terms (Korthikanti et al. 2022's activations, the pipeline bubble) it is rebuilt from the same
-inputs, and `activation_bytes` is checked against the Prediction by the tests, so an explanation
-that drifts from the predictor fails there rather than misleading here. Parts the Prediction
-does not split (compute's optimizer and fixed costs, the temporaries' branches) are described in
-words beside the number rather than recomputed.
+predictor's own number, read from the Prediction, and reads the Setting the prediction was made
+under (parex.setting: its recipe, kernel, regime). Korthikanti et al. 2022's activations are the
+predictor's own formula (parex.predict.memory.korthikanti_layer_bytes, with its text beside
+it); the pipeline bubble's textbook formula is shown beside the predicted bubble. Parts the
+Prediction does not split (compute's optimizer and fixed costs, the temporaries' branches) are
+described in words beside the number rather than recomputed.
 """
 
 from __future__ import annotations
 
 from ..charts.style import format_bytes, format_count, format_flops, format_seconds
-from ..config import ModelConfig, TrainConfig
-from ..defaults import attention_of
-from ..layout import Layout, num_microbatches
+from ..layout import num_microbatches
 from ..parallel.schedules import make_schedule
 from ..predict import RECIPES
+from ..predict.memory import korthikanti_layer_bytes, korthikanti_layer_formula
 from ..record import Prediction
+from ..setting import Setting
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers around the loss: logits, softmax, gradient
 
 
-def recipe_for(chip, prediction: Prediction | None = None):
-    """The memory recipe of `prediction` (its assumptions), else the one predict() uses by
-    default on this chip: parex's own float32 state on the calibrated CPU, Megatron's mixed
-    precision on an accelerator."""
-    named = (getattr(prediction, "assumptions", None) or {}).get("recipe")
-    return RECIPES[named or ("parex" if chip.calibration is not None else "mixed")]
-
-
-def shape_of(model: ModelConfig, train: TrainConfig, layout: Layout) -> dict:
+def shape_of(setting: Setting) -> dict:
     """The symbols the formulas use: s (local sequence), b (sequences per microbatch per
     replica), h, a, t, L, p, m, v, and the layers one stage holds."""
-    T = train.seq_len or model.seq_len
+    model, train, layout = setting.model, setting.train, setting.layout
+    T = setting.seq_len
     m = num_microbatches(layout, train)
     b = train.global_batch // (layout.data_parallel * m)
     p, v = layout.stage, layout.virtual_stages
@@ -46,7 +38,7 @@ def shape_of(model: ModelConfig, train: TrainConfig, layout: Layout) -> dict:
             "stage_layers": model.layers // p, "tokens": b * T // layout.seq}
 
 
-def in_flight(layout: Layout, m: int) -> int:
+def in_flight(layout, m: int) -> int:
     """Microbatch-chunks a stage holds at its peak (1 without a pipeline)."""
     if layout.stage == 1:
         return 1
@@ -55,33 +47,21 @@ def in_flight(layout: Layout, m: int) -> int:
 
 
 # --- memory ----------------------------------------------------------------------------------
-def korthikanti_layer(sym: dict, sp: bool, remat: str, flash: bool = False) -> tuple[str, float]:
-    """(formula, bytes) of one layer's activations, Korthikanti et al. 2022 (16-bit); a fused
-    (flash) kernel keeps each row's float32 log-sum-exp, 4·a/h per s·b·h, not the scores."""
-    s, b, h, a, t = sym["s"], sym["b"], sym["h"], sym["a"], sym["t"]
-    if remat == "full":
-        return "2·s·b·h (full recompute keeps only the block input)", 2 * s * b * h
-    term, attn, note = ("4·a/h", 4 * a / h, " (flash attention keeps no scores)") if flash else \
-        ("5·a·s/h", 5 * a * s / h, "")
-    if remat == "selective":
-        attn, note = 0, f" (selective recompute drops {term})"
-    if sp:
-        return f"s·b·h/t·(34 + {term}){note}", s * b * h / t * (34 + attn)
-    return f"s·b·h·(10 + 24/t + {term}/t){note}", s * b * h * (10 + 24 / t + attn / t)
-
-
-def activation_bytes(model, train, layout, chip, dtype, predicted: float,
-                     prediction: Prediction | None = None) -> tuple[str, float]:
+def activation_bytes(setting: Setting, predicted: float) -> tuple[str, float]:
     """(explanation, bytes) of the saved activations at the step's peak. Korthikanti et al.'s
-    published formula is rebuilt here (and checked against the predictor by the tests); parex's
-    own recipe (what XLA keeps of parex's block, and a pipeline executor's buffers) is read off
-    the Prediction, per layer where the layers are all alike."""
-    sym, rec = shape_of(model, train, layout), recipe_for(chip, prediction)
+    formula is the predictor's (parex.predict.memory), plugged in here with the setting's
+    values; parex's own recipe (what XLA keeps of parex's block, and a pipeline executor's
+    buffers) is read off the Prediction, per layer where the layers are all alike."""
+    model, layout = setting.model, setting.layout
+    sym, rec = shape_of(setting), RECIPES[setting.recipe]
     flight = in_flight(layout, sym["m"])
     chunk_layers = sym["stage_layers"] // sym["v"]
     if rec.activations == "korthikanti":
-        flash = attention_of(train, chip.calibration is not None) == "flash"
-        formula, per_layer = korthikanti_layer(sym, layout.sp, train.remat, flash)
+        remat = setting.train.remat
+        formula = korthikanti_layer_formula(layout.sp, remat, setting.flash)
+        per_layer = float(korthikanti_layer_bytes(sym["s"], sym["b"], sym["h"], sym["a"],
+                                                  sym["t"], layout.sp, remat,
+                                                  flash=setting.flash))
         layers = chunk_layers * flight if layout.stage > 1 else model.layers
         where = (f"× {chunk_layers} layers per chunk × {flight} chunks in flight"
                  if layout.stage > 1 else f"× L = {model.layers} layers")
@@ -91,7 +71,7 @@ def activation_bytes(model, train, layout, chip, dtype, predicted: float,
     if layout.stage == 1:
         return (f"what XLA keeps of parex's block (parex.predict.memory), "
                 f"{format_bytes(predicted / model.layers)} per layer for {sym['tokens']} tokens "
-                f"of {DTYPE_BYTES[dtype]} B; × L = {model.layers} layers", predicted)
+                f"of {setting.act_bytes} B; × L = {model.layers} layers", predicted)
     return (f"the pipeline executor's buffers (parex.predict.stash): the residuals of up to "
             f"{flight} chunks of {chunk_layers} layer{'s' if chunk_layers > 1 else ''} in "
             f"flight, the embedding's and head's, a split backward's records and cotangents, "
@@ -105,11 +85,12 @@ def _state(name: str, value: float, per_param: float, n_params: int, note: str) 
             f"({format_count(n_params)} ÷ {shards:.3g} shards{note}) = {format_bytes(value)}")
 
 
-def memory_notes(p: Prediction, model, train, layout, chip, dtype) -> dict[str, str]:
-    rec, mem, n = recipe_for(chip, p), p.memory_bytes_per_device, model.n_params
+def memory_notes(p: Prediction, setting: Setting) -> dict[str, str]:
+    model, layout = setting.model, setting.layout
+    rec, mem, n = RECIPES[setting.recipe], p.memory_bytes_per_device, model.n_params
     split = "; tensor and stage split the layers, ZeRO-3 and fsdp shard them"
-    text, _ = activation_bytes(model, train, layout, chip, dtype, mem["activations"], p)
-    sym = shape_of(model, train, layout)
+    text, _ = activation_bytes(setting, mem["activations"])
+    sym = shape_of(setting)
     logits = LOGIT_COPIES * sym["tokens"] * model.vocab / layout.tensor * 4
     inputs = mem["argument"] - mem["params"] - mem["optimizer"]
     return {
@@ -129,9 +110,9 @@ def memory_notes(p: Prediction, model, train, layout, chip, dtype) -> dict[str, 
 
 
 # --- time ------------------------------------------------------------------------------------
-def compute_note(p: Prediction, chip, dtype) -> str:
-    seconds = p.step_time_s["compute"]
-    if chip.calibration is not None:
+def compute_note(p: Prediction, setting: Setting) -> str:
+    seconds, chip, dtype = p.step_time_s["compute"], setting.cluster.chip, setting.dtype
+    if setting.emulated:
         return ("compute on the calibrated CPU (parex calibrate): matmuls at the measured rate "
                 "for their shape, elementwise FLOPs, activation traffic, the optimizer and the "
                 f"fixed cost per step = {format_seconds(seconds)}")
@@ -143,7 +124,7 @@ def compute_note(p: Prediction, chip, dtype) -> str:
             f"{chip.step_efficiency:.2f}) = {format_seconds(seconds)}")
 
 
-def collective_line(c: dict, layout: Layout) -> str:
+def collective_line(c: dict, layout) -> str:
     g = 1
     for axis in c["axes"]:
         g *= getattr(layout, axis)
@@ -153,11 +134,11 @@ def collective_line(c: dict, layout: Layout) -> str:
             f"= {format_seconds(c['seconds'])}")
 
 
-def comm_note(p: Prediction, layout: Layout, chip) -> str:
-    lines = [collective_line(c, layout) for c in p.collectives if c["seconds"] > 0]
+def comm_note(p: Prediction, setting: Setting) -> str:
+    lines = [collective_line(c, setting.layout) for c in p.collectives if c["seconds"] > 0]
     total = sum(c["seconds"] for c in p.collectives)
     exposed = p.step_time_s["exposed_comm"]
-    overlap = ("the emulated mesh overlaps nothing" if chip.calibration is not None else
+    overlap = ("the emulated mesh overlaps nothing" if setting.emulated else
                "gradient reductions hide behind the backward, fsdp gathers behind compute; "
                "TP/SP collectives are exposed")
     head = (f"exposed {format_seconds(exposed)} of {format_seconds(total)} of collectives "
@@ -165,7 +146,8 @@ def comm_note(p: Prediction, layout: Layout, chip) -> str:
     return "; ".join([head, *lines]) if lines else f"{head}: none"
 
 
-def bubble_note(p: Prediction, layout: Layout, sym: dict, chip) -> str:
+def bubble_note(p: Prediction, setting: Setting) -> str:
+    layout, sym = setting.layout, shape_of(setting)
     pp, m, v = sym["p"], sym["m"], sym["v"]
     if pp == 1:
         return "no pipeline: no bubble"
@@ -176,7 +158,7 @@ def bubble_note(p: Prediction, layout: Layout, sym: dict, chip) -> str:
                }.get(layout.schedule, "the idle time of its schedule table")
     if layout.schedule == "1f1b":
         formula = f"(p−1)/(m+p−1) = {pp - 1}/{m + pp - 1} = {textbook:.0%} of the step"
-    if chip.calibration is not None:
+    if setting.emulated:
         return (f"0 on the emulated mesh: its devices share the host's cores, so an idle stage "
                 f"lends its core to a busy one. On a GPU: {formula} (p={pp}, m={m}, v={v})")
     share = p.step_time_s["bubble"] / p.step_time_s["total"]
@@ -184,7 +166,7 @@ def bubble_note(p: Prediction, layout: Layout, sym: dict, chip) -> str:
             f"{format_seconds(p.step_time_s['bubble'])}, {share:.0%} of this step")
 
 
-def comm_bytes_notes(p: Prediction, layout: Layout) -> dict[str, str]:
+def comm_bytes_notes(p: Prediction) -> dict[str, str]:
     """Per collective kind, the terms whose bytes add up to it."""
     out: dict[str, list[str]] = {}
     for c in p.collectives:
@@ -195,18 +177,13 @@ def comm_bytes_notes(p: Prediction, layout: Layout) -> dict[str, str]:
             for kind, parts in out.items()}
 
 
-def explain(p: Prediction, model: ModelConfig, train: TrainConfig, layout: Layout, chip,
-            dtype: str | None = None) -> dict[str, str]:
-    """Every part's formula with the values plugged in, ending with the predicted value."""
-    dtype = dtype or model.dtype
-    sym = shape_of(model, train, layout)
-    notes = memory_notes(p, model, train, layout, chip, dtype)
-    notes |= {"compute": compute_note(p, chip, dtype),
-              "exposed_comm": comm_note(p, layout, chip),
-              "bubble": bubble_note(p, layout, sym, chip)}
-    return notes | comm_bytes_notes(p, layout)
+def explain(p: Prediction, setting: Setting) -> dict[str, str]:
+    """Every part's formula with the values plugged in, ending with the predicted value, under
+    the Setting `p` was predicted with."""
+    notes = memory_notes(p, setting)
+    notes |= {"compute": compute_note(p, setting), "exposed_comm": comm_note(p, setting),
+              "bubble": bubble_note(p, setting)}
+    return notes | comm_bytes_notes(p)
 
 
-
-
-__all__ = ["activation_bytes", "explain", "in_flight", "recipe_for", "shape_of"]
+__all__ = ["activation_bytes", "explain", "in_flight", "shape_of"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ..layout import Layout
 from ..parallel.schedules import Schedule, make_schedule
 from ..record import Prediction
+from ..setting import Setting
 from .explain import shape_of
 
 
@@ -66,21 +67,21 @@ def _solve(schedule, t_b, t_w, hop, busy, bubble) -> float | None:
     return (lo + hi) / 2
 
 
-def gantt_costs(p: Prediction, model, train, layout: Layout, chip
-                ) -> tuple[Schedule, dict, str] | None:
+def gantt_costs(p: Prediction, setting: Setting) -> tuple[Schedule, dict, str] | None:
     """(schedule, costs for Schedule.timeline, a note on where they come from), or None
-    without a pipeline."""
+    without a pipeline; `setting`: the one `p` was predicted under."""
+    layout = setting.layout
     if layout.stage == 1:
         return None
-    sym = shape_of(model, train, layout)
+    sym = shape_of(setting)
     m, v = sym["m"], sym["v"]
     schedule = make_schedule(layout.schedule, layout.stage, m, v)
-    passes, t_b, t_w = unit_costs(layout, train.remat, chip.calibration is not None,
+    passes, t_b, t_w = unit_costs(layout, setting.train.remat, setting.emulated,
                                   schedule.split_backward)
     busy = m * v * passes
     hop = hop_seconds(p, m, v, schedule.n_ticks)
     bubble = p.step_time_s["bubble"]
-    if chip.calibration is not None or bubble <= 0:
+    if setting.emulated or bubble <= 0:
         t_f = p.step_time_s["compute"] / busy
         note = ("op times: predicted compute ÷ (m·v·passes). The emulated devices share the "
                 "host's cores, so the grey idle time is lent to busy stages and the predicted "

@@ -21,7 +21,8 @@ from ..layout import CP_MODES, LayoutError, divisors
 from ..parallel.schedules import SCHEDULES
 from ..plan.alternatives import fitting_layouts, saving_text
 from ..record import Prediction
-from .state import layout_of, predicted, resolve
+from ..setting import resolve as resolve_setting
+from .state import layout_of, model_of, predicted, resolve, train_of
 
 MICROBATCHES = (1, 2, 4, 8, 16, 32)
 
@@ -117,8 +118,11 @@ def neighbours(values: dict) -> list[dict]:
     layers = -(-values["layers"] // chunks) * chunks
     if layers != values["layers"]:
         out.append({"layers": layers})
+    batch = values["global_batch"] or resolve_setting(
+        model_of(values), train_of(values), layout_of(values), values["hardware"]
+    ).train.global_batch  # the default the controls show
     for k in (2, 4, 8):
-        out.append({"global_batch": values["global_batch"] * k})
+        out.append({"global_batch": batch * k})
     return out
 
 

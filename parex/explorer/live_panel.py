@@ -11,9 +11,9 @@ import pandas as pd
 
 from .. import charts
 from ..charts.style import FIT_COLORS, format_bytes, format_count, format_seconds, label
-from ..defaults import Assumptions
 from ..measure.report import load_note
 from ..record import KINDS
+from ..setting import describe
 from .gantt import gantt_costs
 from .guide import regime_of
 from .measure_panel import LOCAL_HARDWARE, run_key
@@ -45,7 +45,7 @@ class LivePanel:
 
     def _show_pictures(self) -> None:
         mesh = charts.mesh_chart(self.layout, self.chip.devices_per_node)
-        timed = gantt_costs(self.prediction, self.model, self.train, self.layout, self.chip)
+        timed = gantt_costs(self.prediction, self.setting)
         if timed is None:
             self.pictures.chart = mesh
             return
@@ -89,7 +89,7 @@ class LivePanel:
 
     def _show_notes(self) -> None:
         """One line on what the profile hides, and what an executable check says."""
-        notes, emulated = [], self.chip.calibration is not None
+        notes, emulated = [], self.setting.emulated
         bubble = getattr(self.prediction, "step_time_s", {}).get("bubble", 0.0)
         if emulated and self.layout.stage > 1 and bubble == 0:  # no lockstep loss (ticks.py)
             notes.append("On cpu-local the predicted bubble is 0: the emulated devices share "
@@ -108,11 +108,11 @@ class LivePanel:
 
 
 def assumptions_line(p) -> str:
-    """Everything the prediction assumed besides the model and layout, in one line."""
+    """The Setting the prediction was made under, besides the model and layout, in one line."""
     a = getattr(p, "assumptions", None)
     if not a:
         return f"{p.hardware} · convention {p.convention}"
-    return Assumptions(**a).describe()
+    return describe(a)
 
 
 __all__ = ["LivePanel", "assumptions_line"]

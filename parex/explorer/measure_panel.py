@@ -17,7 +17,7 @@ from ..charts.style import format_bytes, format_count, format_seconds
 from ..layout import LayoutError
 from ..hardware import load_chip
 from ..measure.report import load_note
-from ..mesh import devices_for
+from ..executor.mesh import devices_for
 from ..record import records_frame
 from .measuring import Run, measure_run, pooled_row, ratio_text
 from .state import predicted

@@ -21,10 +21,10 @@ import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
-from ..measure.compiled import compile_layout, compiled_stats, time_steps
+from ..measure.compiled import (compile_layout, compiled_stats, measurement_of, time_steps,
+                               timed_steps)
 from ..record import Measurement, Prediction
 
-WARMUP = 1  # steps run before timing starts, as parex.measure.measure
 
 
 @dataclass
@@ -104,13 +104,9 @@ def measure_run(model: ModelConfig, train: TrainConfig, layout: Layout, devices,
     losses, times = time_steps(step, compiled, data, False, state=fresh_state(),
                                on_step=lambda i: report(2 + i, total,
                                                         f"step {i + 1} of {train.steps}"))
-    timed = times[WARMUP:] if len(times) > WARMUP else times
-    measurement = Measurement(
-        model=model.name, layout=str(layout), n_devices=step.mesh.size,
-        platform=step.mesh.devices.flat[0].platform, losses=losses,
-        step_time_s={"median": statistics.median(timed), "min": min(timed), "max": max(timed)},
-        compile_time_s=compile_time, tokens_per_step=train.tokens_per_step(model), **stats)
-    return measurement, timed, split
+    measurement = measurement_of(step.model, step.train, step.layout, step.mesh, losses, times,
+                                 compile_time, stats)
+    return measurement, timed_steps(times), split
 
 
 def pooled_row(runs: list[Run]) -> dict:

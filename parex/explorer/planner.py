@@ -23,9 +23,12 @@ from ..charts.planner import pareto_chart
 from ..config import TrainConfig, preset_names
 from ..layout import LayoutError
 from ..plan import OBJECTIVES, NoFit, plan
+from ..plan.names import model_named
 from ..plan.report import chart_frame, plan_frame
+from ..setting import resolve
 from ..units import format_bytes, format_seconds
-from .view import STYLE, chart_view, dropdown, hardware_names, int_text, set_stale, spec_rows
+from .view import (STYLE, DefaultedInt, chart_view, dropdown, hardware_names, int_text,
+                   set_stale, spec_rows)
 from .widget import Explorer
 
 COLUMNS = ("layout", "remat", "microbatch", "step_total_s", "step_compute_s",
@@ -37,17 +40,19 @@ class Planner:
     Explorer.load."""
 
     def __init__(self, model: str = "tiny", hardware: str = "cpu-local", nodes: int = 1,
-                 global_batch: int = 16, memory_cap_gb: float = 0.0, objective: str = "time",
-                 top: int = 8, explorer: Explorer | None = None):
+                 global_batch: int | None = None, memory_cap_gb: float = 0.0,
+                 objective: str = "time", top: int = 8, explorer: Explorer | None = None):
         ready(hardware)  # this machine's profile, calibrated on first use
         self.plan = None  # the last Plan, when planning worked
         self.error: str | None = None  # why it did not, with the nearest setting that works
         self._explorer = explorer
+        self.batch = DefaultedInt("batch", self._default_batch(model, hardware, nodes),
+                                  global_batch)
         c = self.controls = {
             "model": dropdown("model", preset_names(), model),
             "hardware": dropdown("hardware", hardware_names(), hardware),
             "nodes": int_text("nodes", nodes),
-            "global_batch": int_text("batch", global_batch),
+            "global_batch": self.batch.widget,
             "memory_cap_gb": w.BoundedFloatText(value=memory_cap_gb, min=0, max=1e6,
                                                 description="cap GB (0=HBM)",
                                                 style={"description_width": "90px"},
@@ -57,6 +62,8 @@ class Planner:
         }
         for control in c.values():  # the rows below are the last plan's until Plan is pressed
             control.observe(lambda _: self._mark_stale(), "value")
+        for name in ("model", "hardware", "nodes"):  # a batch left at the default follows them
+            c[name].observe(lambda _: self.batch.show_default(self._default_batch()), "value")
         self.plan_button = w.Button(description="Plan", button_style="primary", icon="search")
         self.plan_button.on_click(lambda _: self.run())
         self.status, self.assumptions = w.HTML(), w.HTML()
@@ -73,10 +80,21 @@ class Planner:
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
 
+    def _default_batch(self, model=None, hardware=None, nodes=None) -> int:
+        """The global batch plan() resolves when none is given (parex.setting)."""
+        c = getattr(self, "controls", {})
+        model = model or c["model"].value
+        hardware, nodes = hardware or c["hardware"].value, nodes or c["nodes"].value
+        return resolve(model_named(model), TrainConfig(), None, hardware,
+                       nodes=nodes).train.global_batch
+
     def set(self, **values) -> "Planner":
-        """Set controls by name and plan again."""
+        """Set controls by name (global_batch=None: back to the default) and plan again."""
         for name, value in values.items():
-            self.controls[name].value = value
+            if name == "global_batch":
+                self.batch.set(value, self._default_batch())
+            else:
+                self.controls[name].value = value
         self.run()
         return self
 
@@ -86,7 +104,7 @@ class Planner:
         if self._explorer is None:
             c = self.controls
             self._explorer = Explorer(model=c["model"].value, hardware=c["hardware"].value,
-                                      global_batch=c["global_batch"].value)
+                                      global_batch=self.batch.value)
         return self._explorer
 
     # --- planning ---------------------------------------------------------------------------
@@ -95,12 +113,8 @@ class Planner:
         c = self.controls
         cap = c["memory_cap_gb"].value * 1e9 or None
         try:
-            from ..plan.names import model_named
-
             model = model_named(c["model"].value)
-            if c["hardware"].value != "cpu-local":
-                model = model.replace(dtype="bfloat16")
-            self.plan = plan(model, TrainConfig(global_batch=c["global_batch"].value),
+            self.plan = plan(model, TrainConfig(global_batch=self.batch.value),
                              c["hardware"].value, c["nodes"].value, memory_cap=cap,
                              objective=c["objective"].value, top=c["top"].value)
             self.error = None
@@ -115,7 +129,7 @@ class Planner:
                              f"considered, {int(p.fits.sum()):,} fit under "
                              f"{format_bytes(p.memory_cap)} per device; planned in "
                              f"{format_seconds(p.seconds)}</div>")
-        described = p.assumptions.describe() if p.assumptions is not None else ""
+        described = p.describe()
         self.assumptions.value = f"<div class='parex-note'>assumes {escape(described)}</div>"
         self.table.children = self._rows()
         self.chart.chart = pareto_chart(chart_frame(p), p.memory_cap)
@@ -169,15 +183,13 @@ class Planner:
 
 
 def handed_over(p, i: int) -> dict:
-    """The Explorer controls that reproduce row i's prediction: every assumption the plan made
-    (hardware, dtype, recipe, convention, global batch, sequence length, remat); the layout
-    carries the schedule and the microbatch count, from which b follows."""
-    train = p.train_of(i)
-    settings = {"hardware": p.cluster.chip.name, "dtype": p.model.dtype, "remat": train.remat,
-                "global_batch": train.global_batch,
-                "seq_len": train.seq_len or p.model.seq_len}
-    return settings | {name: p.settings[name] for name in ("recipe", "convention")
-                       if name in getattr(p, "settings", {})}
+    """The Explorer controls that reproduce row i's prediction: its Setting (hardware, dtype,
+    recipe, convention, global batch, sequence length, remat); the layout carries the schedule
+    and the microbatch count, from which b follows."""
+    s = p.setting_of(i)
+    return {"hardware": p.cluster.chip.name, "dtype": s.dtype, "remat": s.train.remat,
+            "global_batch": s.train.global_batch, "seq_len": s.seq_len,
+            "recipe": s.recipe, "convention": s.convention}
 
 
 __all__ = ["Planner", "handed_over"]

@@ -13,8 +13,9 @@ import shlex
 
 from ..config import ModelConfig, TrainConfig, model_preset
 from ..layout import Axis, Layout, LayoutError
-from ..defaults import assume
-from ..predict import CONVENTIONS, RECIPES, as_cluster, predict
+from ..predict import CONVENTIONS, RECIPES, predict_setting
+from ..setting import Setting
+from ..setting import resolve as resolve_setting
 from ..record import Prediction
 from ..validation import validate
 
@@ -26,31 +27,41 @@ SPLIT_AXES = (Axis.FSDP, Axis.EXPERT, Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z,
 DIMS = ("layers", "hidden", "heads", "seq_len")
 
 
-def control_defaults(hardware: str, model: ModelConfig) -> dict:
-    """The dtype, remat, recipe and convention that `parex predict` assumes for `model` on the
-    profile `hardware` (parex.defaults.assume, the one home of defaults): on an accelerator
-    bfloat16 under the mixed recipe and the ideal gpu program, with selective recompute from 1B
-    parameters (Korthikanti et al. 2022); on the calibrated CPU what the emulated mesh runs."""
-    a = assume(as_cluster(hardware, 1), model)
-    return {"dtype": a.dtype, "remat": a.remat, "recipe": a.recipe, "convention": a.convention}
+def control_defaults(hardware: str, model: ModelConfig, n_devices: int) -> dict:
+    """The controls' values where the user has said nothing: what `parex predict` resolves for
+    `model` on `n_devices` of the profile `hardware` (parex.setting.resolve): on an
+    accelerator bfloat16 under the mixed recipe and the ideal gpu program, the global batch of
+    published runs of its size and 1F1B; on the calibrated CPU what the emulated mesh runs."""
+    s = resolve_setting(model, TrainConfig(), Layout(data=n_devices), hardware)
+    return {"dtype": s.dtype, "remat": s.train.remat, "recipe": s.recipe,
+            "convention": s.convention, "global_batch": s.train.global_batch,
+            "schedule": s.schedule}
 
 
 def profile_defaults(hardware: str, model: ModelConfig, dtype: str) -> dict:
-    """The recipe and convention predict() assumes on a profile for a model trained in `dtype`
-    when none is given (parex.defaults.assume)."""
-    a = assume(as_cluster(hardware, 1), model, dtype=dtype)
-    return {"recipe": a.recipe, "convention": a.convention}
+    """The recipe and convention predict() resolves on a profile for a model trained in
+    `dtype` when none is given (parex.setting.resolve)."""
+    s = resolve_setting(model, TrainConfig(), None, hardware, dtype=dtype)
+    return {"recipe": s.recipe, "convention": s.convention}
+
+
+def setting_of(values: dict, model: ModelConfig, train: TrainConfig, layout: Layout,
+               hardware: str | None = None) -> Setting:
+    """The Setting predict() resolves under the controls: their hardware (or `hardware`),
+    dtype, recipe and convention (another profile than the controls', a measurement's, gets
+    its own defaults)."""
+    hardware = hardware or values["hardware"]
+    chosen = profile_defaults(hardware, model, model.dtype)
+    if hardware == values["hardware"]:
+        chosen = {name: values.get(name, value) for name, value in chosen.items()}
+    return resolve_setting(model, train, layout, hardware, dtype=model.dtype, **chosen)
 
 
 def predicted(values: dict, model: ModelConfig, train: TrainConfig, layout: Layout,
               hardware: str | None = None) -> Prediction:
-    """predict() under the controls' assumptions: their hardware (or `hardware`), dtype,
-    recipe and convention, so every number the Explorer shows is `parex predict`'s."""
-    hardware = hardware or values["hardware"]
-    chosen = profile_defaults(hardware, model, model.dtype)
-    if hardware == values["hardware"]:  # else another profile (a measurement's): its defaults
-        chosen = {name: values.get(name, value) for name, value in chosen.items()}
-    return predict(model, train, layout, hardware, dtype=model.dtype, **chosen)
+    """predict() of the controls' Setting (setting_of), so that every number the Explorer
+    shows is `parex predict`'s: parex.predict is predict_setting of the resolved inputs."""
+    return predict_setting(setting_of(values, model, train, layout, hardware))
 
 
 def model_of(values: dict) -> ModelConfig:
@@ -69,10 +80,26 @@ def model_of(values: dict) -> ModelConfig:
 
 
 def train_of(values: dict) -> TrainConfig:
+    """The train config of the controls; a global batch of None is the regime's default,
+    which the Explorer shows until the user sets one (and which brings its default microbatch
+    size: parex.setting)."""
     preset = model_preset(values["model"])
     seq = values["seq_len"] if values["seq_len"] != preset.seq_len else None
     return TrainConfig(global_batch=values["global_batch"], steps=values["steps"],
                        remat=values["remat"], seq_len=seq, warmup_steps=1)
+
+
+def values_of(model: str, layout: Layout, n_devices: int, hardware: str, **settings) -> dict:
+    """The control values that describe `layout` of preset `model` on n_devices of `hardware`
+    (the inverse of layout_of; a pipeline that names no schedule shows the one it resolves to
+    there), with `settings` naming other controls (remat, global_batch, seq_len, ...)."""
+    if layout.stage > 1 and layout.schedule is None:
+        named = resolve_setting(model_preset(model), TrainConfig(), layout, hardware).layout
+        layout = layout.replace(schedule=named.schedule)
+    return {"model": model, "devices": n_devices, "hardware": hardware, "zero": layout.zero,
+            "sp": layout.sp, "cp": layout.cp, "schedule": layout.schedule,
+            "microbatches": layout.microbatches, "virtual": layout.virtual_stages,
+            **{a.value: getattr(layout, a.value) for a in SPLIT_AXES}, **settings}
 
 
 def layout_of(values: dict) -> Layout:
@@ -90,15 +117,18 @@ def layout_of(values: dict) -> Layout:
     pipeline = sizes[Axis.STAGE.value] > 1
     return Layout(data=n // split, **sizes, zero=values["zero"], sp=values["sp"],
                   cp=values["cp"], microbatches=values["microbatches"],
-                  schedule=values["schedule"] if pipeline else "gpipe",
+                  schedule=values["schedule"] if pipeline else None,
                   virtual_stages=values["virtual"] if pipeline else 1)
 
 
 def resolve(values: dict) -> tuple[ModelConfig, TrainConfig, Layout]:
-    """(model, train, layout), validated for the device count; LayoutError (or ValueError)
-    names the problem when they cannot run."""
+    """(model, train, layout) as the controls give them, once the Setting they resolve to
+    (setting_of) is a real program on the device count, as predict() requires (one parex's
+    executor cannot run yet is shown with that note); LayoutError (or ValueError) names the
+    problem when it is not."""
     model, train, layout = model_of(values), train_of(values), layout_of(values)
-    validate(layout, model, train, values["devices"])
+    s = setting_of(values, model, train, layout)
+    validate(s.layout, s.model, s.train, values["devices"], executable=False)
     return model, train, layout
 
 
@@ -106,8 +136,9 @@ def cli_command(values: dict) -> str:
     """The `parex predict` command that predicts what the Explorer shows."""
     model, train, layout = model_of(values), train_of(values), layout_of(values)
     args = ["parex", "predict", "--model", values["model"], "--layout", str(layout),
-            "--hardware", values["hardware"], "--global-batch", str(train.global_batch),
-            "--remat", train.remat, "--dtype", model.dtype]
+            "--hardware", values["hardware"], "--remat", train.remat, "--dtype", model.dtype]
+    if train.global_batch is not None:  # else the default, which the command resolves too
+        args += ["--global-batch", str(train.global_batch)]
     for name in ("recipe", "convention"):
         if name in values:
             args += [f"--{name}", values[name]]
@@ -122,4 +153,5 @@ def cli_command(values: dict) -> str:
 
 
 __all__ = ["CONVENTIONS", "DIMS", "RECIPES", "SPLIT_AXES", "cli_command", "control_defaults",
-           "layout_of", "model_of", "predicted", "profile_defaults", "resolve", "train_of"]
+           "layout_of", "model_of", "predicted", "profile_defaults", "resolve", "setting_of",
+           "train_of", "values_of"]

@@ -27,7 +27,8 @@ from ..layout import Layout, LayoutError
 from ..predict import predict
 from ..record import Measurement, Prediction
 from ..sweep import latest, measurement_of, read_records
-from .measuring import WARMUP, ratio_text
+from ..measure.compiled import WARMUP
+from .measuring import ratio_text
 from .state import profile_defaults
 from .view import LOCAL, STYLE, chart_view, dropdown, hardware_names, html_view
 

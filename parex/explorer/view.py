@@ -43,6 +43,48 @@ def int_text(name: str, value: int) -> w.BoundedIntText:
                             layout=w.Layout(width="210px"), style={"description_width": "90px"})
 
 
+class DefaultedInt:
+    """A whole-number control that shows the regime's default until the user sets it. Its
+    `value` is None while it shows the default, so that the Setting resolves the default
+    itself, with what comes along with it (the default batch's microbatch size), and the
+    command it prints leaves the flag out, as the user did."""
+
+    def __init__(self, name: str, default: int, value: int | None = None):
+        self.name, self.given, self._showing = name, value is not None, False
+        self.widget = int_text(name, value if value is not None else default)
+        self.widget.observe(self._typed, "value")
+        self._label()
+
+    @property
+    def value(self) -> int | None:
+        return self.widget.value if self.given else None
+
+    def set(self, value: int | None, default: int) -> None:
+        """A value of the user's, or (None) back to showing `default`."""
+        if value is None:
+            self.given = False
+            self.show_default(default)
+        else:
+            self.widget.value = value
+            self.given = True
+        self._label()
+
+    def show_default(self, default: int) -> None:
+        """Show a new default (the hardware or the model changed), unless the user set one."""
+        if not self.given:
+            self._showing = True
+            self.widget.value = default
+            self._showing = False
+
+    def _typed(self, change) -> None:
+        if not self._showing:
+            self.given = True
+            self._label()
+
+    def _label(self) -> None:
+        self.widget.description = self.name if self.given else f"{self.name} (default)"
+
+
 def chart_view():
     """An empty chart that updates in place; SVG puts its text into the page, where a browser
     test can read it."""

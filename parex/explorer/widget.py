@@ -12,12 +12,13 @@ blank the view (an Output widget would flicker); panels out of sight are drawn w
 Everything the widget shows is readable from Python (`layout`, `error`, `prediction`, `fixes`,
 `ways`, `runs`, `history_frame()`, `chart_data()`, ...), so tests drive it without a browser.
 
-Defaults that follow the hardware and the preset: dtype, remat, recipe and convention come up
-as `parex predict` assumes them for the model on the profile (state.control_defaults, from
-parex.defaults.assume): on an accelerator bfloat16 under the mixed recipe (what runs there use;
-every control can be switched back), on cpu-local the preset's own float32, which is what the
-emulated mesh runs. The status line's second line states every assumption of the prediction; while the controls are invalid, every view of the
-last valid setup's numbers is faded (view.STALE).
+Defaults that follow the hardware and the preset: dtype, remat, recipe, convention, global batch
+and pipeline schedule come up as `parex predict` resolves them for the model on the profile
+(state.control_defaults, from parex.setting.resolve): on an accelerator bfloat16 under the mixed
+recipe, the batch of published runs and 1F1B (what runs there use; every control can be
+switched back), on cpu-local the preset's own float32, which is what the emulated mesh runs.
+The status line's second line states the prediction's Setting; while the controls are invalid,
+every view of the last valid setup's numbers is faded (view.STALE).
 """
 
 from __future__ import annotations
@@ -32,18 +33,20 @@ from ..calibrate.local import ready
 from ..config import DTYPES, REMAT_POLICIES, model_preset, preset_names
 from ..hardware import load_chip
 from ..layout import CP_MODES, Layout, LayoutError, divisors
-from ..parallel.schedules import ALL_SCHEDULES, SCHEDULES
+from ..parallel.schedules import ALL_SCHEDULES
+from ..predict import predict_setting
 from .compare_panel import SWEEPS, ComparePanel
 from .explain import explain
 from .guide import fit_fixes, ways_out
 from .live_panel import LivePanel
 from .measure_panel import MeasurePanel
 from .state import (CONVENTIONS, DIMS, RECIPES, SPLIT_AXES, cli_command, control_defaults,
-                    model_of, predicted, resolve, train_of)
+                    model_of, resolve, setting_of, train_of, values_of)
 from .sweep_store import StoreView
 from .view import (
     GPU_FOR_BUBBLE,
     STYLE,
+    DefaultedInt,
     chart_view,
     dropdown,
     hardware_names,
@@ -62,29 +65,30 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
     and charts; Measure → real step → pooled history."""
 
     def __init__(self, model: str = "tiny", n_devices: int = 8, hardware: str | None = None,
-                 global_batch: int = 16, steps: int = 5):
+                 global_batch: int | None = None, steps: int = 5):
         ready(hardware or "cpu-local")  # this machine's profile, calibrated on first use
         names = hardware_names()
         preset = model_preset(model)
         hardware = hardware or names[0]
-        real = control_defaults(hardware, preset)
+        real = control_defaults(hardware, preset, n_devices)
         self.runs, self.baseline, self.kept, self._tops = [], None, [], (0.0, 0.0)
         self._programs = {}
         self.prediction = self.layout = self.error = None
         self.fixes, self.ways, self.explained = [], [], {}
         self._busy, self._holding, self._drawn = threading.Lock(), 0, set()
         self._shown = False  # displayed in a notebook: draw eagerly
+        self.batch = DefaultedInt("batch", real["global_batch"], global_batch)
         c = self.controls = {
             "model": dropdown("model", preset_names(), model),
             **{dim: int_text(dim, getattr(preset, dim)) for dim in DIMS},
             "dtype": dropdown("dtype", DTYPES, real["dtype"]),
-            "global_batch": int_text("batch", global_batch),
+            "global_batch": self.batch.widget,
             "devices": dropdown("devices", sorted({*DEVICE_COUNTS, n_devices}), n_devices),
             **{a.value: dropdown(a.value, divisors(n_devices), 1) for a in SPLIT_AXES},
             "zero": dropdown("ZeRO stage", (0, 1, 2, 3), 0),
             "sp": w.Checkbox(value=False, description="sequence parallel (sp)", indent=False),
             "cp": dropdown("context par.", CP_MODES, "none"),
-            "schedule": dropdown("schedule", ALL_SCHEDULES, SCHEDULES[0]),  # + local (PPLL)
+            "schedule": dropdown("schedule", ALL_SCHEDULES, real["schedule"]),  # + local (PPLL)
             "microbatches": dropdown("microbatches", (1, 2, 4, 8, 16, 32), 1),
             "virtual": dropdown("virtual", (1, 2, 3, 4), 1),
             "remat": dropdown("remat", REMAT_POLICIES, real["remat"]),
@@ -210,17 +214,23 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
                 if name not in self.controls:
                     raise ValueError(f"no control named {name!r}; controls: "
                                      f"{', '.join(self.controls)}")
-                self.controls[name].value = value
+                self._set_control(name, value)
         return self
+
+    def _set_control(self, name: str, value) -> None:
+        """One control's value; global_batch=None goes back to the regime's default."""
+        if name == "global_batch":
+            self.batch.set(value, self._defaults()["global_batch"])
+        else:
+            self.controls[name].value = value
 
     def load(self, model: str, layout: Layout, n_devices: int, **settings) -> "Explorer":
         """Show `layout` of preset `model` on `n_devices` (a planner row, say): every control
         set at once, choices widened where the layout needs a value they lack. `settings`
         names other controls (remat, global_batch, hardware, seq_len, ...)."""
-        values = {"model": model, "devices": n_devices, "zero": layout.zero, "sp": layout.sp,
-                  "cp": layout.cp, "schedule": layout.schedule,
-                  "microbatches": layout.microbatches, "virtual": layout.virtual_stages,
-                  **{a.value: getattr(layout, a.value) for a in SPLIT_AXES}, **settings}
+        settings.setdefault("hardware", self.controls["hardware"].value)
+        values = values_of(model, layout, n_devices, **settings)
+        values["schedule"] = values["schedule"] or self.controls["schedule"].value
         first = {name: values.pop(name) for name in ("devices", "hardware") if name in values}
         with self.hold():
             self.controls["model"].value = model  # resets the dims to the preset's
@@ -228,7 +238,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
                 control = self.controls[name]
                 if isinstance(control, w.Dropdown) and value not in control.options:
                     control.options = sorted({*control.options, value})
-                control.value = value
+                self._set_control(name, value)
         return self
 
     def load_layout(self, text: str, **settings) -> "Explorer":
@@ -259,14 +269,25 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         with self.hold():
             self._set_defaults(change.new, model_preset(self.controls["model"].value))
 
+    def _defaults(self) -> dict:
+        c = self.controls
+        return control_defaults(c["hardware"].value, model_preset(c["model"].value),
+                                c["devices"].value)
+
     def _set_defaults(self, hardware: str, preset) -> None:
-        for name, value in control_defaults(hardware, preset).items():
-            self.controls[name].value = value
+        for name, value in control_defaults(hardware, preset,
+                                            self.controls["devices"].value).items():
+            if name == "global_batch":
+                self.batch.show_default(value)
+            else:
+                self.controls[name].value = value
 
     # --- state ------------------------------------------------------------------------------
     @property
     def values(self) -> dict:
-        return {name: control.value for name, control in self.controls.items()}
+        """The controls' values; global_batch is None while it shows the default."""
+        values = {name: control.value for name, control in self.controls.items()}
+        return values | {"global_batch": self.batch.value}
 
     @property
     def model(self):
@@ -315,14 +336,16 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         values = self.values
         try:
             model, train, layout = resolve(values)
-            p = predicted(values, model, train, layout)
+            setting = setting_of(values, model, train, layout)
+            p = predict_setting(setting)
         except (LayoutError, ValueError) as exc:
             self.error, self.fixes = str(exc), []
             self.ways = ways_out(values)
             self._show_status()
             return
-        self.error, self.ways, self.layout, self.prediction = None, [], layout, p
-        self.explained = explain(p, model, train, layout, self.chip, model.dtype)
+        self.error, self.ways, self.prediction = None, [], p
+        self.setting, self.layout = setting, setting.layout
+        self.explained = explain(p, setting)
         self.fixes = [] if p.fits else fit_fixes(values)
         self.data_label.value = f"data = {layout.data} (the devices left over)"
         self._show_status()

@@ -101,15 +101,15 @@ def predicted_rows() -> list[Row]:
 
 def loss_run(model, train, layout: Layout, every: int, evals) -> dict:
     """Train `layout` for train.steps steps on the corpus; every `every` steps the model's loss
-    (parex.model.loss_fn of the assembled parameters: for local, stage 0's read-in, every
+    (parex.model.transformer.loss_fn of the assembled parameters: for local, stage 0's read-in, every
     stage's layers, the last stage's head) on `evals`. {"eval": {step: loss}, "step_s":
     median step seconds, "stats": the compiled step's statistics, "timer": a function of n
     that times n more steps (seconds each), to time layouts in alternation}."""
     import jax
     import numpy as np
 
-    from .. import model as gpt
-    from ..data import Batches
+    from ..model import transformer as gpt
+    from ..executor.data import Batches
     from ..measure.compiled import compile_layout, compiled_stats
     from ..parallel.local import model_params
 
@@ -143,7 +143,7 @@ def loss_run(model, train, layout: Layout, every: int, evals) -> dict:
 
 def eval_batches(model, train, n: int = EVAL_BATCHES) -> list:
     """n fixed batches of the corpus drawn with another seed than training's."""
-    from ..data import Batches
+    from ..executor.data import Batches
 
     seq = train.seq_len or model.seq_len
     return [Batches("corpus", train.global_batch, seq, model.vocab, seed=12345)[i]
@@ -172,7 +172,7 @@ def local_vs_1f1b(model, train, layout: str = MEASURED, objectives=("ce", "recon
     last eval loss and its gap to 1F1B's; runs: loss_run's results by name."""
     import pandas as pd
 
-    from ..measure.hlo import bytes_by_kind
+    from ..record import bytes_by_kind
 
     base, evals = Layout.parse(layout), eval_batches(model, train)
     specs = [("1f1b", "1f1b", "ce")] + [(f"local {o}", "local", o) for o in objectives]

@@ -10,7 +10,7 @@ microbatch count, each stage its own chip, layer count and tensor degree.
     structure.py, split.py, estimate.py, search.py   the search   search(model, cluster, B, T)
     baselines.py  the best even split, the same-peak cluster       compare(model, cluster, B, T)
     report.py, draw.py   text, JSON, pictures (`parex plan --cluster FILE`: parex.cli.hetero)
-The runner is parex.parallel.mpmd (a jitted program per stage on its own sub-mesh), exported
+The runner is parex.hetero.mpmd (a jitted program per stage on its own sub-mesh), exported
 here as MpmdRunner; clusters are read by parex.cluster (load_hetero_cluster, cluster_from_dict).
 
     cluster = load_hetero_cluster("het-48")                  data/clusters/het-48.toml
@@ -19,9 +19,9 @@ here as MpmdRunner; clusters are read by parex.cluster (load_hetero_cluster, clu
 """
 
 from ..cluster import HeteroCluster, cluster_from_dict, load_hetero_cluster
-from ..parallel.mpmd import MpmdRunner
+from .mpmd import MpmdRunner
 from .baselines import Comparison, best_even_split, compare
-from .costs import Setting
+from .costs import stage_setting
 from .draw import plan_chart, plan_text
 from .plan import HeteroPlan, Pipeline, PlanError, Stage
 from .predict import HeteroPrediction, predict_plan
@@ -31,7 +31,7 @@ from .studies import network_study
 from .validate import check_plan
 
 __all__ = ["Comparison", "HeteroCluster", "HeteroPlan", "HeteroPrediction", "HeteroSearch",
-           "MpmdRunner", "NoPlan", "Pipeline", "PlanError", "Setting", "Stage", "best_even_split",
+           "MpmdRunner", "NoPlan", "Pipeline", "PlanError", "Stage", "best_even_split",
            "check_plan", "cluster_from_dict", "compare", "comparison_json", "comparison_report",
            "load_hetero_cluster", "network_study", "plan_chart", "plan_text", "predict_plan",
-           "search"]
+           "search", "stage_setting"]

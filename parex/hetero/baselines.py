@@ -5,7 +5,7 @@
     spread as evenly as they go (balanced_partition: the first L mod p stages one more), the
     batch split evenly over the pipelines, and stage s of pipeline i on devices
     (s·P + i)·t … + t − 1 of the cluster's devices in order — the homogeneous mesh order
-    (stage outermost, tensor innermost, parex.mesh). Every order of the groups is tried, every
+    (stage outermost, tensor innermost, parex.executor.mesh). Every order of the groups is tried, every
     microbatch size and remat policy; the best that fits wins.
 (b) A homogeneous cluster of about the same total peak FLOP/s (parex.cluster.reference_cluster),
     searched the same way: HexiScale's comparison. Its MFU is against its own peak.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..cluster import HeteroCluster, reference_cluster
 from ..config import REMAT_POLICIES, ModelConfig
 from ..plan.candidates import balanced_partition
-from .costs import Setting
+from .costs import stage_setting
 from .estimate import Estimator
 from .predict import HeteroPrediction
 from .search import MICROBATCH_SIZES, HeteroSearch, NoPlan, best_finished, rerank, search
@@ -74,7 +74,7 @@ def best_even_split(model: ModelConfig, cluster: HeteroCluster, global_batch: in
     if not splits:
         return None
     labels, pipes, layers, micro = zip(*splits)
-    settings = {r: Setting.make(model, T, r, recipe) for r in remats}
+    settings = {r: stage_setting(model, T, r, recipe) for r in remats}
     memory = {"memory_fraction": memory_fraction, "memory_cap": memory_cap}
     finished = []
     for remat in remats:

@@ -22,69 +22,47 @@ Every cost is a numpy column over the tensor degrees asked for (`unit_costs`), p
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
-from ..defaults import default_attention
 from ..errors import InputError
 from ..hardware import Chip
+from ..setting import ACCELERATOR, Setting, resolve_regime
 from ..predict import alpha_beta, comm, flops, memory
 from ..predict.accelerator import accelerator_compute
+from ..predict.core import program
 from ..predict.shapes import GROUPS, Grid, ModelSizes, model_sizes
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+def stage_setting(model: ModelConfig, seq_len: int | None = None, remat: str = "none",
+                  recipe: str = "mixed", dtype: str = "bfloat16") -> Setting:
+    """What every stage of a plan shares, as parex.setting resolves it for an accelerator (each
+    stage runs on its own chip, so the setting names no cluster): the model in its compute
+    dtype, the sequence, the remat policy, the bytes of model state, the ideal ("gpu") program
+    and the kernel real runs there use."""
+    if model.moe:  # its costs count a dense block's parameter groups
+        raise InputError(f"{model.name} is a mixture of experts: heterogeneous plans cost "
+                         f"dense models only; plan it on one kind of device (parex plan) or "
+                         f"use a dense model")
+    train = TrainConfig(seq_len=seq_len or model.seq_len, remat=remat)
+    return resolve_regime(model, train, ACCELERATOR, dtype=dtype, recipe=recipe,
+                          convention="gpu")
 
 
-@dataclass(frozen=True)
-class Setting:
-    """What every stage of a plan shares: the model in its compute dtype, the sequence, the
-    remat policy, the bytes of model state and the collective convention."""
-
-    model: ModelConfig
-    seq_len: int
-    remat: str = "none"
-    recipe: memory.Recipe = memory.RECIPES["mixed"]
-    convention: comm.Convention = comm.CONVENTIONS["gpu"]
-    attention: str = default_attention(local=False)  # the kernel real runs there use
-
-    @classmethod
-    def make(cls, model: ModelConfig, seq_len: int | None = None, remat: str = "none",
-             recipe: str = "mixed", dtype: str = "bfloat16") -> "Setting":
-        """On an accelerator parex predicts what real runs there use: bf16 compute, the mixed
-        recipe and the ideal ("gpu") program."""
-        if dtype not in DTYPE_BYTES:
-            raise InputError(f"dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}")
-        if model.moe:  # its costs count a dense block's parameter groups
-            raise InputError(f"{model.name} is a mixture of experts: heterogeneous plans cost "
-                             f"dense models only; plan it on one kind of device (parex plan) or "
-                             f"use a dense model")
-        return cls(model.replace(dtype=dtype), seq_len or model.seq_len, remat,
-                   memory.recipe(recipe), comm.CONVENTIONS["gpu"])
-
-    @property
-    def act_bytes(self) -> int:
-        return DTYPE_BYTES[self.model.dtype]
-
-    @property
-    def state_bytes(self) -> float:
-        """Bytes per parameter of parameters + gradients + optimizer state."""
-        r = self.recipe
-        return r.param_bytes + r.grad_bytes + r.optimizer_bytes
-
-    def replace(self, **changes) -> "Setting":
-        return dataclasses.replace(self, **changes)
+def state_bytes(setting: Setting) -> float:
+    """Bytes per parameter of parameters + gradients + optimizer state (the recipe's)."""
+    r = memory.recipe(setting.recipe)
+    return r.param_bytes + r.grad_bytes + r.optimizer_bytes
 
 
 def stage_grid(setting: Setting, tensors, b: int, layers) -> Grid:
     """A one-stage grid: tensor degrees `tensors`, one microbatch of b sequences, `layers`
     blocks (columns broadcast together)."""
-    train = TrainConfig(global_batch=b, seq_len=setting.seq_len, remat=setting.remat)
+    train = TrainConfig(global_batch=b, seq_len=setting.seq_len, remat=setting.train.remat)
     tensors, layers = np.broadcast_arrays(np.asarray(tensors), np.asarray(layers))
     grid = Grid.from_columns(train, setting.model, tensor=tensors, stage_layers=layers)
     # the ideal program of a GPU cluster, with its attention kernel
-    return dataclasses.replace(grid, executor=False, flash=setting.attention == "flash")
+    return dataclasses.replace(grid, executor=False, flash=setting.flash)
 
 
 def _elements(sizes: ModelSizes, tensors: np.ndarray) -> dict:
@@ -101,9 +79,9 @@ def _elements(sizes: ModelSizes, tensors: np.ndarray) -> dict:
 
 def _tp_seconds(setting: Setting, sizes, grid: Grid, chip: Chip) -> dict:
     """Seconds per step of the grid's tensor-parallel all-reduces and its loss's, by family."""
-    rec = setting.recipe
+    rec = memory.recipe(setting.recipe)
     out = {"tp": np.zeros(len(grid)), "cross-entropy": np.zeros(len(grid))}
-    for term in comm.terms(sizes, grid, setting.remat, setting.convention, setting.act_bytes,
+    for term in comm.terms(sizes, grid, setting.train.remat, program(setting), setting.act_bytes,
                            rec.param_bytes, rec.grad_bytes):
         if term.name in out:
             out[term.name] = out[term.name] + alpha_beta.term_seconds(term, grid, chip)
@@ -143,10 +121,11 @@ def unit_costs_uncached(setting: Setting, chip: Chip, tensors, b: int) -> dict:
     with np.errstate(divide="ignore", invalid="ignore"):  # fsdp terms of a 0-block grid
         tp0 = _tp_seconds(setting, sizes, zero, chip)
     tp1 = _tp_seconds(setting, sizes, one, chip)
-    megatron = setting.recipe.activations == "korthikanti"
-    head = accelerator_compute(model, sizes, zero, setting.remat, chip, model.dtype,
+    remat, rec = setting.train.remat, memory.recipe(setting.recipe)
+    megatron = rec.activations == "korthikanti"
+    head = accelerator_compute(model, sizes, zero, remat, chip, model.dtype,
                                setting.act_bytes, 1.0, megatron)
-    with_block = accelerator_compute(model, sizes, one, setting.remat, chip, model.dtype,
+    with_block = accelerator_compute(model, sizes, one, remat, chip, model.dtype,
                                      setting.act_bytes, 1.0, megatron)
     ends = tp0["tp"] / 2  # the embedding's all-reduce and the head's (forward + backward)
     elements = _elements(sizes, tensors)
@@ -159,15 +138,15 @@ def unit_costs_uncached(setting: Setting, chip: Chip, tensors, b: int) -> dict:
         "tp_first_s": ends,
         "tp_last_s": ends + tp0["cross-entropy"],
         "opt_s_per_element": np.full(len(tensors), head["optimizer"]),
-        "passes": flops.passes_per_layer(one, setting.remat),
-        "block_state_bytes": setting.state_bytes * elements["block"],
-        "first_state_bytes": setting.state_bytes * elements["first"],
-        "last_state_bytes": setting.state_bytes * elements["last"],
+        "passes": flops.passes_per_layer(one, remat),
+        "block_state_bytes": state_bytes(setting) * elements["block"],
+        "first_state_bytes": state_bytes(setting) * elements["first"],
+        "last_state_bytes": state_bytes(setting) * elements["last"],
         "block_elements": elements["block"],
         "first_elements": elements["first"],
         "last_elements": elements["last"],
-        "block_act_bytes": memory.layer_bytes(sizes, one, setting.remat, setting.recipe, act),
-        "working_bytes": memory.layer_bytes(sizes, one, "none", setting.recipe, act),
+        "block_act_bytes": memory.layer_bytes(sizes, one, remat, rec, act),
+        "working_bytes": memory.layer_bytes(sizes, one, "none", rec, act),
         "logits_bytes": memory.LOGIT_COPIES * one.tokens * sizes.V / one.tensor * 4.0,
         "send_bytes": np.full(len(tensors), float(b * setting.seq_len * sizes.D * act)),
     }
@@ -176,8 +155,8 @@ def unit_costs_uncached(setting: Setting, chip: Chip, tensors, b: int) -> dict:
 def block_grad_bytes(setting: Setting) -> float:
     """Gradient bytes of one whole block (before any tensor split)."""
     sizes = model_sizes(setting.model)
-    return setting.recipe.grad_bytes * sizes.layer_params
+    return memory.recipe(setting.recipe).grad_bytes * sizes.layer_params
 
 
-__all__ = ["Setting", "block_grad_bytes", "chip_key", "stage_grid", "unit_costs",
-           "unit_costs_uncached"]
+__all__ = ["block_grad_bytes", "chip_key", "stage_grid", "stage_setting", "state_bytes",
+           "unit_costs", "unit_costs_uncached"]

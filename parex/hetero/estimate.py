@@ -24,7 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cluster import HeteroCluster
-from .costs import Setting, unit_costs
+from ..predict import memory
+from ..setting import Setting
+from .costs import unit_costs
 from .dp import exposed_reduction, levels
 from .links import allreduce_seconds, hop_seconds
 from .plan import Stage
@@ -109,7 +111,7 @@ class Estimator:
         self.caps = [device_cap(g.chip.hbm_bytes, memory_fraction, memory_cap)
                      for g in cluster.groups]
         self.chips = [g.chip_profile() for g in cluster.groups]
-        self.grad = setting.recipe.grad_bytes
+        self.grad = memory.recipe(setting.recipe).grad_bytes
         self.send = [b * setting.seq_len * setting.model.hidden * setting.act_bytes
                      for b in self.sizes]
         self._costs, self._hops, self._reduce, self._path = {}, {}, {}, {}
@@ -215,7 +217,7 @@ class Estimator:
                 np_ = len(candidates[r])
                 # copies, so that an Estimate does not keep the chunk's arrays alive
                 out.append(Estimate(float(bounds[n]), labels[r], candidates[r],
-                                    self.setting.remat, b, counts[r, :np_, :, k].copy(),
+                                    self.setting.train.remat, b, counts[r, :np_, :, k].copy(),
                                     m[n, :np_].copy(), t_b[r, :np_, :, k].copy(),
                                     {key: v[r, :np_, :, k].copy()
                                      for key, v in elements.items()}))

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cluster import HeteroCluster
-from ..model import flops_per_token
-from .costs import Setting, unit_costs
+from ..model.transformer import flops_per_token
+from ..predict.memory import recipe
+from ..setting import Setting
+from .costs import unit_costs
 from .dp import reduce_finish
 from .links import hop_seconds, tensor_chip
 from .plan import HeteroPlan, Stage
@@ -102,7 +104,7 @@ class HeteroPrediction:
         tight = self.tightest()
         micro = sorted({p.microbatch for p in self.plan.pipelines})
         return {"layout": str(self.plan), "plan": self.plan.to_json(),
-                "remat": self.setting.remat,
+                "remat": self.setting.train.remat,
                 "microbatch": micro[0] if len(micro) == 1 else micro,
                 "step_time_s": dict(self.step_time_s),
                 "memory_bytes_per_device": dict(tight.memory),
@@ -140,16 +142,16 @@ def _stage_cost(cluster, setting: Setting, pipe, i: int, j: int, flight: float,
     t_f = (compute + tp) / c["passes"]
     elements = (stage.layers * c["block_elements"] + first * c["first_elements"]
                 + last * c["last_elements"])
-    rec = setting.recipe
-    memory = {"params": rec.param_bytes * elements, "grads": rec.grad_bytes * elements,
-              "optimizer": rec.optimizer_bytes * elements,
-              "activations": stage.layers * c["block_act_bytes"] * float(flight),
-              "temp": c["working_bytes"] + last * c["logits_bytes"]}
-    memory["total"] = sum(memory.values())
+    rec = recipe(setting.recipe)
+    held = {"params": rec.param_bytes * elements, "grads": rec.grad_bytes * elements,
+            "optimizer": rec.optimizer_bytes * elements,
+            "activations": stage.layers * c["block_act_bytes"] * float(flight),
+            "temp": c["working_bytes"] + last * c["logits_bytes"]}
+    held["total"] = sum(held.values())
     hop = 0.0 if last else hop_seconds(cluster, stage, pipe.stages[j + 1], c["send_bytes"])
     grads = {kind: rec.grad_bytes * c[f"{kind}_elements"] for kind in ("block", "first", "last")}
     return StageCost(i, j, stage, chip.name, compute, tp, t_f, compute + tp - t_f, hop,
-                     c["opt_s_per_element"] * elements, memory,
+                     c["opt_s_per_element"] * elements, held,
                      device_cap(chip.hbm_bytes, memory_fraction, memory_cap), grads)
 
 

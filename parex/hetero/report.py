@@ -80,7 +80,7 @@ def comparison_report(c: Comparison) -> TextReport:
     drawing = Drawing(plan_text(best.plan, cluster))
     lines = ["", f"string: {best.plan}", ""]
     if c.even is not None:
-        lines.append(f"vs the best even split ({_shape(c.even)}, remat {c.even.setting.remat}): "
+        lines.append(f"vs the best even split ({_shape(c.even)}, remat {c.even.setting.train.remat}): "
                      f"MFU {c.even.mfu:.1%} → {best.mfu:.1%}, {c.versus_even:.2f}× faster")
     else:
         lines.append("vs the best even split: none fits (every even split overflows a device)")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from ..cluster import HeteroCluster
 from ..config import REMAT_POLICIES, ModelConfig
 from ..errors import InputError
-from .costs import Setting
+from .costs import stage_setting
 from .estimate import Estimate, Estimator, index_codes
 from .plan import HeteroPlan, Pipeline, Stage
 from .predict import HeteroPrediction, predict_plan
@@ -145,7 +145,7 @@ def search(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
     memory = {"memory_fraction": memory_fraction, "memory_cap": memory_cap}
     start = time.perf_counter()
     T = seq_len or model.seq_len
-    settings = {r: Setting.make(model, T, r, recipe) for r in remats}
+    settings = {r: stage_setting(model, T, r, recipe) for r in remats}
     sizes = [b for b in microbatch_sizes if global_batch % b == 0]
     shapes = list(structures(cluster, model, orders))
     candidates = [shape.pipelines_of(cluster) for shape in shapes]

@@ -45,7 +45,7 @@ def shape_row(pred: HeteroPrediction) -> dict:
             "stages per pipeline": "/".join(str(n) for n in sorted({len(p.stages)
                                                                     for p in plan.pipelines})),
             "batch shares": "/".join(str(n) for n in sorted({p.batch for p in plan.pipelines})),
-            "remat": pred.setting.remat,
+            "remat": pred.setting.train.remat,
             **{f"{g} t": "/".join(map(str, sorted(v["tensor"]))) for g, v in per_group.items()},
             **{f"{g} layers": round(v["layers"] / P, 1) for g, v in per_group.items()}}
 

@@ -35,14 +35,14 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .. import model as gpt
+from ..model import transformer as gpt
 from ..config import ModelConfig, TrainConfig
-from ..layout import MESH_AXES, Axis, Layout, spec_axes
-from ..mesh import make_mesh
-from ..step import TrainStep
+from ..layout import MESH_AXES, Axis, Layout, inner_layout, spec_axes
+from ..executor.mesh import make_mesh
+from ..executor.step import TrainStep
 from ..validation import validate
 from .exchange import replica_mean
-from .rounds import fragment_of, inner_layout, syncs_after
+from .rounds import fragment_of, syncs_after
 
 REPLICA = Axis.REPLICA.value
 

@@ -24,12 +24,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..config import ModelConfig, TrainConfig
-from ..data import Batches
+from ..executor.data import Batches
 from ..layout import Axis, Layout
-from ..measure.compiled import check_fits_host, compiled_stats, memory_stats
-from ..measure.hlo import parse_collectives, wire_bytes
-from ..mesh import make_mesh
-from ..record import Measurement
+from ..measure.compiled import check_fits_host, compiled_stats, measurement_of, memory_stats
+from ..measure.hlo import parse_collectives
+from ..executor.mesh import make_mesh
+from ..record import Measurement, wire_bytes
 from ..validation import validate
 from .diloco import DiLoCo
 
@@ -135,15 +135,10 @@ def measure_diloco(model: ModelConfig, train: TrainConfig, layout: Layout, *, de
     dl, inner, outer, inner_compile, outer_compile = compile_diloco(model, train, layout, devices)
     inner_cols, outer_cols = check_isolated(dl, inner, outer)
     losses, times, outer_times, _ = run_rounds(dl, inner, outer, data, progress)
-    timed = times[warmup:] if len(times) > warmup else times
     r0 = dl.local[0]
     stats = compiled_stats(inner[r0], dl.inner[r0])
     block = diloco_block(dl, inner_cols, outer_cols, outer_times,
                          memory_stats(outer[0])["total"])
     block["outer_compile_time_s"] = outer_compile
-    return Measurement(
-        model=model.name, layout=str(layout), n_devices=dl.mesh.size,
-        platform=dl.mesh.devices.flat[0].platform, losses=losses,
-        step_time_s={"median": statistics.median(timed), "min": min(timed), "max": max(timed)},
-        compile_time_s=inner_compile + outer_compile, tokens_per_step=train.tokens_per_step(model),
-        diloco=block, **stats)
+    return measurement_of(model, train, layout, dl.mesh, losses, times,
+                          inner_compile + outer_compile, stats, warmup, diloco=block)

@@ -35,9 +35,10 @@ import math
 from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..hardware import Cluster, Link
-from ..layout import Layout
+from ..layout import Layout, inner_layout
+from ..setting import Setting
 from .exchange import QUANT_BLOCK
-from .rounds import exchange_bytes_per_element, inner_layout
+from .rounds import exchange_bytes_per_element
 
 METHODS = ("sync-dp", "diloco", "streaming", "overlap", "streaming+overlap")
 
@@ -103,21 +104,20 @@ def outer_buffer_bytes(n_params: int, outer_dtype: str) -> float:
     return n_params * per * (2 if outer_dtype in ("int8", "int4") else 1)
 
 
-def predict_diloco(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
-                   wan: Link | None = None, convention=None, recipe=None, dtype=None):
+def predict_diloco(setting: Setting, wan: Link | None = None):
     """One replica's inner step (every field of the Prediction), plus the outer exchange over
-    `wan` (default 1 Gb/s, 10 ms) in a `diloco` block; step_time_s adds the exposed WAN time."""
-    from ..predict.core import as_cluster
-    from ..predict.core import predict_synchronous as predict
+    `wan` (default 1 Gb/s, 10 ms) in a `diloco` block; step_time_s adds the exposed WAN time.
+    `setting`: the whole DiLoCo layout's, resolved (parex.setting.resolve)."""
+    from ..predict.core import checked, predict_setting
 
     wan = wan or wan_link()
-    cluster = as_cluster(hardware, layout.n_devices)
+    model, train, layout, cluster = setting.model, setting.train, setting.layout, setting.cluster
+    checked(setting)
     R, n_inner = layout.replica, layout.n_devices // layout.replica
     per = cluster.chip.devices_per_node
-    replica_cluster = Cluster(cluster.chip, max(1, -(-n_inner // per)))
-    inner = predict(model, train.replace(global_batch=train.global_batch // R),
-                    inner_layout(layout), replica_cluster, convention=convention, recipe=recipe,
-                    dtype=dtype)
+    replica = setting.replace(cluster=Cluster(cluster.chip, max(1, -(-n_inner // per))),
+                              train=train.replace(global_batch=train.global_batch // R))
+    inner = predict_setting(replica.with_layout(inner_layout(layout)))
     t_inner = inner.step_time_s["total"]
     rows = {r["method"]: r for r in wan_rows(
         t_inner, model.n_params, R, layout.inner_steps, wan, fragments=layout.fragments,
@@ -143,6 +143,7 @@ def predict_diloco(model: ModelConfig, train: TrainConfig, layout: Layout, hardw
     inner.layout, inner.n_devices, inner.diloco = str(layout), layout.n_devices, block
     inner.step_time_s = step
     inner.tokens_per_step = train.tokens_per_step(model)  # all replicas' tokens per step
+    inner.assumptions = setting.to_json()  # the whole batch, not one replica's
     return inner
 
 
@@ -169,7 +170,7 @@ def wan_sweep(models: dict, hardware: str, replicas: int, hs, wan: Link, *, seq:
     `models` (as scale_models returns) and every H in `hs`; one inner-step prediction each."""
     import pandas as pd
 
-    from ..predict.core import predict_synchronous as predict
+    from ..predict import predict
 
     out = []
     for name, (model, inner) in models.items():

@@ -15,27 +15,8 @@ layer s·L/p + i, so `blocks[f::P]` selects the same local rows on each stage (n
 
 from __future__ import annotations
 
-from ..layout import Layout
-
-# The Layout fields that only mean something for a DiLoCo layout (`outer`: the outer optimizer's
-# settings, parex.config.OuterOptimizer), and their keys in the string form.
-DILOCO_FIELDS = ("replica", "inner_steps", "outer", "fragments", "outer_dtype", "overlap")
-DILOCO_KEYS = ("replica", "inner_steps", "outer_lr", "outer_momentum", "fragments",
-               "outer_dtype", "overlap")
 HEAD_OF_FIRST = ("tokens", "positions")  # non-block parameters synced with fragment 0
 EXCHANGE_BYTES = {"f32": 4.0, "bf16": 2.0, "int8": 1.0, "int4": 0.5}  # per element, no scales
-
-
-def inner_layout(layout: Layout) -> Layout:
-    """The layout each replica runs: the same inner axes, no replica axis, no DiLoCo keys."""
-    defaults = Layout()
-    return layout.replace(**{name: getattr(defaults, name) for name in DILOCO_FIELDS})
-
-
-def changed_diloco_keys(layout: Layout) -> list[str]:
-    """The DiLoCo keys `layout`'s string form sets (those away from their defaults)."""
-    keys = [item.partition("=")[0] for item in str(layout).split(",")]
-    return [key for key in keys if key in DILOCO_KEYS]
 
 
 def fragment_of(path: tuple[str, ...], fragments: int) -> int | None:

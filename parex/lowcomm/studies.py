@@ -26,18 +26,17 @@ from functools import partial
 import jax
 import numpy as np
 
-from .. import model as gpt
+from ..model import transformer as gpt
 from ..config import ModelConfig, TrainConfig
-from ..data import Batches
-from ..layout import Axis, Layout
+from ..executor.data import Batches
+from ..layout import Axis, Layout, inner_layout
 from ..measure.hlo import parse_collectives
-from ..mesh import make_mesh
-from ..step import TrainStep
+from ..executor.mesh import make_mesh
+from ..executor.step import TrainStep
 from ..studies.sequence import wire_bytes
 from ..validation import validate
 from .diloco import DiLoCo, place
 from .predict import ring_factor
-from .rounds import inner_layout
 
 
 @dataclass(frozen=True)

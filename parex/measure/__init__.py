@@ -8,36 +8,33 @@ after one warm-up, each timed with perf_counter around the call plus block_until
 
 from __future__ import annotations
 
-import statistics
 
 import jax
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import InputError
 from ..layout import Layout
-from ..moe.measure import RouterProbe
 from ..record import Measurement
-from .compiled import compile_layout, compiled_stats, time_steps
+from .compiled import compile_layout, compiled_stats, measurement_of, time_steps
+from .router import RouterProbe
 
 
 def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=None,
             data: str = "corpus", warmup: int = 1, progress: bool = False) -> Measurement:
-    """Compile and run `train.steps` steps of `layout`; the first `warmup` are not timed."""
-    if layout.diloco:  # replicas and their outer synchronisations
-        from ..lowcomm.measure import measure_diloco
-
-        return measure_diloco(model, train, layout, devices=devices, data=data, warmup=warmup,
-                              progress=progress)
+    """Compile and run `train.steps` steps of `layout`; the first `warmup` are not timed. A
+    DiLoCo layout's replicas are parex.measure (parex.entry)'s, which dispatches them to
+    parex.lowcomm."""
+    if layout.diloco:
+        raise InputError(f"layout {layout} has DiLoCo replicas: measure it with parex.measure "
+                         f"(parex.entry), which runs their outer synchronisations")
     step, compiled, compile_time = compile_layout(model, train, layout, devices)
+    model, train, layout = step.model, step.train, step.layout  # resolved (parex.setting)
     probe = RouterProbe(step) if model.moe else None
     losses, times = time_steps(step, compiled, data, progress, probe=probe)
-    timed = times[warmup:] if len(times) > warmup else times
-    return Measurement(
-        model=model.name, layout=str(layout), n_devices=step.mesh.size,
-        platform=step.mesh.devices.flat[0].platform, losses=losses,
-        step_time_s={"median": statistics.median(timed), "min": min(timed), "max": max(timed)},
-        compile_time_s=compile_time, tokens_per_step=train.tokens_per_step(model),
-        moe=probe.block() if probe else None, **compiled_stats(compiled, step))
+    return measurement_of(model, train, layout, step.mesh, losses, times, compile_time,
+                          compiled_stats(compiled, step), warmup,
+                          moe=probe.block() if probe else None)
 
 
 def relative_error(tree, reference) -> float:

@@ -4,16 +4,18 @@ collectives, per device) and time steps (perf_counter around the call plus block
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 import jax
 from tqdm.auto import tqdm
 
 from ..config import ModelConfig, TrainConfig
-from ..data import Batches
+from ..executor.data import Batches
 from ..layout import Layout, LayoutError
-from ..mesh import make_mesh
-from ..step import TrainStep
+from ..record import Measurement
+from ..executor.mesh import make_mesh
+from ..executor.step import TrainStep
 from ..validation import validate
 from .hlo import matmul_flops, parse_collectives
 
@@ -67,7 +69,9 @@ def _host_memory_bytes() -> float:
 def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None):
     """(TrainStep, compiled step, seconds spent lowering and compiling). Validation errors
     raise here, before anything is traced."""
-    validate(layout, model, train, layout.n_devices if devices is None else len(devices))
+    platform = (devices[0] if devices else jax.devices()[0]).platform
+    layout = validate(layout, model, train, layout.n_devices if devices is None else len(devices),
+                      platform=platform)
     check_fits_host(model, layout, devices)
     step = TrainStep(model, train, layout, make_mesh(layout, devices))
     start = time.perf_counter()
@@ -115,3 +119,26 @@ def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=No
         if on_step is not None:
             on_step(i)
     return losses, times
+
+
+WARMUP = 1  # steps run before timing starts: the first call's dispatch and allocations
+
+
+def timed_steps(times: list[float], warmup: int = WARMUP) -> list[float]:
+    """The step times after `warmup` (all of them when there are no more)."""
+    return times[warmup:] if len(times) > warmup else times
+
+
+def measurement_of(model: ModelConfig, train: TrainConfig, layout: Layout, mesh,
+                   losses: list[float], times: list[float], compile_time: float, stats: dict,
+                   warmup: int = WARMUP, **blocks) -> Measurement:
+    """The one Measurement builder: a run's losses, the median, fastest and slowest of its
+    timed steps, its compile statistics (`stats`: compiled_stats) and the blocks a technique
+    adds (diloco, moe)."""
+    timed = timed_steps(times, warmup)
+    return Measurement(
+        model=model.name, layout=str(layout), n_devices=mesh.size,
+        platform=mesh.devices.flat[0].platform, losses=losses,
+        step_time_s={"median": statistics.median(timed), "min": min(timed), "max": max(timed)},
+        compile_time_s=compile_time, tokens_per_step=train.tokens_per_step(model),
+        **stats, **blocks)

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+from ..record import KINDS, Collective
+
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
                "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 
@@ -51,25 +51,6 @@ _GEMM_CONTRACTING = re.compile(r'"lhs_contracting_dimensions":\[([^\]]*)\]')
 class HloError(RuntimeError):
     """The compiled module holds something the parser cannot count (an internal limit of parex,
     not bad input)."""
-
-
-@dataclass(frozen=True)
-class Collective:
-    """One kind of collective as run by one device in one step."""
-
-    kind: str  # one of KINDS
-    count: int  # executions per step (loop trip counts included)
-    bytes: int  # bytes per execution, by the convention above
-    group_size: int  # devices per group
-    axes: tuple[str, ...]  # mesh axes spanned by a group
-
-    @property
-    def total_bytes(self) -> int:
-        return self.count * self.bytes
-
-    def to_json(self) -> dict:
-        return {"kind": self.kind, "count": self.count, "bytes": self.total_bytes,
-                "bytes_per_op": self.bytes, "group_size": self.group_size, "axes": list(self.axes)}
 
 
 def shape_bytes(shape: str) -> int:
@@ -275,18 +256,3 @@ def matmul_flops(hlo_text: str, branch_shares=None) -> float:
             shapes[m.group(1)] = dims
             total += _matmul(line, m.group(3), dims, m.group(4), shapes) * runs[name]
     return total
-
-
-def bytes_by_kind(collectives: list[Collective]) -> dict[str, int]:
-    totals = {kind: 0 for kind in KINDS}
-    for c in collectives:
-        totals[c.kind] += c.total_bytes
-    return totals
-
-
-def wire_bytes(collectives) -> int:
-    """Bytes one device sends per step, ring algorithms over groups of g: all-reduce
-    2(g−1)/g · S, all-gather / reduce-scatter / all-to-all (g−1)/g · S, permute S (S: hlo bytes)."""
-    share = {"all-reduce": lambda g: 2 * (g - 1) / g, "collective-permute": lambda g: 1.0}
-    return int(sum(c.total_bytes * share.get(c.kind, lambda g: (g - 1) / g)(c.group_size)
-                   for c in collectives if c.group_size > 0))

@@ -20,7 +20,7 @@ ring (Liu et al. 2023, "Ring Attention"): every device keeps its queries and pas
     the ring kept every hop's keys, values and probabilities, T·(s − 1)/s rows of each.
     Inside pipeline stages (`per_group`) each hop is an all-to-all over the seq group instead of
     a ppermute (`_shift_by_all_to_all`: the stages run different branches of the tick switch).
-    Each hop's blocks are computed by parex.attention's block functions, the flash kernel's.
+    Each hop's blocks are computed by parex.model.attention's block functions, the flash kernel's.
 ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses): one all-to-all turns a sequence shard of all heads
     into the whole sequence of H/s heads; attention is local (naive or flash, the step's kernel);
     a second all-to-all turns it back.
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..attention import attend, attention, block_grads, causal_mask, merge
+from ..model.attention import attend, attention, block_grads, causal_mask, merge
 
 
 # --- the zig-zag layout ------------------------------------------------------------------------
@@ -60,7 +60,7 @@ def zigzag(x, s: int, axis: int = 1):
 # --- ring attention: the forward --------------------------------------------------------------
 
 def _attend(q, k, v, diagonal: bool = False):
-    """One (c × c) block's share of the softmax (parex.attention.attend, the flash kernel's
+    """One (c × c) block's share of the softmax (parex.model.attention.attend, the flash kernel's
     block): (row max m, row sum l, unnormalised output o); a diagonal block is causal."""
     return attend(q, k, v, causal_mask(q.shape[1]) if diagonal else None)
 
@@ -138,7 +138,7 @@ def _shift_by_all_to_all(x, axis_name, s):
 # q, k, v, the output and lse, and one visiting block at a time.
 
 def _block_grads(rows, k, v, diagonal: bool = False):
-    """(dq, dk, dv) of one (c × c) block (parex.attention.block_grads, the flash kernel's), a
+    """(dq, dk, dv) of one (c × c) block (parex.model.attention.block_grads, the flash kernel's), a
     diagonal block causal. rows = (q, dO, lse, δ) of its query chunk, float32."""
     return block_grads(rows, k, v, causal_mask(k.shape[1]) if diagonal else None)
 
@@ -227,7 +227,7 @@ def ring_attention(q, k, v, axis_name: str, s: int, per_group: bool = False):
 def ulysses_attention(q, k, v, axis_name: str, kernel: str = "naive"):
     """All-to-all attention on contiguous shards. q (B, Tl, H, Dh); k, v (B, Tl, K, Dh).
     Heads are split in contiguous groups, so the kv head of each query head moves with it; the
-    local attention is `kernel`'s (parex.attention)."""
+    local attention is `kernel`'s (parex.model.attention)."""
     def to_heads(x):  # (B, T/s, N, Dh) -> (B, T, N/s, Dh)
         return jax.lax.all_to_all(x, axis_name, 2, 1, tiled=True)
 

@@ -28,7 +28,7 @@ import jax
 from jax import lax
 from jax.sharding import AxisType, PartitionSpec
 
-from .. import model as gpt
+from ..model import transformer as gpt
 from ..layout import Axis, fsdp_by_hand
 
 FSDP = Axis.FSDP.value

@@ -62,7 +62,7 @@ import optax
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from .. import model as gpt
+from ..model import transformer as gpt
 from ..layout import Axis, LayoutError, is_dims
 from .fsdp_stage import ChunkShards
 from .stash import vary
@@ -202,7 +202,7 @@ class LocalPipeline:
 
     # --- the step -------------------------------------------------------------------------------
     def split(self, x):
-        """(B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... as parex.step does."""
+        """(B, T) -> (m, B/m, T); microbatch i takes rows i, i+m, ... as parex.executor.step does."""
         x = x.reshape(x.shape[0] // self.m, self.m, *x.shape[1:]).swapaxes(0, 1)
         return lax.with_sharding_constraint(
             x, NamedSharding(self.owner.mesh, self.owner.layout.spec((None, "batch"))))

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec
 
-from .. import model as gpt
+from ..model import transformer as gpt
 from ..layout import Axis, is_dims, spec_axes
 from . import fsdp_stage
 from .nested import layer_loop
@@ -610,7 +610,7 @@ def _gather_over_stages(head, step):
 
 def pipeline_loss_and_grads(step, params, batch):
     """Mean loss and gradients of the global batch, run as `step.layout`'s pipeline schedule.
-    `step` is a parex.step.TrainStep; params and gradients have the blocks in the step's
+    `step` is a parex.executor.step.TrainStep; params and gradients have the blocks in the step's
     storage order (TrainStep.block_order); the result matches its unpipelined loss_and_grads."""
     timetable = timetable_for(step)
     m = timetable.schedule.m
@@ -621,7 +621,7 @@ def pipeline_loss_and_grads(step, params, batch):
         x = x.reshape(x.shape[0] // m, m, *x.shape[1:]).swapaxes(0, 1)
         return step.constrain(x, (None, "batch", None))
 
-    # positions in the layout's order (zig-zag under ring attention), as parex.model.loss_fn does
+    # positions in the layout's order (zig-zag under ring attention), as parex.model.transformer.loss_fn does
     tokens, targets = (split(step.ops.seq_order(batch[k])) for k in ("inputs", "targets"))
     table = {k: jnp.asarray(a) for k, a in timetable.arrays.items()}
     axes = ManualAxes.of(step)

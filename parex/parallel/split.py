@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .. import model as gpt
+from ..model import transformer as gpt
 from .nested import layer_loop
 from .stash import zeros_like_aval
 

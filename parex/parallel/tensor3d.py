@@ -29,7 +29,7 @@ parameters over data once per step. ZeRO-2/3 and ZeRO-1 beside fsdp are refused
 Between the pairs the residual stream, the norms and the attention core hold D whole
 (x[B_{data,Z}, T, D]), so the norms need no collective: entering a pair slices D over X (no
 communication; backward: an all-gather of dX over X), leaving it all-gathers over X (backward:
-a slice). Heads: a device holds whole heads, the fused QKV grouped by KV head (parex.model) split
+a slice). Heads: a device holds whole heads, the fused QKV grouped by KV head (parex.model.transformer) split
 over Y, so a GQA group's query heads sit with their key and value head (Y divides kv_heads).
 The embedding table E[V_Y, D_XZ] is vocab-parallel over Y (masked lookup, all-reduce over Y,
 the rows' D split over X); the head W_head[D_XZ, V_Y] is a first-of-pair layer whose logits stay
@@ -45,8 +45,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from ..layout import Axis, Layout, spec_axes
-from ..model import cross_entropy
-from ..sharding import MeshOps
+from ..model.transformer import cross_entropy
+from .sharding import MeshOps
 from .stash import vary
 
 X, Y, Z = Axis.TENSOR.value, Axis.TENSOR_Y.value, Axis.TENSOR_Z.value
@@ -218,7 +218,7 @@ class Tensor3DOps(MeshOps):
 
     def stage_tables(self, params: dict, length: int) -> dict:
         """The embedding's parameters as the pipeline's first virtual stage hands them to
-        parex.model.embed: the token table stays split (`lookup` gathers it over Z), the
+        parex.model.transformer.embed: the token table stays split (`lookup` gathers it over Z), the
         position table's first `length` rows are made whole."""
         if not self.manual or "positions" not in params:
             return super().stage_tables(params, length)

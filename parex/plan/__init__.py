@@ -8,7 +8,7 @@ memory cap, ranks the rest (rank.py) and checks the top ones with parex.validati
 report.py prints a Plan and turns it into JSON; verify.py measures its top layouts on the
 emulated mesh; fits.py checks its fits/does-not-fit calls against XLA's compiled memory;
 alternatives.py is the fit guidance of `parex predict` and the Explorer (the fastest layouts that
-fit on the same devices); local.py ranks local-learning pipelines beside a plan's when asked. A Plan's `assumptions` (parex.defaults) are those predict() makes.
+fit on the same devices); local.py ranks local-learning pipelines beside a plan's when asked. A Plan's `setting` (parex.setting) is the one predict() resolves.
 
     print(plan_report(p))                    the ranked table; plan_json(p) for JSON
     pareto_chart(chart_frame(p), p.memory_cap)   (parex.charts) every fitting layout as a point

@@ -32,12 +32,13 @@ class Alternative:
     step_time_s: float
     memory_total_bytes: float
     saving_s: float | None  # the current layout's predicted step minus this one's (> 0: faster)
-    assumptions: dict  # what it was predicted under (parex.defaults.Assumptions.to_json)
+    assumptions: dict  # the Setting it was predicted under (parex.setting.Setting.to_json)
+    flags: str = ""  # the `parex predict` flags that give its numbers (Plan.flags)
 
     def to_json(self) -> dict:
         return {"layout": layout_text(self.layout), "remat": self.remat,
                 "step_time_s": self.step_time_s, "memory_total_bytes": self.memory_total_bytes,
-                "saving_s": self.saving_s, "assumptions": self.assumptions}
+                "saving_s": self.saving_s, "flags": self.flags, "assumptions": self.assumptions}
 
 
 def same_devices(hardware, n_devices: int) -> Cluster:
@@ -72,7 +73,7 @@ def fitting_layouts(model: ModelConfig, train: TrainConfig, hardware, n_devices:
         step = float(result.columns["step_time_s"][i])
         out.append(Alternative(layout, remat, step, float(result.columns["memory_total_bytes"][i]),
                                None if current_step_s is None else current_step_s - step,
-                               result.assumptions_of(i).to_json()))
+                               result.setting_of(i).to_json(), result.flags(i)))
         if len(out) == limit:
             break
     return out

@@ -158,7 +158,8 @@ def layout_at(cols: dict, i: int, layers: int) -> Layout:
     axes = {name: c[name] for name in AXES}
     axes |= {k: int(cols[k][i]) for k in ("tensor_y", "tensor_z") if k in cols}  # 3D rows
     return Layout(**axes, zero=c["zero"], sp=bool(c["sp"]), cp=CP_MODES[c["cp"]],
-                  schedule=SCHEDULES[c["schedule"]], virtual_stages=c["virtual_stages"],
+                  schedule=SCHEDULES[c["schedule"]] if c[STAGE] > 1 else None,
+                  virtual_stages=c["virtual_stages"],
                   microbatches=c["microbatches"], layers_per_stage=parts)
 
 

@@ -28,7 +28,8 @@ def plan_json(plan) -> dict:
         "candidates": plan.n_candidates, "layouts_considered": plan.layouts_considered,
         "layouts_fitting": int(plan.fits.sum()), "layouts_per_s": rate, "seconds": plan.seconds,
         "rejected_by_validation": plan.rejected,
-        "assumptions": plan.assumptions.to_json(),
+        "assumptions": plan.setting.to_json() | {"remat": ",".join(plan.remats),
+                                                  "microbatch": None},
         "top": [{"rank": r + 1} | plan.entry(i) for r, i in enumerate(plan.top)],
         # AxoNN's 3D layouts and its own model beside parex's (plan.tensor3d)
         "top_3d": [plan.entry(i) for i in best_3d(plan)], "axonn": disagreement(plan),
@@ -69,14 +70,15 @@ def plan_report(plan, defaulted=()) -> TextReport:
             f"({c.nodes} node{'s' if c.nodes > 1 else ''}) · global batch "
             f"{plan.train.global_batch} × {plan.train.seq_len or model.seq_len} tokens · cap "
             f"{format_bytes(plan.memory_cap)} per device · objective {plan.objective}\n"
-            f"assumptions  {plan.assumptions.describe()}"
+            f"assumptions  {plan.describe()}"
             + (f" (defaults: {', '.join(defaulted)})" if defaulted else ""))
     rate = plan.layouts_considered / plan.seconds if plan.seconds else 0.0
     tail = (f"{plan.layouts_considered:,} layouts considered ({plan.n_candidates:,} enumerated), "
             f"{int(plan.fits.sum()):,} fit; enumerate + predict + rank in {plan.seconds:.2f} s "
             f"= {rate:,.0f} layouts/s. b = sequences per microbatch per replica; alike = layouts "
             f"predicted the same (e.g. data=N,zero=3 and fsdp=N); `parex predict` of a row with "
-            f"the same flags and the row's --remat gives its numbers; bottleneck = memory when "
+            f"the same flags and the row's (`--json` gives them: flags) gives its numbers; "
+            f"bottleneck = memory when "
             f"under 10% headroom, else the largest part of the step.")
     extra = []
     for title, rows in (("the fastest 3D tensor layouts (AxoNN's tensor=XxYxZ):",

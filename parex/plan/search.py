@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import REMAT_POLICIES, ModelConfig, TrainConfig
-from ..defaults import Assumptions, assume
 from ..errors import InputError
 from ..hardware import Cluster
 from ..layout import Layout, LayoutError
-from ..predict import Grid, predict_batch
+from ..predict import Grid, predict_columns
+from ..setting import Setting, describe, resolve
 from ..validation.checks import check_layout, check_valid, valid_columns
 from . import rank, tensor3d
 from .candidates import COLUMNS, DATA, EXPERT, FSDP, Candidates, layout_at
@@ -54,10 +54,16 @@ class Plan:
     seconds: float  # enumerate + predict + rank
     rejected: int = 0  # ranked rows the predictor accepted and parex.validation did not
     equivalents: dict = dataclasses.field(default_factory=dict)  # row -> equally predicted rows
-    assumptions: Assumptions | None = None  # what every row was predicted under; remat lists
-    # the policies searched and b is per row (assumptions_of(i) has row i's)
-    settings: dict = dataclasses.field(default_factory=dict)  # predict_batch's convention,
-    # recipe and dtype: what predict() needs to give a row's numbers again
+    setting: Setting | None = None  # what every row was predicted under, but its remat and
+    # microbatch count (setting_of(i) has row i's)
+    remats: tuple[str, ...] = REMAT_POLICIES  # the policies searched
+
+    @property
+    def settings(self) -> dict:
+        """predict()'s keywords that give a row's numbers again: `predict(plan.model,
+        plan.train_of(i), plan.layout(i), plan.cluster, **plan.settings)`."""
+        s = self.setting
+        return {"convention": s.convention, "recipe": s.recipe, "dtype": s.dtype}
 
     @property
     def layouts_considered(self) -> int:
@@ -70,25 +76,43 @@ class Plan:
     def layout(self, i: int) -> Layout:
         return layout_at(self.columns, i, self.model.layers)
 
-    def train_of(self, i: int) -> TrainConfig:
-        return self.train.replace(remat=REMAT_POLICIES[int(self.columns["remat"][i])])
+    def microbatch(self, i: int) -> int:
+        """b, sequences per replica per microbatch, of row i."""
+        dp = int(self.columns[DATA][i] * self.columns[FSDP][i] * self.columns[EXPERT][i])
+        dp *= int(self.columns["tensor_z"][i]) if "tensor_z" in self.columns else 1  # 3D: Z too
+        return self.train.global_batch // (dp * int(self.columns["microbatches"][i]))
 
-    def assumptions_of(self, i: int) -> Assumptions:
-        """Row i's assumptions: those parex.predict.predict makes for its layout and remat
-        with this plan's settings (`predict(plan.model, plan.train_of(i), plan.layout(i),
-        plan.cluster, **plan.settings)` gives the row's numbers)."""
-        return self.assumptions.of_layout(self.layout(i), remat=self.train_of(i).remat)
+    def train_of(self, i: int) -> TrainConfig:
+        """Row i's train config: its remat, and for a row of one microbatch its b, which a
+        regime's default microbatch size would otherwise change (parex.defaults)."""
+        one = int(self.columns["microbatches"][i]) == 1
+        return self.train.replace(remat=REMAT_POLICIES[int(self.columns["remat"][i])],
+                                  microbatch=self.microbatch(i) if one else None)
+
+    def setting_of(self, i: int) -> Setting:
+        """Row i's Setting: what parex.predict resolves for `predict(plan.model,
+        plan.train_of(i), plan.layout(i), plan.cluster, **plan.settings)`."""
+        return self.setting.replace(train=self.train_of(i)).with_layout(self.layout(i))
+
+    def flags(self, i: int) -> str:
+        """The `parex predict` flags that give row i's numbers with the plan's others."""
+        b = self.train_of(i).microbatch
+        return (f"--layout {layout_text(self.layout(i))} --remat {self.train_of(i).remat}"
+                + (f" --microbatch {b}" if b is not None else ""))
+
+    def describe(self) -> str:
+        """The setting of every row, in one line: the remat policies searched, b per row."""
+        stated = self.setting.to_json() | {"remat": ",".join(self.remats), "microbatch": None}
+        return describe(stated)
 
     def entry(self, i: int) -> dict:
         """Row i as the JSON of one ranked layout."""
-        dp = int(self.columns[DATA][i] * self.columns[FSDP][i] * self.columns[EXPERT][i])
-        dp *= int(self.columns["tensor_z"][i]) if "tensor_z" in self.columns else 1  # 3D: Z too
-        b = self.train.global_batch // (dp * int(self.columns["microbatches"][i]))
         return {"layout": layout_text(self.layout(i)), "remat": self.train_of(i).remat,
-                "microbatch": b, "equivalent_layouts": self.equivalents.get(i, 0)
+                "microbatch": self.microbatch(i), "flags": self.flags(i),
+                "equivalent_layouts": self.equivalents.get(i, 0)
                 } | rank.entry(self.columns, i, self.memory_cap) | {
                 "axonn_step_time_s": _finite(self.columns.get("axonn_time_s"), i),
-                "assumptions": self.assumptions_of(i).to_json()}
+                "assumptions": self.setting_of(i).to_json()}
 
     def pareto(self) -> np.ndarray:
         return rank.pareto_front(self.columns, self.fits)
@@ -100,26 +124,26 @@ def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = N
          remats: tuple[str, ...] = REMAT_POLICIES) -> Plan:
     """Rank every layout of `model` on `nodes` nodes of `hardware` (a profile name, a Chip or
     a Cluster) for train's global batch and sequence length (each row has its own remat and
-    microbatch count). `recipe`, `convention` and `dtype` default by profile exactly as
-    predict()'s (parex.defaults.assume); the Plan keeps them (`assumptions`, `settings`) and
-    its model in the compute dtype, so predict() of a row gives the row's numbers. A model or
-    batch that no layout can run (a sequence longer than the model's, a dim of 0) raises
-    LayoutError with the fix, as predict() does."""
+    microbatch count). What is not given resolves exactly as predict()'s (parex.setting); the
+    Plan keeps the Setting and its model in the compute dtype, so predict() of a row gives the
+    row's numbers (Plan.setting_of, Plan.flags). A model or batch that no layout can run (a
+    sequence longer than the model's, a dim of 0) raises LayoutError with the fix, as
+    predict() does."""
     rank.check_objective(objective)
-    train = train.replace(microbatch=None)
+    if memory_cap is not None and not memory_cap > 0:
+        raise InputError(f"memory cap {memory_cap}: give the bytes per device a layout may use, "
+                         f"above 0")
     cluster = cluster_of(hardware, nodes)
-    a = assume(cluster, model, dtype=dtype, recipe=recipe, convention=convention,
-               global_batch=train.global_batch, seq_len=train.seq_len,
-               remat=",".join(remats))
-    model = model.replace(dtype=a.dtype) if a.dtype != model.dtype else model
+    setting = resolve(model, train.replace(microbatch=None), None, cluster, dtype=dtype,
+                      recipe=recipe, convention=convention)
+    setting = setting.replace(train=setting.train.replace(microbatch=None))  # b per row
+    model, train = setting.model, setting.train
     check_valid(Layout(), model, train, 1)  # the rules that hold for every layout or none
-    settings = {"convention": convention or a.convention, "recipe": recipe or a.recipe,
-                "dtype": a.dtype}
     cap = cluster.chip.hbm_bytes if memory_cap is None else float(memory_cap)
     start = time.perf_counter()
-    cols, n_candidates = predicted_columns(model, train, cluster, settings, remats)
+    cols, n_candidates = predicted_columns(setting, remats)
     result = Plan(model, train, cluster, cap, objective, cols, np.zeros(0, np.int64), [],
-                  n_candidates, 0.0, assumptions=a, settings=settings)
+                  n_candidates, 0.0, setting=setting, remats=tuple(remats))
     if not result.fits.any():
         raise NoFit(explain_no_fit(result, memory_cap is not None))
     result.order = rank.ranked(cols, result.fits, objective)
@@ -131,33 +155,31 @@ def plan(model: ModelConfig, train: TrainConfig, hardware, nodes: int | None = N
     return result
 
 
-def predicted_columns(model: ModelConfig, train: TrainConfig, cluster: Cluster, settings: dict,
-                      remats) -> tuple[dict, int]:
+def predicted_columns(setting: Setting, remats) -> tuple[dict, int]:
     """(columns of every valid (layout, remat) row, how many layouts were enumerated), predicted
-    with `settings` (predict_batch's convention, recipe and dtype)."""
-    T, train = train.seq_len or model.seq_len, train.replace(microbatch=None)
-    cands = Candidates.enumerate(model, train.global_batch, T, cluster.n_devices)
+    under `setting` (no layout, no microbatch size: each row has its own) with each remat."""
+    model, train, cluster = setting.model, setting.train, setting.cluster
+    cands = Candidates.enumerate(model, train.global_batch, setting.seq_len, cluster.n_devices)
     valid = valid_columns(model, train, Grid.from_columns(train, model, **cands.grid_columns()))
     cands = cands.take(valid)  # the predictor's own validity rules: no time spent on the rest
     parts = []
     for remat in remats if len(cands) else ():
-        train_r = train.replace(remat=remat)
-        grid = Grid.from_columns(train_r, model, **cands.grid_columns())
-        out = predict_batch(model, train_r, grid, cluster, **settings)
+        setting_r = setting.replace(train=train.replace(remat=remat))
+        grid = Grid.from_columns(setting_r.train, model, **cands.grid_columns())
+        out = predict_columns(setting_r, grid)
         # on this machine's emulated mesh a plan is for running: only what the executor runs
-        keep = out["executable"] if cluster.chip.calibration is not None else out["valid"]
+        keep = out["executable"] if setting.emulated else out["valid"]
         part = {k: v[keep] for k, v in cands.columns.items()}
         part |= {k: out[k][keep] for k in PREDICTED}
         part["remat"] = np.full(int(keep.sum()), REMAT_POLICIES.index(remat))
         part |= {k: np.ones(int(keep.sum()), np.int64) for k in tensor3d.EXTRA}
         parts.append(part)
-        parts += tensor3d.rows_3d(model, train, cluster, settings, remat, PREDICTED,
-                                  COLUMNS)  # AxoNN's layouts (plan.tensor3d)
+        parts += tensor3d.rows_3d(setting_r, PREDICTED, COLUMNS)  # AxoNN's (plan.tensor3d)
     names = COLUMNS + tensor3d.EXTRA + PREDICTED + ("remat",)
     if not parts:
         return {k: np.zeros(0) for k in names}, len(valid)
     cols = {k: np.concatenate([p[k] for p in parts]) for k in names}
-    cols["axonn_time_s"] = tensor3d.axonn_times(cols, model, cluster, train, settings)
+    cols["axonn_time_s"] = tensor3d.axonn_times(cols, setting)
     return cols, len(valid)
 
 
@@ -167,7 +189,7 @@ def validated(result: Plan, order: np.ndarray, k: int, check=None) -> tuple[list
     profile, which describes this machine's emulated mesh, check_valid elsewhere), and how many
     it rejected."""
     if check is None:
-        check = check_layout if result.cluster.chip.calibration is not None else check_valid
+        check = check_layout if result.setting.emulated else check_valid
     chosen, rejected = [], 0
     n = result.cluster.n_devices
     for i in order[:MAX_WALK]:
@@ -203,8 +225,7 @@ def explain_no_fit(result: Plan, capped: bool) -> str:
     state = (cols["memory_params_bytes"] + cols["memory_grads_bytes"]
              + cols["memory_optimizer_bytes"]) * cluster.n_devices
     at_least = int(np.ceil(state.min() / result.memory_cap / cluster.chip.devices_per_node))
-    nodes = smallest_cluster(model, result.train, cluster, result.memory_cap, result.settings,
-                             at_least)
+    nodes = smallest_cluster(result.setting, result.memory_cap, at_least)
     fix = (f"the smallest cluster on which one fits is {nodes} nodes of "
            f"{cluster.chip.devices_per_node} (--nodes {nodes})" if nodes else
            f"no cluster of {max(cluster.nodes + 1, at_least)} nodes or a few more fits it "
@@ -234,16 +255,17 @@ def round_up(x: float, digits: int = 3) -> str:
     return f"{np.ceil(x / step - 1e-9) * step:.{digits}g}"
 
 
-def smallest_cluster(model, train, cluster: Cluster, cap: float, settings: dict,
-                     at_least: int = 1, max_probes: int = 48) -> int | None:
+def smallest_cluster(setting: Setting, cap: float, at_least: int = 1,
+                     max_probes: int = 48) -> int | None:
     """The fewest nodes (more than cluster's, and at least `at_least`, where the model state
     alone fits) on which some layout fits under cap, by trying node counts in order. Counts
     with no valid layout at all (a prime factor no axis can take) cost only the enumeration;
     at most `max_probes` others are predicted, with full remat only (the leanest)."""
+    cluster = setting.cluster
     nodes, probes = max(cluster.nodes + 1, at_least), 0
     while probes < max_probes:
-        bigger = dataclasses.replace(cluster, nodes=nodes)
-        cols, _ = predicted_columns(model, train, bigger, settings, ("full",))
+        bigger = setting.replace(cluster=dataclasses.replace(cluster, nodes=nodes))
+        cols, _ = predicted_columns(bigger, ("full",))
         if len(cols["memory_total_bytes"]):
             probes += 1
             if (cols["memory_total_bytes"] <= cap).any():

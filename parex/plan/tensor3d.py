@@ -1,7 +1,7 @@
 """AxoNN's 3D tensor layouts in the planner, and AxoNN's own model beside parex's.
 
-    rows_3d(model, train, cluster, settings, remat)   the 3D rows of a plan (plan columns)
-    axonn_times(cols, model, cluster, settings)       AxoNN's step time of every row it models
+    rows_3d(setting, predicted, layout_columns)   the 3D rows of a plan (plan columns)
+    axonn_times(cols, setting)                     AxoNN's step time of every row it models
     disagreement(plan, k)                              where AxoNN's ranking and parex's differ
 
 3D rows are `data × tensor=XxYxZ` with one microbatch, or inside pipeline stages with the
@@ -20,10 +20,9 @@ import numpy as np
 
 from ..config import REMAT_POLICIES
 from ..predict.axonn import comm_seconds, step_seconds
-from ..predict.core import DTYPE_BYTES
 from ..parallel.schedules import SCHEDULES
 from ..predict.tensor3d import Sizes3D
-from ..predict.tensor3d_batch import configurations, predict_3d_batch
+from ..predict.tensor3d_batch import columns_3d, configurations
 from .candidates import (DATA, EXPERT, FSDP, MAX_CHUNKS_PER_STAGE, SEQ, STAGE, TENSOR, cross,
                          divisors, pipeline_options)
 from .rank import distinct
@@ -32,14 +31,14 @@ EXTRA = ("tensor_y", "tensor_z")  # plan columns 1D rows hold as 1
 INTERLEAVED = SCHEDULES.index("interleaved")
 
 
-def rows_3d(model, train, cluster, settings: dict, remat: str, predicted: tuple,
-            layout_columns: tuple) -> list[dict]:
-    """The plan columns of every 3D layout on the cluster under `remat`: beside data with one
-    microbatch, and inside pipeline stages (`staged_configurations`); one dict each (none
-    where there is none)."""
+def rows_3d(setting, predicted: tuple, layout_columns: tuple) -> list[dict]:
+    """The plan columns of every 3D layout on the setting's cluster under its remat: beside
+    data with one microbatch, and inside pipeline stages (`staged_configurations`); one dict
+    each (none where there is none)."""
+    model, train, cluster, remat = (setting.model, setting.train, setting.cluster,
+                                    setting.train.remat)
     if model.moe:  # parex's 3D split has no expert axis (validation refuses the two together)
         return []
-    train_r = train.replace(remat=remat)
     flat = configurations(model, train, cluster.n_devices)
     out = []
     for sizes, pipeline in ((flat, None),
@@ -54,7 +53,7 @@ def rows_3d(model, train, cluster, settings: dict, remat: str, predicted: tuple,
         cols |= {DATA: sizes.data, FSDP: ones, EXPERT: ones, TENSOR: sizes.tensor, SEQ: ones,
                  "stage_layers": model.layers // pipe[STAGE], "tensor_y": sizes.tensor_y,
                  "tensor_z": sizes.tensor_z} | pipe
-        rows = predict_3d_batch(model, train_r, sizes, cluster, pipeline=pipeline, **settings)
+        rows = columns_3d(setting, sizes, pipeline)
         cols |= {k: rows[k] for k in predicted}
         cols["remat"] = np.full(n, REMAT_POLICIES.index(remat))
         out.append(cols)
@@ -93,16 +92,16 @@ def staged_configurations(model, train, n_devices: int) -> tuple[Sizes3D, dict]:
     return sizes, {k: cols[k] for k in (STAGE, "schedule", "virtual_stages", "microbatches")}
 
 
-def axonn_times(cols: dict, model, cluster, train, settings: dict) -> np.ndarray:
+def axonn_times(cols: dict, setting) -> np.ndarray:
     """AxoNN's step time (s) of every row: parex's compute plus AxoNN's communication; NaN
     where AxoNN's model does not apply (pipelines, sequence parallelism)."""
     three_d = (cols["tensor_y"] > 1) | (cols["tensor_z"] > 1)
     X = np.where(three_d, cols[TENSOR], 1)
     Y = np.where(three_d, cols["tensor_y"], cols[TENSOR])
     Z = np.where(three_d, cols["tensor_z"], cols[FSDP])
-    T = train.seq_len or model.seq_len
-    act = DTYPE_BYTES.get(settings.get("dtype") or model.dtype, 4)
-    comm = comm_seconds(model, cluster.chip, X, Y, Z, cols[DATA], train.global_batch * T, act)
+    tokens = setting.train.global_batch * setting.seq_len
+    comm = comm_seconds(setting.model, setting.cluster.chip, X, Y, Z, cols[DATA], tokens,
+                        setting.act_bytes)
     modelled = (cols[STAGE] == 1) & (cols[SEQ] == 1)
     return np.where(modelled, step_seconds(comm, cols["step_compute_s"]), np.nan)
 

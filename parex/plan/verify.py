@@ -33,7 +33,7 @@ def spearman(a, b) -> float:
 
 def check_verifiable(plan: Plan) -> None:
     model, chip = plan.model, plan.cluster.chip
-    if chip.calibration is None:
+    if not plan.setting.emulated:
         raise LayoutError(f"--verify measures layouts on this machine's emulated mesh, so it "
                           f"needs the calibrated profile: plan with --hardware cpu-local, not "
                           f"{chip.name}")

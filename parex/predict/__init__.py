@@ -15,49 +15,43 @@ Korthikanti et al.'s activations of Megatron-LM's block) and `dtype` the compute
 follow the profile: an accelerator predicts what real runs there use (bfloat16 and the mixed
 recipe), `cpu-local` parex's own step (the model's dtype, float32 for the presets, and the parex
 recipe); pass dtype="float32" / recipe="parex" to ask for those on an accelerator. Those
-defaults live in parex.defaults (`assume`), and every Prediction carries the `assumptions` it
-was made under (hardware, dtype, recipe, convention, global batch, b, remat, schedule).
+defaults live in parex.defaults, are applied once by parex.setting.resolve, and every Prediction
+carries the Setting it was made under as `assumptions` (hardware, regime, dtype, recipe,
+convention, global batch, b, remat, schedule, attention kernel).
 """
 
 from __future__ import annotations
 
 from ..config import ModelConfig, TrainConfig
+from ..errors import InputError
 from ..layout import Layout
 from ..record import Prediction
+from ..setting import resolve
 from .comm import CONVENTIONS, Convention
-from .core import (EXPERT_IMBALANCE, as_cluster, assumptions_of, checked, columns, predict_batch,
-                   predict_synchronous, shared_fields)
+from .core import checked, columns, predict_batch, predict_columns, predict_setting, shared_fields
 from .memory import RECIPES, Recipe
 from .shapes import Grid
 
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
             convention: str | Convention | None = None, recipe: str | Recipe | None = None,
-            dtype: str | None = None, wan=None,
-            expert_imbalance: float = EXPERT_IMBALANCE) -> Prediction:
+            dtype: str | None = None, expert_imbalance: float | None = None) -> Prediction:
     """Predicted step time, memory, FLOPs and communication of one layout. A layout that is not
     a real program raises LayoutError (parex.validation's rules); a valid one that parex's
     executor cannot run yet is predicted with `executable=False` and the reason; one that does
-    not fit in memory is predicted and flagged (`fits`, `over_capacity_bytes`). `convention`,
-    `recipe` and `dtype` (the compute dtype) default by profile: on an accelerator "gpu",
-    "mixed" and bfloat16; on the calibrated `cpu-local` "xla-cpu", "parex" and the model's own
-    dtype. A DiLoCo layout (replica, inner_steps) is one replica's inner step plus the outer
-    exchange over `wan` (a hardware.Link, default 1 Gb/s): parex.lowcomm.predict.
+    not fit in memory is predicted and flagged (`fits`, `over_capacity_bytes`). What is not
+    given (the train config's None fields, `convention`, `recipe`, `dtype`, the pipeline
+    schedule) takes the profile's defaults, resolved once (parex.setting.resolve) and stated in
+    the Prediction's `assumptions`: on an accelerator "gpu", "mixed" and bfloat16; on the
+    calibrated `cpu-local` "xla-cpu", "parex" and the model's own dtype.
     `expert_imbalance`: a mixture of experts' most-loaded expert over the mean (1.0: balanced),
-    which sets the ideal program's expert compute (accelerator.expert_slots); stated in the
-    Prediction's assumptions."""
+    which sets the ideal program's expert compute (accelerator.expert_slots)."""
     if layout.diloco:
-        from ..lowcomm.predict import predict_diloco
-
-        cluster = checked(model, train, layout, hardware, convention, recipe, dtype)[0]
-        p = predict_diloco(model, train, layout, cluster, wan=wan, convention=convention,
-                           recipe=recipe, dtype=dtype)
-        p.assumptions = assumptions_of(model, train, layout, cluster, convention, recipe,
-                                       dtype).to_json()  # the whole batch, not one replica's
-        return p
-    return predict_synchronous(model, train, layout, hardware, convention=convention,
-                               recipe=recipe, dtype=dtype, expert_imbalance=expert_imbalance)
+        raise InputError(f"layout {layout} has DiLoCo replicas: predict it with parex.predict "
+                         f"(parex.entry), which adds the outer exchange (parex.lowcomm)")
+    return predict_setting(resolve(model, train, layout, hardware, dtype=dtype, recipe=recipe,
+                                   convention=convention, expert_imbalance=expert_imbalance))
 
 
-__all__ = ["CONVENTIONS", "Convention", "EXPERT_IMBALANCE", "Grid", "RECIPES", "Recipe",
-           "as_cluster", "assumptions_of", "columns", "predict", "predict_batch", "shared_fields"]
+__all__ = ["CONVENTIONS", "Convention", "Grid", "RECIPES", "Recipe", "checked", "columns",
+           "predict", "predict_batch", "predict_columns", "predict_setting", "shared_fields"]

@@ -73,7 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..layout import CP_MODES, Axis, fsdp_by_hand, grads_split_over_seq
-from ..measure.hlo import KINDS
+from ..record import KINDS
 from ..parallel.schedules import SCHEDULES, SPLIT, VEE
 from .schedule_stats import table_columns
 from .shapes import GROUPS, ROUTED_GROUPS, Grid, ModelSizes, named
@@ -765,7 +765,7 @@ def _uneven_regroup(sizes, grid, param_bytes, grad_bytes) -> list[Term]:
 
 def dispatch_slots(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     """Expert slots per sequence a MoE block moves. parex's program (xla-cpu) dispatches densely
-    (parex.moe.layer): E·C, padded to capacity (dropless: C = T, E·T slots). The ideal program
+    (parex.model.moe.layer): E·C, padded to capacity (dropless: C = T, E·T slots). The ideal program
     (Megatron-LM's alltoall dispatcher, a ragged all-to-all) moves only the k·T assignments, or
     the E·C that capacity keeps when fewer."""
     padded = sizes.E * sizes.capacity(grid.T)
@@ -773,7 +773,7 @@ def dispatch_slots(sizes: ModelSizes, grid: Grid) -> np.ndarray:
 
 
 def moe_terms(step: _Step) -> list[Term]:
-    """A mixture of experts, per block and microbatch (parex.moe.layer). Expert parallelism:
+    """A mixture of experts, per block and microbatch (parex.model.moe.layer). Expert parallelism:
     the dispatch buffer x_e[b, E, C, D] (b sequences per device, `dispatch_slots` slots each)
     goes to the experts' devices by an all-to-all over expert and comes back by a second; the
     backward runs their two transposes; full remat's recomputed forward both again (the

@@ -8,34 +8,17 @@ import dataclasses
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
-from ..defaults import Assumptions, assume, attention_of
 from ..errors import InputError
-from ..hardware import Chip, Cluster, load_cluster
+from ..hardware import Chip, Cluster
 from ..layout import Layout, LayoutError
-from ..measure.hlo import KINDS
 from ..parallel.schedules import SCHEDULES
-from ..record import PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
+from ..record import KINDS, PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
+from ..setting import Setting, resolve
 from ..validation.checks import check_valid, executable_columns, executable_reason, valid_columns
 from . import alpha_beta, comm, flops, memory, stash, tensor3d, tensor3d_stages, ticks, time
 from .comm import Convention
 from .memory import Recipe
 from .shapes import Grid, model_sizes
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-# A mixture of experts' most-loaded expert over the mean (accelerator.expert_slots): balanced
-# unless the caller says otherwise, a stated assumption (Prediction.assumptions), never fitted
-EXPERT_IMBALANCE = 1.0
-
-
-def as_cluster(hardware, n_devices: int = 1) -> Cluster:
-    """A Cluster from a Cluster, a Chip or a profile name (nodes enough for n_devices)."""
-    if isinstance(hardware, Cluster):
-        return hardware
-    if isinstance(hardware, str):
-        hardware = load_cluster(hardware).chip
-    if isinstance(hardware, Chip):
-        return Cluster(hardware, max(1, -(-n_devices // hardware.devices_per_node)))
-    raise TypeError(f"hardware must be a profile name, a Chip or a Cluster, not {hardware!r}")
 
 
 def _check_fits_cluster(layout: Layout, cluster: Cluster) -> None:
@@ -47,26 +30,23 @@ def _check_fits_cluster(layout: Layout, cluster: Cluster) -> None:
             f"(--nodes {-(-layout.n_devices // per)}), or shrink the layout's axes")
 
 
-def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster,
-            conv: Convention, rec: Recipe, layout3d: Layout | None = None,
-            expert_imbalance: float = EXPERT_IMBALANCE) -> tuple[dict, list]:
-    """Every predicted quantity as columns over the grid, and the collective terms.
+def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tuple[dict, list]:
+    """Every predicted quantity as columns over the grid, and the collective terms, under
+    `setting` (its model, remat, recipe, convention, kernel, cluster and regime).
     `layout3d`: a 3D tensor layout whose `tensor3d.equivalent` the grid holds: its collectives
-    are predict.tensor3d's, timed over its own axes. `expert_imbalance`: a mixture of experts'
-    most-loaded expert over the mean, on an accelerator's ideal program
-    (accelerator.expert_slots)."""
-    chip, sizes, remat = cluster.chip, model_sizes(model), train.remat
-    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu",
-                               flash=attention_of(train, chip.calibration is not None) == "flash")
+    are predict.tensor3d's, timed over its own axes."""
+    model, chip, remat = setting.model, setting.cluster.chip, setting.train.remat
+    sizes, emulated = model_sizes(model), setting.emulated
+    conv, rec = program(setting), memory.recipe(setting.recipe)
+    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu", flash=setting.flash)
     # Megatron-LM's block (the recipe's compute counts it): its full remat repeats the whole block
     # (not in parex's compiled program, whose collectives xla-cpu counts)
     megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"
     conv = dataclasses.replace(conv, megatron_block=megatron)
-    act = DTYPE_BYTES[model.dtype]
+    act = setting.act_bytes
     mem = (memory.memory_parts(sizes, grid, remat, rec, act, act) if layout3d is None else
            tensor3d.memory_parts(sizes, grid, layout3d, remat, rec, act, act))
     terms, on_axes = comm_terms(sizes, grid, remat, conv, act, rec, layout3d)
-    emulated = chip.calibration is not None
     seconds: dict = {}
     for term in terms:  # a 3D family is timed as the 1D family it resembles (time.py)
         family = tensor3d.TIME_FAMILY.get(term.name, term.name)
@@ -76,12 +56,11 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
     if emulated:
         compute = time.cpu_compute(model, sizes, grid, remat, chip.calibration,
                                    chip.hbm_bandwidth, opt_elements)
+        compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     else:
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
                                            opt_elements, rec.activations == "korthikanti",
-                                           expert_imbalance)
-    if emulated:
-        compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
+                                           setting.expert_imbalance)
     hidden: dict = {}
     if layout3d is not None and conv.axonn_overlaps and not emulated:  # AxoNN's overlaps
         seconds, hidden = tensor3d.with_overlaps(seconds, terms, on_axes, chip, sizes, grid,
@@ -104,6 +83,11 @@ def columns(model: ModelConfig, train: TrainConfig, grid: Grid, cluster: Cluster
             "over_capacity_bytes": np.maximum(mem["total"] - chip.hbm_bytes, 0.0)}
     out |= {tensor3d.hidden_column(k): v for k, v in hidden.items()}
     return out, terms
+
+
+def program(setting: Setting) -> Convention:
+    """The setting's convention with its stack's overlaps (Setting.overlaps)."""
+    return dataclasses.replace(comm.convention(setting.convention), **dict(setting.overlaps))
 
 
 def comm_terms(sizes, grid: Grid, remat: str, conv: Convention, act: int, rec: Recipe,
@@ -136,62 +120,33 @@ def _executor_ticks(sizes, grid: Grid, chip: Chip, remat: str, act: int, seconds
     return {"lockstep": lockstep, "busy": busy, "ticks": fixed, "sends": sends}
 
 
-def resolved(hardware, n_devices: int, model: ModelConfig, train: TrainConfig, convention=None,
-             recipe=None, dtype=None):
-    """(cluster, convention, recipe, model in its compute dtype, Assumptions): parex.defaults's
-    `assume` fills what is not given from the profile (the calibrated CPU predicts parex's own
-    program: xla-cpu, parex recipe, the model's dtype; an accelerator what real runs use there:
-    gpu, mixed recipe, bfloat16)."""
-    cluster = as_cluster(hardware, n_devices)
-    a = assume(cluster, model, dtype=dtype, recipe=recipe, convention=convention,
-               global_batch=train.global_batch, seq_len=train.seq_len, remat=train.remat,
-               microbatch=train.microbatch, attention=train.attention)
-    if a.dtype != model.dtype:
-        model = model.replace(dtype=a.dtype)
-    return (cluster, comm.convention(convention or a.convention),
-            memory.recipe(recipe or a.recipe), model, a)
+def checked(setting: Setting) -> Setting:
+    """The setting, once its layout is known to be a real program that fits its cluster
+    (LayoutError / InputError naming the fix otherwise)."""
+    _check_fits_cluster(setting.layout, setting.cluster)
+    check_valid(setting.layout, setting.model, setting.train, setting.layout.n_devices)
+    return setting
 
 
-def checked(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, convention=None,
-            recipe=None, dtype=None):
-    """(cluster, convention, recipe, model in its compute dtype) once the layout is known to be
-    a real program that fits the cluster (LayoutError / InputError naming the fix otherwise)."""
-    cluster, conv, rec, model, _ = resolved(hardware, layout.n_devices, model, train, convention,
-                                            recipe, dtype)
-    _check_fits_cluster(layout, cluster)
-    check_valid(layout, model, train, layout.n_devices)
-    return cluster, conv, rec, model
-
-
-def assumptions_of(model: ModelConfig, train: TrainConfig, layout: Layout, hardware,
-                   convention=None, recipe=None, dtype=None) -> Assumptions:
-    """The Assumptions predict() makes for this layout (its schedule, b and remat filled in)."""
-    a = resolved(hardware, layout.n_devices, model, train, convention, recipe, dtype)[-1]
-    return a.of_layout(layout, train.microbatch)
-
-
-def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
-                        convention: str | Convention | None = None,
-                        recipe: str | Recipe | None = None, dtype: str | None = None,
-                        expert_imbalance: float = EXPERT_IMBALANCE) -> Prediction:
-    """parex.predict.predict for a layout without replicas: every term of one layout."""
-    cluster, conv, rec, model = checked(model, train, layout, hardware, convention, recipe, dtype)
+def predict_setting(setting: Setting) -> Prediction:
+    """Every term of one layout without replicas (DiLoCo's outer loop: parex.lowcomm), under
+    a resolved Setting (parex.setting.resolve)."""
+    setting = checked(setting)
+    model, train, layout = setting.model, setting.train, setting.layout
     if layout.schedule == "local":  # local learning: its own step (parex.predict.local)
         from .local import predict_local
 
-        proxy = predict_synchronous(model, train, layout.replace(
-            schedule="1f1b", local_loss="ce", queue=1), cluster, convention=conv, recipe=rec,
-            dtype=model.dtype)
+        proxy = predict_setting(setting.with_layout(layout.replace(
+            schedule="1f1b", local_loss="ce", queue=1)))
         reason = executable_reason(layout, model, train)
-        return dataclasses.replace(predict_local(model, train, layout, cluster, conv, rec, proxy),
-                                   executable=reason is None, executable_reason=reason or "")
-    assumed = assumptions_of(model, train, layout, cluster, conv.name, rec.name, model.dtype)
+        return dataclasses.replace(predict_local(setting, proxy), executable=reason is None,
+                                   executable_reason=reason or "")
     reason = executable_reason(layout, model, train)
     # a 3D layout: its collectives from predict.tensor3d (ZeRO-3's data axis playing fsdp's
     # role, under that name), compute and memory from its 1D equivalent
     layout3d = tensor3d.zero3_as_fsdp(layout) if layout.tensor3d else None
     grid = Grid.from_layouts([tensor3d.equivalent(layout) if layout3d else layout], train, model)
-    cols, terms = columns(model, train, grid, cluster, conv, rec, layout3d, expert_imbalance)
+    cols, terms = columns(setting, grid, layout3d)
     on_axes = tensor3d.axes_grid(grid, layout3d) if layout3d else grid
     value = {k: (v[0].item() if isinstance(v, np.ndarray) else v) for k, v in cols.items()}
     collectives = []
@@ -202,12 +157,13 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
                                 "axes": [a.value for a in term.axes], "count": count,
                                 "bytes": float(term.bytes[0]),
                                 "bytes_per_op": float(term.bytes_per_op[0]),
-                                "seconds": float(alpha_beta.term_seconds(term, on_axes,
-                                                                         cluster.chip)[0])})
+                                "seconds": float(alpha_beta.term_seconds(
+                                    term, on_axes, setting.cluster.chip)[0])})
     hidden = {k: value.get(tensor3d.hidden_column(k)) for k in tensor3d.OVERLAPS}  # 3D, gpu
     tensor3d.annotate(collectives, {k: v for k, v in hidden.items() if v is not None})
     return Prediction(
-        model=model.name, layout=str(layout), n_devices=layout.n_devices, hardware=cluster.name,
+        model=model.name, layout=str(layout), n_devices=layout.n_devices,
+        hardware=setting.cluster.name,
         step_time_s={k: value[f"step_{k}_s"] for k in STEP_TIME_PARTS},
         memory_bytes_per_device={k: value[f"memory_{k}_bytes"] for k in PREDICTED_MEMORY_PARTS},
         flops_per_device=value["flops_per_device"],
@@ -215,34 +171,48 @@ def predict_synchronous(model: ModelConfig, train: TrainConfig, layout: Layout, 
         comm_bytes_per_device={k: value[f"comm_{k.replace('-', '_')}_bytes"] for k in KINDS},
         tokens_per_step=grid.B * grid.T, mfu=value["mfu"], hfu=value["hfu"],
         fits=bool(value["fits"]), over_capacity_bytes=value["over_capacity_bytes"],
-        collectives=collectives, convention=conv.name,
+        collectives=collectives, convention=setting.convention,
         hardware_flops_per_device=value["hardware_flops_per_device"],
         executable=reason is None, executable_reason=reason or "",
-        assumptions=(assumed.replace(expert_imbalance=expert_imbalance) if model.moe
-                     else assumed).to_json())
+        assumptions=setting.to_json())
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
                   convention: str | Convention | None = None,
                   recipe: str | Recipe | None = None, dtype: str | None = None,
-                  expert_imbalance: float = EXPERT_IMBALANCE) -> dict[str, np.ndarray]:
-    """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid.
-    `valid` is parex.validation's verdict (the same rules as predict(), as columns) and the
-    numbers of invalid rows are NaN; `executable` marks the valid rows parex's executor runs
-    today; `fits` flags the rows that fit in memory. A model or train config that no layout
-    can run raises LayoutError, as predict() does. Defaults as predict()'s."""
+                  expert_imbalance: float | None = None) -> dict[str, np.ndarray]:
+    """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid (built
+    from a resolved TrainConfig). `valid` is parex.validation's verdict (the same rules as
+    predict(), as columns) and the numbers of invalid rows are NaN; `executable` marks the valid
+    rows parex's executor runs today; `fits` flags the rows that fit in memory. A model or
+    train config that no layout can run raises LayoutError, as predict() does. The setting is
+    resolved as predict()'s (parex.setting.resolve); a pipeline that names no schedule takes
+    the regime's default."""
     if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
         raise InputError("predict_batch has no replica columns: predict DiLoCo layouts "
-                         "(replica, inner_steps) one at a time with parex.predict.predict")
+                         "(replica, inner_steps) one at a time with parex.predict")
     if not isinstance(layouts, Grid) and any(layout.tensor3d for layout in layouts):
         raise InputError("predict_batch has no Y and Z columns: predict 3D tensor layouts "
-                         "(tensor=XxYxZ) one at a time with parex.predict.predict")
-    grid = layouts if isinstance(layouts, Grid) else Grid.from_layouts(layouts, train, model)
+                         "(tensor=XxYxZ) one at a time with parex.predict")
+    n = int(layouts.n_devices.max() if isinstance(layouts, Grid)
+            else max((layout.n_devices for layout in layouts), default=1))
+    setting = resolve(model, train, None, hardware, n_devices=n, dtype=dtype, recipe=recipe,
+                      convention=convention, expert_imbalance=expert_imbalance)
+    if not isinstance(layouts, Grid):
+        layouts = [setting.with_layout(layout).layout for layout in layouts]
+    return predict_columns(setting, layouts)
+
+
+def predict_columns(setting: Setting, layouts) -> dict[str, np.ndarray]:
+    """predict_batch under a resolved setting (its layout unused): a list of resolved
+    Layouts or a Grid."""
+    if not isinstance(layouts, Grid):
+        layouts = Grid.from_layouts(layouts, setting.train, setting.model)
+    grid = layouts
     if (grid.schedule == len(SCHEDULES)).any():  # ALL_SCHEDULES' last: schedule=local
         raise InputError("predict_batch has no local-learning columns: predict schedule=local "
-                         "layouts one at a time with parex.predict.predict")
-    cluster, conv, rec, model, _ = resolved(hardware, int(grid.n_devices.max()), model, train,
-                                            convention, recipe, dtype)
+                         "layouts one at a time with parex.predict")
+    model, train = setting.model, setting.train
     valid = valid_columns(model, train, grid)
     executable = valid & executable_columns(model, train, grid)
     if valid.all():
@@ -252,7 +222,7 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     else:  # nothing to predict: the shapes of the columns from one valid layout
         check_valid(Layout(), model, train.replace(microbatch=None))
         safe = Grid.from_layouts([Layout()] * len(grid), train.replace(microbatch=None), model)
-    cols, _ = columns(model, train, safe, cluster, conv, rec, None, expert_imbalance)
+    cols, _ = columns(setting, safe)
     cols["step_time_s"] = cols.pop("step_total_s")
     for key, value in cols.items():
         if value.dtype.kind == "f":
@@ -293,5 +263,5 @@ def shared_fields(measurement, prediction) -> list[dict]:
             for name, p, m in pairs]
 
 
-__all__ = ["EXPERT_IMBALANCE", "as_cluster", "assumptions_of", "checked", "columns",
-           "predict_batch", "predict_synchronous", "resolved", "shared_fields"]
+__all__ = ["checked", "columns", "predict_batch", "predict_columns", "predict_setting",
+           "shared_fields"]

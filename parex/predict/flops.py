@@ -1,7 +1,7 @@
 """Predicted FLOPs per device per step: model FLOPs (for MFU), hardware FLOPs (for HFU), and the
 count XLA's cost analysis reports.
 
-The causal-attention convention lives in one place, `parex.model.flops_per_token` (model FLOPs of
+The causal-attention convention lives in one place, `parex.model.transformer.flops_per_token` (model FLOPs of
 forward + backward per token, attention counted in full as in Megatron's papers); every count here
 is derived from it, so measurement and prediction share it:
     forward per token = L · layer + head,   layer = 2·(block parameters) + 4·D·T,
@@ -27,7 +27,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..layout import CP_MODES
-from ..model import flops_per_token
+from ..model.transformer import flops_per_token
 from .comm import dispatch_slots
 from .memory import state_elements
 from .shapes import Grid, ModelSizes, model_sizes

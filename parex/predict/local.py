@@ -37,8 +37,7 @@ import math
 import jax
 import numpy as np
 
-from .. import model as gpt
-from ..defaults import attention_of
+from ..model import transformer as gpt
 from ..layout import Axis, Layout
 from ..record import Prediction
 from . import alpha_beta, memory, time
@@ -121,16 +120,25 @@ def local_terms(sizes, grid: Grid, layout: Layout, act_bytes: int, model) -> lis
             Term("local-loss", "all-reduce", (Axis.STAGE,), one, 4.0 * one)]
 
 
-def per_microbatch(model, sizes, grid: Grid, train, chip, rec, elements=0) -> dict:
+def stage_grid(setting, layout: Layout) -> Grid:
+    """The one-layout grid of `layout` (a local layout's 1F1B stand-in) under the setting's
+    program and kernel, as predict.core.columns builds its grids."""
+    grid = Grid.from_layouts([layout], setting.train, setting.model)
+    return dataclasses.replace(grid, executor=setting.convention == "xla-cpu",
+                               flash=setting.flash)
+
+
+def per_microbatch(setting, sizes, grid: Grid, elements=0) -> dict:
     """The predictor's compute terms of one stage for this grid: per microbatch (its layers and
     the head: "per_microbatch", "head_per_microbatch"), the optimizer on `elements` parameters,
     the step's fixed cost."""
-    act = 2 if model.dtype == "bfloat16" else 4
-    if chip.calibration is not None:
-        return time.cpu_compute(model, sizes, grid, train.remat, chip.calibration,
+    model, chip, remat = setting.model, setting.cluster.chip, setting.train.remat
+    if setting.emulated:
+        return time.cpu_compute(model, sizes, grid, remat, chip.calibration,
                                 chip.hbm_bandwidth, elements)
-    return time.accelerator_compute(model, sizes, grid, train.remat, chip, model.dtype, act,
-                                    elements, rec.activations == "korthikanti")
+    korthikanti = memory.recipe(setting.recipe).activations == "korthikanti"
+    return time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype,
+                                    setting.act_bytes, elements, korthikanti)
 
 
 def stage_counts(model, layout: Layout) -> dict:
@@ -165,19 +173,15 @@ def _memory(model, sizes, grid: Grid, layout: Layout, train, act: int, m: int, r
             "temp": temp, "argument": argument, "total": argument + grads + acts + temp}
 
 
-def predict_local(model, train, layout: Layout, cluster, conv, rec, proxy: Prediction
-                  ) -> Prediction:
-    """The Prediction of a schedule=local layout; `proxy` is the same mesh's 1F1B prediction
-    (its FLOPs and assumptions), the other arguments as predict.core.checked returns them."""
-    sizes, chip = model_sizes(model), cluster.chip
-    act = 2 if model.dtype == "bfloat16" else 4
-    grid = Grid.from_layouts([layout.replace(schedule="1f1b", local_loss="ce", queue=1)],
-                             train, model)
-    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu", flash=attention_of(
-        train, chip.calibration is not None) == "flash")  # as predict.core.columns
+def predict_local(setting, proxy: Prediction) -> Prediction:
+    """The Prediction of the setting's schedule=local layout; `proxy` is the same mesh's 1F1B
+    prediction (its FLOPs and assumptions)."""
+    model, train, layout = setting.model, setting.train, setting.layout
+    sizes, chip, act = model_sizes(model), setting.cluster.chip, setting.act_bytes
+    rec = memory.recipe(setting.recipe)
+    grid = stage_grid(setting, layout.replace(schedule="1f1b", local_loss="ce", queue=1))
     m = int(grid.microbatches[0])
-    compute = per_microbatch(model, sizes, grid, train, chip, rec,
-                             stage_counts(model, layout)["opt"])
+    compute = per_microbatch(setting, sizes, grid, stage_counts(model, layout)["opt"])
     tick = float(compute["per_microbatch"][0])
     if layout.local_loss == "recon":  # the decoder's (b·T, D) @ (D, D), as the head's D·V
         tick += float(np.asarray(compute.get("head_per_microbatch", 0.0)).ravel()[0]) \
@@ -206,7 +210,7 @@ def predict_local(model, train, layout: Layout, cluster, conv, rec, proxy: Predi
         hfu=proxy.hfu * proxy.step_time_s["total"] / total,
         fits=mem["total"] <= chip.hbm_bytes,
         over_capacity_bytes=max(mem["total"] - chip.hbm_bytes, 0.0),
-        assumptions=(proxy.assumptions or {}) | {"schedule": "local"})
+        assumptions=setting.to_json())
 
 
 __all__ = ["local_terms", "per_microbatch", "predict_local", "stage_counts", "stage_leaves",

@@ -32,12 +32,12 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from ..defaults import attention_of
 from ..layout import Layout, example_partition
 from ..parallel.schedules import make_schedule
+from ..setting import resolve
 from .core import checked
 from .flops import passes_per_layer
-from .local import per_microbatch
+from .local import per_microbatch, stage_grid
 from .shapes import Grid, model_sizes
 
 HEAD_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # the head's cost as a multiple of the model's own
@@ -45,16 +45,15 @@ HEAD_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)  # the head's cost as a multiple of the
 
 def unit_costs(model, train, layout: Layout, hardware, **settings) -> tuple[float, float, float]:
     """(one layer's forward, one layer's backward, the head's three passes), seconds per
-    microbatch on one device of the layout's mesh, as predict() times them."""
+    microbatch on one device of the layout's mesh, as predict() times them (`settings`:
+    predict()'s dtype, recipe and convention)."""
     even = layout.replace(schedule="1f1b", local_loss="ce", queue=1, layers_per_stage=None)
-    cluster, conv, rec, model = checked(model, train, even, hardware, **settings)
-    grid = Grid.from_layouts([even], train, model)
-    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu", flash=attention_of(
-        train, cluster.chip.calibration is not None) == "flash")  # as predict.core.columns
-    compute = per_microbatch(model, model_sizes(model), grid, train, cluster.chip, rec)
+    setting = checked(resolve(model, train, even, hardware, **settings))
+    grid = stage_grid(setting, setting.layout)
+    compute = per_microbatch(setting, model_sizes(setting.model), grid)
     head = float(np.ravel(compute["head_per_microbatch"])[0])
     layer = (float(np.ravel(compute["per_microbatch"])[0]) - head) / int(grid.stage_layers[0])
-    forward = layer / float(np.ravel(passes_per_layer(grid, train.remat))[0])
+    forward = layer / float(np.ravel(passes_per_layer(grid, setting.train.remat))[0])
     return forward, layer - forward, head
 
 

@@ -14,14 +14,14 @@ Activations, two formulas:
       none       s·b·h·(34 + 5·a·s/h)                 TP: s·b·h·(10 + 24/t + 5·a·s/(h·t))
       TP + SP    s·b·h/t·(34 + 5·a·s/h)               selective drops the 5·a·s/h term
       full       2·s·b·h (the block input only)
-- "xla": what XLA keeps for parex.model's block, read from the compiled step's buffer assignment
+- "xla": what XLA keeps for parex.model.transformer's block, read from the compiled step's buffer assignment
   (elements per token per layer; h full = replicated over the tensor axis, /t = split by it):
       8·h full (residual stream, norms, MLP input; h/t under SP, which saves the inputs of the
       column-parallel matmuls sequence-split and all-gathers them again in the backward)
       + (2 + 2·K/H)·h/t (q, attention output, k, v) + 6·F/t (MLP pre- and post-activation terms)
       + 2·(a/t)·s (scores and probabilities; dropped by selective remat; ring attention and
       flash attention keep a/t instead, each row's log-sum-exp, and recompute their blocks in
-      the backward: parex.attention)
+      the backward: parex.model.attention)
       full remat keeps only the block input, h (h/t under SP).
       A mixture of experts' MLP replaces 6·F/t by its dispatch's buffers (`moe_elements`);
       Korthikanti's by each token's k assignments (`korthikanti_moe_delta`). Routed experts'
@@ -148,8 +148,22 @@ def korthikanti_layer_bytes(s, b, h, a, t=1, sp=False, remat="none", dropout=Tru
                     s * b * h * (fixed - 24 + 24 / t + attn / t))
 
 
+def korthikanti_layer_formula(sp: bool, remat: str, flash: bool) -> str:
+    """korthikanti_layer_bytes of one configuration as text (with dropout), for the Explorer's
+    explanation: the formula the predictor evaluates, written once here beside it."""
+    if remat == "full":
+        return "2·s·b·h (full recompute keeps only the block input)"
+    term = "4·a/h" if flash else "5·a·s/h"
+    note = (f" (selective recompute drops {term})" if remat == "selective" else
+            " (flash attention keeps no scores)" if flash else "")
+    attn = "" if remat == "selective" else f" + {term}"
+    if sp:
+        return f"s·b·h/t·(34{attn}){note}"
+    return f"s·b·h·(10 + 24/t{attn}/t){note}"
+
+
 def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
-    """Elements per token of one layer's saved activations in parex.model as XLA keeps them."""
+    """Elements per token of one layer's saved activations in parex.model.transformer as XLA keeps them."""
     t, sp, h = grid.tensor, grid.sp, sizes.D
     if remat == "full":
         return np.where(sp, h / t, h) * np.ones(len(grid))
@@ -165,7 +179,7 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
 
 
 def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
-    """A mixture of experts' MLP in parex's dense dispatch (parex.moe), elements per token of
+    """A mixture of experts' MLP in parex's dense dispatch (parex.model.moe), elements per token of
     one layer's saved activations, read off tiny-moe's buffer assignment (data=2,expert=4, F_e
     and C varied): per sequence the combine's one-hot·gate product (T, k, E, C), the dispatch
     and combine masks (T, E, C) twice, the slots on both sides of the all-to-all (E, C, D)

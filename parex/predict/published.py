@@ -37,7 +37,7 @@ def zero_state_gb(model: ModelConfig, n_d: int, stage: int, psi: float,
                   hardware: str = "a100-80gb") -> float:
     """predict()'s model state per device (params + grads + optimizer, mixed recipe) for data
     parallelism over n_d devices at ZeRO `stage`, per parameter × ψ, in GB."""
-    from .core import predict_synchronous as predict
+    from . import predict
 
     layout = Layout(data=n_d, zero=stage if n_d > 1 else 0)
     p = predict(model, TrainConfig(global_batch=n_d), layout, hardware, recipe="mixed")
@@ -84,7 +84,7 @@ def predicted_layer_bytes(model: ModelConfig, t: int, sp: bool, remat: str,
                           hardware: str = "a100-80gb") -> float:
     """predict()'s activation memory per layer (mixed recipe: the Korthikanti path used for
     accelerator predictions) for one sequence on a tensor-parallel group of t."""
-    from .core import predict_synchronous as predict
+    from . import predict
 
     # the paper's tables materialise the scores: the naive kernel (flash is the accelerator default)
     train = TrainConfig(global_batch=1, remat=remat, attention="naive")

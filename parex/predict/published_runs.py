@@ -100,19 +100,19 @@ def megatron_row_setup(row):
 
 def predict_run(run, chip) -> dict:
     """Predicted step-time parts (seconds) of one run on `chip` (a Chip)."""
-    from .comm import convention
+    from ..setting import resolve
     from .core import columns
-    from .memory import recipe
     from .shapes import Grid
 
     model, train, layout = run_setup(run)
-    grid = Grid.from_columns(train, model, **layout)
     cluster = Cluster(chip, max(1, -(-int(run.gpus) // chip.devices_per_node)))
-    # the run's data-parallel implementation: gradients reduced during the backward or after it
-    overlap = getattr(run, "grad_overlap", "on") == "on"
-    conv = dataclasses.replace(convention("gpu"), overlaps_grad_reduce=overlap,
-                               overlaps_tp_backward=getattr(run, "tp_overlap", "off") == "on")
-    cols, _ = columns(model, train, grid, cluster, conv, recipe("mixed"))
+    # the run's software: gradients reduced during the backward or after it, and the
+    # column-parallel input gradients' all-reduce beside the weight gradients' GEMM or not
+    overlaps = {"overlaps_grad_reduce": getattr(run, "grad_overlap", "on") == "on",
+                "overlaps_tp_backward": getattr(run, "tp_overlap", "off") == "on"}
+    setting = resolve(model, train, None, cluster, convention="gpu", recipe="mixed",
+                      overlaps=overlaps)
+    cols, _ = columns(setting, Grid.from_columns(setting.train, setting.model, **layout))
     return {part: float(cols[f"step_{part}_s"][0])
             for part in ("total", "compute", "exposed_comm", "bubble")}
 

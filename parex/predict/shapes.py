@@ -3,12 +3,12 @@
 `Grid` holds N layouts as numpy columns (one entry per layout), so each formula in memory.py,
 flops.py, comm.py and time.py is written once and runs on one layout or on a hundred thousand.
 
-Parameter groups: every parameter of `parex.model.param_table` falls in one of eight groups by which
+Parameter groups: every parameter of `parex.model.transformer.param_table` falls in one of eight groups by which
 kinds of dim it has, and that decides how it is sharded (layout.rules):
     embed  -> fsdp, and data too once the ZeRO stage shards that kind of state   (W[D_fsdp, ...])
     tensor -> heads, kv_heads, mlp or vocab, split over the tensor axis           (W[..., F_tensor])
     layers -> the stacked blocks, split over pipeline stages
-A mixture of experts' routed experts (parex.moe) are counted apart, in `ModelSizes.routed`, by
+A mixture of experts' routed experts (parex.model.moe) are counted apart, in `ModelSizes.routed`, by
 whether they have an expert_embed dim (sharded as embed) and an expert_mlp dim (over tensor); all
 of them are stacked blocks and split E over the expert axis: W_in[E_expert, D_fsdp, F_e,tensor].
 Everything else in a MoE block (attention, norms, the router W_r[D_fsdp, E], shared experts) is
@@ -25,9 +25,9 @@ import jax
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
-from ..layout import CP_MODES, Layout, resolved_microbatches
-from ..model import param_table
-from ..moe.routing import slots
+from ..layout import CP_MODES, UNRESOLVED_SCHEDULE, Layout, resolved_microbatches
+from ..model.transformer import param_table
+from ..model.moe.routing import slots
 from ..parallel.schedules import ALL_SCHEDULES
 from ..validation.checks import partition_stats
 
@@ -57,7 +57,7 @@ class ModelSizes:
     T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
     embedding: tuple[int, int] = (0, 0)  # (token table, GPT's position table) parameters
     head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters
-    # --- a mixture of experts (parex.moe); all 0 for a dense model -------------------------
+    # --- a mixture of experts (parex.model.moe); all 0 for a dense model -------------------------
     E: int = 0  # routed experts per block
     k: int = 0  # experts per token
     Fe: int = 0  # one expert's MLP width
@@ -80,7 +80,7 @@ class ModelSizes:
         return sum(self.routed) // self.L
 
     def capacity(self, T) -> np.ndarray:
-        """C, slots per expert per sequence of T tokens (parex.moe.routing.capacity, as a
+        """C, slots per expert per sequence of T tokens (parex.model.moe.routing.capacity, as a
         column): ceil(cf·k·T/E), or T when dropless."""
         if not self.moe:
             return np.asarray(T) * 1
@@ -133,7 +133,7 @@ class Grid:
 
     data: np.ndarray
     fsdp: np.ndarray
-    expert: np.ndarray  # expert parallelism (parex.moe): data-parallel but for routed experts
+    expert: np.ndarray  # expert parallelism (parex.model.moe): data-parallel but for routed experts
     tensor: np.ndarray
     seq: np.ndarray
     stage: np.ndarray
@@ -151,7 +151,7 @@ class Grid:
     B: int  # global batch (sequences per step)
     T: int  # tokens per sequence
     executor: bool = True  # the program parex's executor compiles (xla-cpu), not the ideal one
-    flash: bool = False  # flash attention (parex.attention): no scores kept, lse per row
+    flash: bool = False  # flash attention (parex.model.attention): no scores kept, lse per row
 
     def __len__(self) -> int:
         return len(self.data)
@@ -197,7 +197,7 @@ class Grid:
             cols[name] = np.broadcast_to(np.asarray(value, dtype=np.int64), (n,))
         cols["sp"] = np.broadcast_to(np.asarray(columns.get("sp", 0), dtype=np.int64), (n,))
         cols["cp"] = _codes(columns.get("cp", "none"), _CP_CODE, n)
-        cols["schedule"] = _codes(columns.get("schedule", "gpipe"), _SCHEDULE_CODE, n)
+        cols["schedule"] = _schedule_codes(columns.get("schedule"), cols["stage"], n)
         cols["microbatches"] = resolved_microbatches(cols["microbatches"],
                                                    cols["data"] * cols["fsdp"] * cols["expert"],
                                                    train.global_batch, train.microbatch)
@@ -223,7 +223,7 @@ class Grid:
         columns["microbatches"] = [l.microbatches for l in layouts]
         columns["sp"] = [int(l.sp) for l in layouts]
         columns["cp"] = [_CP_CODE.get(l.cp, -1) for l in layouts]
-        columns["schedule"] = [_SCHEDULE_CODE.get(l.schedule, -1) for l in layouts]
+        columns["schedule"] = [l.schedule for l in layouts]
         columns["partition"] = [l.layers_per_stage for l in layouts]
         return cls.from_columns(train, model, **columns)
 
@@ -239,6 +239,23 @@ def _codes(value, table: dict, n: int) -> np.ndarray:
     if values.dtype.kind in "US":
         values = np.array([table.get(v, -1) for v in values.tolist()])
     return np.broadcast_to(values.astype(np.int64), (n,))
+
+
+def _schedule_codes(value, stage: np.ndarray, n: int) -> np.ndarray:
+    """The schedule column: names or codes; None (a layout without stages names none) is
+    GPipe's code, the one validation expects of a stage-less row. A pipeline whose schedule is
+    None was never resolved (parex.setting), which is a caller's bug, not a user's input."""
+    if value is None:
+        value = [None] * n
+    array = np.asarray(value)
+    if array.dtype.kind in "iu":  # codes already (the planner's columns)
+        return np.broadcast_to(array.astype(np.int64), (n,))
+    values = list(np.broadcast_to(np.asarray(value, dtype=object), (n,)))
+    if any(v is None and p > 1 for v, p in zip(values, stage)):
+        raise ValueError(UNRESOLVED_SCHEDULE)
+    codes = [0 if v is None else _SCHEDULE_CODE.get(v, -1) if isinstance(v, str) else int(v)
+             for v in values]
+    return np.asarray(codes, dtype=np.int64)
 
 
 def _at_least_1(x: np.ndarray) -> np.ndarray:

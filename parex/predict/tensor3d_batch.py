@@ -17,7 +17,8 @@ import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from . import axonn
-from .core import columns, resolved
+from ..setting import Setting, resolve
+from .core import columns
 from .shapes import Grid
 from .tensor3d import Sizes3D, equivalent_columns
 
@@ -37,17 +38,25 @@ def predict_3d_batch(model: ModelConfig, train: TrainConfig, sizes: Sizes3D, har
                      dtype=None) -> dict[str, np.ndarray]:
     """Columns (Prediction.to_row names, as predict_batch's) of the 3D layouts in `sizes`;
     `pipeline`: their Grid columns stage, schedule, virtual_stages and microbatches when all
-    run inside pipeline stages (predict.tensor3d_stages), else one microbatch each."""
+    run inside pipeline stages (predict.tensor3d_stages), else one microbatch each. The
+    setting is resolved as predict()'s (parex.setting.resolve)."""
     stage = 1 if pipeline is None else pipeline["stage"]
     n = int((sizes.data * sizes.tensor * sizes.tensor_y * sizes.tensor_z * stage).max(initial=1))
-    cluster, conv, rec, model, _ = resolved(hardware, n, model, train, convention, recipe, dtype)
-    grid = Grid.from_columns(train, model, **(pipeline or {"microbatches": 1}),
+    setting = resolve(model, train, None, hardware, n_devices=n, dtype=dtype, recipe=recipe,
+                      convention=convention)
+    return columns_3d(setting, sizes, pipeline)
+
+
+def columns_3d(setting: Setting, sizes: Sizes3D, pipeline: dict | None = None
+               ) -> dict[str, np.ndarray]:
+    """predict_3d_batch under a resolved setting."""
+    grid = Grid.from_columns(setting.train, setting.model, **(pipeline or {"microbatches": 1}),
                              **equivalent_columns(sizes))
-    cols, _ = columns(model, train, grid, cluster, conv, rec, layout3d=sizes)
+    cols, _ = columns(setting, grid, layout3d=sizes)
     cols["step_time_s"] = cols.pop("step_total_s")
     cols["valid"] = np.ones(len(grid), bool)
     cols["executable"] = np.ones(len(grid), bool)  # what configurations() gives runs
     return cols
 
 
-__all__ = ["configurations", "predict_3d_batch"]
+__all__ = ["columns_3d", "configurations", "predict_3d_batch"]

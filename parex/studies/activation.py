@@ -57,9 +57,9 @@ def korthikanti_table(s, b, h, a, t, dropout: bool = True) -> dict[str, float]:
 
 def _loss_and_grads_temp(model: ModelConfig, train: TrainConfig, layout: Layout, devices) -> int:
     """XLA's temp bytes per device of the compiled loss-and-gradients program (nothing runs)."""
-    from .. import model as gpt
-    from ..mesh import make_mesh
-    from ..step import TrainStep
+    from ..model import transformer as gpt
+    from ..executor.mesh import make_mesh
+    from ..executor.step import TrainStep
 
     validate(layout, model, train, layout.n_devices)
     step = TrainStep(model, train, layout, make_mesh(layout, devices[:layout.n_devices]))
@@ -101,7 +101,7 @@ def activation_study(model: ModelConfig, lengths=DEFAULT_LENGTHS, t: int = 4,
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from ..mesh import devices_for
+    from ..executor.mesh import devices_for
 
     devices = devices_for(t) if devices is None else list(devices)
     points = [(T, mode) for T in lengths for mode in modes]

@@ -29,7 +29,7 @@ import jax
 import pandas as pd
 
 from ..config import ModelConfig, TrainConfig
-from ..data import Batches
+from ..executor.data import Batches
 from ..layout import Layout
 from ..measure.compiled import compile_layout
 from ..parallel.schedules import LOOPING, VEE, make_schedule

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
-from ..measure.hlo import KINDS, bytes_by_kind, wire_bytes
+from ..record import KINDS, bytes_by_kind, wire_bytes
 from ..measure.report import human_bytes, table
 from ..validation import validate
 
@@ -75,7 +75,7 @@ def long_sequence_study(model: ModelConfig, lengths=DEFAULT_LENGTHS, modes=tuple
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from ..mesh import devices_for
+    from ..executor.mesh import devices_for
 
     devices = devices_for(n) if devices is None else list(devices)
     points = study_points(model, lengths, modes, n, global_batch)

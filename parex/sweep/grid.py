@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 
 from ..config import DTYPES, REMAT_POLICIES, preset_names
-from ..data import SOURCES
+from ..executor.data import SOURCES
 from ..errors import InputError, did_you_mean, unknown
 from ..files import read_toml
 from ..layout import Layout, LayoutError

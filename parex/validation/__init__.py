@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..config import ModelConfig, TrainConfig
 from ..layout import Layout
+from ..setting import resolve_run
 from .checks import (
     check_layout,
     check_valid,
@@ -20,12 +21,15 @@ from .checks import (
 
 
 def validate(layout: Layout, model: ModelConfig, train: TrainConfig, n_devices: int,
-             executable: bool = True) -> Layout:
-    """Raise LayoutError naming the problem and the fix; return `layout` when it is a real
-    program for (model, train) on n_devices and, with `executable`, parex's executor runs it
-    today. Runs before anything is traced."""
-    (check_layout if executable else check_valid)(layout, model, train, n_devices)
-    return layout
+             executable: bool = True, platform: str = "cpu") -> Layout:
+    """Raise LayoutError naming the problem and the fix; return the layout, resolved (its
+    schedule and microbatch count named: parex.setting.resolve_run on `platform`, the emulated
+    mesh by default), when it is a real program for (model, train) on n_devices and, with
+    `executable`, parex's executor runs it today. Runs before anything is traced."""
+    setting = resolve_run(model, train, layout, platform)
+    (check_layout if executable else check_valid)(setting.layout, setting.model, setting.train,
+                                                  n_devices)
+    return setting.layout
 
 
 __all__ = ["check_layout", "check_valid", "executable_columns", "executable_reason",

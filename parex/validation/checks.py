@@ -21,12 +21,16 @@ from ..config import ModelConfig, TrainConfig
 from ..errors import unknown
 from ..layout import (
     CP_MODES,
+    DILOCO_FIELDS,
     LOCAL_LOSSES,
     OUTER_DTYPES,
+    UNRESOLVED_SCHEDULE,
     Layout,
     LayoutError,
+    changed_diloco_keys,
     divisors,
     example_partition,
+    inner_layout,
     num_microbatches,
 )
 from ..parallel.schedules import ALL_SCHEDULES, LOCAL
@@ -47,7 +51,10 @@ class LayoutValues:
         if layout.tensor3d:  # Megatron's tensor and SP rules do not apply: tensor3d_problem's do
             self.tensor, self.sp = 1, 0
         self.cp = CP_MODES.index(layout.cp) if layout.cp in CP_MODES else -1
-        self.schedule = (ALL_SCHEDULES.index(layout.schedule) if layout.schedule in ALL_SCHEDULES
+        if layout.schedule is None and layout.stage > 1:
+            raise ValueError(UNRESOLVED_SCHEDULE)
+        self.schedule = (0 if layout.schedule is None else  # no pipeline: GPipe's code
+                         ALL_SCHEDULES.index(layout.schedule) if layout.schedule in ALL_SCHEDULES
                          else -1)
         self.local_loss = (LOCAL_LOSSES.index(layout.local_loss)
                            if layout.local_loss in LOCAL_LOSSES else -1)
@@ -55,7 +62,7 @@ class LayoutValues:
         self.microbatches = num_microbatches(layout, train)
         stats = partition_stats(layout.layers_per_stage, layout.stage)
         self.partition_n, self.partition_min, self.partition_sum, self.partition_max = stats[1:]
-        self.dp, self.n_devices = layout.data_parallel, layout.n_devices
+        self.dp, self.n_devices = layout.batch_split, layout.n_devices  # as Grid.dp
         self._layout = layout
 
     def __len__(self) -> int:
@@ -126,8 +133,6 @@ def executable_reason(layout: Layout, model: ModelConfig, train: TrainConfig) ->
     """Why parex's executor cannot run this valid layout today (every limit it hits), with the
     nearest layout that runs; None when it can (a DiLoCo layout: its inner layout's)."""
     if layout.diloco:
-        from ..lowcomm.rounds import inner_layout
-
         R = layout.replica
         return executable_reason(inner_layout(layout), model,
                                  train.replace(global_batch=train.global_batch // R))
@@ -208,8 +213,6 @@ def _check_replica(layout: Layout, model: ModelConfig, train: TrainConfig, n_dev
                    check) -> None:
     """The replica axis and the DiLoCo keys; then each replica's inner layout on its share of
     the devices and of the batch, with `check` (check_valid or check_layout)."""
-    from ..lowcomm.rounds import changed_diloco_keys, inner_layout
-
     R, H = layout.replica, layout.inner_steps
     if not layout.diloco:
         changed = changed_diloco_keys(layout)
@@ -265,8 +268,6 @@ def _check_fragments(layout: Layout, model: ModelConfig) -> None:
 
 
 def _has_replica_keys(layout: Layout) -> bool:
-    from ..lowcomm.rounds import DILOCO_FIELDS
-
     return layout.diloco or any(getattr(layout, k) != getattr(Layout(), k) for k in DILOCO_FIELDS)
 
 

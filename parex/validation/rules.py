@@ -155,19 +155,22 @@ _rule(RULES, "state-shards", lambda g, c: c.model.hidden % g.embed_shards("opt")
           f"shards of {'fsdp' if l.zero == 0 else 'data × fsdp'} that FSDP/ZeRO cut each weight "
           f"into; choose sizes whose product divides {c.model.hidden}"))
 
-# --- the batch ----------------------------------------------------------------------------------
+# --- the batch: cut into Layout.batch_split slices (data × fsdp × expert, × Z for a 3D layout) ---
+def _split_axes(l: Layout) -> str:
+    return "data × fsdp × expert" + (" × Z" if l.tensor_z > 1 else "")
+
+
 _rule(RULES, "batch-replicas", lambda g, c: c.train.global_batch % g.dp == 0,
       lambda l, c: (f"global batch {c.train.global_batch} is not divisible by the "
-                    f"{l.data_parallel} data-parallel replicas (data × fsdp × expert): use a "
-                    f"global batch "
-                    f"that is a multiple of {l.data_parallel}"))
+                    f"{l.batch_split} slices of the batch ({_split_axes(l)}): use a global "
+                    f"batch that is a multiple of {l.batch_split}"))
 _rule(RULES, "microbatch-size",
       lambda g, c: (c.train.microbatch is None
                     or (c.train.microbatch >= 1)
                     & (c.train.global_batch // g.dp % max(c.train.microbatch, 1) == 0)),
       lambda l, c: (f"microbatch={c.train.microbatch} must divide the "
-                    f"{c.train.global_batch // l.data_parallel} sequences each of the "
-                    f"{l.data_parallel} replicas gets per step"))
+                    f"{c.train.global_batch // l.batch_split} sequences each of the "
+                    f"{l.batch_split} slices of the batch ({_split_axes(l)}) gets per step"))
 _rule(RULES, "microbatches-positive", lambda g, c: g.microbatches >= 1,
       lambda l, c: f"microbatches={l.microbatches}: use at least 1")
 _rule(RULES, "microbatch-agreement",
@@ -175,15 +178,15 @@ _rule(RULES, "microbatch-agreement",
                     or g.microbatches == c.train.global_batch // g.dp // c.train.microbatch),
       lambda l, c: (
           f"microbatches={l.microbatches} and microbatch={c.train.microbatch} disagree: "
-          f"{c.train.global_batch}/({l.data_parallel}·{c.train.microbatch}) = "
-          f"{c.train.global_batch // l.data_parallel // c.train.microbatch} microbatches; set "
+          f"{c.train.global_batch}/({l.batch_split}·{c.train.microbatch}) = "
+          f"{c.train.global_batch // l.batch_split // c.train.microbatch} microbatches; set "
           f"only one of them"))
 
 
 def _batch_message(l: Layout, c: Context) -> str:
-    B, dp, m = c.train.global_batch, l.data_parallel, num_microbatches(l, c.train)
+    B, dp, m = c.train.global_batch, l.batch_split, num_microbatches(l, c.train)
     return (f"global batch {B} is too small or uneven for {m} microbatches on {dp} replicas: "
-            f"it must be a multiple of data × fsdp × expert × microbatches = {dp * m}; raise "
+            f"it must be a multiple of {_split_axes(l)} × microbatches = {dp * m}; raise "
             f"the batch "
             f"to {dp * m * max(1, -(-B // (dp * m)))} or lower microbatches")
 
@@ -323,7 +326,7 @@ for _name in ("heads", "kv_heads"):
               f"seq from the divisors of {n}/tensor = {getattr(c.model, n) // l.tensor}, or "
               f"use cp=ring"))
 
-# --- mixtures of experts (parex.moe) and the expert axis -----------------------------------------
+# --- mixtures of experts (parex.model.moe) and the expert axis -----------------------------------------
 _MOE_PRESETS = "tiny-moe, mixtral-8x7b, deepseek-v3"
 _rule(RULES, "expert-needs-experts", lambda g, c: (g.expert == 1) | c.model.moe,
       lambda l, c: (f"expert={l.expert} on a dense model: {c.model.name} has no experts to "

@@ -34,6 +34,6 @@ def test_expert_on_a_dense_model_is_refused_with_the_fix():
               "dtype": "float32", "global_batch": 16, "steps": 2, "remat": "none",
               "devices": 8, "expert": 4, "fsdp": 1, "tensor": 1, "tensor_y": 1, "tensor_z": 1,
               "seq": 1, "stage": 1, "zero": 0, "sp": False, "cp": "none", "microbatches": 1,
-              "schedule": "gpipe", "virtual": 1}
+              "schedule": "gpipe", "virtual": 1, "hardware": "cpu-local"}
     with pytest.raises(LayoutError, match="dense model"):
         resolve(values)

@@ -12,7 +12,6 @@ from parex.cli.main import main as parex_cli
 import parex
 from parex.explorer.explain import activation_bytes
 from parex.explorer.measuring import ratio_text
-from parex.hardware import load_chip
 from parex.explorer.state import resolve
 from parex.layout import Layout
 from parex.parallel.schedules import make_schedule
@@ -113,7 +112,8 @@ def test_hardware_follows_the_profile_and_scale(explorer):
 
 def test_a_large_preset_comes_up_realistic_and_is_guided_to_fit(explorer):
     explorer.set(model="llama2-70b", devices=64, global_batch=64, hardware="h100-sxm")
-    assert (explorer.model.dtype, explorer.train.remat) == ("bfloat16", "selective")
+    # what runs there use: bfloat16, flash attention and so no recompute by default
+    assert (explorer.model.dtype, explorer.train.remat) == ("bfloat16", "none")
     p = explorer.prediction
     assert not p.fits and "does not fit" in explorer.status.value
     assert format_bytes(p.over_capacity_bytes) in explorer.status.value
@@ -211,7 +211,7 @@ def test_a_dead_end_offers_ways_out(explorer):
 def test_schedule_controls_only_apply_to_pipelines(explorer):
     explorer.set(schedule="1f1b", virtual=2)
     assert explorer.controls["schedule"].disabled
-    assert explorer.layout.schedule == "gpipe" and explorer.layout.virtual_stages == 1
+    assert explorer.layout.schedule is None and explorer.layout.virtual_stages == 1
     explorer.set(stage=2)  # now they apply, and the schedule table's checks speak
     assert not explorer.controls["schedule"].disabled
     assert "set virtual=1, or use schedule=interleaved" in explorer.error
@@ -280,13 +280,13 @@ def test_every_drawn_number_carries_its_formula(explorer):
 def test_the_activation_formula_shown_is_the_predictors(layout, remat):
     """The explain panel rebuilds Korthikanti et al.'s formula with the values plugged in: it
     must give the predictor's number, or the explanation would mislead."""
+    from parex.setting import resolve
+
     model, train = parex.model_preset("llama2-70b"), parex.TrainConfig(global_batch=64,
                                                                         remat=remat)
-    layout = Layout.parse(layout)
-    p = predict(model, train, layout, "h100-sxm")
-    text, value = activation_bytes(model.replace(dtype="bfloat16"), train, layout,
-                                   load_chip("h100-sxm"), "bfloat16",
-                                   p.memory_bytes_per_device["activations"])
+    setting = resolve(model, train, Layout.parse(layout), "h100-sxm")
+    p = predict(model, train, Layout.parse(layout), "h100-sxm")
+    text, value = activation_bytes(setting, p.memory_bytes_per_device["activations"])
     assert value == pytest.approx(p.memory_bytes_per_device["activations"], rel=1e-9)
     assert "s=4096" in text
 

@@ -72,8 +72,7 @@ def test_a_row_handed_to_the_explorer_shows_the_rows_numbers_and_assumptions():
                                                            rel=1e-9)
         assert shown.memory_bytes_per_device["total"] == pytest.approx(
             p.columns["memory_total_bytes"][i], rel=1e-9)
-        if p.assumptions is not None:  # the same assumptions, said the same way
-            assert shown.assumptions == p.assumptions_of(i).to_json()
+        assert shown.assumptions == p.setting_of(i).to_json()  # the same Setting
         row = planner.table.children[rank].children[1].value
         for text in (format_seconds(shown.step_time_s["total"]),
                      format_bytes(shown.memory_bytes_per_device["total"])):

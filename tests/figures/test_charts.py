@@ -357,7 +357,7 @@ def test_the_mesh_diagram_shows_one_devices_x_y_and_z_groups():
     import numpy as np
 
     from parex.charts.mesh import groups_3d, groups_3d_frame
-    from parex.mesh import make_mesh
+    from parex.executor.mesh import make_mesh
 
     layout = Layout.parse("tensor=2x2x2")
     mesh = make_mesh(layout)

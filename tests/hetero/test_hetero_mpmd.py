@@ -1,18 +1,18 @@
 """Running a heterogeneous plan on the emulated mesh: every stage its own jitted program on its
-own sub-mesh (parex.parallel.mpmd), loss and gradients equal to the single-device reference."""
+own sub-mesh (parex.hetero.mpmd), loss and gradients equal to the single-device reference."""
 
 import jax
 import pytest
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.cluster import cluster_from_dict
 from parex.config import ModelConfig, TrainConfig, model_preset
-from parex.data import Batches
+from parex.executor.data import Batches
 from parex.hetero.plan import HeteroPlan, PlanError
 from parex.layout import LayoutError
 from parex.measure import relative_error
-from parex.parallel.mpmd import MpmdRunner, device_map
-from parex.step import reference_loss_and_grads
+from parex.hetero.mpmd import MpmdRunner, device_map
+from parex.executor.step import reference_loss_and_grads
 
 TOLERANCE = 1e-5
 TOY = cluster_from_dict({"name": "toy", "groups": [

@@ -11,17 +11,17 @@ import pytest
 from parex.cluster import cluster_from_dict, homogeneous, load_hetero_cluster
 from parex.config import TrainConfig, model_preset
 from parex.layout import Layout
-from parex.model import flops_per_token
+from parex.model.transformer import flops_per_token
 from parex.parallel.schedules import make_schedule
 from parex.predict import predict
-from parex.hetero.costs import Setting
+from parex.hetero.costs import stage_setting
 from parex.hetero.plan import HeteroPlan
 from parex.hetero.predict import predict_plan
 from parex.hetero.split import batch_split, layer_split
 from parex.hetero.timing import closed_form, hops_on_path, pipeline_times
 
 MODEL = model_preset("llama2-7b")
-SETTING = Setting.make(MODEL, 4096)
+SETTING = stage_setting(MODEL, 4096)
 
 
 def even_plan(chip: str, data: int, tensor: int, stages: int, batch: int, micro: int) -> str:
@@ -149,7 +149,7 @@ def test_a_toy_cluster_for_the_runner_is_predicted_too():
     toy = cluster_from_dict({"name": "toy", "groups": [
         {"chip": "a100-80gb", "devices_per_node": 4, "name": "fast"},
         {"chip": "rtx-3090", "devices_per_node": 4, "name": "slow"}]})
-    tiny = Setting.make(model_preset("tiny"))
+    tiny = stage_setting(model_preset("tiny"))
     plan = HeteroPlan.parse("batch=6 micro=3: fast[0:2] t2 L3 > slow[0:1] t1 L1; "
                             "batch=2 micro=1: slow[2:4] t2 L4")
     pred = predict_plan(plan, toy, tiny, 8)

@@ -9,7 +9,7 @@ from parex.cluster import cluster_from_dict
 from parex.config import model_preset
 from parex.hetero.baselines import compare, even_splits
 from parex.hetero.estimate import Estimator
-from parex.hetero.costs import Setting
+from parex.hetero.costs import stage_setting
 from parex.hetero.predict import predict_plan
 from parex.hetero.search import NoPlan, build_plan, plan_of, search, structures
 from parex.hetero.validate import check_plan
@@ -44,7 +44,7 @@ def test_estimates_are_close_to_the_exact_prediction(result):
     s = result.search
     for e in sorted(s.estimates, key=lambda e: e.step_s)[:5]:
         exact = predict_plan(build_plan(s.cluster, e), s.cluster,
-                             Setting.make(MODEL, 2048, e.remat), 64)
+                             stage_setting(MODEL, 2048, e.remat), 64)
         assert 0.8 < e.step_s / exact.step_time_s["total"] < 1.25
 
 
@@ -75,7 +75,7 @@ def test_nothing_fits_says_what_was_tried():
 
 
 def test_the_estimators_memory_check_agrees_with_the_exact_prediction():
-    cluster, setting = cluster_from_dict(TWO), Setting.make(MODEL, 2048)
+    cluster, setting = cluster_from_dict(TWO), stage_setting(MODEL, 2048)
     est = Estimator(cluster, setting, 64, [1])
     verdicts = set()
     for label, pipes, layers, micro in even_splits(cluster, MODEL, 64, [1]):

@@ -16,13 +16,14 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from parex.config import OuterOptimizer, TrainConfig, model_preset
-from parex.data import Batches
+from parex.executor.data import Batches
 from parex.layout import Layout, LayoutError
 from parex.measure import relative_error
-from parex.mesh import make_mesh
+from parex.executor.mesh import make_mesh
 from parex.lowcomm import exchange
 from parex.lowcomm.diloco import DiLoCo
-from parex.lowcomm.rounds import fragment_layers, inner_layout, sync_plan, syncs_after
+from parex.layout import inner_layout
+from parex.lowcomm.rounds import fragment_layers, sync_plan, syncs_after
 from parex.validation import validate
 
 MODEL = model_preset("tiny")

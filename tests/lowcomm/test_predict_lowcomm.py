@@ -10,9 +10,10 @@ from parex.config import TrainConfig, model_preset
 from parex.hardware import Link
 from parex.measure.hlo import parse_collectives
 from parex.layout import Layout, LayoutError
-from parex.mesh import make_mesh
+from parex.executor.mesh import make_mesh
 from parex.lowcomm.diloco import DiLoCo
-from parex.predict import predict, predict_batch
+from parex import predict
+from parex.predict import predict_batch
 from parex.lowcomm.predict import allreduce_seconds, h_crossover, wan_link, wan_rows
 
 WAN = Link(bandwidth=1e8, latency=0.01)  # 0.8 Gb/s, 10 ms

@@ -88,7 +88,7 @@ def test_matmul_flops_count_every_loop_trip(text):
     """Every dot of the compiled step, loop trips included, is the model's 6N + 12·L·D·T per token
     split over the devices (6N also counts biases and norms, about 0.7% of N here); XLA's own cost
     analysis counts each loop body once and falls far short."""
-    from parex.model import flops_per_token
+    from parex.model.transformer import flops_per_token
 
     got = stats(text)
     tokens = TRAIN.global_batch * TRAIN.seq_len / 8

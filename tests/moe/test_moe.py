@@ -1,4 +1,4 @@
-"""Mixtures of experts (parex.moe): routing, parameter counts, the expert axis's parity with one
+"""Mixtures of experts (parex.model.moe): routing, parameter counts, the expert axis's parity with one
 device (fp32, 1e-5) with and without dropped tokens, the same tokens dropped on every layout,
 the all-to-all the step compiles, and the refusals."""
 
@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from parity import Reference
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.config import TrainConfig, model_preset
-from parex.data import Batches
+from parex.executor.data import Batches
 from parex.layout import Layout, LayoutError
 from parex.measure import measure
 from parex.measure.compiled import compile_layout
-from parex.mesh import make_mesh
-from parex.moe import routing
-from parex.step import TrainStep
+from parex.executor.mesh import make_mesh
+from parex.model.moe import routing
+from parex.executor.step import TrainStep
 from parex.validation import validate
 
 TRAIN = TrainConfig(global_batch=8)

@@ -14,15 +14,15 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.config import ModelConfig, TrainConfig, model_preset
 from parex.measure.hlo import parse_collectives
 from parex.layout import Axis, Layout, LayoutError
 from parex.measure.compiled import compile_layout, memory_stats
 from parex.measure import relative_error
-from parex.mesh import make_mesh
+from parex.executor.mesh import make_mesh
 from parex.parallel.context import ring_attention, ulysses_attention, zigzag, zigzag_chunks
-from parex.step import TrainStep, clip_by_global_norm
+from parex.executor.step import TrainStep, clip_by_global_norm
 from parex.validation import validate
 
 TOLERANCE = parity.TOLERANCE
@@ -55,7 +55,7 @@ def _on_seq_axis(core, s, cp):
 
 
 def _kernel_errors(attend, order):
-    """Output and (q, k, v)-gradient errors of attend against parex.model.attention_core, with
+    """Output and (q, k, v)-gradient errors of attend against parex.model.transformer.attention_core, with
     a cotangent that weighs every position differently."""
     q, k, v = _qkv()
     weights = jax.random.normal(jax.random.key(2), q.shape)

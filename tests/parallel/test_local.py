@@ -8,17 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.charts.pipeline import gantt_chart
 from parex.config import ModelConfig, TrainConfig, model_preset
 from parex.layout import Layout, LayoutError
 from parex.measure import relative_error
 from parex.measure.compiled import compile_layout, compiled_stats
-from parex.measure.hlo import bytes_by_kind
-from parex.mesh import make_mesh
+from parex.record import bytes_by_kind
+from parex.executor.mesh import make_mesh
 from parex.parallel.local import local_grads, model_params
 from parex.parallel.schedules import make_schedule
-from parex.step import TrainStep
+from parex.executor.step import TrainStep
 from parex.validation import validate
 
 MODEL = ModelConfig("local-test", layers=4, hidden=32, heads=2, vocab=64, seq_len=8)

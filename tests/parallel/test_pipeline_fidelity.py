@@ -10,10 +10,10 @@ import pytest
 from parex.config import ModelConfig, TrainConfig
 from parex.layout import Layout
 from parex.measure.compiled import compile_layout, compiled_stats
-from parex.mesh import make_mesh
-from parex.model import param_shapes
+from parex.executor.mesh import make_mesh
+from parex.model.transformer import param_shapes
 from parex.parallel.pipeline import timetable_for
-from parex.step import TrainStep
+from parex.executor.step import TrainStep
 
 # One layer per stage at p = 4; b = 1 sequence per microbatch per data replica.
 MODEL = ModelConfig("pipe-mem", layers=4, hidden=64, heads=2, vocab=64, seq_len=64)

@@ -8,16 +8,16 @@ import jax
 import pandas as pd
 import pytest
 
-from parex import model as gpt
+from parex.model import transformer as gpt
 from parex.charts.sequence import long_sequence_chart, sequence_long
 from parex.cli.main import main
 from parex.config import ModelConfig, TrainConfig, model_preset
-from parex.data import Batches
+from parex.executor.data import Batches
 from parex.layout import Axis, Layout, LayoutError
 from parex.measure.compiled import compile_layout, compiled_stats
 from parex.measure import relative_error
-from parex.mesh import make_mesh
-from parex.step import TrainStep, reference_loss_and_grads
+from parex.executor.mesh import make_mesh
+from parex.executor.step import TrainStep, reference_loss_and_grads
 from parex.studies.sequence import long_sequence_study, study_table, wire_bytes
 from parex.validation import validate
 

@@ -55,7 +55,7 @@ def test_malformed_sizes_are_refused_in_one_line(text, words):
      "kv_heads=4 is not divisible by Y=8.*nearest 3D layout that runs is tensor=1x4x2"),
     ("tiny", "tensor=2x2x2,sp=on", 8, "nearest layout that runs is tensor=2x2x2"),
     ("tiny", "stage=2,seq=2,cp=ring,tensor=1x2x1", 8,
-     "nearest layout that runs is data=2,tensor=1x2x1,stage=2$"),
+     "nearest layout that runs is data=2,tensor=1x2x1,stage=2,schedule=gpipe$"),
     ("tiny", "fsdp=2,tensor=2x2x1,zero=1", 8,
      "zero=1 beside fsdp.*nearest layout that runs is fsdp=2,tensor=2x2x1$"),
     ("tiny", "fsdp=2,tensor=1x2x2,zero=3", 8,
@@ -87,7 +87,7 @@ def test_cli_refuses_bad_3d_layouts_in_one_line_before_compiling(capsys, monkeyp
 
 
 def test_the_batch_must_split_over_data_and_z():
-    with pytest.raises(LayoutError, match="data × Z × microbatches = 8"):
+    with pytest.raises(LayoutError, match="8 slices of the batch \\(data × fsdp × expert × Z\\)"):
         validate(Layout.parse("data=2,tensor=1x1x4"), model_preset("tiny"),
                  TRAIN.replace(global_batch=4), 8)
 
@@ -194,7 +194,7 @@ def test_llama_3d_inside_pipeline_stages_matches_single_device(tiny_llama, text)
 def test_zero3_is_fsdp_over_data_and_is_predicted(zero3, fsdp):
     """data=N,zero=3 beside a 3D split compiles to fsdp=N's collectives (bytes per kind, over
     the data axis), and the predictor's bytes per kind are the compiled step's."""
-    from parex.measure.hlo import bytes_by_kind
+    from parex.record import bytes_by_kind
 
     measured = bytes_by_kind(_compiled_collectives("tiny", zero3))
     assert measured == bytes_by_kind(_compiled_collectives("tiny", fsdp))
@@ -380,7 +380,7 @@ def test_rows_and_columns_see_the_same_batch_shard(text, per_device):
     import jax
     from jax.sharding import NamedSharding
 
-    from parex.mesh import make_mesh
+    from parex.executor.mesh import make_mesh
     from parex.parallel.tensor3d import per_device_batch
 
     layout = Layout.parse(text)

@@ -1,4 +1,4 @@
-"""Mixtures of experts in the predictor (parex.moe, issue 32): the expert axis's all-to-alls and
+"""Mixtures of experts in the predictor (parex.model.moe, issue 32): the expert axis's all-to-alls and
 gradient reductions, routed experts' state, the padded dispatch's FLOPs, against the compiled
 step on the emulated mesh (xla-cpu); the ideal program's terms by hand; Mixtral 8x7B at scale
 beside Megatron-LM's published 468 TFLOP/s per GPU."""
@@ -11,7 +11,7 @@ from parex.config import TrainConfig, model_preset
 from parex.hardware import load_chip
 from parex.layout import Axis, Layout
 from parex.measure.compiled import compile_layout, compiled_stats
-from parex.measure.hlo import KINDS, bytes_by_kind
+from parex.record import KINDS, bytes_by_kind
 from parex.predict import alpha_beta, predict
 from parex.predict.comm import Term
 from parex.predict.shapes import Grid, model_sizes
@@ -169,7 +169,7 @@ def test_model_flops_count_active_parameters_and_the_program_its_padding():
     """MFU's FLOPs: 6·N_active + attention per token. parex's padded program (dropless: every
     expert on all T slots of every sequence) runs E/k = 4 times the experts' active FLOPs."""
     p, _ = by_name("data=2,expert=4")
-    from parex.model import flops_per_token
+    from parex.model.transformer import flops_per_token
 
     assert p.model_flops_per_device == pytest.approx(flops_per_token(TINY_MOE) * 16 * 128 / 8)
     b, T, D, E, Fe = 2, 128, 128, 8, 128

@@ -146,27 +146,23 @@ def test_megatron_default_matches_the_explicit_flags():
                                                                       rel=0.01)
 
 
-def _tp_collectives(conv, remat="full", layout=None):
+def _tp_collectives(overlaps: dict, remat="full", layout=None):
     """{(family, kind): count} of one 4-layer tiny step's tensor-parallel collectives on an
-    A100 cluster under `conv` (mixed recipe: Megatron's block)."""
-    from parex.hardware import Cluster
+    A100 cluster with the stack's `overlaps` (mixed recipe: Megatron's block)."""
     from parex.predict import columns
-    from parex.predict.memory import recipe
+    from parex.setting import resolve
 
-    train = TrainConfig(global_batch=16, remat=remat)
-    grid = Grid.from_layouts([layout or Layout(data=2, tensor=4)], train, TINY)
-    _, terms = columns(TINY, train, grid, Cluster(load_chip("a100-80gb"), 1), conv,
-                       recipe("mixed"))
+    setting = resolve(TINY, TrainConfig(global_batch=16, remat=remat), None, "a100-80gb",
+                      recipe="mixed", convention="gpu", overlaps=overlaps)
+    grid = Grid.from_layouts([layout or Layout(data=2, tensor=4)], setting.train, TINY)
+    _, terms = columns(setting, grid)
     return {(t.name, t.kind): float(t.count[0]) for t in terms
             if t.name in ("tp", "tp-beside-wgrad", "sp") and t.count[0]}, terms
 
 
 def test_megatron_full_recompute_repeats_both_forward_all_reduces():
-    from parex.predict import comm
-
-    gpu = comm.convention("gpu")
-    full, _ = _tp_collectives(gpu, "full")
-    none, _ = _tp_collectives(gpu, "none")
+    full, _ = _tp_collectives({}, "full")
+    none, _ = _tp_collectives({}, "none")
     # per block: 2 forward + 2 backward, + the recomputed forward's 2 (W_o's and W_out's: the
     # checkpointed block runs again whole); + the embedding's and the head's
     assert none[("tp", "all-reduce")] == 4 * 4 + 2
@@ -174,12 +170,7 @@ def test_megatron_full_recompute_repeats_both_forward_all_reduces():
 
 
 def test_async_tensor_parallel_backward_moves_the_column_parallel_reductions_off_the_path():
-    import dataclasses
-
-    from parex.predict import comm
-
-    gpu = comm.convention("gpu")
-    overlapped = dataclasses.replace(gpu, overlaps_tp_backward=True)
+    gpu, overlapped = {}, {"overlaps_tp_backward": True}
     plain, _ = _tp_collectives(gpu)
     beside, _ = _tp_collectives(overlapped)
     # QKV's and the MLP input's input-gradient all-reduces, 2 per block, run beside dW

@@ -72,17 +72,17 @@ def _verdicts_match(model, train, layouts) -> dict:
 
 
 def test_batch_flags_rows_validation_would_reject():
-    model, train = model_preset("tiny"), TrainConfig(global_batch=16)
+    model, train = model_preset("tiny"), TrainConfig(global_batch=16, remat="none")  # resolved
     layouts = [Layout(data=8), Layout(tensor=3), Layout(data=8, microbatches=4),
                Layout(stage=2, schedule="interleaved", microbatches=2, virtual_stages=2),
                Layout(stage=2, schedule="interleaved", microbatches=3, virtual_stages=2),
                Layout(data=2, seq=4, cp="ring"), Layout(seq=4),
-               Layout(tensor=2, sp=True, stage=2),  # SP inside stages: runs
-               Layout(data=2, seq=2, cp="ring", stage=2)]  # ring inside stages: runs
+               Layout(tensor=2, sp=True, stage=2, schedule="gpipe"),  # SP inside stages: runs
+               Layout(data=2, seq=2, cp="ring", stage=2, schedule="gpipe")]  # ring: runs
     out = _verdicts_match(model, train, layouts)
     assert out["valid"][-2] and out["executable"][-2]
     assert out["valid"][-1] and out["executable"][-1]
     # 6 layers stored evenly over 4 stages: a real program that parex's executor cannot run
     six = _verdicts_match(model.replace(layers=6), train,
-                          [Layout(data=2, stage=4, microbatches=4, layers_per_stage=(2, 2, 1, 1))])
+                          [Layout(data=2, stage=4, microbatches=4, layers_per_stage=(2, 2, 1, 1), schedule="gpipe")])
     assert six["valid"][0] and not six["executable"][0]

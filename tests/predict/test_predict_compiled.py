@@ -6,7 +6,7 @@ import jax
 import pytest
 
 from parex.config import TrainConfig, model_preset
-from parex.measure.hlo import KINDS, bytes_by_kind
+from parex.record import KINDS, bytes_by_kind
 from parex.layout import Layout
 from parex.measure.compiled import compile_layout, compiled_stats
 from parex.predict import predict

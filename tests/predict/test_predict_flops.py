@@ -6,7 +6,7 @@ import pytest
 
 from parex.config import TrainConfig, model_preset
 from parex.layout import Layout
-from parex.model import flops_per_token
+from parex.model.transformer import flops_per_token
 from parex.predict import flops as F
 from parex.predict.shapes import Grid, model_sizes
 

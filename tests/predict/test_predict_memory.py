@@ -213,8 +213,8 @@ def test_pipeline_buffers_around_the_tick_switch_by_hand():
     assert window_bytes(sizes, g4, four)[0] == pytest.approx(
         (2 * four["res"] + four["emb"] + four["head"] + four["inbox"])[0])
     # one layer per chunk (p = 4), or layers looped in Python (SP): no scan, no read copy
-    for layout in (Layout(data=2, stage=4, microbatches=4),
-                   Layout(data=2, tensor=2, sp=True, stage=2, microbatches=4)):
+    for layout in (Layout(data=2, stage=4, microbatches=4, schedule="gpipe"),
+                   Layout(data=2, tensor=2, sp=True, stage=2, microbatches=4, schedule="gpipe")):
         gs = grid(layout, train)
         vs = stash_bytes(sizes, gs, M.xla_layer_elements(sizes, gs, "none"), 4)["value"]
         assert window_bytes(sizes, gs, vs)[0] == pytest.approx(

@@ -185,7 +185,7 @@ def test_schedule_cache_works_past_eviction(monkeypatch):
 
 
 def test_codes_of_every_mode_and_schedule_are_validated():
-    model, train = model_preset("tiny"), TrainConfig(global_batch=16)
+    model, train = model_preset("tiny"), TrainConfig(global_batch=16, remat="none")  # resolved
     for cp in CP_MODES + ("stripe",):
         layout = Layout(data=4, seq=2, cp=cp)
         assert bool(predict_batch(model, train, [layout], "a100-80gb")["valid"][0]) == (

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
-from .layout import MESH_AXES, Layout, LayoutError
+from ..layout import MESH_AXES, Layout, LayoutError
 
 
 def emulate_devices(n: int) -> None:

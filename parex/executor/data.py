@@ -11,9 +11,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from .errors import InputError
-
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+from ..errors import InputError
+from ..files import DATA_DIR
 SOURCES = ("corpus", "synthetic")
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..config import ModelConfig
+from ...config import ModelConfig
 from . import routing
 
 # Dims of the routed experts' parameters inside a block (the stacked `layers` dim stripped).

@@ -11,11 +11,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-from .layout import Axis, Layout, is_dims, spec_axes
-from .model import Ops
-from .moe.layer import SLOTS
-from .parallel.context import ring_attention, ulysses_attention, zigzag, zigzag_positions
-from .parallel.nested import nested_shard_map
+from ..layout import Axis, Layout, is_dims, spec_axes
+from ..model.transformer import Ops
+from ..model.moe.layer import SLOTS
+from .context import ring_attention, ulysses_attention, zigzag, zigzag_positions
+from .nested import nested_shard_map
 
 RESIDUAL = ("batch", "seq_res", "hidden")  # the residual stream (B, T, D)
 QUERY = ("batch", "seq", "heads", "head_dim")
@@ -172,7 +172,7 @@ class MeshOps(Ops):
             local = jax.checkpoint(local)
         return self.manual(local, (u_dims, Weight(w_dims)), RESIDUAL)(u, w)
 
-    # --- expert parallelism (parex.moe.layer) ---------------------------------------------------
+    # --- expert parallelism (parex.model.moe.layer) ---------------------------------------------------
 
     def experts(self, ffn, slots, weights, dims):
         """The dispatch buffer x_e[B, E, C, D] (B split over data, fsdp and expert) to the

@@ -1,7 +1,7 @@
 """What a mixture of experts' router did on each measured step: the share of token-to-expert
 assignments dropped for lack of capacity, each expert's load, and the balance loss.
 
-The probe runs the model's forward (parex.model.router_stats) on the step's mesh with the
+The probe runs the model's forward (parex.model.transformer.router_stats) on the step's mesh with the
 step's parameters and batch, just before the step, untimed: the routing the step itself
 computes, read without changing the step's program.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .. import model as gpt
-from . import routing
+from ..model import transformer as gpt
+from ..model.moe import routing
 
 
 class RouterProbe:

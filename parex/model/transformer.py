@@ -3,12 +3,12 @@
 Only logical dims appear here. Every parameter is declared once in `param_table` with its shape and its
 dims; the layout maps those dims to mesh axes. The few layout-dependent operations go through an `Ops`
 object the caller supplies: `ops.constrain(x, dims)` pins an activation's sharding (identity on one
-device), `ops.attention(q, k, v)` runs the attention core (`ops.kernel`'s, parex.attention: the
+device), `ops.attention(q, k, v)` runs the attention core (`ops.kernel`'s, parex.model.attention: the
 naive einsum or the blockwise flash kernel; ring or all-to-all under context parallelism),
 `ops.column_parallel` / `ops.row_parallel` are the matmuls that enter and leave the
 tensor-parallel regions (explicit all-gather / reduce-scatter under sequence parallelism), and
 `ops.seq_order` is the order of positions along the sequence dim (zig-zag under ring attention).
-A mixture of experts' MLP (parex.moe) runs its experts through `ops.experts` (the all-to-alls of
+A mixture of experts' MLP (parex.model.moe) runs its experts through `ops.experts` (the all-to-alls of
 expert parallelism on a mesh).
 So this file never names a mesh axis. Blocks are stacked on a leading `layers` dim and run with
 `lax.scan`.
@@ -27,16 +27,16 @@ import jax.numpy as jnp
 
 from .attention import attention as attention_kernel
 from .attention import naive_attention as attention_core  # noqa: F401 (its old home)
-from .config import ModelConfig
+from ..config import ModelConfig
 from .moe import routing
 from .moe.layer import moe_mlp
 
 
 class Ops:
-    """The layout-dependent operations, as run on one device. `parex.sharding.MeshOps` overrides
+    """The layout-dependent operations, as run on one device. `parex.parallel.sharding.MeshOps` overrides
     them for a mesh."""
 
-    kernel = "naive"  # the attention kernel (parex.attention): naive or flash
+    kernel = "naive"  # the attention kernel (parex.model.attention): naive or flash
 
     def with_kernel(self, kernel: str) -> "Ops":
         """These ops with attention by `kernel`."""
@@ -82,7 +82,7 @@ class Ops:
 
     def experts(self, ffn, slots, weights, dims):
         """A mixture of experts' expert MLPs, ffn(slots, weights, reduce), on the dispatch buffer
-        (B, E, C, D); `dims` names the weights' dims (parex.moe.layer)."""
+        (B, E, C, D); `dims` names the weights' dims (parex.model.moe.layer)."""
         return ffn(slots, weights, lambda y: y)
 
     def weighted(self, fn, x, params):
@@ -138,7 +138,7 @@ def param_table(cfg: ModelConfig) -> dict:
 
 
 def _moe_table(cfg: ModelConfig, layer, dense: dict) -> dict:
-    """A block's mixture of experts (parex.moe): the router W_r[D, E], the routed experts'
+    """A block's mixture of experts (parex.model.moe): the router W_r[D, E], the routed experts'
     weights with a leading experts dim (their D is `expert_embed`, their width `expert_mlp`), and
     the shared experts as one dense MLP of width S·F_e, shaped like `dense`."""
     D, E, Fe = cfg.hidden, cfg.experts, cfg.expert_ffn
@@ -284,7 +284,7 @@ def block(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none")
 
 
 def block_with_stats(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
-    """(block(x), its router statistics: parex.moe.routing.aux_stats, {} for a dense MLP)."""
+    """(block(x), its router statistics: parex.model.moe.routing.aux_stats, {} for a dense MLP)."""
     res = ("batch", "seq_res", "hidden")  # sequence-parallel region under SP
     norm = partial(_norm, family=cfg.family)
     h = ops.weighted(norm, ops.constrain(x, res), p["norm1"])
@@ -360,7 +360,7 @@ def loss_fn(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="no
 def loss_and_router_load(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE,
                          remat="none"):
     """(loss_fn's loss, each layer's expert load (L, E)): what the auxiliary-loss-free
-    balancing moves the router's bias with (parex.moe.routing.rebalance)."""
+    balancing moves the router's bias with (parex.model.moe.routing.rebalance)."""
     logits, stats = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat, True)
     loss = cross_entropy(logits, ops.seq_order(batch["targets"])) + routing.aux_loss(stats, cfg)
     return loss, stats["load"]

@@ -16,13 +16,13 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from . import model as gpt
-from .config import ModelConfig, TrainConfig
-from .defaults import attention_of
-from .layout import Axis, Layout, grads_split_over_seq, is_dims, num_microbatches
-from .moe.routing import rebalance
-from .parallel.tensor3d import mesh_ops
-from .validation import validate
+from ..model import transformer as gpt
+from ..config import ModelConfig, TrainConfig
+from ..layout import Axis, Layout, grads_split_over_seq, is_dims, num_microbatches
+from ..model.moe.routing import rebalance
+from ..parallel.tensor3d import mesh_ops
+from ..setting import resolve_run
+from ..validation import check_layout
 
 
 def make_optimizer(train: TrainConfig, model: ModelConfig, clip: bool = True,
@@ -71,17 +71,22 @@ class TrainStep:
     optimizer: optax.GradientTransformation = field(init=False)
 
     def __post_init__(self):
-        validate(self.layout, self.model, self.train, self.mesh.size)
+        # an entry point of every execution: what the caller left out is filled once, by the
+        # platform's regime (parex.setting.resolve_run), and the rest reads the Setting
+        platform = self.mesh.devices.flat[0].platform
+        self.setting = resolve_run(self.model, self.train, self.layout, platform)
+        self.model, self.train, self.layout = (self.setting.model, self.setting.train,
+                                               self.setting.layout)
+        check_layout(self.layout, self.model, self.train, self.mesh.size)
         self.optimizer = make_optimizer(self.train, self.model,
                                         clip=not self.grads_sharded_over_seq)
         self.microbatches = num_microbatches(self.layout, self.train)
-        # the attention kernel: the train config's, else flash on a GPU/TPU, naive on the CPU
-        self.attention = attention_of(self.train, self.mesh.devices.flat[0].platform == "cpu")
+        self.attention = self.setting.attention
         self.ops = mesh_ops(self.layout, self.mesh).with_kernel(self.attention)  # tensor3d too
         self.seq_len = self.train.seq_len or self.model.seq_len
         self.local = None  # schedule=local: its own state and step (parex.parallel.local)
         if self.layout.schedule == "local":
-            from .parallel import local
+            from ..parallel import local
 
             self.local = local.LocalPipeline(self, make_optimizer(
                 self.train, self.model, clip=False, dims=local.stage_dims(self.model,
@@ -158,8 +163,8 @@ class TrainStep:
         """The order the train state stores the stacked blocks in: a pipeline with v > 1 even
         chunks per stage keeps each stage's chunks in its own rows, so that the step regroups
         them without communication (parallel.timetable.storage_order); None: the model's order."""
-        from .parallel.timetable import storage_order
-        from .parallel.schedules import VEE
+        from ..parallel.timetable import storage_order
+        from ..parallel.schedules import VEE
 
         ly = self.layout
         if ly.stage == 1:
@@ -203,7 +208,7 @@ class TrainStep:
 
     def _loss_and_load(self, params, batch, ops):
         """The loss and each layer's expert load (L, E): what the auxiliary-loss-free balancing
-        moves the router's bias with (parex.moe.routing.rebalance)."""
+        moves the router's bias with (parex.model.moe.routing.rebalance)."""
         return gpt.loss_and_router_load(params, batch, self.model, ops, self.train.remat)
 
     def loss_and_grads(self, params, batch):
@@ -212,7 +217,7 @@ class TrainStep:
         if self.local is not None:
             self.local.refuse("loss_and_grads")
         if self.layout.stage > 1:  # the schedule table decides the order of microbatches
-            from .parallel.pipeline import pipeline_loss_and_grads
+            from ..parallel.pipeline import pipeline_loss_and_grads
 
             return pipeline_loss_and_grads(self, params, batch)
         loss, grads, _ = self._loss_grads_and_aux(params, batch, self._loss_and_nothing)
@@ -283,7 +288,7 @@ class TrainStep:
                              in_specs=(PartitionSpec(), {"inputs": rows, "targets": rows}),
                              out_specs=PartitionSpec())(params, batch)
 
-    # --- a mixture of experts balanced without a loss (DeepSeek-V3, parex.moe.routing) ---------
+    # --- a mixture of experts balanced without a loss (DeepSeek-V3, parex.model.moe.routing) ---------
     @property
     def rebalances(self) -> bool:
         """Whether the step moves the router's bias after the update (ModelConfig.bias_rate)."""
@@ -343,6 +348,7 @@ class TrainStep:
 
 
 def reference_loss_and_grads(model: ModelConfig, train: TrainConfig, params, batch):
-    """The single-device reference every layout must reproduce (no mesh, no constraints)."""
-    fn = partial(gpt.loss_fn, cfg=model, remat=train.remat)
+    """The single-device reference every layout must reproduce (no mesh, no constraints; the
+    remat policy changes what is stored, never a value)."""
+    fn = partial(gpt.loss_fn, cfg=model, remat=train.remat or "none")
     return jax.jit(jax.value_and_grad(fn))(params, batch)

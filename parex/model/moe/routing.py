@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ModelConfig
+from ...config import ModelConfig
 
 
 def capacity(cfg: ModelConfig, T: int) -> int:

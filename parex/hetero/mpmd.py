@@ -6,13 +6,13 @@
 Every stage is its own jitted program on its own sub-mesh: the stage's devices (its group's
 devices, groups laid out over jax.devices() in the cluster's order) in a mesh whose tensor axis
 is the stage's tensor degree, so stages of one pipeline may split their blocks t = 1, 2, 4 ways
-(parex.sharding.MeshOps with Layout(tensor=t): Megatron's column/row splits, vocab-parallel
+(parex.parallel.sharding.MeshOps with Layout(tensor=t): Megatron's column/row splits, vocab-parallel
 embedding and logits). Activations move between sub-meshes with jax.device_put; the backward is
 a per-stage jax.vjp that recomputes the stage's forward from the stashed input (as the SPMD
 executor does). Each pipeline runs its 1F1B table (parex.parallel.schedules) over its own rows of
 the batch — its own share and microbatch count — and dispatch is asynchronous, so stages on
 different devices run at the same time. Attention runs the train config's kernel (naive or
-flash, parex.attention), by default the platform's, as in TrainStep.
+flash, parex.model.attention), by default the platform's, as in TrainStep.
 
 The loss is the mean over the global batch: microbatch j of pipeline i weighs b_i / B, seeded
 into its last stage's backward. The gradients of every block are then summed over the pipelines
@@ -28,13 +28,13 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
-from .. import model as gpt
+from ..model import transformer as gpt
 from ..config import ModelConfig, TrainConfig
-from ..defaults import attention_of
 from ..layout import Layout, LayoutError, is_dims
-from ..mesh import make_mesh
-from ..sharding import MeshOps
-from .schedules import make_schedule
+from ..executor.mesh import make_mesh
+from ..parallel.sharding import MeshOps
+from ..parallel.schedules import make_schedule
+from ..setting import resolve_run
 
 RESIDUAL = ("batch", "seq_res", "hidden")
 ROWS = ("batch", None)
@@ -121,13 +121,17 @@ class MpmdRunner:
     """A HeteroPlan's stages as jitted programs on sub-meshes of jax.devices()."""
 
     def __init__(self, model: ModelConfig, train: TrainConfig, plan, cluster, devices=None):
-        from ..hetero.validate import check_plan
+        from .validate import check_plan
 
+        # an entry point: the train config's defaults filled as TrainStep fills them, by the
+        # platform's regime (the plan's stages are Layouts of their own: the settings that
+        # matter here, batch, remat and kernel, do not depend on them)
+        setting = resolve_run(model, train, Layout(), jax.devices()[0].platform)
+        model, train = setting.model, setting.train
         check_plan(plan, cluster, model, train.global_batch)
         self.model, self.train, self.plan, self.cluster = model, train, plan, cluster
         where = device_map(cluster, devices)
-        # the attention kernel as TrainStep picks it: the train config's, else the platform's
-        self.attention = attention_of(train, jax.devices()[0].platform == "cpu")
+        self.attention = setting.attention
         self.programs = []
         for pipe in plan.pipelines:
             row = []

@@ -1,2 +1,0 @@
-"""Mixtures of experts: routing (parex.moe.routing), the MoE layer and its expert parallelism
-(parex.moe.layer)."""
