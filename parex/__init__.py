@@ -29,6 +29,7 @@ from .model.transformer import init_params
 from .parallel.schedules import make_schedule
 from .predict import predict_batch, shared_fields
 from .record import Measurement, Prediction, records_frame
+from .setting import Setting, resolve
 from .executor.step import TrainStep, reference_loss_and_grads
 from .sweep import load as load_sweep
 from .units import format_bytes, format_count, format_seconds
@@ -46,4 +47,5 @@ __all__ = ["Axis", "Batches", "InputError", "LAYOUT_PRESETS", "Layout", "LayoutE
            "format_seconds", "init_params", "known_hardware", "load_chip", "load_cluster",
            "load_sweep", "make_mesh", "make_schedule", "measure", "measurement_report",
            "model_preset", "predict", "predict_batch", "preset_names", "records_frame",
-           "reference_loss_and_grads", "relative_error", "shared_fields", "validate"]
+           "reference_loss_and_grads", "relative_error", "resolve", "Setting", "shared_fields",
+           "validate"]

@@ -51,6 +51,17 @@ def wire_bytes(collectives) -> int:
 
 
 MEMORY_PARTS = ("argument", "output", "alias", "temp", "total")
+TIGHT_MEMORY = 0.1  # under this share of the device's memory left, memory bounds the layout
+BOUNDS = {"compute": "compute", "exposed_comm": "communication", "bubble": "bubble"}
+
+
+def bound(step_time_s: dict, memory_total: float, capacity: float) -> str:
+    """What bounds a step, in one word (the Planner, the Explorer and the charts say it alike):
+    "memory" when less than TIGHT_MEMORY of `capacity` is left (or it does not fit), else the
+    largest part of its step time: "compute", "communication" (exposed) or "bubble"."""
+    if capacity and capacity - memory_total < TIGHT_MEMORY * capacity:
+        return "memory"
+    return BOUNDS[max(BOUNDS, key=lambda part: step_time_s.get(part, 0.0))]
 
 
 @dataclass
@@ -158,6 +169,7 @@ class Prediction:
     hfu: float = 0.0
     fits: bool = True
     over_capacity_bytes: float = 0.0  # how far total memory exceeds the device's HBM (0 if it fits)
+    memory_capacity_bytes: float = 0.0  # the device's HBM, what `fits` is judged against
     collectives: list[dict] = field(default_factory=list)  # {kind, axes, count, bytes, seconds}
     convention: str = "gpu"  # "xla-cpu" (what the emulated mesh compiles) or "gpu" (ideal)
     hardware_flops_per_device: float = 0.0  # true count with recompute, every loop iteration (HFU)
@@ -165,13 +177,19 @@ class Prediction:
     # (parex.lowcomm.predict); the other fields describe one replica's inner step
     executable: bool = True  # parex's executor runs this layout on a mesh today
     executable_reason: str = ""  # why not, and the nearest layout that runs (validation.py)
-    assumptions: dict | None = None  # hardware, dtype, recipe, convention, batch, remat, schedule
-    # ... it was predicted under (parex.defaults.Assumptions.to_json)
+    assumptions: dict | None = None  # the Setting it was predicted under (parex.setting:
+    # hardware, regime, dtype, recipe, convention, batch, b, remat, schedule, kernel)
 
     @property
     def tokens_per_s(self) -> float:
         total = self.step_time_s.get("total", 0.0)
         return self.tokens_per_step / total if total else 0.0
+
+    @property
+    def bound(self) -> str:
+        """What bounds the step (record.bound): memory, compute, communication or bubble."""
+        return bound(self.step_time_s, self.memory_bytes_per_device.get("total", 0.0),
+                     self.memory_capacity_bytes)
 
     @property
     def tflops_per_device(self) -> float:
@@ -189,7 +207,7 @@ class Prediction:
                "step_time_s": self.step_time_s.get("total"),
                "flops_per_device": self.flops_per_device, "tokens_per_s": self.tokens_per_s,
                "mfu": self.mfu, "hfu": self.hfu, "fits": self.fits,
-               "executable": self.executable}
+               "executable": self.executable, "bound": self.bound}
         row |= {f"step_{k}_s": v for k, v in self.step_time_s.items() if k != "total"}
         row |= {f"memory_{k}_bytes": v for k, v in self.memory_bytes_per_device.items()}
         row |= {f"comm_{k.replace('-', '_')}_bytes": v
@@ -209,5 +227,5 @@ def collectives_from_json(items: list[dict]) -> list[Collective]:
             for c in items]
 
 
-__all__ = ["KINDS", "MEMORY_PARTS", "PREDICTED_MEMORY_PARTS", "STEP_TIME_PARTS", "Measurement",
+__all__ = ["BOUNDS", "KINDS", "TIGHT_MEMORY", "bound", "MEMORY_PARTS", "PREDICTED_MEMORY_PARTS", "STEP_TIME_PARTS", "Measurement",
            "Prediction", "collectives_from_json", "records_frame"]

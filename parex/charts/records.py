@@ -173,14 +173,10 @@ def scatter_chart(df: pd.DataFrame, metric: str = "step_time_s", log: bool | Non
 
 
 def regime(df: pd.DataFrame) -> pd.Series:
-    """What bounds each predicted row: memory when it does not fit in the device's HBM, else the
-    largest part of its step time — compute, exposed communication or the pipeline bubble."""
-    parts = {"compute": "compute-bound", "exposed_comm": "communication-bound",
-             "bubble": "bubble-bound"}
-    times = df[[f"step_{p}_s" for p in parts]].fillna(0.0).to_numpy(float)
-    names = np.array(list(parts.values()))[times.argmax(axis=1)]
-    fits = df["fits"].fillna(True).astype(bool).to_numpy() if "fits" in df else True
-    return pd.Series(np.where(fits, names, "memory-bound (does not fit)"), index=df.index)
+    """What bounds each predicted row, in the words of parex.record.bound (its `bound`
+    column): "<word>-bound", and "(does not fit)" beside memory when it does not."""
+    fits = df["fits"].fillna(True).astype(bool) if "fits" in df else True
+    return df["bound"] + "-bound" + np.where(fits, "", " (does not fit)")
 
 
 def whatif_chart(df: pd.DataFrame, title: str = "predicted step time and what bounds it"):

@@ -20,6 +20,7 @@ device would have.
 from __future__ import annotations
 
 from ..layout import Layout
+from ..units import format_seconds
 from ..parallel.schedules import Schedule, make_schedule
 from ..record import Prediction
 from ..setting import Setting
@@ -96,7 +97,24 @@ def gantt_costs(p: Prediction, setting: Setting) -> tuple[Schedule, dict, str] |
         note = ("op times: t_F chosen so that the table's idle time is the predicted bubble; "
                 f"t_B = {t_b:g}·t_F" + (f", t_W = {t_w:g}·t_F" if t_w else ""))
     costs = {"t_f": t_f, "t_b": t_b * t_f, "t_w": t_w * t_f, "t_p2p": hop}
-    return schedule, costs, note
+    span = schedule.makespan(costs["t_f"], costs["t_b"], costs["t_w"], hop)
+    return schedule, costs, note + ". " + reconciled(span, p.step_time_s["total"])
+
+
+def reconciled(span: float, step: float) -> str:
+    """How the table's span relates to the predicted step the status line shows: the step
+    adds what the table does not draw (the optimizer, the step's fixed cost, exposed
+    communication), or, on the emulated mesh, is shorter (idle stages lend their cores)."""
+    def time(x):  # a number and its unit never split over two lines of the subtitle
+        return format_seconds(x).replace(" ", "\u00a0")
+
+    rest = step - span
+    if rest >= 0:
+        return (f"The table spans {time(span)}; the predicted step, {time(step)}, adds "
+                f"{time(rest)} it does not draw (the optimizer, the step's fixed cost, exposed "
+                f"communication)")
+    return (f"The table spans {time(span)}; the predicted step is {time(step)}, as idle "
+            f"stages lend their cores to busy ones")
 
 
 __all__ = ["gantt_costs", "hop_seconds", "unit_costs"]

@@ -173,14 +173,8 @@ def ways_out(values: dict, limit: int = 3) -> list[Suggestion]:
 
 
 def regime_of(p: Prediction) -> str:
-    """compute-, communication- or bubble-bound: the largest part of the step (memory-bound
-    when it does not fit), as parex.charts.regime."""
-    if not p.fits:
-        return "memory-bound (does not fit)"
-    parts = {"compute-bound": p.step_time_s["compute"],
-             "communication-bound": p.step_time_s["exposed_comm"],
-             "bubble-bound": p.step_time_s["bubble"]}
-    return max(parts, key=parts.get)
+    """What bounds the step, in the words the Planner and the charts use (record.bound)."""
+    return f"{p.bound}-bound" + ("" if p.fits else " (does not fit)")
 
 
 __all__ = ["Suggestion", "controls_of", "fit_fixes", "neighbours", "regime_of", "ways_out"]

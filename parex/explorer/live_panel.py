@@ -73,15 +73,18 @@ class LivePanel:
         self._show_notes()
 
     def _status_text(self) -> str:
-        model, p, chip = self.model, self.prediction, self.chip
-        total, capacity = p.memory_bytes_per_device["total"], chip.hbm_bytes
+        s, p = self.setting, self.prediction
+        model, cluster = s.model, s.cluster
+        total, capacity = p.memory_bytes_per_device["total"], p.memory_capacity_bytes
         fit = ("fits" if p.fits else
                f"does not fit: {format_bytes(p.over_capacity_bytes)} over")
         badge = (f"<span class='parex-badge' style='background:"
                  f"{FIT_COLORS['fits' if p.fits else 'does not fit']}'>{fit}</span>")
-        return (f"<div><b>{escape(str(self.layout))}</b> on {self.n_devices} devices "
-                f"({escape(p.hardware)}) · {escape(model.name)}, {format_count(model.n_params)} "
-                f"parameters, {model.dtype}, remat {self.train.remat} · predicted "
+        used = (f"{p.n_devices} devices" if p.n_devices == cluster.n_devices else
+                f"{p.n_devices} of the {cluster.n_devices} devices")
+        return (f"<div><b>{escape(str(self.layout))}</b> on {used} of {escape(cluster.name)} · "
+                f"{escape(model.name)}, {format_count(model.n_params)} "
+                f"parameters, {model.dtype}, remat {s.train.remat} · predicted "
                 f"<b>{format_seconds(p.step_time_s['total'])}</b> per step, "
                 f"<b>{format_bytes(total)}</b> of {format_bytes(capacity)} per device {badge} "
                 f"· <b>{regime_of(p)}</b> · MFU {p.mfu:.0%}</div>"

@@ -16,11 +16,11 @@ import numpy as np
 
 from ..errors import InputError
 from ..layout import Axis
+from ..record import bound
 
 OBJECTIVES = ("time", "mfu", "memory")
 TIME_PARTS = ("compute", "exposed_comm", "bubble")
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "temp", "argument", "total")
-TIGHT_MEMORY = 0.1  # headroom under this fraction of the cap makes memory the bottleneck
 
 
 def check_objective(objective: str) -> None:
@@ -62,12 +62,9 @@ def pareto_front(cols: dict, fits: np.ndarray) -> np.ndarray:
 
 
 def bottleneck(cols: dict, i: int, cap: float) -> str:
-    """What limits row i: memory when its headroom under the cap is tight, else the largest
-    part of its step time."""
-    if cap - cols["memory_total_bytes"][i] < TIGHT_MEMORY * cap:
-        return "memory"
-    parts = {p: cols[f"step_{p}_s"][i] for p in TIME_PARTS}
-    return max(parts, key=parts.get)
+    """What bounds row i (record.bound, against the plan's cap)."""
+    step = {p: float(cols[f"step_{p}_s"][i]) for p in TIME_PARTS}
+    return bound(step, float(cols["memory_total_bytes"][i]), cap)
 
 
 def entry(cols: dict, i: int, cap: float) -> dict:

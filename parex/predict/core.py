@@ -171,6 +171,7 @@ def predict_setting(setting: Setting) -> Prediction:
         comm_bytes_per_device={k: value[f"comm_{k.replace('-', '_')}_bytes"] for k in KINDS},
         tokens_per_step=grid.B * grid.T, mfu=value["mfu"], hfu=value["hfu"],
         fits=bool(value["fits"]), over_capacity_bytes=value["over_capacity_bytes"],
+        memory_capacity_bytes=setting.cluster.chip.hbm_bytes,
         collectives=collectives, convention=setting.convention,
         hardware_flops_per_device=value["hardware_flops_per_device"],
         executable=reason is None, executable_reason=reason or "",
