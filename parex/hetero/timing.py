@@ -14,7 +14,6 @@ and free hops, where it is 1F1B's (m + p − 1)·(t_F + t_B)).
 
 from __future__ import annotations
 
-import itertools
 from functools import lru_cache
 
 import numpy as np
@@ -35,26 +34,18 @@ def peak_in_flight(p: int, m: int) -> np.ndarray:
 
 def pipeline_times(t_f, t_b, hops, m: int) -> dict:
     """Timing of one pipeline: `makespan` and each stage's `last_backward` end (seconds), for
-    per-stage t_f, t_b (p,) and per-boundary hops (p − 1,), m microbatches."""
+    per-stage t_f, t_b (p,) and per-boundary hops (p − 1,), m microbatches: the schedule
+    tables' own timing (parallel.tables.Tables.spans) with each stage's costs."""
     t_f, t_b = np.asarray(t_f, float), np.asarray(t_b, float)
     p = len(t_f)
-    hops = np.zeros(max(p - 1, 0)) if hops is None else np.asarray(hops, float)
     arrays = _table(p, m).arrays
-    stage, kind, preds, cross = arrays.stage, arrays.kind, arrays.preds, arrays.cross
-    n = len(stage)
-    cost = np.where(kind == F, t_f[stage], t_b[stage])
-    other = np.r_[stage, 0][preds]  # the predecessor's stage
-    boundary = np.minimum(other, stage[:, None])
-    delay = np.where(cross, np.r_[hops, 0.0][np.minimum(boundary, max(p - 2, 0))], 0.0)
-    end = np.zeros(n + 1)
-    order = np.argsort(arrays.tick, kind="stable")
-    bounds = np.searchsorted(arrays.tick[order], np.arange(arrays.tick.max() + 2))
-    for lo, hi in itertools.pairwise(bounds):
-        ops = order[lo:hi]
-        end[ops] = (end[preds[ops]] + delay[ops]).max(axis=1) + cost[ops]
-    end = end[:n]
+    costs = np.zeros((1, 1, p, 3))
+    costs[0, 0, :, F], costs[0, 0, :, B] = t_f, t_b
+    hop = np.zeros((1, 1, p))
+    hop[0, 0, :p - 1] = 0.0 if hops is None else np.asarray(hops, float)
+    end = arrays.spans(costs, hop)[1][:, 0]
     last_b = np.zeros(p)
-    np.maximum.at(last_b, stage[kind == B], end[kind == B])
+    np.maximum.at(last_b, arrays.stage[arrays.kind == B], end[arrays.kind == B])
     return {"makespan": float(end.max()), "last_backward": last_b}
 
 

@@ -123,13 +123,15 @@ class Schedule:
 
     def lockstep_makespan(self, t_f, t_b, t_w=0.0) -> float:
         """Seconds when every tick lasts as long as its slowest op, as a tick-synchronous
-        executor (parex's) runs the table; an unsplit backward takes t_b + t_w."""
-        cost = {"F": t_f, "B": t_b if self.split_backward else t_b + t_w, "W": t_w,
-                "L": t_f + t_b + t_w}
-        longest = np.zeros(self.n_ticks)
-        for op in self.ops:
-            longest[op.tick] = max(longest[op.tick], cost[op.op])
-        return float(longest.sum())
+        executor (parex's) runs the table (Tables.tick_loads); an unsplit backward takes
+        t_b + t_w."""
+        if self.name == LOCAL:  # the table's F rows are L ops: forward and local backward
+            t_f, t_b, t_w = t_f + t_b + t_w, 0.0, 0.0
+        if t_f <= 0:
+            raise ValueError("lockstep_makespan needs a forward of some duration (t_f > 0)")
+        _, largest, _, _ = self.arrays.tick_loads(np.zeros(1, np.int64),
+                                                  np.array([t_b / t_f]), np.array([t_w / t_f]))
+        return float(largest.sum() * t_f)
 
 
 # --- orders per stage --------------------------------------------------------------------------

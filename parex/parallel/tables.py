@@ -127,30 +127,86 @@ class Tables:
         return out.astype(np.int64)
 
     def spans(self, costs: np.ndarray, hop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(start, end) of every op, each (n, k), for k cost sets per table: costs (tables, k, 3)
-        seconds of the forward, the input gradient and the weight gradient of one chunk for one
-        microbatch (an unsplit B does both gradients), hop (tables, k) seconds per
-        stage-to-stage send. Each op starts when its stage is free and its inputs have arrived."""
+        """(start, end) of every op, each (n, k), for k cost sets per table: the one timing
+        engine of parex's schedules (the predictor's, the Gantt chart's, a heterogeneous
+        pipeline's). costs (tables, k, 3): seconds of the forward, the input gradient and the
+        weight gradient of one chunk for one microbatch (an unsplit B does both gradients), or
+        (tables, k, p, 3) with each stage's own; hop (tables, k): seconds per stage-to-stage
+        send, or (tables, k, p) per boundary (`boundary`). Each op starts when its stage is free
+        and its inputs have arrived."""
         n, k = len(self.tick), costs.shape[1]
         end = np.zeros((n + 1, k))  # row n: "no predecessor", ended at 0
         start = np.zeros((n, k))
-        op_hop = hop[self.table]
-        op_time = costs[self.table, :, self.kind]
-        unsplit_b = (self.kind == B) & ~self.split[self.table]
-        op_time[unsplit_b] += costs[self.table[unsplit_b], :, W]
+        op_time = self._op_costs(costs)
+        edge_hop = self._edge_hops(hop)  # (n, 3, k)
         order = np.argsort(self.tick, kind="stable")
         bounds = np.searchsorted(self.tick[order], np.arange(self.tick.max() + 2))
         for lo, hi in itertools.pairwise(bounds):
             ops = order[lo:hi]
-            ready = end[self.preds[ops]] + self.cross[ops][:, :, None] * op_hop[ops][:, None, :]
+            ready = end[self.preds[ops]] + self.cross[ops][:, :, None] * edge_hop[ops]
             start[ops] = ready.max(axis=1)
             end[ops] = start[ops] + op_time[ops]
         return start, end[:n]
+
+    def _op_costs(self, costs: np.ndarray) -> np.ndarray:
+        """(n, k) seconds of every op: its table's (or its stage's) cost of its kind."""
+        per_stage = costs.ndim == 4
+        at = (self.table, slice(None), self.stage) if per_stage else (self.table, slice(None))
+        op_time = costs[(*at, self.kind)]
+        unsplit_b = (self.kind == B) & ~self.split[self.table]
+        weight = costs[(*at, np.full(len(self.kind), W))]
+        return op_time + np.where(unsplit_b[:, None], weight, 0.0)
+
+    def _edge_hops(self, hop: np.ndarray) -> np.ndarray:
+        """(n, 3, k) seconds each op waits for the send from each predecessor on another stage:
+        the table's one hop, or the hop of the boundary between the two stages (`boundary`)."""
+        if hop.ndim == 2:
+            return np.broadcast_to(hop[self.table][:, None, :], (len(self.tick), 3, hop.shape[1]))
+        other = np.r_[self.stage, 0][self.preds]  # each predecessor's stage
+        link = boundary(other, self.stage[:, None], self.p[self.table][:, None])
+        return hop[self.table[:, None], :, link]
 
     def makespans(self, costs: np.ndarray, hop: np.ndarray) -> np.ndarray:
         """(tables, k): seconds from the first op to the last, for each cost set (`spans`)."""
         _, end = self.spans(costs, hop)
         return np.maximum.reduceat(end, self._starts(), axis=0)
+
+
+    def tick_loads(self, rows: np.ndarray, t_b: np.ndarray, t_w: np.ndarray
+                   ) -> tuple[np.ndarray, ...]:
+        """Per (table row, t_B, t_W) combination and tick, the summed and the largest cost of
+        the tick's ops over the stages, t_F = 1 (what a tick-synchronous executor's tick costs:
+        parex.predict.schedule_stats.lockstep_columns, Schedule.lockstep_makespan): (S, M, each
+        combination's first tick in them, its ticks), the combinations' ticks one after
+        another."""
+        starts = np.searchsorted(self.table, np.arange(len(self) + 1))
+        combo, offset = groups(starts[rows + 1] - starts[rows])  # every op of each table
+        ops = starts[rows][combo] + offset
+        kind = self.kind[ops]
+        b_cost = t_b + ~self.split[rows] * t_w  # an unsplit B does both gradients
+        cost = np.select([kind == F, kind == B], [1.0, b_cost[combo]], t_w[combo])
+        ticks = self.n_ticks()[rows]
+        first = np.cumsum(ticks) - ticks
+        flat = first[combo] + self.tick[ops]
+        total = np.bincount(flat, cost, int(ticks.sum()))
+        order = np.lexsort((cost, flat))  # the last op of each (combination, tick) is its largest
+        last = np.r_[flat[order][1:] != flat[order][:-1], True]
+        largest = np.zeros(len(total))
+        largest[flat[order][last]] = cost[order][last]
+        return total, largest, first, ticks
+
+
+def groups(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, offset) of every item of consecutive groups of `lengths` items."""
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    return owner, np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+
+def boundary(a, b, p):
+    """The link a send between stages a and b crosses: boundary i joins stages i and i + 1, and
+    boundary p − 1 joins stage p − 1 back to stage 0 (a looping schedule's wrap)."""
+    low, high = np.minimum(a, b), np.maximum(a, b)
+    return np.where(high - low == 1, low, p - 1)
 
 
 def virtual_stage(stage, chunk, p, vee):

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..parallel.timetable import BUFFERS
 from ..parallel.schedules import SCHEDULES, schedule_arrays
+from ..parallel.tables import groups
 from . import table_store
 from .shapes import Grid
 
@@ -155,44 +156,16 @@ def makespan_columns(grid: Grid, t_b: np.ndarray, t_w: np.ndarray
 _LOCKSTEP: dict[tuple, float] = {}  # key + (t_B, t_W, r) -> Σ_ticks max(S_t, r·M_t)
 
 
-def _spans(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(owner, offset) of every item of consecutive groups of `lengths` items."""
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    return owner, np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-
-
-def _tick_costs(tables, combos: list[tuple[int, float, float]]) -> tuple[np.ndarray, ...]:
-    """(S, M, each combo's first tick in them): per (table row, t_B, t_W) and tick, the summed
-    and the largest cost of its ops over the stages, t_F = 1, the combos' ticks one after
-    another."""
-    starts = np.searchsorted(tables.table, np.arange(len(tables) + 1))
-    table = np.array([c[0] for c in combos], np.int64)
-    t_b, t_w = (np.array([c[i] for c in combos]) for i in (1, 2))
-    combo, offset = _spans(starts[table + 1] - starts[table])  # every op of each combo's table
-    ops = starts[table][combo] + offset
-    kind = tables.kind[ops]
-    b_cost = t_b + ~tables.split[table] * t_w  # an unsplit B does both gradients
-    cost = np.select([kind == 0, kind == 1], [1.0, b_cost[combo]], t_w[combo])
-    ticks = tables.n_ticks()[table]
-    first = np.cumsum(ticks) - ticks
-    flat = first[combo] + tables.tick[ops]
-    total = np.bincount(flat, cost, int(ticks.sum()))
-    order = np.lexsort((cost, flat))  # the last op of each (combo, tick) is its largest
-    last = np.r_[flat[order][1:] != flat[order][:-1], True]
-    largest = np.zeros(len(total))
-    largest[flat[order][last]] = cost[order][last]
-    return total, largest, first, ticks
-
-
 def _lockstep(keys: list[tuple]) -> None:
     if not keys:
         return
     tables, rows = _placed(keys)
     combos = list(dict.fromkeys((rows[k[:4]], k[4], k[5]) for k in keys))
     index = {c: i for i, c in enumerate(combos)}
-    total, largest, first, ticks = _tick_costs(tables, combos)
+    total, largest, first, ticks = tables.tick_loads(*(np.array([c[i] for c in combos])
+                                                        for i in range(3)))
     which = np.array([index[(rows[k[:4]], k[4], k[5])] for k in keys])
-    key, offset = _spans(ticks[which])
+    key, offset = groups(ticks[which])
     at = first[which][key] + offset
     ratio = np.array([k[6] for k in keys])[key]
     sums = np.bincount(key, np.maximum(total[at], ratio * largest[at]), len(keys))
