@@ -53,18 +53,19 @@ def summary(result: FigureResult) -> dict:
 
 
 def headline(results: list[FigureResult]) -> str:
-    """Figures passing; rows within / scored and out of scope; figures per kind of evidence."""
+    """Figures passing; rows within / scored and out of scope; which figures reproduce what."""
     rows = sum((r.tally() for r in results), Tally())
     passing = sum(r.status == "passed" for r in results)
-    kinds = []
-    for evidence, words in (("measurement", "reproduce a paper's measurement"),
-                            ("analysis", "reproduce a paper's analysis"),
-                            ("wiring", "are wiring checks, not reproductions")):
+
+    def count(evidence: str) -> tuple[int, int]:
         mine = [r for r in results if r.spec.evidence == evidence]
-        kinds.append(f"{len(mine)} {words} ({sum(r.status == 'passed' for r in mine)} pass)")
+        return sum(r.status == "passed" for r in mine), len(mine)
+    (m, m_all), (a, a_all), (w, w_all) = map(count, EVIDENCE)
     return (f"**{passing} of {len(results)} figures pass.** Rows within / rows scored: "
             f"{rows.within}/{rows.scored}; {rows.out_of_scope} out of scope (counted apart, "
-            f"never as passes). Of the figures, {kinds[0]}, {kinds[1]}, and {kinds[2]}.")
+            f"never as passes). {m} figures reproduce a paper's measurement (of {m_all} set "
+            f"against one), {a} a paper's analysis (of {a_all}); {w} of {w_all} wiring checks "
+            "pass (parex's number is the paper's own formula: not reproductions).")
 
 
 def text_report(result: FigureResult) -> str:
@@ -182,13 +183,19 @@ def html_page(results: list[FigureResult], seconds: float | None = None) -> str:
             "</body></html>\n")
 
 
-def write(results: list[FigureResult], out: Path, seconds: float | None = None) -> dict:
-    """scoreboard.md, scoreboard.html and scoreboard.json (every figure's JSON) in `out`."""
+def write_pages(results: list[FigureResult], out: Path, seconds: float | None = None) -> dict:
+    """scoreboard.md and scoreboard.html in `out` (e.g. again from a committed JSON)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {k: out / f"scoreboard.{k}" for k in ("md", "html", "json")}
+    paths = {k: out / f"scoreboard.{k}" for k in ("md", "html")}
     paths["md"].write_text(markdown(results, seconds))
     paths["html"].write_text(html_page(results, seconds))
+    return paths
+
+
+def write(results: list[FigureResult], out: Path, seconds: float | None = None) -> dict:
+    """scoreboard.md, scoreboard.html and scoreboard.json (every figure's JSON) in `out`."""
+    paths = write_pages(results, out, seconds) | {"json": Path(out) / "scoreboard.json"}
     data = {"figures": [r.to_json() for r in results], "seconds": seconds}
     for figure in data["figures"]:  # paths relative to the scoreboard
         figure["files"] = {k: Path(v).name for k, v in figure["files"].items()}
