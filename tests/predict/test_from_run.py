@@ -4,6 +4,7 @@ whose configuration is not fully published."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,29 @@ def test_stack_accuracy_pin(stacks):
     assert (b.parex_min_s < b.parex_max_s).all() and b.hit.all()  # MT-NLG over microbatch 1-4
     b = stacks["megatron-lm-2021"]["brackets"]
     assert b.hit.sum() == 4, b[["run", "step_s", "parex_min_s", "parex_max_s"]]
+
+
+def _percent(pair) -> str:
+    return f"{pair[0] * 100:.1f} % / {pair[1] * 100:.1f} %"
+
+
+@pytest.mark.slow
+def test_the_docs_quote_the_stacks_as_measured(stacks):
+    """README.md and docs/predict.md state these numbers: they are what the code gives."""
+    root = Path(__file__).resolve().parents[2]
+    readme, page = (" ".join((root / name).read_text().split())
+                    for name in ("README.md", "docs/predict.md"))
+    loo_2021 = _pair(stacks["megatron-lm-2021"]["loo_summary"])
+    one_run, loo_2022 = (_pair(stacks["megatron-lm-2022"][k]) for k in ("test_summary",
+                                                                        "loo_summary"))
+    median, worst = (f"{x * 100:.1f} %" for x in loo_2021)
+    assert f"median {median}, max {worst}" in readme
+    assert f"{_percent(one_run)} on its other seven" in readme
+    hits = sum(int(stacks[s]["brackets"].hit.sum()) for s in stacks)
+    total = sum(len(stacks[s]["brackets"]) for s in stacks)
+    assert f"brackets, {hits} of {total} hit" in readme
+    for pair in (loo_2021, one_run, loo_2022):
+        assert _percent(pair) in page, _percent(pair)
 
 
 @pytest.mark.slow
