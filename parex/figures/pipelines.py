@@ -26,6 +26,7 @@ P = 2  # stages of the measured figures: one emulated device per core of a 2-cor
 EXACT = Tolerance(0.999, 1.001, "the schedule table, exact")
 MEASURED = Tolerance(2 / 3, 1.5, "a wall-clock bubble on shared CPU cores: within a factor 1.5")
 
+
 def formula(quantity: str, **names) -> float:
     table = read_reference("pipeline_schedules").set_index("quantity")
     return evaluate_formula(table.loc[quantity, "formula"], **names)
