@@ -3,7 +3,8 @@ that lie outside their tolerance, a bound each such row still holds, and why. A 
 figure's result against its entries (`expected_failure`) and then xfails with the reason, whose
 numbers are the bounds it just checked; a row outside with no entry, an excused row beyond its
 bound, or an entry that excuses nothing (the miss is gone: delete the entry, the figure passes)
-fails the test instead, so the xfail is strict.
+fails the test instead, so the xfail is strict (a miss marked `sometimes`, a wall-clock
+measurement on shared cores, may be absent from a run: the figure then passes).
 
 Sizes are from the committed scoreboard (docs/figures/scoreboard.md), with room for the shared
 machine's noise where the number is a wall-clock measurement.
@@ -82,7 +83,7 @@ def off_rows(rows: list[dict]) -> list[dict]:
 
 def expected_failure(name: str, rows: list[dict]) -> str | None:
     """Check a figure's rows (dicts with quantity, ratio, parex, verdict) against its expected
-    misses; the xfail reason when it has some, None when it has no entry (it must pass)."""
+    misses; the xfail reason when rows miss, None when none does (it must pass then)."""
     entries = EXPECTED.get(name, [])
     off = off_rows(rows)
     if not entries:
@@ -95,5 +96,7 @@ def expected_failure(name: str, rows: list[dict]) -> str | None:
         assert mine or miss.sometimes, f"{name}: '{miss.rows}' now within: delete its entry"
         beyond = [(r["quantity"], r[miss.on]) for r in mine if not miss.holds(r)]
         assert not beyond, f"{name}: beyond the expected miss {miss.reason()}: {beyond}"
-    assert off, f"{name} passes now: delete its entries in tests/figures/misses.py"
+    if not off:  # a miss that is only sometimes there may be absent; a steady one may not
+        assert all(m.sometimes for m in entries), f"{name} passes now: delete its entries"
+        return None
     return "; ".join(m.reason() for m in entries)

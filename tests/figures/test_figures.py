@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from misses import EXPECTED, expected_failure
+import misses
+from misses import EXPECTED, Miss, expected_failure
 from parex.figures import FIGURES, FeatureMissing, Figure, Row, Tolerance, compute
 from parex.figures import core, hetero, runner, scoreboard
 from parex.figures.pipelines import formula
@@ -248,6 +249,23 @@ def test_slow_figures_are_within_their_tolerance_or_miss_as_expected(name):
         assert data["status"] == "failed"
         pytest.xfail(reason)
     assert data["passed"], [(r["quantity"], r["ratio"]) for r in data["rows"]]
+
+
+def test_an_expected_miss_excuses_only_its_rows_within_its_size(monkeypatch):
+    def row(quantity, ratio, verdict="outside"):
+        return {"quantity": quantity, "ratio": ratio, "parex": ratio, "verdict": verdict}
+    monkeypatch.setattr(misses, "EXPECTED", {"f": [Miss("steady", "ratio", 1.1, 1.3, "why")],
+                                             "g": [Miss("noisy", "ratio", 1.1, 1.3, "why",
+                                                        sometimes=True)]})
+    assert "[1.1, 1.3]" in expected_failure("f", [row("steady a", 1.2), row("b", 1.0, "within")])
+    for rows, says in (([row("steady a", 1.2), row("other", 2.0)], "no expected miss"),
+                       ([row("steady a", 1.5)], "beyond the expected miss"),
+                       ([row("steady a", 1.0, "within")], "now within")):
+        with pytest.raises(AssertionError, match=says):
+            expected_failure("f", rows)
+    assert expected_failure("g", [row("noisy a", 1.0, "within")]) is None  # may be absent
+    with pytest.raises(AssertionError):
+        expected_failure("h", [row("a", 2.0)])  # no entry: every row must be within
 
 
 def test_every_expected_miss_names_a_figure_and_a_bound():
