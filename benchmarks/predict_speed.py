@@ -13,14 +13,23 @@ at once: parallel.tables, unless an earlier process left their numbers in the ta
 predict.table_store; `PAREX_TABLE_STORE=0` places them again), warm = a second call (the tables'
 numbers are cached in memory).
 A smaller run through `Grid.from_layouts` times the path that starts from Layout objects.
+
+    python benchmarks/predict_speed.py --record docs/results/predict_speed.json
+
+writes what it printed, with the date, the machine's cores and its load, as JSON: the rates
+docs/predict.md quotes are checked against that record (tests/figures/test_docs.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
+import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -61,9 +70,13 @@ def layout_columns(device_counts, max_stage: int = 64) -> dict:
 MICROBATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-def timed(fn):
-    start = time.perf_counter()
+CPU_SECONDS = {}  # the last timed call's CPU seconds, by name (wall time counts other load)
+
+
+def timed(fn, name: str = ""):
+    start, cpu = time.perf_counter(), time.process_time()
     out = fn()
+    CPU_SECONDS[name] = time.process_time() - cpu
     return out, time.perf_counter() - start
 
 
@@ -73,6 +86,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hardware", default="h100-sxm")
     parser.add_argument("--devices", type=int, default=1024)
     parser.add_argument("--global-batch", type=int, default=8192)
+    parser.add_argument("--record", type=Path, default=None,
+                        help="write the rates as JSON here (e.g. docs/results/predict_speed.json)")
     args = parser.parse_args(argv)
     model = model_preset(args.model).replace(dtype="bfloat16")
     train = TrainConfig(global_batch=args.global_batch, remat="selective")
@@ -84,15 +99,16 @@ def main(argv=None) -> int:
     columns = {k: v[keep] for k, v in columns.items()}
     grid, build = timed(lambda: Grid.from_columns(train, model, **columns))
     n = len(grid)
-    _, cold = timed(lambda: predict_batch(model, train, grid, args.hardware))
-    out, warm = timed(lambda: predict_batch(model, train, grid, args.hardware))
+    _, cold = timed(lambda: predict_batch(model, train, grid, args.hardware), "cold")
+    out, warm = timed(lambda: predict_batch(model, train, grid, args.hardware), "warm")
     print(f"{model.name} on {'/'.join(map(str, counts))} × {args.hardware}, global batch "
           f"{args.global_batch}: {n:,} valid layouts (of {len(everything):,} combinations)")
     print(f"  columns built in {build:.2f} s")
     for name, seconds in (("cold", cold), ("warm", warm)):
         rate = n / seconds
         print(f"  {name} {seconds:.2f} s = {rate:,.0f} predictions/s  [target >= 50,000: "
-              f"{'met' if rate >= 50_000 else 'NOT met'}]")
+              f"{'met' if rate >= 50_000 else 'NOT met'}]; "
+              f"{n / CPU_SECONDS[name]:,.0f} per CPU second")
     fits = out["fits"]
     best = np.argmax(np.where(fits, out["tokens_per_s"], 0))
     print(f"  {fits.sum():,} fit in memory; fastest that fits: "
@@ -105,6 +121,17 @@ def main(argv=None) -> int:
                for i in range(min(n, 20000))]
     _, objects = timed(lambda: predict_batch(model, train, layouts, args.hardware))
     print(f"  from {len(layouts):,} Layout objects: {len(layouts) / objects:,.0f} predictions/s")
+    if args.record:
+        record = {"date": datetime.date.today().isoformat(), "cores": os.cpu_count(),
+                  "load_average": os.getloadavg()[0], "model": model.name,
+                  "hardware": args.hardware, "layouts": n, "cold_per_s": n / cold,
+                  "warm_per_s": n / warm, "layout_objects_per_s": len(layouts) / objects,
+                  "cold_per_cpu_s": n / CPU_SECONDS["cold"],
+                  "warm_per_cpu_s": n / CPU_SECONDS["warm"],
+                  "command": "python benchmarks/predict_speed.py " + " ".join(argv or
+                                                                            sys.argv[1:])}
+        args.record.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"  recorded in {args.record}")
     return 0
 
 

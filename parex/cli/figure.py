@@ -68,10 +68,11 @@ def cmd_all(args) -> int:
                           "assumptions": ASSUMPTIONS}))
     else:
         print(f"assumptions  {ASSUMPTIONS}")
-        rows = [[s["name"], s["numbers"], s["within"], s["worst"], s["known"], s["status"]]
-                for s in map(scoreboard.summary, results)]
-        print(table(rows, ["figure", "parex's numbers", "within", "worst ratio", "known",
-                           "status"]))
+        rows = [[s["name"], s["numbers"], s["within"], s["out_of_scope"], s["worst"],
+                 s["status"]] for s in map(scoreboard.summary, results)]
+        print(table(rows, ["figure", "parex's numbers", "within / scored", "out of scope",
+                           "worst ratio", "status"]))
+        print(scoreboard.headline(results).replace("**", ""))
         print(f"\n{len(results)} figures in {seconds:.0f} s; wrote {paths['md']} and "
               f"{paths['html']}")
     return 1 if any(r.status in ("failed", "error") for r in results) else 0

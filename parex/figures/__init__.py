@@ -9,13 +9,15 @@ From Python: `FIGURES` (name -> Spec, in the gallery's order) and `compute(name)
 FigureResult (in this process: its emulated devices must be there); `text_report(result)` and
 `figure_chart(result)` show it, `summary_frame(load_scoreboard(path))` reads a committed
 scoreboard. A figure whose parex feature is missing raises FeatureMissing and is listed as
-missing, never faked. The papers' tables beside parex's predictions, as DataFrames (paper,
-parex, ratio): `zero_table1()`, `korthikanti_table()`, `megatron_table1(hardware)`.
+missing, never faked; every figure's rows are scored by one rule (parex.figures.scoring). The
+papers' tables beside parex's predictions, as DataFrames (paper, parex, ratio): `zero_table1()`,
+`korthikanti_table()`, `megatron_table1(hardware)`.
 """
 
 from __future__ import annotations
 
-from . import axonn, hetero, moe, pipeline_memory, pipelines, roofline, sequence, tables, training  # noqa: F401
+from . import (axonn, hetero, moe, pipeline_memory, pipelines, roofline,  # noqa: F401
+               sequence, tables, training)
 from .ppll import eval_batches, local_vs_1f1b, loss_run, losing_frame  # noqa: F401 (PPLL)
 from ..predict.published import korthikanti_table, megatron_table1, zero_table1
 from .charts import figure_chart

@@ -19,6 +19,7 @@ import altair as alt
 import pandas as pd
 
 from ..charts.style import source_color
+from .scoring import OUT_OF_SCOPE, OUTSIDE, WITHIN
 
 PAPER, PAREX = "paper", "parex"
 SOURCE_COLORS = alt.Scale(domain=[PAPER, PAREX], range=["#222222", "#f58518"])
@@ -81,17 +82,21 @@ def points_vs_ticks(points: list[dict], category: str, facet: str, y_title: str,
 def ratio_frame(result) -> pd.DataFrame:
     rows = []
     for i, r in enumerate(result.rows):
-        tol = r.tolerance or result.spec.tolerance
-        status = "known deviation" if r.known else ("within" if result.within(r) else "outside")
+        if r.is_bracket:  # the band is parex's range over the paper's value: a hit holds 1
+            lo, hi = r.low / r.paper, r.high / r.paper
+        else:
+            tol = r.tolerance or result.spec.tolerance
+            lo, hi = tol.lo, tol.hi
         rows.append({"i": i, "quantity": r.quantity, "ratio": r.ratio, "kind": r.kind,
-                     "lo": tol.lo, "hi": tol.hi, "status": status, "paper": r.paper,
+                     "lo": lo, "hi": hi, "status": result.verdict(r), "paper": r.paper,
                      "parex": r.parex})
     df = pd.DataFrame(rows)
     return df[df["ratio"].map(lambda v: math.isfinite(v) and v > 0)]
 
 
 def ratio_strip(result, width: int = 2 * WIDTH + 40, height: int = 120):
-    """parex / paper of every row, the tolerance as a grey band (each row's own, if any)."""
+    """parex / paper of every row, the tolerance as a grey band (each row's own, if any; a
+    bracket's band is its range over the paper's value)."""
     df = ratio_frame(result)
     x = alt.X("i:O", title=f"{len(df)} rows (hover for the quantity)",
               axis=alt.Axis(labels=False, ticks=False))
@@ -111,7 +116,7 @@ def ratio_strip(result, width: int = 2 * WIDTH + 40, height: int = 120):
     dots = alt.Chart(df).mark_point(filled=True, size=45).encode(
         x=x, y=y, color=source_color(df["kind"], field="kind", title="parex's number"),
         shape=alt.Shape("status:N", title=None,
-                        scale=alt.Scale(domain=["within", "outside", "known deviation"],
+                        scale=alt.Scale(domain=[WITHIN, OUTSIDE, OUT_OF_SCOPE],
                                         range=["circle", "cross", "triangle-up"])),
         tooltip=["quantity", alt.Tooltip("paper:Q", format=".4~g"),
                  alt.Tooltip("parex:Q", format=".4~g"), alt.Tooltip("ratio:Q", format=".4f"),

@@ -101,7 +101,7 @@ def _chart(frame):
 
 @figure("hexiscale", title="HexiScale: heterogeneous MFU against a same-peak homogeneous cluster",
         source="Yan et al., HexiScale (arXiv:2409.01143v2), abstract p.1",
-        tolerance=PARITY, slow=True)
+        tolerance=PARITY, evidence="measurement", slow=True)
 def hexiscale() -> Figure:
     compared = comparisons()
     return Figure(hexiscale_rows(compared), lambda: _chart(_frame(compared)), [

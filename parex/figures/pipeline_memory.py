@@ -78,7 +78,7 @@ def _chart(df: pd.DataFrame):
                "microbatches, 1F1B at most p)",
         tolerance=Tolerance(0.8, 1.2, "within 20 %: the embedding's and head's stashes count "
                                       "with the blocks' activations"),
-        slow=True, devices=8)
+        evidence="analysis", slow=True, devices=8)
 def pipeline_memory() -> Figure:
     df = activation_frame(compiled_temps())
     return Figure(memory_rows(df), lambda: _chart(df), [

@@ -1,6 +1,9 @@
-"""The scoreboard: one line per figure (source, which numbers are measured and which predicted,
-rows within tolerance, worst ratio, known deviations, pass/fail/missing, thumbnail), then every
-figure's rows. Written as scoreboard.md (GitHub renders it) and scoreboard.html (standalone).
+"""The scoreboard: a headline (figures passing; rows within / rows scored, out of scope; how many
+figures reproduce a paper's measurement, its analysis, or only check parex's wiring), one line per
+figure (source, what its agreement is evidence of, which numbers are measured and which predicted,
+rows within / scored, out of scope, worst ratio, pass/fail/missing, thumbnail), then every figure's
+rows. Written as scoreboard.md (GitHub renders it), scoreboard.html (standalone) and
+scoreboard.json (what docs/*.md's generated tables are rendered from: parex.figures.docs).
 """
 
 from __future__ import annotations
@@ -12,15 +15,17 @@ from pathlib import Path
 
 from ..measure.report import table
 from .core import FigureResult, from_json
+from .scoring import EVIDENCE, OUT_OF_SCOPE, WITHIN, Tally
 
 STATUS = {"passed": "✅ pass", "failed": "❌ fail", "missing": "⬜ missing",
           "error": "⚠️ error", "skipped": "⏭ not run"}
+MARKS = {WITHIN: "✓", OUT_OF_SCOPE: "out of scope"}
+EVIDENCE_WORDS = {"measurement": "a paper's measurement", "analysis": "a paper's analysis",
+                  "wiring": "wiring check"}
 
 
 def verdict(result: FigureResult, row) -> str:
-    if row.known:
-        return "known deviation"
-    return "✓" if result.within(row) else "✗"
+    return MARKS.get(result.verdict(row), "✗")
 
 
 def fmt(value: float) -> str:
@@ -29,63 +34,94 @@ def fmt(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3e}"
 
 
+def parex_text(row) -> str:
+    """parex's number, or a bracket's ends."""
+    return f"{fmt(row.low)} – {fmt(row.high)}" if row.is_bracket else fmt(row.parex)
+
+
 def summary(result: FigureResult) -> dict:
     """The scoreboard line of one figure, as strings."""
-    held = result.held_rows()
-    within = sum(result.within(r) for r in held)
-    worst = result.worst(held)
-    known = len(result.rows) - len(held)
+    t, worst = result.tally(), result.worst()
     return {"figure": result.spec.title, "name": result.spec.name, "source": result.spec.source,
+            "evidence": EVIDENCE_WORDS[result.spec.evidence],
             "numbers": " + ".join(result.kinds()) or "–",
-            "within": f"{within}/{len(held)}" if result.rows else "–",
+            "within": f"{t.within}/{t.scored}" if result.rows else "–",
+            "out_of_scope": str(t.out_of_scope) if t.out_of_scope else "",
             "worst": fmt(worst.ratio) if worst else "–",
             "worst_quantity": worst.quantity if worst else "",
-            "known": str(known) if known else "", "status": STATUS[result.status],
-            "reason": result.reason}
+            "status": STATUS[result.status], "reason": result.reason}
+
+
+def headline(results: list[FigureResult]) -> str:
+    """Figures passing; rows within / scored and out of scope; which figures reproduce what."""
+    rows = sum((r.tally() for r in results), Tally())
+    passing = sum(r.status == "passed" for r in results)
+
+    def count(evidence: str) -> tuple[int, int]:
+        mine = [r for r in results if r.spec.evidence == evidence]
+        return sum(r.status == "passed" for r in mine), len(mine)
+    (m, m_all), (a, a_all), (w, w_all) = map(count, EVIDENCE)
+    return (f"**{passing} of {len(results)} figures pass.** Rows within / rows scored: "
+            f"{rows.within}/{rows.scored}; {rows.out_of_scope} out of scope (counted apart, "
+            f"never as passes). {m} figures reproduce a paper's measurement (of {m_all} set "
+            f"against one), {a} a paper's analysis (of {a_all}); {w} of {w_all} wiring checks "
+            "pass (parex's number is the paper's own formula: not reproductions).")
 
 
 def text_report(result: FigureResult) -> str:
     """The CLI's table of one figure's rows."""
     s = result.spec
     lines = [f"{s.title} — {result.status}", f"source: {s.source}",
+             f"evidence: {s.evidence} ({EVIDENCE[s.evidence]})",
              f"tolerance: parex / paper in [{s.tolerance.lo:g}, {s.tolerance.hi:g}] "
-             f"({s.tolerance.rule}); rows may carry their own", ""]
+             f"({s.tolerance.rule}); points may carry their own; a bracket hits only when it "
+             "contains the paper's value", ""]
     if result.status == "missing":
         return "\n".join(lines + [f"missing: {result.reason}"])
-    rows = [[r.quantity, fmt(r.paper), fmt(r.parex), f"{r.ratio:.4f}", r.kind,
-             verdict(result, r)] for r in result.rows]
-    lines.append(table(rows, ["quantity", "paper", "parex", "ratio", "parex's", "within"]))
-    known = {r.known for r in result.rows if r.known}
-    lines += [f"known deviation: {k}" for k in known] + [f"note: {n}" for n in result.notes]
+    rows = [row_cells(result, r) for r in result.rows]
+    lines.append(table(rows, ROW_COLUMNS))
+    lines.append(f"rows within / scored: {result.tally().text()}")
+    lines += [f"note: {n}" for n in remarks(result)]
     return "\n".join(lines)
 
 
-SUMMARY_COLUMNS = ["figure", "source", "parex's numbers", "rows within", "worst ratio",
-                   "known deviations", "status", ""]
+SUMMARY_COLUMNS = ["figure", "source", "evidence", "parex's numbers", "rows within / scored",
+                   "out of scope", "worst ratio", "status", ""]
 ROW_COLUMNS = ["quantity", "paper", "parex", "ratio", "parex's", "within"]
-INTRO = ("Each figure sets the paper's numbers beside parex's and their ratio, judged against the "
-         "tolerance it states. *predicted*: parex's analytic model, schedule tables or "
-         "heterogeneous planner; *measured*: compiled or run on the emulated CPU mesh. A *known "
-         "deviation* is a row whose cause is named; it does not count towards the pass.")
+INTRO = ("Each figure sets the paper's numbers beside parex's and their ratio, scored by one rule "
+         "(parex.figures.scoring): a point is within its stated tolerance or not; a bracket "
+         "(parex's range over settings the paper did not publish) is within only when it "
+         "contains the paper's value; a row is *out of scope* only for a reason its figure "
+         "declares before computing anything, and is counted apart, never as a pass. "
+         "*predicted*: parex's analytic model, schedule tables or heterogeneous planner; "
+         "*measured*: compiled or run on the emulated CPU mesh. Evidence: *a paper's "
+         "measurement* (its hardware's numbers), *a paper's analysis* (its closed forms, "
+         "computed parex's own way), or a *wiring check* (parex's number is the paper's own "
+         "formula or constants: not a reproduction).")
 
 
 def summary_cells(result: FigureResult) -> list[str]:
     """The scoreboard line of one figure (plain text; the thumbnail column left to the format)."""
     s = summary(result)
     status = s["status"] + (f": {s['reason']}" if s["reason"] else "")
-    return [s["figure"], s["source"], s["numbers"], s["within"], s["worst"], s["known"], status]
+    return [s["figure"], s["source"], s["evidence"], s["numbers"], s["within"],
+            s["out_of_scope"], s["worst"], status]
 
 
 def row_cells(result: FigureResult, row) -> list[str]:
-    return [row.quantity, fmt(row.paper), fmt(row.parex), f"{row.ratio:.4f}", row.kind,
+    ratio = "–" if not math.isfinite(row.ratio) else f"{row.ratio:.4f}"
+    return [row.quantity, fmt(row.paper), parex_text(row), ratio, row.kind,
             verdict(result, row)]
 
 
 def remarks(result: FigureResult) -> list[str]:
-    """The known deviations' causes, the notes, and why a figure is missing or an error."""
-    known = [f"known deviation: {k}" for k in dict.fromkeys(x.known for x in result.rows
-                                                             if x.known)]
-    return known + result.notes + ([result.reason] if result.reason else [])
+    """The out-of-scope reasons, the rows that are weaker evidence than their figure, the
+    notes, and why a figure is missing or an error."""
+    scopes = [f"out of scope ({name}): {result.spec.scopes[name]}"
+              for name in dict.fromkeys(x.scope for x in result.rows if x.scope)]
+    weaker = [f"{x.quantity}: {result.evidence(x)} ({EVIDENCE[result.evidence(x)]})"
+              for x in result.rows if result.evidence(x) != result.spec.evidence]
+    return scopes + weaker + result.notes + ([result.reason] if result.reason else [])
 
 
 def tolerance_text(result: FigureResult) -> str:
@@ -101,8 +137,8 @@ def _took(seconds: float | None) -> str:
 def markdown(results: list[FigureResult], seconds: float | None = None) -> str:
     def line(cells):
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-    lines = ["# parex figure gallery: scoreboard", "", INTRO, "", line(SUMMARY_COLUMNS),
-             line(["---"] * len(SUMMARY_COLUMNS))]
+    lines = ["# parex figure gallery: scoreboard", "", INTRO, "", headline(results), "",
+             line(SUMMARY_COLUMNS), line(["---"] * len(SUMMARY_COLUMNS))]
     for r in results:
         name, cells = r.spec.name, summary_cells(r)
         image = f'[<img src="{name}.png" width="180">]({name}.svg)' if r.files else ""
@@ -110,7 +146,8 @@ def markdown(results: list[FigureResult], seconds: float | None = None) -> str:
     lines += ["", _took(seconds)] if seconds is not None else []
     for r in results:
         lines += ["", f"## {r.spec.name}", "",
-                  f"**{r.spec.title}** — {r.spec.source}. {tolerance_text(r)}", ""]
+                  f"**{r.spec.title}** — {r.spec.source}. Evidence: "
+                  f"{EVIDENCE_WORDS[r.spec.evidence]}. {tolerance_text(r)}", ""]
         if r.rows:
             lines += [line(ROW_COLUMNS), line(["---"] * len(ROW_COLUMNS))]
             lines += [line(row_cells(r, row)) for row in r.rows] + [""]
@@ -139,18 +176,26 @@ def html_page(results: list[FigureResult], seconds: float | None = None) -> str:
     took = f"<p>{e(_took(seconds))}</p>" if seconds is not None else ""
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto}table{border-collapse:"
              "collapse}td,th{border:1px solid #ccc;padding:3px 6px;font-size:13px}")
+    lead = e(headline(results).replace("**", ""))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>parex scoreboard</title>"
             f"<style>{style}</style></head><body><h1>parex figure gallery: scoreboard</h1>"
-            f"<table>{''.join(body)}</table>{took}{''.join(details)}</body></html>\n")
+            f"<p>{lead}</p><table>{''.join(body)}</table>{took}{''.join(details)}"
+            "</body></html>\n")
+
+
+def write_pages(results: list[FigureResult], out: Path, seconds: float | None = None) -> dict:
+    """scoreboard.md and scoreboard.html in `out` (e.g. again from a committed JSON)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {k: out / f"scoreboard.{k}" for k in ("md", "html")}
+    paths["md"].write_text(markdown(results, seconds))
+    paths["html"].write_text(html_page(results, seconds))
+    return paths
 
 
 def write(results: list[FigureResult], out: Path, seconds: float | None = None) -> dict:
     """scoreboard.md, scoreboard.html and scoreboard.json (every figure's JSON) in `out`."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {k: out / f"scoreboard.{k}" for k in ("md", "html", "json")}
-    paths["md"].write_text(markdown(results, seconds))
-    paths["html"].write_text(html_page(results, seconds))
+    paths = write_pages(results, out, seconds) | {"json": Path(out) / "scoreboard.json"}
     data = {"figures": [r.to_json() for r in results], "seconds": seconds}
     for figure in data["figures"]:  # paths relative to the scoreboard
         figure["files"] = {k: Path(v).name for k, v in figure["files"].items()}
@@ -167,5 +212,5 @@ def summary_frame(results: list[FigureResult]):
     """One row per figure: the scoreboard's columns, as a DataFrame."""
     import pandas as pd
 
-    columns = ["name", "numbers", "within", "worst", "known", "status"]
+    columns = ["name", "evidence", "numbers", "within", "out_of_scope", "worst", "status"]
     return pd.DataFrame([summary(r) for r in results])[columns].set_index("name")

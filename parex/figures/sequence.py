@@ -87,7 +87,7 @@ def _chart(df: pd.DataFrame):
 @figure("ring-ulysses", title="Ring attention and Ulysses: memory and communication against N",
         source="Jacobs et al. 2023, DeepSpeed-Ulysses (arXiv:2309.14509), §3.2; Liu et al. "
                "2023, Ring Attention (arXiv:2310.01889), §3 and abstract",
-        tolerance=COMM, slow=True, devices=8)
+        tolerance=COMM, evidence="analysis", slow=True, devices=8)
 def ring_ulysses() -> Figure:
     model = model_preset("tiny")
     df = study(model)

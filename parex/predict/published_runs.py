@@ -1,16 +1,23 @@
 """Published training runs against the predicted step time, with fitting and testing kept apart.
 
     FIT   Megatron-LM's Table 1 (Narayanan et al. 2021, data/reference/megatron_table1.csv):
-          10 weak-scaling runs on A100. The one fitted constant, the chips' `step_efficiency`,
-          comes from these rows only (`fit_step_efficiency`); `leave_one_out` scores each row with
-          the constant fitted on the other nine.
+          10 weak-scaling runs on A100. The committed profiles' fitted constant, the chips'
+          `step_efficiency`, comes from these rows only (`fit_step_efficiency`); `leave_one_out`
+          scores each row with the constant fitted on the other nine.
     TEST  data/reference/heldout_runs.csv: runs from other papers (Korthikanti et al. 2022,
-          MT-NLG 2022), never fitted on, scored with the profile as committed.
-    ADDED data/reference/added_runs.csv: held-out runs added late (Narayanan et al. 2021,
-          Table 2), scored and reported on their own.
-    OTHER data/reference/other_runs.csv: held-out runs of other clusters and code (BigScience's
-          BLOOM-176B), scored with the committed profile and reported on their own, with the
-          facts of each run the model does not describe listed beside it.
+          MT-NLG 2022), held out of that fit and scored with the profile as committed. One of
+          them, korthikanti-22b-full, is the fit set of the megatron-lm-2022 stack.
+    ADDED data/reference/added_runs.csv: runs added late (Narayanan et al. 2021, Table 2), held
+          out of every fit, scored and reported on their own.
+    OTHER data/reference/other_runs.csv: runs of other clusters and code (BigScience's
+          BLOOM-176B), held out of the profile's fit, scored with the committed profile and
+          reported on their own, with the facts of each run the model does not describe listed
+          beside it. bloom-176b is the fit set of the megatron-deepspeed stack.
+
+Each software stack fits a step efficiency of its own on a named fit set
+(parex.predict.published.STACKS); every CSV's `fitted_by` column names the fits that use a run,
+and its `# held out of:` line the fits that use none of its runs (both checked against this code
+by tests/predict/test_predict_published.py).
 
 Each run's implementation facts (its code's data-parallel gradient reduction during or after the
 backward, `grad_overlap`; its tensor-parallel backward beside the weight-gradient GEMMs or not,
@@ -51,18 +58,20 @@ def fit_runs():
 
 
 def heldout_runs():
+    """Runs held out of the committed profile's fit (data/reference/heldout_runs.csv), seconds
+    per iteration as published."""
     return read_reference(TEST_SET)
 
 
 def other_runs():
-    """Held-out runs of other clusters and code (data/reference/other_runs.csv), seconds per
-    iteration as published."""
+    """Runs of other clusters and code (data/reference/other_runs.csv), held out of the
+    committed profile's fit, seconds per iteration as published."""
     return read_reference(OTHER_SET)
 
 
 def added_runs():
-    """Held-out runs added late (data/reference/added_runs.csv): the published TFLOP/s per GPU
-    turned into seconds per iteration with the paper's FLOP count."""
+    """Runs added late, held out of every fit (data/reference/added_runs.csv): the published
+    TFLOP/s per GPU turned into seconds per iteration with the paper's FLOP count."""
     runs = read_reference(ADDED_SET)
     runs["step_s"] = [megatron_flops(r, s=int(r.seq), V=int(r.vocab))
                       / (r.gpus * r.tflops_per_gpu * 1e12) for r in runs.itertuples()]
@@ -174,7 +183,8 @@ def summary(ratio) -> dict:
 
 
 def accuracy(chip_name: str = "a100-80gb") -> dict:
-    """The fit set scored leave-one-out, the held-out sets with the committed profile."""
+    """The fit set scored leave-one-out, the sets held out of its fit with the committed
+    profile."""
     chip = load_chip(chip_name)
     loo = leave_one_out(fit_runs(), chip)
     held, added = scored(heldout_runs(), chip), scored(added_runs(), chip)

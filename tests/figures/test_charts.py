@@ -336,15 +336,15 @@ def test_gallery_legends_list_only_the_kinds_a_figure_has():
     class Row:
         def __init__(self, kind):
             self.quantity, self.paper, self.parex, self.ratio = f"q {kind}", 1.0, 1.0, 1.0
-            self.kind, self.tolerance, self.known = kind, Tolerance, False
+            self.kind, self.tolerance, self.is_bracket = kind, Tolerance, False
 
     class Result:
         rows = [Row("predicted")]
         spec = type("Spec", (), {"tolerance": Tolerance})
 
         @staticmethod
-        def within(row):
-            return True
+        def verdict(row):
+            return "within"
 
     assert _colors_of(ratio_strip(Result).to_dict()) == {"predicted": style.PREDICTED}
     Result.rows = [Row("predicted"), Row("measured")]

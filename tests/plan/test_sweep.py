@@ -81,13 +81,17 @@ def _kill_after_first_record(script: str, store: Path) -> bytes:
 
 def test_sigkill_mid_sweep_then_resume_loses_and_duplicates_nothing(tmp_path):
     store = tmp_path / "s.jsonl"
+    # the first child finishes at once, every later one sleeps until it is killed: the kill
+    # lands while the second child runs however slowly the poll below comes round
+    first = CONFIGS[0].layout
     script = textwrap.dedent(f"""
         import sys
         from parex.sweep import SweepConfig, run_sweep
         configs = [SweepConfig("tiny", layout, global_batch=4, steps=2)
                    for layout in {[c.layout for c in CONFIGS]!r}]
         run_sweep(configs, {str(store)!r}, progress=False,
-                  argv_of=lambda c: [sys.executable, "-c", {STAND_IN!r}, c.layout, "1.5"])
+                  argv_of=lambda c: [sys.executable, "-c", {STAND_IN!r}, c.layout,
+                                     "0" if c.layout == {first!r} else "600"])
     """)
     before = _kill_after_first_record(script, store)
     assert len(read_records(store)) == 1  # killed while the second child ran
@@ -108,20 +112,22 @@ def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path):
                SweepConfig("tiny", "data=2", global_batch=4)]
     argv = stand_in(0.0)
 
-    def argv_of(config):  # the third one hangs
-        return stand_in(30.0)(config) if config.steps == 3 else argv(config)
-    counts = run_sweep(configs, store, timeout=2, argv_of=argv_of, progress=False)
+    def argv_of(config):  # the third one hangs past any timeout
+        return stand_in(600.0)(config) if config.steps == 3 else argv(config)
+    # a quick child must finish within the timeout on a loaded machine (a Python start can
+    # take seconds there): 15 s, which the hanging one waits out once
+    counts = run_sweep(configs, store, timeout=15, argv_of=argv_of, progress=False)
     assert counts == {"ok": 1, "error": 1, "timeout": 1, "invalid": 1, "skipped": 0}
     df = load(store)
     assert list(df["status"]) == ["invalid", "error", "timeout", "ok"]
     assert "heads=8 is not divisible by tensor=3" in df["error"][0]
-    assert "XLA aborted" in df["error"][1] and "2 s timeout" in df["error"][2]
+    assert "XLA aborted" in df["error"][1] and "15 s timeout" in df["error"][2]
     ok = df.iloc[3]
     assert ok["memory_total_bytes"] == 20 and ok["loss_last"] == 5.4
     assert ok["source"] == "measured" and ok["train_global_batch"] == 4
     with pytest.raises(ValueError, match="--resume"):
         run_sweep(configs, store, argv_of=argv_of, progress=False)
-    retried = run_sweep(configs, store, resume=True, retry_failed=True, timeout=2,
+    retried = run_sweep(configs, store, resume=True, retry_failed=True, timeout=15,
                         argv_of=argv, progress=False)
     assert retried["skipped"] == 1 and retried["ok"] == 1  # the hang, now quick
     assert list(load(store)["status"]) == ["invalid", "error", "ok", "ok"]

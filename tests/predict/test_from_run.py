@@ -4,6 +4,7 @@ whose configuration is not fully published."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -78,7 +79,7 @@ def test_cpu_local_is_not_calibrated_from_a_run(cache, capsys):
 
 # --- stacks ---------------------------------------------------------------------------------------
 
-def test_calibrated_from_one_run_another_of_its_stack_scores_as_the_benchmark_says():
+def test_calibrated_from_one_run_another_of_its_stack_pin():
     # `--from-run` on Korthikanti et al.'s 22B full-recompute run (1.42 s), then their 175B run
     chip, every = load_chip("a100-80gb"), published.stack_runs()
     one = every[every.run == "korthikanti-22b-full"].iloc[0]
@@ -108,18 +109,82 @@ def test_every_run_has_a_stack_and_no_fit_run_is_scored():
         | {f"narayanan-t2-529.6b-{n}" for n in (560, 1120, 2240)})
 
 
+# Targets (docs/predict.md): a stack calibrated from one of its runs, median ≤ 5 %, max ≤ 12 % on
+# its other runs; runs held out of their own stack's fit (leave-one-out), ≤ 3.5 % / ≤ 8.5 %.
+ONE_RUN_TARGET, HELD_OUT_TARGET = (0.05, 0.12), (0.035, 0.085)
+# megatron-lm-2022 as measured (median, max): calibrated on korthikanti-22b-full, and
+# leave-one-out over its 8 runs; the ratios rise with the pipeline depth, which one constant
+# cannot absorb
+ONE_RUN_MEASURED, LOO_MEASURED = (0.068, 0.155), (0.055, 0.107)
+
+
+def _missed(measured, target) -> str:
+    return (f"missed: median {measured[0]:.1%}, max {measured[1]:.1%} against "
+            f"{target[0]:.1%} / {target[1]:.1%}")
+
+
+@pytest.fixture(scope="module")
+def stacks():
+    return published.stack_accuracy()
+
+
+def _pair(summary) -> tuple[float, float]:
+    return summary["median"], summary["max"]
+
+
 @pytest.mark.slow
-def test_stack_accuracy_as_measured():
-    result = published.stack_accuracy()
-    k = result["megatron-lm-2022"]
+def test_stack_accuracy_pin(stacks):
+    k = stacks["megatron-lm-2022"]
     assert k["test"].run.isin(published.STACKS["megatron-lm-2022"]).sum() == 0
-    # measured: one run (22B full) 6.8 % median, 15.5 % max over the other 7 (targets 5 %,
-    # 12 %: missed); leave-one-out 5.5 % / 10.7 % (targets 3.5 %, 8.5 %: missed)
-    assert k["test_summary"]["median"] <= 0.07 and k["test_summary"]["max"] <= 0.16
-    b = result["megatron-deepspeed"]["brackets"]
+    assert _pair(k["test_summary"]) == pytest.approx(ONE_RUN_MEASURED, abs=1e-3)
+    assert _pair(k["loo_summary"]) == pytest.approx(LOO_MEASURED, abs=1e-3)
+    b = stacks["megatron-deepspeed"]["brackets"]
     assert (b.parex_min_s < b.parex_max_s).all() and b.hit.all()  # MT-NLG over microbatch 1-4
-    b = result["megatron-lm-2021"]["brackets"]
+    b = stacks["megatron-lm-2021"]["brackets"]
     assert b.hit.sum() == 4, b[["run", "step_s", "parex_min_s", "parex_max_s"]]
+
+
+def _percent(pair) -> str:
+    return f"{pair[0] * 100:.1f} % / {pair[1] * 100:.1f} %"
+
+
+@pytest.mark.slow
+def test_the_docs_quote_the_stacks_as_measured(stacks):
+    """README.md and docs/predict.md state these numbers: they are what the code gives."""
+    root = Path(__file__).resolve().parents[2]
+    readme, page = (" ".join((root / name).read_text().split())
+                    for name in ("README.md", "docs/predict.md"))
+    loo_2021 = _pair(stacks["megatron-lm-2021"]["loo_summary"])
+    one_run, loo_2022 = (_pair(stacks["megatron-lm-2022"][k]) for k in ("test_summary",
+                                                                        "loo_summary"))
+    median, worst = (f"{x * 100:.1f} %" for x in loo_2021)
+    assert f"median {median}, max {worst}" in readme
+    assert f"{_percent(one_run)} on its other seven" in readme
+    hits = sum(int(stacks[s]["brackets"].hit.sum()) for s in stacks)
+    total = sum(len(stacks[s]["brackets"]) for s in stacks)
+    assert f"brackets, {hits} of {total} hit" in readme
+    for pair in (loo_2021, one_run, loo_2022):
+        assert _percent(pair) in page, _percent(pair)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=_missed(ONE_RUN_MEASURED, ONE_RUN_TARGET))
+def test_a_stack_calibrated_from_one_run_meets_the_target(stacks):
+    median, worst = _pair(stacks["megatron-lm-2022"]["test_summary"])
+    assert median <= ONE_RUN_TARGET[0] and worst <= ONE_RUN_TARGET[1]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=_missed(LOO_MEASURED, HELD_OUT_TARGET))
+def test_megatron_2022_held_out_of_its_stack_fit_meets_the_target(stacks):
+    median, worst = _pair(stacks["megatron-lm-2022"]["loo_summary"])
+    assert median <= HELD_OUT_TARGET[0] and worst <= HELD_OUT_TARGET[1]
+
+
+@pytest.mark.slow
+def test_megatron_2021_held_out_of_its_stack_fit_meets_the_target(stacks):
+    median, worst = _pair(stacks["megatron-lm-2021"]["loo_summary"])
+    assert median <= HELD_OUT_TARGET[0] and worst <= HELD_OUT_TARGET[1]
 
 
 def test_a_bracket_spans_the_predictions_of_each_value():

@@ -1,5 +1,11 @@
 """The papers' tables (data/reference/) against the predictor's real path, and the published runs:
-the one fitted constant comes from the fit set only, the held-out set is scored as committed."""
+the committed profile's fitted constant comes from the fit set only, the sets held out of that
+fit are scored as committed, and every file's fit labels are what the code fits.
+
+Accuracy tests assert the stated targets (docs/predict.md: runs held out of their own stack's fit
+median ≤ 3.5 %, max ≤ 8.5 %; runs predicted by a fit on another stack or on one run ≤ 5 % /
+≤ 12 %), as strict xfails while a target is missed; regression pins, named `_pin`, hold today's
+numbers, which the xfails' reasons quote."""
 
 import numpy as np
 import pytest
@@ -47,6 +53,9 @@ def test_zero_table1_through_predicts_state_memory():
 
 
 def test_korthikanti_table2_through_the_activation_model():
+    """A wiring check, not a reproduction: the activation model is Table 2's formulas, so this
+    shows they reach predict() for every configuration (the measured ratios are the gallery's
+    korthikanti-measured figure)."""
     table = published.korthikanti_table()
     assert len(table) == 6 * 4  # six configurations for the paper's four models
     assert np.allclose(table.ratio, 1.0, rtol=1e-12, atol=0)
@@ -70,6 +79,45 @@ def test_fit_and_held_out_sets_are_disjoint_and_sourced():
     assert any("arXiv:2104.04473), Table 2" in line for line in header)  # Narayanan et al.
 
 
+def _fits_in_code() -> dict[str, set[str]]:
+    """Every fit parex makes on published runs, read from the code: the committed a100-80gb
+    profile's step efficiency (fit_runs, Megatron-LM Table 1; its fit is checked below) and each
+    stack's own (published.STACKS)."""
+    return {"a100-80gb": set(runs.fit_runs().run)} | {
+        stack: set(names) for stack, names in published.STACKS.items()}
+
+
+TABLES = {runs.FIT_SET: runs.fit_runs, runs.TEST_SET: runs.heldout_runs,
+          runs.ADDED_SET: runs.added_runs, runs.OTHER_SET: runs.other_runs}
+UNQUALIFIED = ("never used to fit any constant", "never fitted on")
+
+
+def test_held_out_labels_are_what_the_code_fits():
+    """Each run's `fitted_by` names exactly the fits that use it; each file's `# held out of:`
+    fits use none of its runs; a file or docstring that says its runs were never fitted holds
+    no fitted run."""
+    fits = _fits_in_code()
+    for name, load in TABLES.items():
+        table, text = load(), (references.REFERENCE_DIR / f"{name}.csv").read_text()
+        in_code = [sorted(f for f, members in fits.items() if run in members)
+                   for run in table.run]
+        labelled = [sorted(label.split("+")) if label != "-" else [] for label in
+                    table.fitted_by]
+        assert labelled == in_code, (name, list(zip(table.run, labelled, in_code)))
+        held_out_of = next(line.split(":", 1)[1] for line in text.splitlines()
+                           if line.startswith("# held out of:"))
+        for fit in (f.strip() for f in held_out_of.split(",") if f.strip() != "-"):
+            assert not fits[fit] & set(table.run), (name, fit)
+        header = " ".join(" ".join(line.strip("# ") for line in text.splitlines()
+                                   if line.startswith("#")).split()).lower()
+        if any(in_code):
+            assert not any(claim in header for claim in UNQUALIFIED), name
+    # the module that describes all four sets, fitted ones among them, says which fit each set
+    # is held out of, never that it was not fitted at all
+    doc = " ".join(runs.__doc__.split()).lower()
+    assert not any(claim in doc for claim in UNQUALIFIED)
+
+
 def test_other_runs_bloom_is_the_published_setup_and_scored_as_a_test_set():
     # BigScience tr11-176B-ml: TP 4 x PP 12 x DP 8, MBS 2, GBS 2048, 105 s per iteration
     # (149 TFLOP/s per GPU by Narayanan et al.'s count, the chronicles' "150 TFLOPS")
@@ -80,8 +128,10 @@ def test_other_runs_bloom_is_the_published_setup_and_scored_as_a_test_set():
     flops = references.megatron_flops(row, s=2048, V=250880)
     assert flops / (row.gpus * row.step_s) == pytest.approx(149e12, rel=0.01)
     other = runs.scored(runs.other_runs(), load_chip("a100-80gb"))
-    # measured with the committed profile: 1.048 (several facts of the run not described)
-    assert abs(other.ratio.iloc[0] - 1) <= 0.10, other[["run", "ratio"]]
+    # a pin, measured with the committed profile: 1.048, partly errors cancelling (several facts
+    # of the run not described); within the target for another stack's run (≤ 5 %)
+    assert other.ratio.iloc[0] == pytest.approx(1.048, abs=5e-4)
+    assert abs(other.ratio.iloc[0] - 1) <= OTHER_STACK_TARGET["median"]
 
 
 def test_added_runs_are_the_papers_tflops_over_its_flop_count():
@@ -101,23 +151,42 @@ def test_a100_step_efficiency_is_the_fit_on_megatron_table1_alone():
     assert "Table 1" in chip.efficiency_sources["step_efficiency"]
 
 
-def test_megatron_table1_in_sample_and_the_bubble_only_where_pipelined():
+def test_megatron_table1_in_sample_pin_and_the_bubble_only_where_pipelined():
+    """In sample (the fit set scored with its own fit): a pin, not an accuracy check."""
     table = published.megatron_table1("a100-80gb")
     assert len(table) == 10
-    assert (np.abs(table.ratio - 1) <= 0.10).all(), table[["run", "ratio"]]
+    s = runs.summary(table.ratio)
+    assert (s["median"], s["max"]) == pytest.approx((0.0134, 0.0553), abs=5e-4)
     assert ((table.parex_bubble_fraction > 0) == (table.pp > 1)).all()
 
 
-def test_held_out_runs_with_the_committed_profile():
+# runs of other papers (another stack's code) predicted by the committed profile, fitted on
+# Megatron-LM 2021: the target for a fit on another stack is median ≤ 5 %, max ≤ 12 %
+OTHER_STACK_TARGET = {"median": 0.05, "max": 0.12}
+HELD_OUT_MEASURED = {"median": 0.0522, "max": 0.1413}  # Korthikanti's 1T on 64 stages: +14 %
+
+
+@pytest.fixture(scope="module")
+def held_out():
     # fully published runs only: a run with an unpublished setting is a bracket, never a point
     # (test_from_run's stack tests: MT-NLG 3 of 3 and Table 2 4 of 6 inside their brackets)
     held = runs.heldout_runs()
     assert set(held[held.unknown != "-"].run.str[:6]) == {"mt-nlg"}
-    held = runs.scored(held[held.unknown == "-"], load_chip("a100-80gb"))
-    s = runs.summary(held.ratio)
-    # measured with the committed profile (fitted on Megatron-LM 2021): median 5.2 %, max 14.1 %
-    # (Korthikanti's 2022 code runs the 1T model on 64 stages 14 % faster)
-    assert s["n"] == 8 and s["median"] <= 0.06 and s["max"] <= 0.15, held[["run", "ratio"]]
+    return runs.summary(runs.scored(held[held.unknown == "-"], load_chip("a100-80gb")).ratio)
+
+
+def test_held_out_runs_with_the_committed_profile_pin(held_out):
+    assert held_out["n"] == 8
+    assert held_out == pytest.approx(HELD_OUT_MEASURED | {"n": 8}, abs=5e-4)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    f"missed: median {HELD_OUT_MEASURED['median']:.1%}, max {HELD_OUT_MEASURED['max']:.1%} "
+    f"against {OTHER_STACK_TARGET['median']:.0%} / {OTHER_STACK_TARGET['max']:.0%}: "
+    "Korthikanti et al.'s 2022 code runs deep pipelines faster than the 2021 fit set"))
+def test_held_out_runs_with_the_committed_profile_meet_the_target(held_out):
+    assert held_out["median"] <= OTHER_STACK_TARGET["median"]
+    assert held_out["max"] <= OTHER_STACK_TARGET["max"]
 
 
 def test_table2_runs_are_brackets_over_their_interleaving():
@@ -145,10 +214,12 @@ def test_each_runs_implementation_moves_its_prediction_the_physical_way():
 
 
 @pytest.mark.slow
-def test_megatron_table1_leave_one_out_meets_the_targets():
+def test_megatron_table1_leave_one_out_meets_the_target():
+    """Each row held out of its own stack's fit: the target is median ≤ 3.5 %, max ≤ 8.5 %
+    (measured 1.4 % / 6.6 %)."""
     loo = runs.leave_one_out(runs.fit_runs(), load_chip("a100-80gb"))
     s = runs.summary(loo.ratio)
-    assert s["median"] <= 0.05 and s["max"] <= 0.12, loo[["run", "ratio"]]
+    assert s["median"] <= 0.035 and s["max"] <= 0.085, loo[["run", "ratio"]]
     assert loo.fitted_efficiency.between(0.7, 0.8).all()
 
 

@@ -1,0 +1,102 @@
+"""The misses the gallery expects today, each with its size and its cause: the rows of a figure
+that lie outside their tolerance, a bound each such row still holds, and why. A test checks a
+figure's result against its entries (`expected_failure`) and then xfails with the reason, whose
+numbers are the bounds it just checked; a row outside with no entry, an excused row beyond its
+bound, or an entry that excuses nothing (the miss is gone: delete the entry, the figure passes)
+fails the test instead, so the xfail is strict (a miss marked `sometimes`, a wall-clock
+measurement on shared cores, may be absent from a run: the figure then passes).
+
+Sizes are from the committed scoreboard (docs/figures/scoreboard.md), with room for the shared
+machine's noise where the number is a wall-clock measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Miss:
+    rows: str  # a part of the quantity of every row it excuses
+    on: str  # "ratio" (parex / paper, a bracket's nearer end) or "parex" (parex's number)
+    lo: float  # the bound the excused rows hold while they miss
+    hi: float
+    why: str
+    sometimes: bool = False  # wall clock on shared cores: may fall inside the tolerance
+
+    def reason(self) -> str:
+        return f"'{self.rows}': {self.on} in [{self.lo:g}, {self.hi:g}], {self.why}"
+
+    def holds(self, row: dict) -> bool:
+        return self.lo <= row[self.on] <= self.hi
+
+
+TICKS = ("every tick of the tick-synchronous executor pays a rendezvous (a thread wake-up on the "
+         "2 shared cores) that one stage alone does not")
+EXPECTED = {
+    "zero-table1": [
+        Miss("P_os+g+p", "ratio", 1.0, 1.25,
+             "parex holds more than ZeRO-3's 16Ψ/N_d where little is left per device: it keeps "
+             "biases and norms replicated where ZeRO flattens and shards every parameter")],
+    "axonn": [
+        Miss("Frontier weak-scaling efficiency", "ratio", 1.05, 1.85,
+             "parex's brackets lie above the paper's efficiency: its α-β model has no network "
+             "contention at scale"),
+        Miss("sustained FLOP/s", "ratio", 1.05, 2.3,
+             "parex's brackets lie above the paper's FLOP/s (the Frontier profile's assumed "
+             "efficiencies most of all)")],
+    "pipeline-bubble": [
+        Miss("lockstep executor", "parex", 0.25, 0.45,
+             "1F1B's lockstep executor: in the steady state a forward waits for the other "
+             "stage's backward"),
+        Miss("measured", "parex", -0.1, 0.7,
+             f"the wall-time bubble whatever m, from none to 0.7 of the step as the shared "
+             f"machine's load comes and goes: {TICKS}", sometimes=True)],
+    "zero-bubble": [
+        Miss("bubble time · m=", "parex", 0.5, 2.5,
+             f"ZB-H1's measured idle time over 1F1B's (the paper's: a third): {TICKS}"),
+        Miss("step time", "parex", 0.6, 1.3,
+             "ZB/1F1B measured step-time ratios scatter from run to run by as much as the "
+             "effect on the 2 shared cores", sometimes=True)],
+    "diloco": [
+        Miss("final eval loss", "ratio", 1.08, 1.25,
+             "after 100 steps from scratch DiLoCo's eval loss is above sync DP's; the paper's "
+             "parity is for long runs")],
+    "hexiscale": [
+        Miss("10 Gb/s", "ratio", 0.55, 0.85,
+             "parex's 1F1B critical path pays a cross-group hop of a 4096-token activation at "
+             "10 Gb/s: about a stage's compute"),
+        Miss("100 Gb/s · 13B", "ratio", 0.93, 0.965,
+             "the 13B's gap at 100 Gb/s is above the paper's 3.5 % average (flash attention "
+             "speeds the homogeneous reference more)")],
+    "ppll": [
+        Miss("speed 1F1B/local · emulated mesh", "parex", 1.0, 2.0,
+             "local is faster than the flush-free bound (m+p−1)/m = 1.375 on the emulated "
+             "mesh, where 8 devices share 2 cores and the readout heads are small",
+             sometimes=True)],
+}
+
+
+def off_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["verdict"] == "outside"]
+
+
+def expected_failure(name: str, rows: list[dict]) -> str | None:
+    """Check a figure's rows (dicts with quantity, ratio, parex, verdict) against its expected
+    misses; the xfail reason when rows miss, None when none does (it must pass then)."""
+    entries = EXPECTED.get(name, [])
+    off = off_rows(rows)
+    if not entries:
+        assert not off, [(r["quantity"], r["ratio"]) for r in off]
+        return None
+    unexcused = [r["quantity"] for r in off if not any(m.rows in r["quantity"] for m in entries)]
+    assert not unexcused, f"outside with no expected miss: {unexcused}"
+    for miss in entries:
+        mine = [r for r in off if miss.rows in r["quantity"]]
+        assert mine or miss.sometimes, f"{name}: '{miss.rows}' now within: delete its entry"
+        beyond = [(r["quantity"], r[miss.on]) for r in mine if not miss.holds(r)]
+        assert not beyond, f"{name}: beyond the expected miss {miss.reason()}: {beyond}"
+    if not off:  # a miss that is only sometimes there may be absent; a steady one may not
+        assert all(m.sometimes for m in entries), f"{name} passes now: delete its entries"
+        return None
+    return "; ".join(m.reason() for m in entries)
