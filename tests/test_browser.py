@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -28,6 +29,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 import pytest
+
+from parex.units import format_bytes, format_seconds
 
 pytestmark = pytest.mark.browser
 
@@ -49,6 +52,17 @@ CHART_OPACITY_JS = f"""() => {{
   return opacity; }}"""
 STATUS_JS = """() => Array.from(document.querySelectorAll('.widget-html-content'))
   .map(e => e.textContent).join('|')"""
+COMMAND_JS = """() => Array.from(document.querySelectorAll('code.parex-note'))
+  .map(e => e.textContent).find(t => t.startsWith('parex predict'))"""
+
+
+def _pasted_into_the_cli(command: str) -> dict:
+    """The Explorer's printed command, run as a user would paste it into a shell."""
+    args = shlex.split(command)
+    assert args[:2] == ["parex", "predict"], command
+    done = subprocess.run([sys.executable, "-m", "parex.cli", *args[1:], "--json"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
 
 
 def _free_port() -> int:
@@ -344,6 +358,13 @@ def test_the_explorer_in_a_browser(jupyterlab):
             timings["gantt_gpu_s"] = ui.until(
                 "status.includes('h100') && text.includes('op times') && text.includes('(µs)')")
             ui.shot("gantt")
+            # the command the Explorer prints for this pipeline, pasted into a shell: the same
+            # step time and memory as its status line (one Setting, resolved alike)
+            command = page.evaluate(COMMAND_JS)
+            assert "stage=4" in command and "h100-sxm" in command, command
+            pasted, status = _pasted_into_the_cli(command), page.evaluate(STATUS_JS)
+            assert format_seconds(pasted["step_time_s"]["total"]) + " per step" in status
+            assert format_bytes(pasted["memory_bytes_per_device"]["total"]) + " of" in status
 
             ui.select("model", "llama2-13b")  # 13B on 8 H100s, data-parallel: too big
             ui.tab("overview")

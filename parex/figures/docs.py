@@ -7,6 +7,7 @@ docs/*.md that shows what `parex figure --all` measured is a block between two m
 
 rewritten from docs/figures/scoreboard.json, so that no number there is typed by hand. KINDs:
 
+    headline          the scoreboard's headline alone (the README's summary of it)
     scoreboard LINK   the headline and one line per figure (LINK: the path to scoreboard.md)
     failures          per failing figure, its rows outside and its farthest row
     figure NAME       one figure's rows: quantity, paper, parex, ratio, within
@@ -84,15 +85,17 @@ def figure_block(results: list[FigureResult], name: str, notes: bool = False) ->
 
 def render(args: str, results: list[FigureResult]) -> str:
     kind, *rest = args.split()
-    if kind == "scoreboard":
+    if kind == "headline":
+        lines = [headline(results)]
+    elif kind == "scoreboard":
         lines = scoreboard_block(results, rest[0])
     elif kind == "failures":
         lines = failures_block(results)
     elif kind == "figure":
         lines = figure_block(results, rest[0], notes=rest[1:] == ["notes"])
     else:
-        raise ValueError(f"generated block {args!r}: use scoreboard LINK, failures or figure "
-                         "NAME")
+        raise ValueError(f"generated block {args!r}: use headline, scoreboard LINK, failures or "
+                         "figure NAME")
     return "\n".join(lines) + "\n"
 
 
