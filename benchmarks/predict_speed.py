@@ -34,11 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from parex.config import TrainConfig, model_preset
-from parex.layout import Layout
+from parex.layout import Layout, LayoutError
 from parex.layout import CP_MODES
 from parex.parallel.schedules import SCHEDULES
 from parex.predict import predict_batch
 from parex.predict.shapes import Grid
+from parex.validation import validate
 from parex.validation.checks import valid_columns
 
 
@@ -78,6 +79,15 @@ def timed(fn, name: str = ""):
     out = fn()
     CPU_SECONDS[name] = time.process_time() - cpu
     return out, time.perf_counter() - start
+
+
+def _validated(layout: Layout, model, train) -> bool:
+    """parex.validate's verdict on one layout (a real program: executable=False)."""
+    try:
+        validate(layout, model, train, layout.n_devices, executable=False)
+    except LayoutError:
+        return False
+    return True
 
 
 def main(argv=None) -> int:
@@ -121,11 +131,16 @@ def main(argv=None) -> int:
                for i in range(min(n, 20000))]
     _, objects = timed(lambda: predict_batch(model, train, layouts, args.hardware))
     print(f"  from {len(layouts):,} Layout objects: {len(layouts) / objects:,.0f} predictions/s")
+    checked = layouts[:1000]
+    _, checking = timed(lambda: [_validated(layout, model, train) for layout in checked])
+    print(f"  validate(): {checking / len(checked) * 1e6:,.0f} µs per layout (what a planner "
+          f"or the Explorer pays before compiling anything)")
     if args.record:
         record = {"date": datetime.date.today().isoformat(), "cores": os.cpu_count(),
                   "load_average": os.getloadavg()[0], "model": model.name,
                   "hardware": args.hardware, "layouts": n, "cold_per_s": n / cold,
                   "warm_per_s": n / warm, "layout_objects_per_s": len(layouts) / objects,
+                  "validate_us": checking / len(checked) * 1e6,
                   "cold_per_cpu_s": n / CPU_SECONDS["cold"],
                   "warm_per_cpu_s": n / CPU_SECONDS["warm"],
                   "command": "python benchmarks/predict_speed.py " + " ".join(argv or

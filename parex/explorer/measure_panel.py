@@ -12,6 +12,7 @@ from html import escape
 import altair as alt
 import pandas as pd
 
+from ..setting import EMULATED, platform_regime
 from .. import charts
 from ..charts.style import format_bytes, format_count, format_seconds
 from ..layout import LayoutError
@@ -105,7 +106,7 @@ class MeasurePanel:
                                  f"{escape(type(exc).__name__ + ': ' + str(exc))}</div>")
             return None
         # Pair the run with a prediction for the machine it ran on, whatever is explored.
-        local = (LOCAL_HARDWARE if measurement.platform == "cpu"
+        local = (LOCAL_HARDWARE if platform_regime(measurement.platform) == EMULATED
                  and LOCAL_HARDWARE in self.controls["hardware"].options
                  else self.controls["hardware"].value)
         prediction = predicted(self.values, model, train, layout, local)

@@ -19,6 +19,7 @@ from html import escape
 import ipywidgets as w
 import pandas as pd
 
+from ..setting import EMULATED, platform_regime
 from .. import charts
 from ..charts.style import format_bytes, format_seconds
 from ..config import TrainConfig, model_preset
@@ -54,7 +55,7 @@ def prediction_of(config: dict, m: Measurement, hardware: str | None = None) -> 
     """The prediction beside a measured record, under the profile's defaults (as the Explorer
     pairs its own runs): `hardware`, else cpu-local for a run on the emulated CPU mesh."""
     if hardware is None:
-        if m.platform != "cpu":
+        if platform_regime(m.platform) != EMULATED:
             raise InputError(f"{m.layout} was measured on {m.platform}: name the hardware "
                              f"profile it ran on, e.g. hardware='h100-sxm'")
         hardware = LOCAL

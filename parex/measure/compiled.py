@@ -14,6 +14,7 @@ from ..config import ModelConfig, TrainConfig
 from ..executor.data import Batches
 from ..layout import Layout, LayoutError
 from ..record import Measurement
+from ..setting import EMULATED, platform_regime
 from ..executor.mesh import make_mesh
 from ..executor.step import TrainStep
 from ..validation import validate
@@ -50,7 +51,7 @@ def check_fits_host(model: ModelConfig, layout: Layout, devices) -> None:
     """Refuse, before compiling, a model whose state alone exceeds this machine's memory when the
     devices are emulated CPUs (they all share the host's RAM)."""
     platform = (devices[0] if devices else jax.devices()[0]).platform
-    if platform != "cpu":
+    if platform_regime(platform) != EMULATED:
         return
     need, have = state_bytes_on_host(model, layout), _host_memory_bytes()
     if need > 0.8 * have:
