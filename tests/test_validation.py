@@ -1,6 +1,5 @@
 """Impossible layouts are rejected before anything compiles, with the problem and the fix named."""
 
-
 import pytest
 
 from parex.config import ModelConfig, TrainConfig, model_preset
