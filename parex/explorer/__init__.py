@@ -5,7 +5,7 @@ times (gantt), the sweep of one control (sweep), and a sweep store's runs beside
 predictions (sweep_store, also in the Explorer's measured panel).
 
     Explorer(model="tiny", n_devices=8)      change a layout, see predicted and measured numbers
-    Planner(model="tiny", hardware="cpu-local", global_batch=16)   ranked layouts -> Explorer
+    Planner(model="tiny", hardware="cpu-local")   ranked layouts -> Explorer
     gantt_costs(prediction, setting)   a schedule's ops timed for gantt_chart
     load_store("runs.jsonl")   a sweep store's finished runs, measured beside predicted
 """

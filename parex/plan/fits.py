@@ -51,8 +51,8 @@ def agreement_of(said, did) -> dict:
             "predicted_fit": int(said.sum()), "measured_fit": int(did.sum())}
 
 
-def check_fits(model_name: str, count: int = 100, seed: int = 0, global_batch: int = 16,
-               progress: bool = True) -> dict:
+def check_fits(model_name: str, count: int = 100, seed: int = 0,
+               global_batch: int | None = None, progress: bool = True) -> dict:
     """Compile `count` random layouts of a preset and compare fits under the median cap."""
     from tqdm.auto import tqdm
 

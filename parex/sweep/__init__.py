@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..defaults import LOCAL_GLOBAL_BATCH
 from ..config import TrainConfig
 from ..errors import InputError
 from ..layout import Layout, LayoutError
@@ -43,7 +44,7 @@ class SweepConfig:
 
     model: str  # model preset
     layout: str  # Layout string (a preset name needs `devices`)
-    global_batch: int = 16
+    global_batch: int = LOCAL_GLOBAL_BATCH  # the emulated mesh's default (parex.defaults)
     microbatch: int | None = None  # sequences per replica per microbatch
     seq_len: int | None = None  # None: the model's
     steps: int = 5
