@@ -279,13 +279,16 @@ def dualpipev(p: int, m: int, F: float = 1.0, B: float = 2.0, W: float = 1.0,
 
 
 def time_schedule(schedule: Schedule, F: float, B: float, W: float) -> DualTable:
-    """A parex table (schedules.make_schedule) timed here, B the full backward (an unsplit B
-    takes B, a split one B − W then W), for comparing with DualPipe."""
-    orders = [[Unit(((op.op, op.microbatch, op.chunk),)) for op in schedule.ops if op.stage == s]
-              for s in range(schedule.p)]
-    stages = [schedule.place(k) for k in range(schedule.p * schedule.v)]
-    return time_orders(schedule.name, schedule.p, schedule.m, schedule.p * schedule.v, orders,
-                       lambda mb: stages, F, B, W)
+    """A parex table (schedules.make_schedule) timed by the tables' own engine
+    (Schedule.timeline: parallel.tables.Tables.spans), B the full backward (an unsplit B takes
+    B, a split one B − W then W), as a DualTable for comparing with DualPipe."""
+    split = schedule.split_backward
+    ops = [DualOp(row["stage"], row["op"], row["microbatch"], row["chunk"], row["start"],
+                  row["end"], False, row["op"] == "B" and not split)
+           for row in schedule.timeline(F, B - W, W)]  # an unsplit B takes both: B
+    ops.sort(key=lambda o: (o.device, o.start, "FBW".index(o.kind)))
+    return DualTable(schedule.name, schedule.p, schedule.m, schedule.p * schedule.v,
+                     (F, B, W, F + B), tuple(ops))
 
 
 # --- the published numbers (DeepSeek-V3 Table 2) -------------------------------------------------
