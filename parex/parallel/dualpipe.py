@@ -211,7 +211,10 @@ def path(name: str, p: int, m: int, microbatch: int) -> list[tuple[int, int]]:
 
 def time_orders(name: str, p: int, m: int, stages: int, orders: list[list[Unit]], paths,
                 F: float, B: float, W: float, FB: float | None = None) -> DualTable:
-    """Each device runs its units in order, each as soon as the device is free and its inputs
+    """The schedule timing's event-driven mode, for what parex's tick tables cannot hold (an
+    F&B unit pairing two microbatches' ops, a send delayed past the next unit; parex's own
+    tables are timed by parallel.tables.Tables.spans). Each device runs its units in order,
+    each as soon as the device is free and its inputs
     exist: F after the previous virtual stage's F, B after its own F and the next virtual stage's
     B, W after its B; an output exists when its unit ends (a `late` F's when the next unit ends).
     `paths(mb)` lists (device, chunk) per virtual stage. A split B (one a W follows) takes B − W,
