@@ -86,17 +86,38 @@ def cmd_predict(args) -> int:
     p = predict(model, train, layout, cluster, convention=a.convention, recipe=a.recipe,
                 dtype=a.dtype, wan=wan_from_args(args), **imbalance)
     alts = [] if p.fits or p.diloco else fits_instead(p, model, train, cluster, a)
+    explained = _explained(args, p, model, train, layout, cluster, a, imbalance)
     if args.json:
         out = p.to_json() | ({"fits_instead": [alt.to_json() for alt in alts]}
                              if not p.fits else {})
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out | explained, indent=2))
     else:
         print(prediction_report(p, model, cluster, defaulted(args)))
         if not p.fits:
             print(fits_instead_text(alts, p))
+        if explained:
+            from ..predict.explain import explain_text
+
+            print("\n" + explain_text(explained["explain"]))
     if p.diloco and not args.json:
         print(diloco_report(p.diloco))
     return 0
+
+
+def _explained(args, p, model, train, layout, cluster, a, imbalance) -> dict:
+    """{"explain": the step by effect} under --explain (one synchronous layout), else {}."""
+    if not getattr(args, "explain", False):
+        return {}
+    from ..errors import InputError
+
+    if p.diloco:
+        raise InputError("--explain breaks down one synchronous step: predict the layout "
+                         "without replicas to see it")
+    from ..predict.explain import breakdown
+
+    result = breakdown(model, train, layout, cluster, convention=a.convention,
+                       recipe=a.recipe, dtype=a.dtype, **imbalance)
+    return {"explain": {"parts": result["parts"], "tiers": result["tiers"]}}
 
 
 def _predict_inputs(args):
@@ -178,6 +199,10 @@ def add_predict(sub) -> None:
 
     add_wan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--explain", action="store_true",
+                   help="break the step down by effect: ideal compute, kernel efficiency and "
+                   "shapes, communication and congestion, stragglers, bubble "
+                   "(parex.predict.explain)")
     p.set_defaults(func=cmd_predict)
 
 
