@@ -28,6 +28,8 @@ from .mesh import emulate_devices, make_mesh
 from .model import init_params
 from .parallel.schedules import make_schedule
 from .predict import predict, predict_batch, shared_fields
+from .predict.explain import breakdown as explain, explain_text
+from .predict.scaling import scaling_curve
 from .record import Measurement, Prediction, records_frame
 from .step import TrainStep, reference_loss_and_grads
 from .sweep import load as load_sweep
@@ -38,8 +40,10 @@ __version__ = "0.1.0"
 
 __all__ = ["Axis", "Batches", "InputError", "LAYOUT_PRESETS", "Layout", "LayoutError", "Link",
            "Measurement", "ModelConfig", "Prediction", "TrainConfig", "TrainStep",
-           "comparison_table", "emulate_devices", "ensure_local", "format_bytes", "format_count",
+           "comparison_table", "emulate_devices", "ensure_local", "explain", "explain_text",
+           "format_bytes", "format_count",
            "format_seconds", "init_params", "known_hardware", "load_chip", "load_cluster",
            "load_sweep", "make_mesh", "make_schedule", "measure", "measurement_report",
            "model_preset", "predict", "predict_batch", "preset_names", "records_frame",
-           "reference_loss_and_grads", "relative_error", "shared_fields", "validate"]
+           "reference_loss_and_grads", "relative_error", "scaling_curve", "shared_fields",
+           "validate"]

@@ -20,8 +20,9 @@ from .sequence import long_sequence_chart, sequence_long
 from .style import format_bytes, format_seconds
 
 __all__ = ["METRICS", "bubble_chart", "collectives_chart", "collectives_long", "compare_chart",
-           "dual_gantt_chart", "efficiency_chart", "enable_offline", "expert_load_chart", "format_bytes", "format_seconds", "gantt_chart", "gantt_stack",
-           "long_sequence_chart", "loss_chart", "memory_chart", "memory_long", "mesh_chart",
-           "mesh_frame", "overview_chart", "pairs", "pareto_chart", "regime", "save",
-           "scaling_chart", "scatter_chart", "schedule_frame", "sequence_long", "step_time_chart",
-           "step_time_long", "sweep_chart", "wan_chart", "whatif_chart"]
+           "dual_gantt_chart", "efficiency_chart", "enable_offline", "expert_load_chart",
+           "format_bytes", "format_seconds", "gantt_chart", "gantt_stack", "long_sequence_chart",
+           "loss_chart", "memory_chart", "memory_long", "mesh_chart", "mesh_frame",
+           "overview_chart", "pairs", "pareto_chart", "regime", "save", "scaling_chart",
+           "scatter_chart", "schedule_frame", "sequence_long", "step_time_chart", "step_time_long",
+           "sweep_chart", "wan_chart", "whatif_chart"]

@@ -247,5 +247,5 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
 
 __all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "FLASH_BACKWARD", "FLASH_FALLBACK",
            "MEGATRON_OPTIMIZER_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
-           "elementwise_elements", "expert_slots", "flash_efficiency", "flash_seconds", "flash_table", "gemm_seconds", "layer_seconds",
-           "matmul_shapes", "moe_shapes"]
+           "elementwise_elements", "expert_slots", "flash_efficiency", "flash_seconds",
+           "flash_table", "gemm_seconds", "layer_seconds", "matmul_shapes", "moe_shapes"]
