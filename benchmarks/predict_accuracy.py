@@ -263,6 +263,7 @@ def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
             print("TEST: no other fully published run of this stack")
         if len(r["brackets"]):
             _brackets_table(r["brackets"])
+    residuals_by_scale(result)
     print("\none run chosen instead (megatron-lm-2022): calibrated on each published run "
           "alone, the error on the other seven")
     every = published.every_single_run_fit("megatron-lm-2022", hardware)
@@ -270,6 +271,33 @@ def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
                  for e in every.itertuples()], ["calibrated on", "efficiency", "median",
                                                 "max"]))
     _uncalibrated(hardware)
+
+
+def residuals_by_scale(result: dict) -> None:
+    """Every TEST run's error against its GPU count and pipeline depth (a bracket's: the distance
+    of the published time to the bracket's nearer end, 0 inside it), the FIT sets' leave-one-out
+    beside them, and the slope of log(ratio) against log2(GPUs) and log2(depth) over the test
+    runs: the error should not grow with either."""
+    rows = []
+    for stack, r in result.items():
+        for role, frame in (("TEST", r["test"]), ("FIT (leave-one-out)", r["loo"])):
+            if frame is not None and len(frame):
+                rows += [(stack, role, x.run, int(x.gpus), int(x.pp), float(x.ratio))
+                         for x in frame.itertuples()]
+        for x in r["brackets"].itertuples():
+            rows.append((stack, "TEST (bracket)", x.run, int(x.gpus), int(x.pp),
+                         1.0 + (0.0 if x.hit else _outside(x))))
+    rows.sort(key=lambda row: (row[1], row[3], row[4]))
+    print("\nresiduals against scale: predicted / published (a bracket: 1 + its miss)")
+    print(table([[st, role, run, gpus, pp, f"{ratio:.3f}"] for st, role, run, gpus, pp, ratio
+                 in rows], ["stack", "role", "run", "GPUs", "depth", "ratio"]))
+    test = [row for row in rows if row[1].startswith("TEST")]
+    log_err = np.log([row[5] for row in test])
+    for i, axis in ((3, "GPUs"), (4, "pipeline depth")):
+        x = np.log2([row[i] for row in test])
+        slope = np.polyfit(x, log_err, 1)[0] if np.ptp(x) > 0 else 0.0
+        print(f"  test runs: log(ratio) against log2({axis}): slope {slope:+.4f} per doubling "
+              f"({len(test)} runs)")
 
 
 def _fit_name(fit_set) -> str:

@@ -77,10 +77,10 @@ predictions = [parex.predict(model, train, parex.Layout.parse(text), hw)
 # GPUs: memory-bound (395 GB per device). Sharding the state (FSDP) fixes that (47 GB). A GPipe
 # pipeline holds the activations of all m microbatches and does not fit either (196 GB); 1F1B
 # holds at most p and fits (69 GB), but pays the bubble (p−1)/(m+p−1), which more microbatches
-# (52 GB, bubble 2.1 s of 20.5 s on A100s) or an interleaved schedule shrink. TP across nodes
+# (52 GB, bubble 2.0 s of 19.5 s on A100s) or an interleaved schedule shrink. TP across nodes
 # (tensor=32) does not fit: with only 4 replicas each microbatch holds 16 sequences, and its
 # in-flight activations make 95 GB per device in the mixed-precision recipe (bf16 weights and
-# gradients, fp32 Adam state). Were it to fit, it would pay 13.4 s of its 48 s step on A100s for
+# gradients, fp32 Adam state). Were it to fit, it would pay 9.9 s of its 41 s step on A100s for
 # all-reduces over InfiniBand.
 
 # %%
@@ -107,3 +107,35 @@ slow_frame = parex.records_frame([parex.predict(model, train, parex.Layout.parse
                             for text in (layouts[1], layouts[3], layouts[5])])
 slow_frame.assign(regime=charts.regime(slow_frame))[["layout", "step_time_s",
                                                      "step_exposed_comm_s", "regime"]]
+
+# %% [markdown]
+# ## Where a step's time goes
+# The predictor prices each part of the step from the hardware's data: the GEMMs at the chip's
+# best measured matmul rate and the share of it their shapes keep, the collectives on the
+# network's tiers with the algorithm NCCL or RCCL would pick, the slowest of the step's devices,
+# the pipeline's fill and drain. `parex predict --explain` prints the same breakdown.
+
+# %%
+print(parex.explain_text(parex.explain(model, train, parex.Layout.parse(layouts[5]), hardware[0])))
+
+# %% [markdown]
+# ## Efficiency against GPU count
+# One replica of the 1F1B layout (tensor 8 × 8 stages, 64 microbatches of one sequence) grown
+# by its data axis from 128 to 4,096 GPUs. Weak scaling keeps each replica's 64 sequences (the
+# global batch grows): the rings get longer and the slowest device is the slowest of more, so
+# efficiency falls slowly. Strong scaling keeps the 64 sequences of the whole step: each
+# pipeline gets fewer microbatches (2 at 4,096 GPUs), and the bubble takes over.
+
+# %%
+base = parex.Layout.parse(layouts[5]).replace(data=1)
+replica = train.replace(global_batch=64)
+devices = [128 * 2 ** k for k in range(6)]  # 128 ... 4,096
+weak = parex.scaling_curve(model, replica, base, hardware[0], devices, "weak")
+strong = parex.scaling_curve(model, replica, base, hardware[0], devices, "strong")
+charts.efficiency_chart(weak + strong, title=f"{model_name} on {hardware[0]}: predicted scaling")
+
+# %%
+import pandas as pd  # noqa: E402
+
+pd.DataFrame(weak + strong)[["mode", "devices", "layout", "step_s", "efficiency",
+                             "stragglers_s", "bubble_s"]].round(3)

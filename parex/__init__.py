@@ -28,6 +28,8 @@ from .executor.mesh import emulate_devices, make_mesh
 from .model.transformer import init_params
 from .parallel.schedules import make_schedule
 from .predict import predict_batch, shared_fields
+from .predict.explain import breakdown as explain, explain_text
+from .predict.scaling import scaling_curve
 from .record import Measurement, Prediction, records_frame
 from .setting import Setting, resolve
 from .executor.step import TrainStep, reference_loss_and_grads
@@ -43,9 +45,11 @@ __version__ = "0.1.0"
 
 __all__ = ["Axis", "Batches", "InputError", "LAYOUT_PRESETS", "Layout", "LayoutError", "Link",
            "Measurement", "ModelConfig", "Prediction", "TrainConfig", "TrainStep",
-           "comparison_table", "emulate_devices", "ensure_local", "format_bytes", "format_count",
+           "comparison_table", "emulate_devices", "ensure_local", "explain", "explain_text",
+           "format_bytes", "format_count",
            "format_seconds", "init_params", "known_hardware", "load_chip", "load_cluster",
            "load_sweep", "make_mesh", "make_schedule", "measure", "measurement_report",
            "model_preset", "predict", "predict_batch", "preset_names", "records_frame",
-           "reference_loss_and_grads", "relative_error", "resolve", "Setting", "shared_fields",
+           "reference_loss_and_grads", "relative_error", "resolve", "scaling_curve", "Setting",
+           "shared_fields",
            "validate"]

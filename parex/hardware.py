@@ -1,5 +1,6 @@
-"""Hardware profiles as data: one JSON file per chip in data/hardware/, and a Cluster (a chip and a
-node count) that the predictor reads.
+"""Hardware profiles as data: one JSON file per chip in data/hardware/. The cluster the predictor
+reads (chips, node counts and the network between them) is the one cluster type of parex.nodes,
+re-exported here as `Cluster`, with `load_cluster` (a profile × nodes).
 
 A profile holds one set of numbers per chip with its sources: peak FLOP/s per dtype, HBM size and
 bandwidth, the two network levels (intra-node and inter-node bandwidth, one direction per device,
@@ -28,6 +29,8 @@ from pathlib import Path
 
 from .errors import InputError, unknown
 from .machine import cache_dir, machine_description, profile_path
+from .network import Network, load_network
+from .nodes import Cluster
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
 LOCAL = "cpu-local"  # this machine's profile, kept in the user's cache (parex.machine)
@@ -42,6 +45,7 @@ class Link:
     bandwidth: float
     latency: float
     name: str = ""
+    kind: str = ""  # the collective library's latency class: "nvlink" (default), "pci", "net"
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,14 @@ class Chip:
     # the fused attention kernel's rate / dense peak by pass, head dim and sequence length, from
     # a published benchmark of the chip, or {"assumed_from": profile} (predict.accelerator)
     flash_attention: dict = field(default_factory=dict)
+    # the network the chip's nodes sit in (data/networks/, parex.network): the collective
+    # library and the fabric above the node; None: one full-bisection switch, NCCL
+    network: Network | None = None
+    # the GEMM library's large tile and the compute units it fills (parex.predict.kernels):
+    # {"units": SMs or CUs, "tile": t, "source": ...}; {}: one efficiency for all shapes
+    gemm: dict = field(default_factory=dict)
+    # relative spread of device speeds (parex.predict.stragglers); None: the published default
+    speed_variation: float | None = None
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype`; float32 falls back to bfloat16's when not listed (TPUs run
@@ -119,31 +131,17 @@ class Chip:
                "sources": list(self.sources)}
         if self.flash_attention:
             out["flash_attention"] = dict(self.flash_attention)
+        if self.network is not None:
+            out["network"] = self.network.name
+        if self.gemm:
+            out["gemm"] = dict(self.gemm)
+        if self.speed_variation is not None:
+            out["speed_variation"] = self.speed_variation
         if self.calibration:  # a cpu-local profile's measurements
             cal = vars(self.calibration) | {
                 "matmul_curve": [list(p) for p in self.calibration.matmul_curve]}
             out["calibration"] = cal
         return out
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """A chip and a node count: `nodes × chip.devices_per_node` devices."""
-
-    chip: Chip
-    nodes: int = 1
-
-    @property
-    def n_devices(self) -> int:
-        return self.nodes * self.chip.devices_per_node
-
-    @property
-    def name(self) -> str:
-        return self.chip.name if self.nodes == 1 else f"{self.chip.name}×{self.nodes}"
-
-    def link(self, span: int) -> Link:
-        """The slowest link a group of `span` consecutive devices crosses."""
-        return self.chip.intra_node if span <= self.chip.scaleup_domain else self.chip.inter_node
 
 
 def chip_from_json(data: dict) -> Chip:
@@ -168,7 +166,10 @@ def chip_from_json(data: dict) -> Chip:
                 sources=tuple(data.get("sources", ())), calibration=cal,
                 step_efficiency=float(data.get("step_efficiency", 1.0)),
                 efficiency_sources=dict(data.get("efficiency_sources", {})),
-                flash_attention=dict(data.get("flash_attention", {})))
+                flash_attention=dict(data.get("flash_attention", {})),
+                network=load_network(data["network"]) if data.get("network") else None,
+                gemm=dict(data.get("gemm", {})),
+                speed_variation=data.get("speed_variation"))
 
 
 def user_hardware_dir() -> Path:
@@ -225,6 +226,7 @@ def profile_is_current(path: Path) -> bool:
 
 
 def load_cluster(name: str, nodes: int = 1, directory: Path = HARDWARE_DIR) -> Cluster:
+    """`nodes` nodes of the profile `name` as the one cluster type (parex.nodes)."""
     if nodes < 1:
         raise InputError(f"nodes={nodes}: a cluster has at least one node")
     return Cluster(load_chip(name, directory), nodes)

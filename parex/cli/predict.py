@@ -86,17 +86,37 @@ def cmd_predict(args) -> int:
     setting = resolve(model, train, layout, cluster, **keywords)
     p = predict(model, train, layout, cluster, wan=wan_from_args(args), **keywords)
     alts = [] if p.fits or p.diloco else fits_instead(p, setting)
+    explained = _explained(args, p, setting)
     if args.json:
         out = p.to_json() | ({"fits_instead": [alt.to_json() for alt in alts]}
                              if not p.fits else {})
-        print(json.dumps(out, indent=2))
+        print(json.dumps(out | explained, indent=2))
     else:
         print(prediction_report(p, setting.model, setting.cluster, defaulted(args)))
         if not p.fits:
             print(fits_instead_text(alts, p))
+        if explained:
+            from ..predict.explain import explain_text
+
+            print("\n" + explain_text(explained["explain"]))
     if p.diloco and not args.json:
         print(diloco_report(p.diloco))
     return 0
+
+
+def _explained(args, p, setting) -> dict:
+    """{"explain": the step by effect} under --explain (one synchronous layout), else {}."""
+    if not getattr(args, "explain", False):
+        return {}
+    from ..errors import InputError
+
+    if p.diloco:
+        raise InputError("--explain breaks down one synchronous step: predict the layout "
+                         "without replicas to see it")
+    from ..predict.explain import setting_breakdown
+
+    result = setting_breakdown(setting)
+    return {"explain": {"parts": result["parts"], "tiers": result["tiers"]}}
 
 
 def _predict_inputs(args):
@@ -182,6 +202,10 @@ def add_predict(sub) -> None:
 
     add_wan_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--explain", action="store_true",
+                   help="break the step down by effect: ideal compute, kernel efficiency and "
+                   "shapes, communication and congestion, stragglers, bubble "
+                   "(parex.predict.explain)")
     p.set_defaults(func=cmd_predict)
 
 

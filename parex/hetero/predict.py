@@ -27,6 +27,7 @@ import numpy as np
 from ..cluster import HeteroCluster
 from ..model.transformer import flops_per_token
 from ..predict.memory import recipe
+from ..predict.stragglers import slowdown
 from ..setting import Setting
 from .costs import unit_costs
 from .dp import reduce_finish
@@ -121,23 +122,24 @@ class HeteroPrediction:
 def stage_costs(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
                 memory_fraction: float = 1.0, memory_cap: float | None = None
                 ) -> list[list[StageCost]]:
-    """Every stage's per-microbatch costs, memory and hop, pipeline by pipeline."""
-    out = []
+    """Every stage's per-microbatch costs, memory and hop, pipeline by pipeline; compute at the
+    pace of the slowest of the plan's devices (parex.predict.stragglers)."""
+    out, stretch = [], float(slowdown(plan.n_devices))
     for i, pipe in enumerate(plan.pipelines):
         flight = peak_in_flight(len(pipe.stages), pipe.microbatches)
         out.append([_stage_cost(cluster, setting, pipe, i, j, flight[j], memory_fraction,
-                                memory_cap) for j in range(len(pipe.stages))])
+                                memory_cap, stretch) for j in range(len(pipe.stages))])
     return out
 
 
 def _stage_cost(cluster, setting: Setting, pipe, i: int, j: int, flight: float,
-                memory_fraction: float, memory_cap) -> StageCost:
+                memory_fraction: float, memory_cap, stretch: float = 1.0) -> StageCost:
     stage = pipe.stages[j]
     chip = tensor_chip(cluster, stage)
     c = {k: float(v[0]) for k, v in unit_costs(setting, chip, [stage.tensor],
                                                 pipe.microbatch).items()}
     first, last = j == 0, j == len(pipe.stages) - 1
-    compute = stage.layers * c["block_s"] + last * c["head_s"]
+    compute = (stage.layers * c["block_s"] + last * c["head_s"]) * stretch
     tp = stage.layers * c["tp_block_s"] + first * c["tp_first_s"] + last * c["tp_last_s"]
     t_f = (compute + tp) / c["passes"]
     elements = (stage.layers * c["block_elements"] + first * c["first_elements"]
@@ -151,7 +153,7 @@ def _stage_cost(cluster, setting: Setting, pipe, i: int, j: int, flight: float,
     hop = 0.0 if last else hop_seconds(cluster, stage, pipe.stages[j + 1], c["send_bytes"])
     grads = {kind: rec.grad_bytes * c[f"{kind}_elements"] for kind in ("block", "first", "last")}
     return StageCost(i, j, stage, chip.name, compute, tp, t_f, compute + tp - t_f, hop,
-                     c["opt_s_per_element"] * elements, held,
+                     c["opt_s_per_element"] * elements * stretch, held,
                      device_cap(chip.hbm_bytes, memory_fraction, memory_cap), grads)
 
 

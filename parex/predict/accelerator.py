@@ -1,9 +1,10 @@
 """Compute seconds of one step on a GPU or TPU, kernel by kernel, from published chip numbers.
 
 Matmuls (a roofline per GEMM): an (M, K) @ (K, N) matmul takes
-    max(2·M·K·N / (peak · matmul_efficiency),  (M·K + K·N + M·N) · act_bytes / HBM bandwidth)
+    max(2·M·K·N / (peak · matmul_efficiency · q),  (M·K + K·N + M·N) · act_bytes / HBM bandwidth)
 where matmul_efficiency is the chip's maximum achievable matmul rate over its dense peak, from a
-published GEMM benchmark (the profile says which). The projections of a block are compute-bound;
+published GEMM benchmark (the profile says which), and q the share of it the shape keeps (its
+tiles on the chip's units: parex.predict.kernels). The projections of a block are compute-bound;
 attention's QKᵀ and PV, with K = head_dim and an (s, s) output per head, are close to the memory
 roof. Every matmul's backward is two GEMMs of its FLOPs (the input and the weight gradients).
 
@@ -31,7 +32,8 @@ benchmarks; other chips scaled from those by their matmul efficiency, `flash_tab
 FLOPs counted as the benchmarks count them (causal: half the scores), so the published rates
 apply as they are; a recomputed forward (full or selective remat) runs the kernel once more.
 The non-matmul work (norms, residual adds, activations, the optimizer's update) stays
-memory-bound at HBM bandwidth under either kernel.
+memory-bound at HBM bandwidth under either kernel. The optimizer moves OPTIMIZER_BYTES per
+parameter (a fused Adam), MEGATRON_OPTIMIZER_BYTES in Megatron-LM's mixed-precision step.
 
 Both rates are the best a kernel reaches alone; a training step sustains a fraction of them
 (kernel boundaries, real shapes, launch gaps): `step_efficiency`, fitted once on named published
@@ -46,7 +48,9 @@ import numpy as np
 
 from ..hardware import Chip, load_chip
 from ..layout import CP_MODES
+from . import kernels
 from .flops import recompute_layers
+from .stragglers import SPEED_SIGMA
 from .shapes import Grid, ModelSizes
 
 BACKWARD_BYTES = 1.5  # elementwise backward bytes / forward bytes (reads dy and x, writes dx)
@@ -56,14 +60,23 @@ BACKWARD_BYTES = 1.5  # elementwise backward bytes / forward bytes (reads dy and
 # backward's in-place multiply by the loss gradient (8) and the cast back to fp16 (4 + 2)
 CROSS_ENTROPY_BYTES = 6 + 4 + 8 + 8 + 4 + 8 + 8 + 6
 OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), write p, m, v (12)
+# Megatron-LM's mixed-precision step (megatron/optimizer/optimizer.py, 2021-22,
+# Float16OptimizerWithFloat16Params.step), bytes per parameter: copy the 16-bit gradient to the
+# fp32 main gradient (read 2, write 4), unscale and check for inf/nan (read 4, write 4), the
+# gradient norm for clipping (read 4), Adam on p, g, m, v (28), copy the fp32 weights back to
+# the 16-bit model (read 4, write 2)
+MEGATRON_OPTIMIZER_BYTES = 6 + 8 + 4 + OPTIMIZER_BYTES + 6
 FLASH_BACKWARD = 2.5  # the fused kernel's backward FLOPs / its forward's (5 GEMMs to 2)
 FLASH_PASSES = ("forward", "backward", "forward_backward")
 FLASH_FALLBACK = "a100-80gb"  # a profile without a flash_attention table is assumed like it
 
 
-def gemm_seconds(M, K, N, count, rate: float, bandwidth: float, act_bytes: int):
+def gemm_seconds(M, K, N, count, rate: float, bandwidth: float, act_bytes: int,
+                 gemm: dict | None = None):
     """`count` matmuls of (M, K) @ (K, N) on the roofline: compute or memory, whichever is
-    slower."""
+    slower; the compute at `rate` kept by the shape's tile and wave quantization on the chip's
+    `gemm` geometry (parex.predict.kernels; none without one)."""
+    rate = rate * kernels.quantization(M, N, count, gemm or {})
     return count * np.maximum(2 * M * K * N / rate, act_bytes * (M * K + K * N + M * N)
                               / bandwidth)
 
@@ -176,12 +189,13 @@ def flash_seconds(sizes: ModelSizes, grid: Grid, peak: float, table: dict) -> tu
 
 def layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, rate: float, bandwidth: float,
                   act_bytes: int, megatron: bool, imbalance: float = 1.0,
-                  flash: tuple | None = None) -> np.ndarray:
+                  flash: tuple | None = None, gemm: dict | None = None) -> np.ndarray:
     """One block per microbatch on one device: forward, backward and any recompute, at the
-    kernels' own rates. Under grid.flash the attention core is the fused kernel, `flash` =
-    (dense peak FLOP/s, the chip's flash_table); otherwise QKᵀ and PV are roofline GEMMs and
-    the softmax moves the (s, s) scores."""
-    gemms = [gemm_seconds(M, K, N, c, rate, bandwidth, act_bytes)
+    kernels' own rates (`gemm`: the chip's tile geometry, kernels.quantization). Under
+    grid.flash the attention core is the fused kernel, `flash` = (dense peak FLOP/s, the chip's
+    flash_table); otherwise QKᵀ and PV are roofline GEMMs and the softmax moves the (s, s)
+    scores."""
+    gemms = [gemm_seconds(M, K, N, c, rate, bandwidth, act_bytes, gemm)
              for M, K, N, c in matmul_shapes(sizes, grid, imbalance)]
     forward, core, w_out = sum(gemms), gemms[4] + gemms[5], gemms[3]
     full, selective = recompute_layers(grid, remat)
@@ -206,28 +220,32 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
                         act_bytes: int, opt_elements, megatron: bool = False,
                         imbalance: float = 1.0) -> dict:
     """Seconds per step on a GPU/TPU: the block's and the head's kernels per microbatch and the
-    optimizer's memory traffic, divided by the step efficiency the profile states. `megatron`:
-    Megatron-LM's block (dropout, whole-block recompute) rather than parex's compiled one;
-    `imbalance`: a mixture of experts' most-loaded expert over the mean (`expert_slots`)."""
+    optimizer's memory traffic (Megatron-LM's mixed-precision step under `megatron`), divided
+    by the step efficiency the profile states, and the spread of device speeds the step's
+    stragglers come from (`speed_sigma`, stragglers.py). `megatron`: Megatron-LM's block
+    (dropout, whole-block recompute) rather than parex's compiled one; `imbalance`: a mixture
+    of experts' most-loaded expert over the mean (`expert_slots`)."""
     rate = chip.peak(dtype) * chip.matmul_efficiency
     bandwidth = chip.hbm_bandwidth
     flash = (chip.peak(dtype), flash_table(chip)) if grid.flash else None
     layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron, imbalance,
-                          flash)
+                          flash, chip.gemm)
     # the head: (M, D) @ (D, V/t) forward and its two gradients, and Megatron-LM's loss on the
     # (M, V/t) logits
     logits = grid.tokens * sizes.V / grid.tensor
     head = 3 * gemm_seconds(grid.tokens, sizes.D, sizes.V / grid.tensor, 1, rate, bandwidth,
-                            act_bytes) + (CROSS_ENTROPY_BYTES * logits / bandwidth if megatron
-                                          else 0.0)
+                            act_bytes, chip.gemm) + (CROSS_ENTROPY_BYTES * logits / bandwidth
+                                                     if megatron else 0.0)
     sustained = chip.step_efficiency
+    step_bytes = MEGATRON_OPTIMIZER_BYTES if megatron else OPTIMIZER_BYTES
+    sigma = SPEED_SIGMA if chip.speed_variation is None else chip.speed_variation
     return {"per_microbatch": (layer * grid.stage_layers + head) / sustained,
             "head_per_microbatch": head / sustained,
-            "optimizer": OPTIMIZER_BYTES * opt_elements / bandwidth / sustained,
-            "overhead": 0.0}
+            "optimizer": step_bytes * opt_elements / bandwidth / sustained,
+            "overhead": 0.0, "speed_sigma": sigma}
 
 
 __all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "FLASH_BACKWARD", "FLASH_FALLBACK",
-           "OPTIMIZER_BYTES", "accelerator_compute", "elementwise_elements", "expert_slots",
-           "flash_efficiency", "flash_seconds", "flash_table", "gemm_seconds", "layer_seconds",
-           "matmul_shapes", "moe_shapes"]
+           "MEGATRON_OPTIMIZER_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
+           "elementwise_elements", "expert_slots", "flash_efficiency", "flash_seconds",
+           "flash_table", "gemm_seconds", "layer_seconds", "matmul_shapes", "moe_shapes"]

@@ -1,10 +1,14 @@
-"""α-β costs of the predicted collectives (comm.Term), placed on the cluster's links.
+"""Seconds of the predicted collectives (comm.Term), placed on the cluster's network.
 
-Per op (bytes S, group g, link bandwidth β·efficiency, latency α): ring all-reduce
-2(g−1)/g·S/β + 2(g−1)α, tree latency 2⌈log2 g⌉α when smaller; all-gather, reduce-scatter and
-all-to-all (g−1)/g·S/β + (g−1)α; permute S/β + α. Groups spanning nodes run hierarchically:
-intra-node first, then inter-node on 1/g_in of the data, each device on its own NIC. On the
-calibrated emulated mesh each kind costs the α + β·S that `parex calibrate` measured.
+On a GPU or TPU cluster each op is priced by parex.predict.collectives: the group's ranks placed
+on the network's tiers (parex.network: scale-up links, NICs, the fabric's oversubscribed tiers
+above them), and the algorithm and protocol its library (NCCL, RCCL, XLA on ICI) would pick for
+that message and group size, each with its latency growing with the group. On the calibrated
+emulated mesh each kind costs the α + β·S that `parex calibrate` measured.
+
+The mesh orders axes (replica,) stage, data, fsdp, seq, tensor, tensor innermost, so a group's
+stride is the product of the axes inside its innermost one: tensor groups sit inside a node, and
+a data-parallel group's ranks are as far apart as the model-parallel block is wide.
 """
 
 from __future__ import annotations
@@ -13,15 +17,15 @@ import numpy as np
 
 from ..errors import InputError
 from ..layout import MESH_AXES, Axis
+from ..network import Network, tiers_of
 from ..setting import EMULATED, profile_regime
+from . import collectives
 from .comm import Term
 from .shapes import Grid
 
 
 def group_shape(grid: Grid, axes: tuple[Axis, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(group size, device stride of its innermost non-trivial axis). The mesh orders axes
-    (replica,) stage, data, fsdp, seq, tensor, tensor innermost, so tensor groups sit inside a
-    node."""
+    """(group size, device stride of its innermost non-trivial axis)."""
     g = np.ones(len(grid), dtype=np.int64)
     stride = np.ones(len(grid), dtype=np.int64)
     found = np.zeros(len(grid), dtype=bool)
@@ -34,28 +38,67 @@ def group_shape(grid: Grid, axes: tuple[Axis, ...]) -> tuple[np.ndarray, np.ndar
     return g, stride
 
 
-def _ring(kind: str, g, S, bandwidth, latency):
-    """One level of a collective: bandwidth term and latency term."""
-    g = np.maximum(g, 1)
-    frac = (g - 1) / g
-    if kind == "all-reduce":
-        steps = np.minimum(2 * (g - 1), 2 * np.ceil(np.log2(g)))
-        return 2 * frac * S / bandwidth + steps * latency
-    if kind == "collective-permute":
-        return np.where(g > 1, S / bandwidth + latency, 0.0)
-    return frac * S / bandwidth + (g - 1) * latency
+FULL_BISECTION = Network("full-bisection")  # a profile without a network file
+
+
+_LAST: dict = {}  # the last grid's group shapes by axes: (grid, {axes: (g, stride)})
+
+
+def _shape_of(grid: Grid, axes: tuple[Axis, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """group_shape, remembered for the grid whose terms are being timed (a step's terms share
+    a few groups; the grid is held, so its id is not reused while remembered)."""
+    if _LAST.get("grid") is not grid:
+        _LAST.clear()
+        _LAST["grid"] = grid
+    if axes not in _LAST:
+        _LAST[axes] = group_shape(grid, axes)
+    return _LAST[axes]
+
+
+def torus_dims(torus: tuple[int, ...], g, stride) -> np.ndarray:
+    """How many dimensions of a TPU torus (d0 fastest, the network file's `torus`) a group of
+    g ranks at `stride` varies along: dimension i when stride < d0·…·di and g·stride > d0·…·d(i−1).
+    XLA splits the group's bytes over one ring per such dimension, each on its own links."""
+    g, stride = np.asarray(g), np.asarray(stride)
+    dims = np.zeros(np.broadcast(g, stride).shape)
+    inner = 1
+    for size in torus:
+        dims = dims + ((stride < inner * size) & (g * stride > inner))
+        inner *= size
+    return np.maximum(dims, 1)
 
 
 def collective_seconds(kind, g, stride, S, chip) -> np.ndarray:
-    """Seconds of one collective on a GPU/TPU-style cluster, intra-node level first."""
-    eff = chip.network_efficiency
-    inside = np.clip(chip.scaleup_domain // np.maximum(stride, 1), 1, None)
-    g_in = np.minimum(g, inside)
-    g_out = np.maximum(g // g_in, 1)
-    intra, inter = chip.intra_node, chip.inter_node
-    t = _ring(kind, g_in, S, intra.bandwidth * eff, intra.latency)
-    return t + np.where(g_out > 1, _ring(kind, g_out, S / g_in, inter.bandwidth * eff,
-                                         inter.latency), 0.0)
+    """Seconds of one collective of S bytes over groups of g ranks at `stride` on an
+    accelerator cluster (module docstring)."""
+    g, stride = np.broadcast_arrays(np.asarray(g), np.asarray(stride))
+    groups, inverse = _distinct(g, stride)
+    net = chip.network or FULL_BISECTION
+    tiers = tiers_of(chip, chip.network)
+    at = collectives.placement(groups[0], groups[1], tiers)
+    links = (chip.intra_node.latency, chip.inter_node.latency)
+    if kind == "collective-permute":
+        candidates = [collectives.permute_candidate(at, tiers, links)]
+    elif net.library == "ici":
+        dims = torus_dims(net.torus, groups[0], groups[1])
+        candidates = [collectives.ici_candidate(kind, at, tiers, dims, links)]
+    else:
+        candidates = collectives.library_candidates(kind, at, tiers, net,
+                                                    collectives.LIBRARY_CONSTANTS[net.library])
+    out = collectives.fastest(candidates, inverse, S)
+    return np.where(g > 1, out, 0.0)
+
+
+def _distinct(g: np.ndarray, stride: np.ndarray) -> tuple:
+    """((group sizes, strides) of the distinct groups, each row's index among them): a column
+    of layouts holds few distinct groups, so their placement is worked out once each (a hash
+    factorisation: no sort of the rows)."""
+    import pandas as pd
+
+    key = g.astype(np.int64).ravel() * (1 << 32) + stride.astype(np.int64).ravel()
+    inverse, keys = pd.factorize(key)
+    return ((keys >> 32).astype(np.float64), (keys & 0xFFFFFFFF).astype(np.float64)), \
+        inverse.reshape(g.shape)
 
 
 def calibrated_seconds(kind, g, S, calibration) -> np.ndarray:
@@ -76,7 +119,7 @@ def calibrated_seconds(kind, g, S, calibration) -> np.ndarray:
 
 def term_seconds(term: Term, grid: Grid, chip) -> np.ndarray:
     """Seconds all ops of a term take per step on this chip's cluster."""
-    g, stride = group_shape(grid, term.axes)
+    g, stride = _shape_of(grid, term.axes)
     if profile_regime(chip) == EMULATED:  # the α-β costs measured on this machine's mesh
         per_op = calibrated_seconds(term.kind, g, term.bytes_per_op, chip.calibration)
     else:
@@ -84,4 +127,5 @@ def term_seconds(term: Term, grid: Grid, chip) -> np.ndarray:
     return term.count * per_op
 
 
-__all__ = ["calibrated_seconds", "collective_seconds", "group_shape", "term_seconds"]
+__all__ = ["FULL_BISECTION", "calibrated_seconds", "collective_seconds", "group_shape",
+           "term_seconds", "torus_dims"]

@@ -130,8 +130,17 @@ def _with_costs(keys: list[tuple], inverse: np.ndarray, *columns) -> tuple[list,
     """(distinct table key + per-row values, each row's index among them): rows of one table may
     differ in their costs (t_B under remat, Ulysses' explicit backward), so each distinct
     combination is a key of its own. `inverse`: each row's table key; `columns`: one per value."""
-    combos = np.stack([inverse, *columns], 1)
-    distinct, back = np.unique(combos, axis=0, return_inverse=True)
+    import pandas as pd
+
+    # a hash factorisation (no sort of the rows): each column's codes, then their combination's
+    key = np.zeros(len(inverse), np.int64)
+    for column in (inverse, *columns):
+        codes, values = pd.factorize(np.asarray(column))
+        key = key * len(values) + codes
+    back, first = pd.factorize(key)
+    rows = np.zeros(len(first), np.int64)
+    rows[back[::-1]] = np.arange(len(back))[::-1]  # each combination's first row
+    distinct = np.stack([inverse, *columns], 1)[rows]
     return [keys[int(c[0])] + tuple(float(x) for x in c[1:]) for c in distinct], back.ravel()
 
 

@@ -41,6 +41,7 @@ from .flops import elementwise_flops, passes_per_layer
 from .memory import xla_layer_elements
 from .schedule_stats import makespan_columns
 from .shapes import Grid, ModelSizes
+from .stragglers import slowdown
 
 EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses", "zero-gather",
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
@@ -128,7 +129,8 @@ def bubble_seconds(grid: Grid, busy_per_micro, remat: str, hop) -> np.ndarray:
 
 def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: str,
               overlap_grads: bool = True) -> dict:
-    """STEP_TIME_PARTS from compute terms and per-family collective seconds (columns).
+    """STEP_TIME_PARTS from compute terms and per-family collective seconds (columns), and
+    "stragglers": the part of compute and bubble the slowest device adds (inside both).
     `emulated`: the calibrated CPU mesh, where nothing overlaps and a pipeline runs tick by tick
     (compute's "lockstep", "busy", "ticks" and "sends" from ticks.py: an idle stage frees the
     shared cores for the busy ones, so the bubble is only the lockstep's idle cores).
@@ -155,9 +157,15 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
         # the head runs on the last stage only: the fill and drain cross the other stages
         stage = compute["per_microbatch"] - compute.get("head_per_microbatch", 0.0)
         bubble = bubble_seconds(grid, stage + critical / m, remat, per_hop)
-    compute_s = work + compute["optimizer"] + compute["overhead"] + compute.get("ticks", 0.0)
+    # the slowest of the step's synchronised devices sets the pace of its compute and of the
+    # pipeline's fill and drain (stragglers.py); the emulated mesh's devices share the cores
+    stretch = 1.0 if emulated else slowdown(grid.n_devices, compute.get("speed_sigma", 0.0))
+    paced = work + compute["optimizer"]
+    stragglers = (stretch - 1.0) * (paced + bubble)
+    compute_s = paced * stretch + compute["overhead"] + compute.get("ticks", 0.0)
+    bubble = bubble * stretch
     return {"total": compute_s + exposed + bubble, "compute": compute_s, "exposed_comm": exposed,
-            "bubble": bubble}
+            "bubble": bubble, "stragglers": stragglers}
 
 
 __all__ = ["accelerator_compute", "bubble_seconds", "cpu_compute", "step_time"]

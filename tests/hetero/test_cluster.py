@@ -1,5 +1,7 @@
-"""Clusters as data: the new hardware profiles, cluster files, links, the same-peak reference."""
+"""Clusters as data: the new hardware profiles, cluster files, links, the same-peak reference,
+and the one cluster type (parex.nodes) the predictor and the planner share."""
 
+import dataclasses
 import math
 
 import pytest
@@ -131,3 +133,35 @@ def test_malformed_cluster_files_are_input_errors_with_the_nearest_key(tmp_path)
         load_hetero_cluster("het_48")
     with pytest.raises(InputError, match="has no group 'rtx-4900'; did you mean 'rtx-4090'"):
         load_hetero_cluster("het-48").group("rtx-4900")
+
+
+def test_one_cluster_type_for_the_predictor_and_the_planner():
+    from parex import hardware
+    from parex.cluster import Cluster, HeteroCluster
+
+    assert hardware.Cluster is Cluster is HeteroCluster
+    two = hardware.load_cluster("a100-80gb", 2)
+    assert isinstance(two, Cluster) and len(two.groups) == 1
+    assert (two.name, two.nodes, two.n_devices) == ("a100-80gb×2", 2, 16)
+    assert two.chip == load_chip("a100-80gb") and two == homogeneous("a100-80gb", 2)
+    # another chip on the same nodes, as from_run and the explorer swap it in
+    faster = dataclasses.replace(two, chip=dataclasses.replace(two.chip, step_efficiency=0.9))
+    assert faster.nodes == 2 and faster.chip.step_efficiency == 0.9
+    het = load_hetero_cluster("het-48")
+    with pytest.raises(ValueError, match="3 groups"):
+        het.chip
+
+
+def test_machine_cluster_files_carry_their_network():
+    frontier = load_hetero_cluster("frontier")
+    assert frontier.n_devices == 9408 * 8 and frontier.network.name == "frontier"
+    assert frontier.chip.network.library == "rccl"
+    llama = load_hetero_cluster("llama3-24k")
+    # the cluster's network replaces the chip profile's own (an H100's is a DGX SuperPOD's)
+    assert load_chip("h100-sxm").network.name == "dgx-h100-superpod"
+    assert llama.chip.network.name == "meta-llama3-24k"
+    assert llama.chip.network.tiers[-1].oversubscription == 7.0
+    for name in ("perlmutter", "alps", "dgx-h100-superpod", "tpu-v5p-pod"):
+        assert load_hetero_cluster(name).network.name == name
+    with pytest.raises(ValueError, match="unknown network"):
+        cluster_from_dict({"network": "frontierr", "groups": [{"chip": "frontier"}]})

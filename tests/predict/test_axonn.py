@@ -153,7 +153,9 @@ def test_without_overlaps_the_step_is_todays():
     train = TrainConfig(global_batch=64, seq_len=2048)
     off = predict(GPT_20B, train, Layout.parse("data=2,tensor=2x4x4"), "perlmutter",
                   convention=NO_OVERLAPS)
-    assert off.step_time_s["exposed_comm"] == pytest.approx(0.6315389807442708, rel=1e-9)
+    # (0.6315 before the collectives were priced on the network's tiers with NCCL's choice of
+    # algorithm, issue 42)
+    assert off.step_time_s["exposed_comm"] == pytest.approx(0.6738372359276626, rel=1e-9)
     assert not convention("xla-cpu").axonn_overlaps and convention("gpu").axonn_overlaps
     tiny = predict(model_preset("tiny"), TrainConfig(global_batch=16, seq_len=64),
                    Layout.parse("tensor=2x2x2"), "cpu-local", convention="gpu")

@@ -207,9 +207,11 @@ def test_megatron_cross_entropy_traffic_on_the_logits():
     args = (TINY, sizes, g, "none", chip, "bfloat16", 2, np.array([0.0]))
     megatron = accelerator.accelerator_compute(*args, megatron=True)
     layer = accelerator.layer_seconds(sizes, g, "none", chip.peak("bfloat16")
-                                      * chip.matmul_efficiency, chip.hbm_bandwidth, 2, True)
+                                      * chip.matmul_efficiency, chip.hbm_bandwidth, 2, True,
+                                      gemm=chip.gemm)
     head = 3 * accelerator.gemm_seconds(g.tokens, 128, 256, 1, chip.peak("bfloat16")
-                                        * chip.matmul_efficiency, chip.hbm_bandwidth, 2)
+                                        * chip.matmul_efficiency, chip.hbm_bandwidth, 2,
+                                        chip.gemm)
     logits = 52 * g.tokens * 256 / chip.hbm_bandwidth
     assert megatron["head_per_microbatch"][0] == pytest.approx(
         (head + logits)[0] / chip.step_efficiency)

@@ -82,3 +82,19 @@ def test_predict_says_when_parex_cannot_run_the_layout(capsys):
     assert main(args + ["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["executable"] is False and "not a multiple of stage=16" in out["executable_reason"]
+
+
+def test_predict_explain_breaks_the_step_down(capsys):
+    args = ["predict", "--model", "llama2-7b", "--hardware", "frontier", "--global-batch", "256",
+            "--layout", "data=8,tensor=8,stage=4,schedule=1f1b,microbatches=32"]
+    assert main(args + ["--explain"]) == 0
+    text = capsys.readouterr().out
+    for part in ("step breakdown", "ideal compute", "kernel shapes", "congestion",
+                 "stragglers", "bubble", "collectives by tier", "NICs"):
+        assert part in text
+    assert main(args + ["--explain", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    parts = out["explain"]["parts"]
+    total = sum(parts[k] for k in ("ideal compute", "kernel efficiency", "kernel shapes",
+                                   "communication", "stragglers", "bubble"))
+    assert total == pytest.approx(out["step_time_s"]["total"], rel=1e-9)

@@ -138,25 +138,34 @@ def test_group_shape_places_tensor_innermost():
 
 
 def test_ring_costs_by_hand_and_hierarchy():
+    """NCCL's rings (parex.predict.collectives, NCCL's tuning constants): Simple inside a node
+    (base 8.4 µs, NVLink steps of 3.4 µs); across nodes LL128 (base 14 µs, network steps of
+    4 µs, 120 of 128 bytes) beats Simple there (network steps of 14 µs, the multi-node
+    all-reduce's plateau factor 1.4)."""
     chip = load_chip("a100-80gb")
     S, bw = 1e9, 300e9 * chip.network_efficiency
     inside = alpha_beta.collective_seconds("all-reduce", np.array([8]), np.array([1]), S, chip)[0]
-    assert inside == pytest.approx(2 * 7 / 8 * S / bw + 6 * chip.intra_node.latency)
-    # 4 nodes: reduce-scatter inside (as an all-reduce's first half), then 1/8 of the bytes
-    # all-reduced across nodes on each GPU's own NIC
+    assert inside == pytest.approx(2 * 7 / 8 * S / bw + (8.4 + 2 * 8 * 3.4) * 1e-6)
+    # 4 nodes: each GPU's own NIC carries its 1/8 of the bytes that cross nodes, the slowest
+    # tier; every step of the ring at the network's latency
     across = alpha_beta.collective_seconds("all-reduce", np.array([32]), np.array([1]), S, chip)[0]
     inter = 25e9 * chip.network_efficiency
-    assert across == pytest.approx(inside + 2 * 3 / 4 * S / 8 / inter
-                                   + 4 * chip.inter_node.latency)
-    # a data axis outside an 8-wide tensor axis crosses nodes at every step
+    bytes_time = 2 * 3 / 4 * S / 8 / inter
+    assert across == pytest.approx(bytes_time / 0.92 + (14.0 + 2 * 32 * 4.0) * 1e-6)
+    assert across < bytes_time + 1.4 * (8.4 + 2 * 32 * 14.0) * 1e-6 and across > inside
+    # a data axis outside an 8-wide tensor axis crosses nodes at every step (one pass)
     strided = alpha_beta.collective_seconds("all-gather", np.array([4]), np.array([8]), S, chip)[0]
-    assert strided == pytest.approx(3 / 4 * S / inter + 3 * chip.inter_node.latency)
+    assert strided == pytest.approx(3 / 4 * S / inter + (8.4 + 4 * 14.0) * 1e-6)  # Simple
 
 
 def test_tree_latency_wins_for_small_messages():
+    """8 bytes on 8 GPUs: NCCL's LL tree (6.8 µs + a chain of 7 steps each way at 0.6 µs)
+    beats its LL ring (6.6 µs + 16 steps)."""
     chip = load_chip("a100-80gb")
     t = alpha_beta.collective_seconds("all-reduce", np.array([8]), np.array([1]), 8.0, chip)[0]
-    assert t == pytest.approx(2 * 7 / 8 * 8 / (300e9 * 0.8) + 2 * 3 * chip.intra_node.latency)
+    tree = (6.8 + 2 * 7 * 0.6) * 1e-6 + 2 * 7 / 8 * 8 / (300e9 * 0.8) * 3.8
+    assert t == pytest.approx(tree)
+    assert tree < (6.6 + 2 * 8 * 0.6) * 1e-6
 
 
 def test_gradient_reduction_hides_behind_the_backward_pass():

@@ -1,0 +1,260 @@
+"""Collectives as the libraries run them: ring, tree and NVLS, each protocol, on the tiers of the
+network (parex.network), the fastest chosen by message and group size as NCCL and RCCL choose.
+
+A group of g ranks at stride s has m_k = min(g, span_k // s) members in one tier-k domain, so
+tier k joins f_k = m_k / m_{k−1} of the group's tier-(k−1) domains (m_{−1} = 1) and each device
+moves data reduced over the m_{k−1} members below it (a ring in rank order crosses each tier
+that often; a hierarchical algorithm moves the same bytes). With S the op's bytes and r_k the
+tier's rate per device (parex.network.Tier.rate, shared by every device of a domain, so rings
+that all cross an oversubscribed tier at once each get the tier's share):
+
+    ring   all-reduce 2(f_k−1)/f_k · S/m_{k−1} / r_k,  all-gather, reduce-scatter (f_k−1)/f_k · …
+    tree   all-reduce: a chain in the scale-up domain, then 2 · S/m_{k−1} / r_k on each tier above
+    NVLS   all-reduce reduced in the NVSwitch: 2(f_0−1)/f_0 · S / the tier's NVLS bus bandwidth,
+           then a tree above it
+    all-to-all  (m_k − m_{k−1})/g · S / r_k (each device's bytes to the ranks beyond tier k−1)
+    permute     S / r_k of the tier a hop to the next rank crosses
+
+The libraries pipeline chunks through every tier at once, so a collective's bandwidth time is its
+slowest tier's (the maximum over k; a flat NCCL ring's bus bandwidth is its slowest link's).
+
+and a latency: the library's base latency plus its per-step latency for the link a step crosses
+(NVLink, PCI or the network; a network file may give the step latency measured on its machine)
+and the tiers' switch hops: a ring all-reduce takes 2 steps per rank, all-gather and
+reduce-scatter one, each at its slowest hop's latency (the ring's steps run in lockstep), a tree
+2·(chain + log2 f_k per tier above). Each protocol scales the bandwidth (LL moves half its
+payload, LL128 120 of 128 bytes) against its latency, and the time is the fastest (algorithm,
+protocol) the library would pick: NCCL's and RCCL's tuning tables (`LIBRARY_CONSTANTS`, from
+src/graph/tuning.cc of github.com/NVIDIA/nccl, 2026, and github.com/ROCm/rccl), with their
+per-size correction factors. TPUs ("ici") run rings on the torus at the links' own latency, one
+ring per torus dimension the group spans, in parallel.
+
+Every candidate is `latency + S · seconds per byte`, both fixed by the group's placement alone:
+they are computed once per distinct (group size, stride) and spread over the rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..network import Network, Tier
+
+PROTOCOLS = ("LL", "LL128", "Simple")
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Library:
+    """One library's tuning constants (µs, bandwidth factors), per algorithm × protocol."""
+
+    name: str
+    base: dict  # algorithm -> (LL, LL128, Simple) base latency, µs
+    step: dict  # link class -> algorithm -> per-step latency, µs
+    bw: dict  # algorithm -> protocol bandwidth factor
+    protocols: tuple[str, ...]  # enabled by default
+    correction: dict  # algorithm -> protocol -> factors by log2(bytes / 64), 1 beyond
+    ring_plateau: float = 1.0  # multi-node ring all-reduce latency factor (Simple)
+    nvls: tuple[float, float] = (0.0, 0.0)  # NVLS step latency on NVLink and the network, µs
+
+
+# NCCL 2.2x (src/graph/tuning.cc): baseLatencies, hwLatencies, the LL/LL128/tree bandwidth
+# factors, the ring plateau of Ampere and newer, NVLS latencies, treeCorrectionFactor
+NCCL = Library(
+    "nccl", base={"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4)},
+    step={"nvlink": {"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0)},
+          "pci": {"ring": (1.0, 2.5, 5.7), "tree": (1.0, 1.9, 4.0)},
+          "net": {"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0)}},
+    bw={"ring": (0.5, 0.92, 1.0), "tree": (1 / 3.8, 0.92, 0.92)},
+    protocols=PROTOCOLS, ring_plateau=1.4, nvls=(25.0, 18.0),
+    correction={"tree": {
+        "LL": (1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1),
+        "LL128": (1, 1, 1, 1, 1, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9,
+                  .9, 1),
+        "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7,
+                   .7, .8, .9)}})
+# RCCL (ROCm/rccl src/graph/tuning.cc): its own latencies and factors, the tree at 0.27 of the
+# bus bandwidth, and its ring correction factors (Simple below 8 MB runs far under the model)
+_RCCL_RING = (1, 1, 1, 1, 1, 1, .25, .41, .55, .56, .78, .94, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1)
+RCCL = Library(
+    "rccl", base={"ring": (20.5, 20.5, 27.9), "tree": (37.9, 37.9, 40.4)},
+    step={"nvlink": {"ring": (2.3, 2.3, 2.7), "tree": (1.2, 1.2, 3.8)},
+          "pci": {"ring": (1.3, 1.3, 1.9), "tree": (2.2, 2.2, 5.7)},
+          "net": {"ring": (2.0, 2.0, 4.5), "tree": (9.8, 9.8, 19.5)}},
+    bw={"ring": (1 / 5, 0.92, 1.0), "tree": (0.27 / 2.3, 0.27 * 0.915, 0.27)},
+    protocols=("LL", "Simple"),
+    correction={"ring": {"LL": _RCCL_RING, "Simple": (1, 1, 1, 1, 1, 1, .04, .08, .09, .09,
+                                                      .11, .13, .25, .40, .59, .76, .86, 1, 1,
+                                                      1, 1, 1)},
+                "tree": {"Simple": (1, 1, 1, 1, 1, 1, .41, .27, .25, .39, .46, .72, .76, .87,
+                                    .92, .97, 1, 1, 1, 1, 1, 1)}})
+LIBRARY_CONSTANTS = {"nccl": NCCL, "rccl": RCCL}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a group's ranks sit on the tiers (columns over distinct groups)."""
+
+    fan: list  # f_k: the group's tier-(k−1) domains joined in one tier-k domain
+    below: list  # m_{k−1}: members under one tier-(k−1) domain
+    members: list  # m_k
+    hops: list  # ring hops (per pass around the group) whose highest crossed tier is k
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One (algorithm, protocol): seconds = latency + S · per_byte · correction(S)."""
+
+    latency: np.ndarray
+    per_byte: np.ndarray
+    correction: tuple | None = None
+
+
+def placement(g, stride, tiers: tuple[Tier, ...]) -> Placement:
+    """m_k, f_k and the ring's hops per tier for groups of g ranks at `stride` (module doc)."""
+    g = np.maximum(np.asarray(g, dtype=np.float64), 1.0)
+    stride = np.maximum(np.asarray(stride, dtype=np.float64), 1.0)
+    members = [np.clip(np.floor(t.span / stride), 1.0, g) for t in tiers[:-1]] + [g]
+    below = [np.ones_like(g)] + members[:-1]
+    fan = [m / b for m, b in zip(members, below)]
+    # domains of tier k−1 the ring visits (tier −1: every rank); a hop that leaves one crosses
+    # tier k, and the hops crossing tier k but no higher one are counted at k
+    domains = [g] + [np.ceil(g / m) for m in members]
+    crossing = [np.where(d > 1, d, 0.0) for d in domains[:-1]]
+    hops = [c - n for c, n in zip(crossing, crossing[1:] + [np.zeros_like(g)])]
+    return Placement(fan, below, members, hops)
+
+
+def volumes(kind: str, at: Placement) -> list:
+    """Bytes each device moves across tier k per byte of the op (ring or hierarchical)."""
+    if kind == "all-to-all":
+        g = at.members[-1]
+        return [(m - b) / g for m, b in zip(at.members, at.below)]
+    passes = 2.0 if kind == "all-reduce" else 1.0
+    return [passes * (f - 1) / f / b for f, b in zip(at.fan, at.below)]
+
+
+def _slowest(per_tier: list) -> np.ndarray:
+    """The slowest tier's seconds per byte, given each tier's own (its bytes over its rate): a
+    device's NIC carries everything that leaves its node, and a fabric tier's links everything
+    that leaves its domains, so tier k ≥ 1 carries the bytes of tier k and of every tier
+    above it."""
+    loads = [per_tier[0]]
+    for k in range(1, len(per_tier)):
+        loads.append(sum(per_tier[k:]))
+    return np.maximum.reduce(loads) if len(loads) > 1 else loads[0]
+
+
+def _step(lib: Library, tier: Tier, algorithm: str, p: int, net: Network) -> float:
+    """Seconds per step of `algorithm` with protocol p over a hop that crosses `tier`."""
+    base = lib.step[tier.link][algorithm][p] * US
+    measured = net.net_step_latency if tier.link == "net" else net.intra_step_latency
+    if measured is not None:
+        base = measured  # on this machine, messages of 1 MB to 1 GB (a network file's)
+    return base + tier.latency
+
+
+def _ring_latency(lib: Library, at: Placement, tiers, net: Network, p: int) -> np.ndarray:
+    """Seconds of one pass around the ring: a pipelined ring's steps run in lockstep, so every
+    step costs the step latency of the slowest (highest) tier the ring crosses (on Perlmutter
+    every step of a multi-node NCCL ring measured 13.9 µs, NCCL's network step: network
+    files)."""
+    slowest = np.maximum.reduce([np.where(h > 0, _step(lib, t, "ring", p, net), 0.0)
+                                 for h, t in zip(at.hops, tiers)])
+    return sum(at.hops) * slowest
+
+
+def library_candidates(kind: str, at: Placement, tiers, net: Network,
+                       lib: Library) -> list[Candidate]:
+    """Every (algorithm, protocol) NCCL/RCCL could run for this op (module doc)."""
+    ring = _slowest([v / t.rate for v, t in zip(volumes(kind, at), tiers)])
+    passes = 2.0 if kind == "all-reduce" else 1.0
+    multi_node = at.members[0] < at.members[-1]
+    out = []
+    for p, proto in enumerate(PROTOCOLS):
+        if proto not in lib.protocols or (proto == "LL128" and tiers[0].link != "nvlink"):
+            continue
+        lat = lib.base["ring"][p] * US + passes * _ring_latency(lib, at, tiers, net, p)
+        if proto == "Simple" and kind == "all-reduce":
+            lat = np.where(multi_node, lat * lib.ring_plateau, lat)
+        out.append(Candidate(lat, ring / lib.bw["ring"][p],
+                             lib.correction.get("ring", {}).get(proto)))
+        if kind == "all-reduce":
+            out.append(_tree(at, tiers, net, lib, p))
+    if kind == "all-reduce" and tiers[0].reduction > 0 and lib.nvls[0] > 0:
+        out.append(_nvls(at, tiers, lib))
+    return out
+
+
+def _above(at: Placement, tiers) -> list:
+    """Seconds per byte a tree or NVLS moves on each tier above the scale-up domain."""
+    return [np.where(f > 1, 2 / b / t.rate, 0.0)
+            for f, b, t in zip(at.fan[1:], at.below[1:], tiers[1:])]
+
+
+def _tree(at: Placement, tiers, net: Network, lib: Library, p: int) -> Candidate:
+    """Double binary tree across tiers ≥ 1 after a chain in the scale-up domain."""
+    f0 = at.fan[0]
+    per_byte = _slowest([2 * (f0 - 1) / f0 / tiers[0].rate] + _above(at, tiers))
+    depth = [f0 - 1] + [np.ceil(np.log2(f)) for f in at.fan[1:]]
+    lat = lib.base["tree"][p] * US + 2 * sum(
+        d * _step(lib, t, "tree", p, net) for d, t in zip(depth, tiers))
+    return Candidate(lat, per_byte / lib.bw["tree"][p],
+                     lib.correction.get("tree", {}).get(PROTOCOLS[p]))
+
+
+def _nvls(at: Placement, tiers, lib: Library) -> Candidate:
+    """All-reduce reduced inside the NVSwitch (tier 0), a tree above it (NCCL's NVLS / NVLS
+    tree): NVLS's own step latencies, Simple protocol."""
+    f0 = at.fan[0]
+    per_byte = _slowest([2 * (f0 - 1) / f0 / tiers[0].reduction] + _above(at, tiers))
+    levels = sum(np.ceil(np.log2(f)) for f in at.fan[1:])
+    return Candidate(lib.nvls[0] * US + 2 * levels * lib.nvls[1] * US, per_byte)
+
+
+def ici_candidate(kind: str, at: Placement, tiers, dims, link_latency) -> Candidate:
+    """XLA's rings on a TPU torus: the group's bytes split over the `dims` torus dimensions it
+    spans in the scale-up domain, each ring on its own pair of links; one link latency (ICI,
+    then DCN) per hop."""
+    per = [v / t.rate for v, t in zip(volumes(kind, at), tiers)]
+    per = [per[0] / np.maximum(dims, 1)] + per[1:]
+    passes = 2.0 if kind == "all-reduce" else 1.0
+    lat = passes * sum(h * (link_latency[min(k, 1)] + t.latency)
+                       for k, (h, t) in enumerate(zip(at.hops, tiers)))
+    return Candidate(lat, _slowest(per))
+
+
+def permute_candidate(at: Placement, tiers, link_latency) -> Candidate:
+    """One send to the next rank: at the rate of the lowest tier whose domain holds both (the
+    tier most hops cross), plus that link's latency and the tier's switch hops."""
+    lat, per_byte = np.zeros_like(at.fan[0]), np.zeros_like(at.fan[0])
+    crossed = np.zeros(at.fan[0].shape, dtype=bool)
+    for k, (f, t) in enumerate(zip(at.fan, tiers)):
+        here = (f > 1) & ~crossed
+        lat = np.where(here, link_latency[min(k, 1)] + t.latency, lat)
+        per_byte = np.where(here, 1 / t.rate, per_byte)
+        crossed |= here
+    return Candidate(lat, per_byte)
+
+
+def fastest(candidates: list[Candidate], inverse, nbytes) -> np.ndarray:
+    """Per row, the fastest candidate's seconds: each candidate's latency and seconds per byte
+    (per distinct group, `inverse` spreading them over the rows) on the row's bytes."""
+    S = np.asarray(nbytes, dtype=np.float64)
+    bucket = None
+    best = None
+    for c in candidates:
+        t = S * c.per_byte[inverse]
+        if c.correction is not None:
+            if bucket is None:  # log2(bytes / 64), the libraries' correction index
+                bucket = np.minimum(np.log2(np.maximum(S / 64, 1.0)).astype(np.int64), 21)
+            t = t / np.asarray(c.correction)[bucket]
+        t = t + c.latency[inverse]
+        best = t if best is None else np.minimum(best, t)
+    return best
+
+
+__all__ = ["Candidate", "LIBRARY_CONSTANTS", "Library", "NCCL", "PROTOCOLS", "Placement", "RCCL",
+           "fastest", "ici_candidate", "library_candidates", "permute_candidate", "placement",
+           "volumes"]

@@ -1,0 +1,123 @@
+"""What a predicted step is made of, effect by effect (`parex predict --explain`).
+
+The parts add up to the predicted step time:
+
+    ideal compute       the step's hardware FLOPs at the chip's dense peak
+    kernel efficiency   what the kernels lose beside that: the best matmul rate the chip reaches
+                        (its MAMF), memory-bound kernels at HBM bandwidth, the optimizer, the
+                        fitted step efficiency (predict.accelerator)
+    kernel shapes       the GEMMs' tile and wave quantization (predict.kernels)
+    communication       the exposed collective seconds (predict.time's overlap model), of which
+                        congestion: what the network's oversubscribed tiers add (the same step
+                        with every tier at its NIC's rate)
+    stragglers          the slowest of the step's devices (predict.stragglers)
+    bubble              the pipeline's fill and drain
+
+Each effect is measured by predicting the step again without it (removed in the order listed
+from the bottom up: stragglers, then shapes); `tiers` splits the collectives' bandwidth time
+(before any overlap) by the network tier that carries it, with the latency apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..layout import MESH_AXES
+from ..network import tiers_of
+from ..setting import Setting, resolve
+from . import collectives
+from .alpha_beta import group_shape
+from .shapes import Grid
+
+
+def breakdown(model, train, layout, hardware, **predict_kwargs) -> dict:
+    """{part: seconds} of the step (module docstring), `tiers` and the prediction itself, of
+    what parex.predict gives for these inputs (`predict_kwargs`: its dtype, recipe, convention
+    and expert_imbalance)."""
+    return setting_breakdown(resolve(model, train, layout, hardware, **predict_kwargs))
+
+
+def setting_breakdown(setting: Setting) -> dict:
+    """breakdown of a resolved Setting (parex.setting)."""
+    from .core import predict_setting
+
+    model, train, layout, cluster = setting.model, setting.train, setting.layout, setting.cluster
+    chip = cluster.chip
+
+    def step(c) -> dict:
+        # the chip already carries the cluster's network (cluster.chip): keep its own
+        on = dataclasses.replace(cluster, chip=c, network=None)
+        p = predict_setting(setting.replace(cluster=on))
+        return p.step_time_s | {"p": p}
+
+    full = step(chip)
+    steady = step(dataclasses.replace(chip, speed_variation=0.0))
+    plain = step(dataclasses.replace(chip, speed_variation=0.0, gemm={}))
+    flat = step(dataclasses.replace(chip, speed_variation=0.0, network=_untapered(chip)))
+    p = full["p"]
+    ideal = p.hardware_flops_per_device / chip.peak(setting.dtype)
+    parts = {"ideal compute": ideal, "kernel efficiency": plain["compute"] - ideal,
+             "kernel shapes": steady["compute"] - plain["compute"],
+             "communication": steady["exposed_comm"],
+             "congestion": steady["exposed_comm"] - flat["exposed_comm"],
+             "stragglers": full["total"] - steady["total"], "bubble": steady["bubble"],
+             "total": full["total"]}
+    return {"parts": parts, "tiers": tier_seconds(p, setting), "prediction": p}
+
+
+def _untapered(chip):
+    """The chip's network with every tier at its NIC's rate (no oversubscription)."""
+    net = chip.network
+    if net is None:
+        return None
+    tiers = tuple(dataclasses.replace(t, oversubscription=1.0) for t in net.tiers)
+    return dataclasses.replace(net, tiers=tiers)
+
+
+def tier_seconds(p, setting: Setting) -> dict:
+    """{tier name: seconds} the step's collectives keep each tier busy (bytes over the tier's
+    rate, before overlap), and "latency": the rest of their time."""
+    chip, layout = setting.cluster.chip, setting.layout
+    if setting.emulated or layout.tensor3d:
+        return {}
+    grid = Grid.from_layouts([layout], setting.train, setting.model)
+    tiers = tiers_of(chip, chip.network)
+    out = {t.name: 0.0 for t in tiers} | {"latency": 0.0}
+    axes_of = {a.value: a for a in MESH_AXES}
+    for c in p.collectives:
+        axes = tuple(axes_of[a] for a in c["axes"] if a in axes_of)
+        g, stride = group_shape(grid, axes)
+        at = collectives.placement(g, stride, tiers)
+        busy = [c["count"] * c["bytes_per_op"] * float(v[0]) / t.rate
+                for v, t in zip(collectives.volumes(c["kind"], at), tiers)]
+        for t, b in zip(tiers, busy):
+            out[t.name] += b
+        out["latency"] += max(c["seconds"] - max(busy), 0.0)
+    return out
+
+
+def explain_text(result: dict) -> str:
+    """The breakdown as the lines `parex predict --explain` prints."""
+    from ..units import format_seconds
+
+    parts, total = result["parts"], result["parts"]["total"]
+    rows = [("ideal compute", "the step's FLOPs at dense peak"),
+            ("kernel efficiency", "best matmul rate, memory-bound kernels, step efficiency"),
+            ("kernel shapes", "tile and wave quantization of the GEMMs"),
+            ("communication", "exposed collectives"),
+            ("congestion", "  of which: oversubscribed network tiers"),
+            ("stragglers", "the slowest of the step's devices"),
+            ("bubble", "pipeline fill and drain")]
+    lines = ["step breakdown (parex.predict.explain)"]
+    for key, what in rows:
+        lines.append(f"  {key:18s} {format_seconds(parts[key]):>10s}  "
+                     f"{parts[key] / total:6.1%}  {what}")
+    lines.append(f"  {'total':18s} {format_seconds(total):>10s}")
+    if result["tiers"]:
+        busy = ", ".join(f"{name} {format_seconds(s)}" for name, s in result["tiers"].items()
+                         if s > 0)
+        lines.append(f"  collectives by tier (busy time before overlap): {busy or 'none'}")
+    return "\n".join(lines)
+
+
+__all__ = ["breakdown", "explain_text", "setting_breakdown", "tier_seconds"]
