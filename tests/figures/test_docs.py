@@ -37,7 +37,7 @@ def test_a_block_renders_the_headline_and_the_rows(committed):
     assert "[zero-table1](figures/scoreboard.md#zero-table1)" in block
     axonn = docs.render("figure axonn", committed)
     assert axonn.count("\n| ") == 1 + 8  # the separator and eight rows
-    with pytest.raises(ValueError, match="use scoreboard"):
+    with pytest.raises(ValueError, match="use headline, scoreboard"):
         docs.render("scores", committed)
 
 

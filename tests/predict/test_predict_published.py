@@ -128,9 +128,10 @@ def test_other_runs_bloom_is_the_published_setup_and_scored_as_a_test_set():
     flops = references.megatron_flops(row, s=2048, V=250880)
     assert flops / (row.gpus * row.step_s) == pytest.approx(149e12, rel=0.01)
     other = runs.scored(runs.other_runs(), load_chip("a100-80gb"))
-    # a pin, measured with the committed profile: 1.048, partly errors cancelling (several facts
-    # of the run not described); within the target for another stack's run (≤ 5 %)
-    assert other.ratio.iloc[0] == pytest.approx(1.048, abs=5e-4)
+    # a pin, measured with the committed profile: 1.041 (1.048 before the scale physics of
+    # issue 42), partly errors cancelling (several facts of the run not described); within the
+    # target for another stack's run (≤ 5 %)
+    assert other.ratio.iloc[0] == pytest.approx(1.041, abs=5e-4)
     assert abs(other.ratio.iloc[0] - 1) <= OTHER_STACK_TARGET["median"]
 
 
@@ -156,14 +157,14 @@ def test_megatron_table1_in_sample_pin_and_the_bubble_only_where_pipelined():
     table = published.megatron_table1("a100-80gb")
     assert len(table) == 10
     s = runs.summary(table.ratio)
-    assert (s["median"], s["max"]) == pytest.approx((0.0134, 0.0553), abs=5e-4)
+    assert (s["median"], s["max"]) == pytest.approx((0.0189, 0.0615), abs=5e-4)
     assert ((table.parex_bubble_fraction > 0) == (table.pp > 1)).all()
 
 
 # runs of other papers (another stack's code) predicted by the committed profile, fitted on
 # Megatron-LM 2021: the target for a fit on another stack is median ≤ 5 %, max ≤ 12 %
 OTHER_STACK_TARGET = {"median": 0.05, "max": 0.12}
-HELD_OUT_MEASURED = {"median": 0.0522, "max": 0.1413}  # Korthikanti's 1T on 64 stages: +14 %
+HELD_OUT_MEASURED = {"median": 0.0440, "max": 0.1396}  # Korthikanti's 1T on 64 stages: +14 %
 
 
 @pytest.fixture(scope="module")
@@ -216,11 +217,13 @@ def test_each_runs_implementation_moves_its_prediction_the_physical_way():
 @pytest.mark.slow
 def test_megatron_table1_leave_one_out_meets_the_target():
     """Each row held out of its own stack's fit: the target is median ≤ 3.5 %, max ≤ 8.5 %
-    (measured 1.4 % / 6.6 %)."""
+    (measured 2.1 % / 7.4 %; 1.4 % / 6.6 % before the stragglers of issue 42)."""
     loo = runs.leave_one_out(runs.fit_runs(), load_chip("a100-80gb"))
     s = runs.summary(loo.ratio)
     assert s["median"] <= 0.035 and s["max"] <= 0.085, loo[["run", "ratio"]]
-    assert loo.fitted_efficiency.between(0.7, 0.8).all()
+    # each fit a plausible share of the kernels' rates (0.76 before the stragglers took the
+    # slowest device's wait out of it, 0.80 since)
+    assert loo.fitted_efficiency.between(0.7, 0.85).all()
 
 
 def test_the_component_list_sums_to_the_papers_table2_formulas():
