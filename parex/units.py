@@ -99,12 +99,13 @@ def format_ratio(value: float) -> str:
 # flops_per_device, mfu, ...); the first pattern that matches a column's name, lowercased with
 # spaces, hyphens and slashes read as underscores, gives its unit.
 COLUMN_UNITS = (
+    (r"gbps|(^|_)gb_s$", None),  # link speeds in Gb/s: plain numbers (not GB, not seconds)
     (r"loss|^gap_vs", "loss"),  # training losses and their differences
     (r"tflops", "tflop/s"),  # already in TFLOP/s (published tables)
     (r"flop_s$|flops_per_s", "flop/s"),
     (r"flops?(_|$)", "flops"),
     (r"bandwidth|bytes_per_s", "bytes/s"),
-    (r"(^|_)gb(_|$)", "gigabytes"),  # already in GB (published tables)
+    (r"(^|_)gb(_per|$)", "gigabytes"),  # already in GB (published tables; not Gb/s)
     (r"tokens_per_s|per_s$", "per second"),
     (r"bytes|memory|^state|all_to_all|all_reduce|all_gather|reduce_scatter|permute", "bytes"),
     (r"percent", "percent points"),  # already ×100

@@ -21,7 +21,8 @@ from parex.units import column_unit, format_bytes, format_flops, format_seconds
     ("even split mfu", "percent"), ("idle fraction", "percent"),
     ("bubble_measured", "percent"), ("percent_of_peak", "percent points"),
     ("tokens_per_s", "per second"), ("avg_bandwidth", "bytes/s"), ("params", "count"),
-    ("gb_per_device", "gigabytes"), ("ratio", "ratio"), ("speed", "ratio"),
+    ("gb_per_device", "gigabytes"), ("parex_gb", "gigabytes"), ("between nodes Gb/s", None),
+    ("gbps", None), ("ratio", "ratio"), ("speed", "ratio"),
     ("loss_last", "loss"), ("gap_vs_sync_DP", "loss"),
     ("n_devices", None), ("layout", None), ("m", None)])
 def test_a_columns_name_says_its_unit(name, unit):
