@@ -454,3 +454,34 @@ def test_a_wide_plan_report_keeps_every_column_in_view(jupyterlab):
         assert all(h["inside"] or h["scrolls"] for h in narrow), narrow
         assert any(h["scrolls"] for h in narrow)  # 760 px is too narrow: the table scrolls
         page.locator(".parex-report").first.screenshot(path=str(ARTIFACTS / "report_760.png"))
+
+
+CHART_CELLS = ["import parex\n\nparex.emulate_devices(8)",
+               "from parex import charts\n\ncharts.enable_offline()",
+               "model, train = parex.model_preset('tiny'), parex.TrainConfig(global_batch=16)\n"
+               "frame = parex.records_frame([parex.predict(model, train, parex.Layout(data=8), "
+               "'a100-80gb')])\ncharts.step_time_chart(frame)"]
+LAST_OUTPUT_JS = """() => { const outputs = document.querySelectorAll('.jp-OutputArea-output');
+  const last = outputs[outputs.length - 1];
+  return last ? {img: last.querySelectorAll('img').length,
+                 live: last.querySelectorAll('.vega-embed').length} : null; }"""
+
+
+def test_a_shared_notebook_shows_its_chart(jupyterlab):
+    """A notebook run elsewhere (here by nbclient) and opened from its file shows each chart
+    as its picture (the widget cannot run without the kernel that drew it); run again, the
+    chart is live."""
+    from nbclient import NotebookClient
+
+    base, token, explorer_notebook = jupyterlab
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CHART_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    nbformat.write(nb, explorer_notebook.parent / "shared.ipynb")
+    with lab_page(base, token, "shared.ipynb", "browser_shared.png") as page:
+        page.wait_for_function(f"() => ({LAST_OUTPUT_JS})()?.img === 1", timeout=30_000)
+        _run_all(page)
+        _wait_until_done(page)
+        page.wait_for_function(f"() => ({LAST_OUTPUT_JS})()?.live === 1", timeout=60_000)
+        assert page.evaluate(LAST_OUTPUT_JS)["img"] == 0  # the live chart, not its picture
