@@ -138,8 +138,8 @@ def column_unit(name) -> str | None:
 
 
 def format_value(value, unit: str | None = None) -> str:
-    """One cell: a number in `unit` (FRAME_FORMATS), a whole number with separators, else three
-    significant figures; a missing value is a dash, text stays as it is."""
+    """One cell: a number in `unit` (FRAME_FORMATS), a whole number with separators, else at
+    most three significant figures; a missing value is a dash, text stays as it is."""
     if isinstance(value, str):
         return value
     if value is None or _missing(value):
@@ -150,7 +150,8 @@ def format_value(value, unit: str | None = None) -> str:
         return FRAME_FORMATS[unit](value)
     if float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
-    return _number(float(value))
+    text = _number(float(value))  # three figures; a knob's 0.100 reads 0.1
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _missing(value) -> bool:

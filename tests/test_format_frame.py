@@ -83,8 +83,8 @@ def test_a_unit_for_the_rest_and_units_by_name():
 
 def test_missing_values_whole_numbers_and_text():
     df = pd.DataFrame({"layout": ["a", None], "h_crossover": [3.0, math.nan],
-                       "global_batch": np.array([2048, 16]), "head_scale": [0.1234, 1.0],
+                       "global_batch": np.array([2048, 16]), "head_scale": [0.1234, 0.1],
                        "fits": [True, False], "mfu": [pd.NA, 0.454]}, dtype=object)
     shown = parex.format_frame(df)
     assert shown.iloc[0].tolist() == ["a", "3", "2,048", "0.123", "True", "–"]
-    assert shown.iloc[1].tolist() == ["–", "–", "16", "1", "False", "45.4%"]
+    assert shown.iloc[1].tolist() == ["–", "–", "16", "0.1", "False", "45.4%"]

@@ -75,6 +75,9 @@ class TextReport(str):
         out.blocks, out.unwrapped = wrapped, blocks
         return out
 
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))  # a cell's plain-text value: the report, not its quoted repr
+
     def _repr_html_(self) -> str:
         parts = [b._repr_html_() if isinstance(b, Table) else _pre(b)
                  for b in self.unwrapped if b]

@@ -68,3 +68,8 @@ def test_prose_is_wrapped_by_the_page_in_html_and_at_width_in_text(report):
     assert all("word-break: normal" in tag for tag in re.findall(r"<pre[^>]*>", html))
     text_prose = [line for line in str(report).splitlines() if "layouts considered" in line]
     assert text_prose and all(len(line) <= WIDTH for line in text_prose)
+
+
+def test_its_plain_text_value_is_the_report_not_a_quoted_string(report):
+    pretty = pytest.importorskip("IPython.lib.pretty")
+    assert pretty.pretty(report) == str(report) and "\\n" not in pretty.pretty(report)
