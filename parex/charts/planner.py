@@ -28,7 +28,7 @@ MARGIN = 0.06  # room around the front and the top rows, as a share of their spa
 CAP_REACH = 0.5  # the cap joins the memory axis when it lies within this share of the span
 
 
-def domain(values, log: bool = False) -> list[float]:
+def _domain(values, log: bool = False) -> list[float]:
     """[lo, hi] around `values` with MARGIN of their span each side (of their ratio on a log
     axis); never below zero on a linear one."""
     lo, hi = float(min(values)), float(max(values))
@@ -51,7 +51,7 @@ def _axes(anchors: pd.DataFrame, cap_v: float | None) -> tuple[dict, dict]:
     scales = []
     for column in ("memory_v", "time_v"):
         log = log_scale_fits(anchors[column])
-        scales.append({"domain": domain(anchors[column], log), "type": "log" if log else
+        scales.append({"domain": _domain(anchors[column], log), "type": "log" if log else
                        "linear", "nice": False, "zero": False})
     memory = scales[0]["domain"]
     if cap_v is not None and memory[1] < cap_v <= memory[1] + CAP_REACH * (memory[1] - memory[0]):
@@ -124,4 +124,4 @@ def _marks(data: pd.DataFrame, x: alt.X, y: alt.Y) -> list:
     return [front, points, rings, labels]
 
 
-__all__ = ["domain", "pareto_chart"]
+__all__ = ["pareto_chart"]
