@@ -109,9 +109,10 @@ print(f"predicted step on the emulated mesh {predicted.step_time_s['total'] * 1e
 # ## Side by side
 # Every field both sides have, with predicted ÷ measured. Memory and collective bytes come out of
 # the compiled step exactly; step time on emulated devices is noisy (compare within one run).
+# `parex.format_frame` writes each number in its unit, as the reports and charts do.
 
 # %%
-pd.DataFrame(parex.shared_fields(measured, predicted)).round(3)
+parex.format_frame(pd.DataFrame(parex.shared_fields(measured, predicted)))
 
 # %% [markdown]
 # ## One tidy table, and the pictures

@@ -80,8 +80,9 @@ print(f"{len(frame) // 2} layouts measured and predicted: {', '.join(frame['layo
 
 # %%
 measured = frame[frame["source"] == "measured"]
-print(measured.pivot_table(index="n_devices", columns="strategy",
-                           values="memory_argument_bytes").to_string())
+arguments = measured.pivot_table(index="n_devices", columns="strategy",
+                                 values="memory_argument_bytes")
+print(parex.format_frame(arguments, unit="bytes").to_string())
 charts.scaling_chart(frame, y="memory_argument_bytes", by="strategy",
                      title="model state per device (XLA argument bytes)")
 
@@ -92,14 +93,15 @@ charts.scaling_chart(frame, y="memory_argument_bytes", by="strategy",
 # activations of the batch slice are most of it.
 
 # %%
-measured.pivot_table(index="n_devices", columns="strategy", values="memory_total_bytes")
+parex.format_frame(measured.pivot_table(index="n_devices", columns="strategy",
+                                        values="memory_total_bytes"), unit="bytes")
 
 # %% [markdown]
 # Predicted against measured for every run, with the error of each: the argument bytes follow from
 # the layout alone, so the prediction should be close to exact.
 
 # %%
-charts.pairs(frame, "memory_argument_bytes").round(4)
+parex.format_frame(charts.pairs(frame, "memory_argument_bytes"), unit="bytes")
 
 # %% [markdown]
 # ## What each strategy communicates
@@ -109,8 +111,8 @@ charts.pairs(frame, "memory_argument_bytes").round(4)
 
 # %%
 largest = frame[frame["n_devices"] == max(device_counts)]
-print(largest[["source", "layout", "comm_all_reduce_bytes", "comm_all_gather_bytes"]].to_string(
-    index=False))
+columns = ["source", "layout", "comm_all_reduce_bytes", "comm_all_gather_bytes"]
+print(parex.format_frame(largest[columns]).to_string(index=False))
 charts.collectives_chart(largest)
 
 # %% [markdown]
@@ -121,4 +123,4 @@ charts.collectives_chart(largest)
 
 # %%
 zero = zero_table1()
-zero[zero["n_d"].isin([4, 64, 1024])].round(3)
+parex.format_frame(zero[zero["n_d"].isin([4, 64, 1024])])

@@ -72,7 +72,7 @@ print(f"{model.layers} layers; measured and predicted " + ", ".join(map(str, lay
 # %%
 table = pd.DataFrame([c.to_json() | {"layout": m.layout} for m in measured for c in m.collectives])
 per_kind = table.groupby(["layout", "kind"], sort=False)[["count", "bytes"]].sum()
-per_kind.assign(**{"count per layer": per_kind["count"] / model.layers})
+parex.format_frame(per_kind.assign(**{"count per layer": per_kind["count"] / model.layers}))
 
 # %% [markdown]
 # ## Bytes by kind, measured and predicted
@@ -92,4 +92,5 @@ charts.overview_chart(frame)
 # paper's four models (s = 2048, t = 8), beside the sum of the paper's per-component list.
 
 # %%
-korthikanti_table().pivot_table(index="configuration", columns="model", values="ratio")
+ratios = korthikanti_table().pivot_table(index="configuration", columns="model", values="ratio")
+parex.format_frame(ratios, unit="ratio")

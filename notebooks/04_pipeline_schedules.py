@@ -83,10 +83,11 @@ charts.gantt_stack(schedules, width=560)
 # microbatches in flight on stage 0, 1F1B at most p.
 
 # %%
-pd.DataFrame([{"schedule": s.name, "v": s.v, "ticks": s.n_ticks,
-               "idle fraction": round(s.idle_fraction(), 3),
-               "(p−1)/(m+p−1)": round((p - 1) / (m + p - 1), 3),
-               "peak in flight, stage 0": s.peak_in_flight()[0]} for s in schedules])
+bubbles = pd.DataFrame([{"schedule": s.name, "v": s.v, "ticks": s.n_ticks,
+                         "idle fraction": s.idle_fraction(),
+                         "(p−1)/(m+p−1)": (p - 1) / (m + p - 1),
+                         "peak in flight, stage 0": s.peak_in_flight()[0]} for s in schedules])
+parex.format_frame(bubbles, units={"(p−1)/(m+p−1)": "percent"})
 
 # %% [markdown]
 # ## In predicted time
@@ -117,7 +118,7 @@ runs = [parex.measure(model, train, parex.Layout(stage=p, microbatches=m, schedu
                       devices=jax.devices()[:p]) for name in ("gpipe", "1f1b")]
 for run in runs:
     print(f"{run.layout:40} losses {[round(x, 4) for x in run.losses]} "
-          f"temp {run.memory_bytes_per_device['temp'] / 1e6:.2f} MB")
+          f"temp {parex.format_bytes(run.memory_bytes_per_device['temp'])}")
 
 # %% [markdown]
 # ## The bubble, where it is physical
@@ -135,6 +136,6 @@ for run in runs:
 # %%
 study = bubble_study(model, p=2, ms=bubble_ms, schedules=("1f1b", "zbh1"),
                      repeats=bubble_repeats, progress=True)
-print(study[["schedule", "m", "step_time_s", "stage_alone_s", "bubble_measured",
-             "bubble_table"]].round(3).to_string())
+print(parex.format_frame(study[["schedule", "m", "step_time_s", "stage_alone_s",
+                                 "bubble_measured", "bubble_table"]]).to_string())
 charts.bubble_chart(study)

@@ -79,5 +79,5 @@ charts.long_sequence_chart(study)
 
 # %%
 longest = study[study["seq_len"] == max(lengths)]
-longest[["mode", "memory_temp_bytes", "comm_total_bytes", "comm_collective_permute_bytes",
-         "comm_all_to_all_bytes"]]
+parex.format_frame(longest[["mode", "memory_temp_bytes", "comm_total_bytes",
+                            "comm_collective_permute_bytes", "comm_all_to_all_bytes"]])

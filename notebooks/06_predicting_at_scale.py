@@ -53,7 +53,8 @@ if offline:
 
 # %%
 megatron = megatron_table1("a100-80gb")
-megatron[["params_b", "tp", "pp", "gpus", "tflops_per_gpu", "parex_tflops_per_gpu", "ratio"]]
+parex.format_frame(megatron[["params_b", "tp", "pp", "gpus", "tflops_per_gpu",
+                             "parex_tflops_per_gpu", "ratio"]])
 
 # %% [markdown]
 # ## What if: 175B on 1024 GPUs
@@ -86,9 +87,9 @@ predictions = [parex.predict(model, train, parex.Layout.parse(text), hw)
 # %%
 frame = parex.records_frame(predictions)
 frame["regime"] = charts.regime(frame)
-table = frame[["hardware", "layout", "step_time_s", "step_compute_s", "step_exposed_comm_s",
-               "step_bubble_s", "memory_total_bytes", "mfu", "regime"]]
-table.assign(memory_total_gb=table.pop("memory_total_bytes") / 1e9).round(3)
+parex.format_frame(frame[["hardware", "layout", "step_time_s", "step_compute_s",
+                          "step_exposed_comm_s", "step_bubble_s", "memory_total_bytes", "mfu",
+                          "regime"]])
 
 # %%
 charts.whatif_chart(frame[frame["hardware"].str.startswith(hardware[0])])
@@ -104,9 +105,9 @@ chip = parex.load_chip(hardware[0])
 slow = dataclasses.replace(chip, name=f"{chip.name} over 1 Gb/s",
                            inter_node=parex.Link(1.25e8, 5e-5, "1 Gb/s Ethernet"))
 slow_frame = parex.records_frame([parex.predict(model, train, parex.Layout.parse(text), slow)
-                            for text in (layouts[1], layouts[3], layouts[5])])
-slow_frame.assign(regime=charts.regime(slow_frame))[["layout", "step_time_s",
-                                                     "step_exposed_comm_s", "regime"]]
+                                  for text in (layouts[1], layouts[3], layouts[5])])
+slow_frame["regime"] = charts.regime(slow_frame)
+parex.format_frame(slow_frame[["layout", "step_time_s", "step_exposed_comm_s", "regime"]])
 
 # %% [markdown]
 # ## Where a step's time goes
@@ -137,5 +138,5 @@ charts.efficiency_chart(weak + strong, title=f"{model_name} on {hardware[0]}: pr
 # %%
 import pandas as pd  # noqa: E402
 
-pd.DataFrame(weak + strong)[["mode", "devices", "layout", "step_s", "efficiency",
-                             "stragglers_s", "bubble_s"]].round(3)
+parex.format_frame(pd.DataFrame(weak + strong)[["mode", "devices", "layout", "step_s",
+                                                 "efficiency", "stragglers_s", "bubble_s"]])

@@ -80,5 +80,5 @@ print(explorer.layout, "·", explorer.explained["params"])
 
 # %%
 explorer.measure()
-explorer.pooled_frame()[["source", "layout", "step_time_s", "step_time_min_s",
-                         "step_time_max_s", "memory_total_bytes"]]
+parex.format_frame(explorer.pooled_frame()[["source", "layout", "step_time_s", "step_time_min_s",
+                                            "step_time_max_s", "memory_total_bytes"]])

@@ -57,7 +57,9 @@ plan_report(big)  # a cell's value: HTML tables that fit the page
 # %% [markdown]
 # Every fitting layout as a point (all predicted, so all grey): faster is lower, leaner is
 # further left. The Pareto front, the step line, holds the layouts that no other layout beats on
-# both; the dashed rule is the cap.
+# both; the dashed rule is the cap. The axes follow the front and the top rows: a layout slower
+# than the front's leanest end or larger than its fastest is beaten on both counts, so it is left
+# off (the subtitle counts them), and a front that spans decades gets a log axis.
 
 # %%
 charts.pareto_chart(chart_frame(big), big.memory_cap)
@@ -95,4 +97,4 @@ if verify_k:
     checked = verify(planner.plan, k=verify_k, steps=steps)
     print(verify_report(checked))
     runs = parex.load_sweep(checked["store"])
-    runs[["layout", "status", "step_time_s", "memory_total_bytes"]]
+    display(parex.format_frame(runs[["layout", "status", "step_time_s", "memory_total_bytes"]]))

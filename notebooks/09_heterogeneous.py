@@ -55,10 +55,11 @@ if offline:
 cluster = load_hetero_cluster(cluster_name)
 model = model_preset(model_name)
 print(cluster.describe(), f"· {cluster.inter_group_gbps} Gb/s between groups")
-pd.DataFrame([{"group": g.name, "devices": g.n_devices,
-               "bf16 TFLOP/s": g.chip.peak("bfloat16") / 1e12, "memory GB": g.chip.hbm_bytes / 1e9,
-               "between nodes Gb/s": g.inter_node_gbps, "intra-node link": g.chip.intra_node.name}
-              for g in cluster.groups])
+groups = pd.DataFrame([{"group": g.name, "devices": g.n_devices,
+                        "bf16 peak FLOP/s": g.chip.peak("bfloat16"), "memory": g.chip.hbm_bytes,
+                        "between nodes Gb/s": g.inter_node_gbps,
+                        "intra-node link": g.chip.intra_node.name} for g in cluster.groups])
+parex.format_frame(groups)
 
 # %% [markdown]
 # ## The plan, and the two yardsticks
@@ -108,7 +109,7 @@ print(f"MFU {odd_result.search.best.mfu:.1%}; even split {odd_result.even.mfu:.1
 
 # %%
 study = network_study(model, cluster, global_batch, seq_len, group=None, speeds=speeds)
-study.drop(columns=["plan"]).round(3)
+parex.format_frame(study.drop(columns=["plan"]))
 
 # %%
 long = study.melt(id_vars="gbps", value_vars=["mfu", "even split mfu"], var_name="plan")

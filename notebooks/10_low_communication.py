@@ -85,7 +85,7 @@ print(f"sync DP data=8: {format_bytes(sum(sync_dp.comm_bytes_per_device.values()
 runs = default_runs(8, replicas, tuple(hs), fragments=2)
 frame = loss_study(model, train, runs, eval_every=max(10, steps // 6))
 gaps = final_gaps(frame)
-gaps.assign(cross_replica_bytes=gaps["cross_replica_bytes"].map(format_bytes))
+parex.format_frame(gaps)
 
 # %%
 charts.loss_chart(frame, title=f"{model.name}: DiLoCo against sync DP, {steps} steps")
@@ -123,8 +123,8 @@ charts.wan_chart(sweep[sweep["method"].isin(["sync-dp", "diloco", "overlap"])], 
 
 # %%
 at100 = sweep[(sweep["inner_steps"] == 100) & (sweep["method"] == "diloco")]
-at100[["model", "params", "inner_layout", "compute_s", "step_time_s", "h_crossover",
-       "avg_bandwidth", "peak_bandwidth"]]
+parex.format_frame(at100[["model", "params", "inner_layout", "compute_s", "step_time_s",
+                           "h_crossover", "avg_bandwidth", "peak_bandwidth"]])
 
 # %% [markdown]
 # The average bandwidth DiLoCo needs, B_avg = 2·|θ|·bytes / (H·t_step), falls with H; vanilla

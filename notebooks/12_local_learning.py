@@ -77,9 +77,7 @@ backprop, local = parex.make_schedule("1f1b", 4, 8), parex.make_schedule("local"
 
 # %%
 curves, summary, runs = local_vs_1f1b(model, train, layout_text, objectives, every=every)
-summary.assign(step_s=summary.step_s.map(format_seconds),
-               permute_bytes=summary.permute_bytes.map(format_bytes),
-               temp_bytes=summary.temp_bytes.map(format_bytes))
+parex.format_frame(summary)
 
 # %% [markdown]
 # Forward activations are the only thing that crosses a stage boundary, so the
@@ -106,7 +104,7 @@ for schedule in ("1f1b", "local"):
 # 300 steps and both objectives; docs/results/2026-12-local-learning.md has the long run).
 
 # %%
-print(summary[["run", "eval_loss", "gap_vs_1f1b"]].round(3).to_string(index=False))
+print(parex.format_frame(summary[["run", "eval_loss", "gap_vs_1f1b"]]).to_string(index=False))
 alt.Chart(curves).mark_line(point=True).encode(
     x="step:Q", y=alt.Y("eval_loss:Q", title="held-out loss"), color="run:N",
 ).properties(width=420, height=220)
@@ -124,8 +122,8 @@ alt.Chart(curves).mark_line(point=True).encode(
 frame = losing_frame(parex.model_preset("gpt2-small"), parex.TrainConfig(global_batch=32),
                      parex.Layout(stage=4, microbatches=8, schedule="local"), "a100-80gb",
                      head_scales=(0.1, 0.25, 1.0, 4.0))
-print(frame[["partition", "layers", "head_scale", "head_over_stage", "speed"]].round(2)
-      .to_string(index=False))
+print(parex.format_frame(frame[["partition", "layers", "head_scale", "head_over_stage",
+                                 "speed"]]).to_string(index=False))
 
 # %% [markdown]
 # ## The planner asks before it proposes one

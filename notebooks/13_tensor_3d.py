@@ -61,16 +61,19 @@ rows = []
 for layout, m, p in zip(layouts, measured, predicted):
     for kind in ("all-reduce", "all-gather", "reduce-scatter"):
         rows.append({"layout": str(layout), "kind": kind,
-                     "measured": parex.format_bytes(m.comm_bytes_per_device[kind]),
-                     "predicted": parex.format_bytes(p.comm_bytes_per_device[kind])})
-pd.DataFrame(rows).pivot(index="layout", columns="kind", values=["measured", "predicted"])
+                     "measured": m.comm_bytes_per_device[kind],
+                     "predicted": p.comm_bytes_per_device[kind]})
+by_kind = pd.DataFrame(rows).pivot(index="layout", columns="kind",
+                                   values=["measured", "predicted"])
+parex.format_frame(by_kind, unit="bytes")
 
 # %% [markdown]
 # The losses are the same for every layout (the 3D program is the same math, written out
-# with `shard_map` so that each collective is visible):
+# with `shard_map` so that each collective is visible), step by step:
 
 # %%
-print({str(layout): [round(x, 5) for x in m.losses] for layout, m in zip(layouts, measured)})
+losses = pd.DataFrame({str(layout): m.losses for layout, m in zip(layouts, measured)})
+parex.format_frame(losses.rename_axis("step"), unit="loss")
 
 # %% [markdown]
 # ## 3D inside pipeline stages
@@ -84,10 +87,11 @@ print({str(layout): [round(x, 5) for x in m.losses] for layout, m in zip(layouts
 staged = parex.Layout.parse("stage=2,tensor=2x2x1,microbatches=2,schedule=1f1b")
 m = parex.measure(model, train, staged)
 p = parex.predict(model, train, staged, "cpu-local")
-print(str(staged), [round(x, 5) for x in m.losses])
-pd.DataFrame([{"kind": kind, "measured": parex.format_bytes(m.comm_bytes_per_device[kind]),
-               "predicted": parex.format_bytes(p.comm_bytes_per_device[kind])}
-              for kind in ("all-reduce", "all-gather", "collective-permute")])
+print(str(staged), "losses", ", ".join(f"{x:.4f}" for x in m.losses))
+parex.format_frame(pd.DataFrame([{"kind": kind, "measured": m.comm_bytes_per_device[kind],
+                                  "predicted": p.comm_bytes_per_device[kind]}
+                                 for kind in ("all-reduce", "all-gather", "collective-permute")]),
+                   unit="bytes")
 
 # %% [markdown]
 # ## Where each wins: a 20B GPT on Perlmutter
@@ -116,15 +120,14 @@ for batch in batches:
         t = parex.TrainConfig(global_batch=batch, seq_len=2048, remat="full")
         p = parex.predict(gpt20b, t, parex.Layout.parse(text), cluster)
         rows.append({"batch": batch, "family": family, "layout": text,
-                     "comm per device": sum(p.comm_bytes_per_device.values()),
-                     "exposed comm": p.step_time_s["exposed_comm"],
-                     "step": p.step_time_s["total"],
+                     "comm bytes per device": sum(p.comm_bytes_per_device.values()),
+                     "exposed comm s": p.step_time_s["exposed_comm"],
+                     "step s": p.step_time_s["total"],
                      "memory": p.memory_bytes_per_device["total"], "fits": p.fits})
 scale = pd.DataFrame(rows)
-winners = scale[scale.fits].loc[lambda d: d.groupby("batch")["step"].idxmin()]
+winners = scale[scale.fits].loc[lambda d: d.groupby("batch")["step s"].idxmin()]
 print("fastest that fits:", dict(zip(winners.batch, winners.family)))
-scale.assign(**{k: scale[k].map(parex.format_bytes) for k in ("comm per device", "memory")},
-             **{k: scale[k].map(parex.format_seconds) for k in ("exposed comm", "step")})
+parex.format_frame(scale)
 
 # %% [markdown]
 # ## The planner, with AxoNN's own model beside parex's
@@ -136,7 +139,7 @@ scale.assign(**{k: scale[k].map(parex.format_bytes) for k in ("comm per device",
 # %%
 p20 = plan(gpt20b, parex.TrainConfig(global_batch=256, seq_len=2048), "perlmutter",
            scale_nodes, top=5)
-print(plan_report(p20))
+plan_report(p20)  # a cell's value: HTML tables that keep every column in view
 
 # %% [markdown]
 # ## The papers' numbers

@@ -57,7 +57,7 @@ parex.ensure_local()  # the cpu-local profile the predictions read: measured onc
 model = parex.model_preset("tiny-moe")
 train = parex.TrainConfig(steps=steps, global_batch=16)
 study = expert_study(model, train, layouts_text)
-print(study.drop(columns="expert_load").to_string())
+print(parex.format_frame(study.drop(columns="expert_load")).to_string())
 print("losses equal:", study.loss_last.round(5).nunique() == 1)
 
 # %% [markdown]
@@ -77,8 +77,8 @@ expert_load_chart(study)
 # %%
 capped = model.replace(name="tiny-moe (cf 1.0)", capacity_factor=1.0)
 drops = expert_study(capped, train, ["data=2,expert=4"])
-print(drops[["layout", "dropped", "busiest_expert", "all_to_all_measured",
-             "all_to_all_predicted"]].to_string())
+print(parex.format_frame(drops[["layout", "dropped", "busiest_expert", "all_to_all_measured",
+                                 "all_to_all_predicted"]]).to_string())
 
 # %% [markdown]
 # ## Expert parallelism against data parallelism at Mixtral's scale
@@ -95,10 +95,10 @@ for ep in (1, 2, 4, 8):
     p = parex.predict(mixtral, big, parex.Layout.parse(text), "h100-sxm")
     mem = p.memory_bytes_per_device
     state = mem["params"] + mem["grads"] + mem["optimizer"]
-    rows.append({"layout": text, "params+grads+opt": state, "total": mem["total"],
-                 "fits": p.fits, "step": p.step_time_s["total"],
-                 "all-to-all": p.comm_bytes_per_device.get("all-to-all", 0)})
-pd.DataFrame(rows)
+    rows.append({"layout": text, "params+grads+opt bytes": state, "total bytes": mem["total"],
+                 "fits": p.fits, "step s": p.step_time_s["total"],
+                 "all-to-all bytes": p.comm_bytes_per_device.get("all-to-all", 0)})
+parex.format_frame(pd.DataFrame(rows))
 
 # %% [markdown]
 # ## DualPipe: overlapping the all-to-all
@@ -110,7 +110,9 @@ pd.DataFrame(rows)
 
 # %%
 tables = dualpipe_tables(pp, 4 * pp)
-print({name: round(t.bubble(), 3) for name, t in tables.items()})
+bubbles = pd.DataFrame([{"schedule": name, "bubble (F = 1)": table.bubble()}
+                        for name, table in tables.items()])
+print(parex.format_frame(bubbles).to_string(index=False))
 dual_gantt_chart(tables["dualpipe"])
 
 # %% [markdown]

@@ -34,7 +34,7 @@ from .record import Measurement, Prediction, records_frame
 from .setting import Setting, resolve
 from .executor.step import TrainStep, reference_loss_and_grads
 from .sweep import load as load_sweep
-from .units import format_bytes, format_count, format_seconds
+from .units import format_bytes, format_count, format_frame, format_seconds
 from .validation import validate
 
 # last: importing the subpackages parex.measure and parex.predict above binds their names to
@@ -46,7 +46,7 @@ __version__ = "0.1.0"
 __all__ = ["Axis", "Batches", "InputError", "LAYOUT_PRESETS", "Layout", "LayoutError", "Link",
            "Measurement", "ModelConfig", "Prediction", "TrainConfig", "TrainStep",
            "comparison_table", "emulate_devices", "ensure_local", "explain", "explain_text",
-           "format_bytes", "format_count",
+           "format_bytes", "format_count", "format_frame",
            "format_seconds", "init_params", "known_hardware", "load_chip", "load_cluster",
            "load_sweep", "make_mesh", "make_schedule", "measure", "measurement_report",
            "model_preset", "predict", "predict_batch", "preset_names", "records_frame",

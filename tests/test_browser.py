@@ -426,3 +426,83 @@ def test_the_planner_hands_its_best_layout_to_the_explorer(jupyterlab):
         assert "assumes h100-sxm" in status and "recipe mixed" in status
         ui.shot("planner_to_explorer")
     print(json.dumps(timings))
+
+
+REPORT_CELLS = ["import parex\n\nparex.emulate_devices(8)",
+                "from parex import TrainConfig, model_preset\nfrom parex.plan import plan, "
+                "plan_report\n\nmodel = model_preset('llama2-7b').replace(dtype='bfloat16')\n"
+                "plan_report(plan(model, TrainConfig(global_batch=256, seq_len=4096), "
+                "'h100-sxm', 4))"]
+# each header cell of the report's tables: whether it lies inside the output area as drawn,
+# and whether its own table scrolls to it (a scroll bar under the table, not a clipped edge)
+HEADERS_JS = """() => Array.from(document.querySelectorAll('.parex-report th')).map(th => {
+  const area = th.closest('.jp-OutputArea-output').getBoundingClientRect();
+  const scroll = th.closest('.parex-scroll');
+  const box = th.getBoundingClientRect();
+  return {text: th.textContent, inside: box.right <= area.right + 0.5,
+          scrolls: scroll.scrollWidth > scroll.clientWidth
+                   && getComputedStyle(scroll).overflowX === 'auto'}; })"""
+
+
+def _write_report_notebook(folder: Path) -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in REPORT_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    path = folder / "report.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_wide_plan_report_keeps_every_column_in_view(jupyterlab):
+    """notebooks/08's plan report in JupyterLab: at a laptop's width every column, MFU and the
+    bottleneck included, is drawn inside the output; in a narrow window the table scrolls
+    instead of losing its last columns at the output's edge."""
+    base, token, explorer_notebook = jupyterlab
+    _write_report_notebook(explorer_notebook.parent)
+    with lab_page(base, token, "report.ipynb", "browser_report.png") as page:
+        _run_all(page)
+        _wait_until_done(page)
+        page.wait_for_selector(".parex-report th", timeout=60_000)
+        page.set_viewport_size({"width": 1280, "height": 1600})
+        page.wait_for_timeout(500)
+        headers = page.evaluate(HEADERS_JS)
+        assert {"MFU", "bottleneck"} <= {h["text"] for h in headers}
+        assert all(h["inside"] for h in headers), [h for h in headers if not h["inside"]]
+        page.locator(".parex-report").first.screenshot(path=str(ARTIFACTS / "report_1280.png"))
+        page.set_viewport_size({"width": 760, "height": 1600})
+        page.wait_for_timeout(500)
+        narrow = page.evaluate(HEADERS_JS)
+        assert all(h["inside"] or h["scrolls"] for h in narrow), narrow
+        assert any(h["scrolls"] for h in narrow)  # 760 px is too narrow: the table scrolls
+        page.locator(".parex-report").first.screenshot(path=str(ARTIFACTS / "report_760.png"))
+
+
+CHART_CELLS = ["import parex\n\nparex.emulate_devices(8)",
+               "from parex import charts\n\ncharts.enable_offline()",
+               "model, train = parex.model_preset('tiny'), parex.TrainConfig(global_batch=16)\n"
+               "frame = parex.records_frame([parex.predict(model, train, parex.Layout(data=8), "
+               "'a100-80gb')])\ncharts.step_time_chart(frame)"]
+LAST_OUTPUT_JS = """() => { const outputs = document.querySelectorAll('.jp-OutputArea-output');
+  const last = outputs[outputs.length - 1];
+  return last ? {img: last.querySelectorAll('img').length,
+                 live: last.querySelectorAll('.vega-embed').length} : null; }"""
+
+
+def test_a_shared_notebook_shows_its_chart(jupyterlab):
+    """A notebook run elsewhere (here by nbclient) and opened from its file shows each chart
+    as its picture (the widget cannot run without the kernel that drew it); run again, the
+    chart is live."""
+    from nbclient import NotebookClient
+
+    base, token, explorer_notebook = jupyterlab
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CHART_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    nbformat.write(nb, explorer_notebook.parent / "shared.ipynb")
+    with lab_page(base, token, "shared.ipynb", "browser_shared.png") as page:
+        page.wait_for_function(f"() => ({LAST_OUTPUT_JS})()?.img === 1", timeout=30_000)
+        _run_all(page)
+        _wait_until_done(page)
+        page.wait_for_function(f"() => ({LAST_OUTPUT_JS})()?.live === 1", timeout=60_000)
+        assert page.evaluate(LAST_OUTPUT_JS)["img"] == 0  # the live chart, not its picture

@@ -230,13 +230,6 @@ def scaling_chart(df: pd.DataFrame, y: str = "memory_argument_bytes", x: str = "
     ).properties(title=title or f"{words} against {label(x)}", width=360, height=260)
 
 
-def enable_offline() -> None:
-    """Store Vega's JavaScript in the notebook, so charts render in a browser without internet
-    (~0.9 MB per chart). Skip it where no browser renders, e.g. when a test executes a notebook."""
-    alt.JupyterChart.enable_offline()
-    alt.renderers.enable("jupyter", offline=True)
-
-
 def save(chart: alt.TopLevelMixin, path: str | Path, scale: float = 2.0) -> Path:
     """Write `chart` as PNG or SVG (from the suffix) without a network, via vl-convert."""
     path = Path(path)
@@ -250,6 +243,6 @@ def save(chart: alt.TopLevelMixin, path: str | Path, scale: float = 2.0) -> Path
     return path
 
 
-__all__ = ["METRICS", "collectives_chart", "collectives_long", "enable_offline", "memory_chart",
+__all__ = ["METRICS", "collectives_chart", "collectives_long", "memory_chart",
            "memory_long", "overview_chart", "pairs", "regime", "save", "scaling_chart",
            "scatter_chart", "step_time_chart", "step_time_long", "whatif_chart"]

@@ -19,6 +19,22 @@ LOAD_OFF = 1.5  # a load this many times the calibration's (or 1/that) is worth 
 LOAD_FLOOR = 1.0  # loads under one busy core count as one: idle machines differ by noise
 
 
+# A notebook's output area is a flex row that clips what overflows it, so a wide table keeps
+# every column in view by taking less room: compact cells, numbers on one line, the first
+# column (a layout) broken after its commas, and, narrower still, a scroll bar of its own.
+TABLE_STYLE = "border-collapse: collapse; margin: 0; font-size: 0.92em"
+CELL_STYLE = "padding: 0.2em 0.4em; vertical-align: top"
+SCROLL_STYLE = "overflow-x: auto; max-width: 100%"
+
+
+def _breaking_after(text: str, marks: str) -> str:
+    """`text` escaped, free to break after each of `marks` (and at its spaces) only."""
+    out = html.escape(text)
+    for mark in marks:
+        out = out.replace(mark, mark + "<wbr>")
+    return out
+
+
 class Table(str):
     """A text table that remembers its cells, so a notebook can show it as an HTML table."""
 
@@ -28,13 +44,21 @@ class Table(str):
         return out
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header)
-        cell = "<td style='text-align:{}'>{}</td>".format  # numbers right-aligned, as in text
-        body = "".join("<tr>" + "".join(cell("right" if j else "left", html.escape(c))
-                                        for j, c in enumerate(row)) + "</tr>"
+        def cell(tag: str, j: int, text: str) -> str:
+            align = "left" if j == 0 else "right"  # numbers right-aligned, as in text
+            wrap = "normal" if j == 0 or tag == "th" else "nowrap"
+            # a header may break after a slash, a row's label (a layout) after its commas
+            breaks = "/" if tag == "th" else "," if j == 0 else ""
+            content = _breaking_after(text, breaks)
+            return (f"<{tag} style='{CELL_STYLE}; text-align: {align}; white-space: {wrap}'>"
+                    f"{content}</{tag}>")
+
+        head = "".join(cell("th", j, h) for j, h in enumerate(self.header))
+        body = "".join("<tr>" + "".join(cell("td", j, c) for j, c in enumerate(row)) + "</tr>"
                        for row in self.rows)
-        return (f"<table class='parex-table'><thead><tr>{head}</tr></thead>"
-                f"<tbody>{body}</tbody></table>")
+        return (f"<div class='parex-scroll' style='{SCROLL_STYLE}'>"
+                f"<table class='parex-table' style='{TABLE_STYLE}'><thead><tr>{head}</tr>"
+                f"</thead><tbody>{body}</tbody></table></div>")
 
 
 class Drawing(str):
@@ -46,16 +70,28 @@ class TextReport(str):
     shown as a notebook cell's value, HTML tables that fit the page instead of wrapped rows."""
 
     def __new__(cls, *blocks: str):
-        blocks = tuple(b if isinstance(b, (Table, Drawing)) else _wrapped(b) for b in blocks)
-        out = super().__new__(cls, "\n".join(blocks))
-        out.blocks = blocks
+        wrapped = tuple(b if isinstance(b, (Table, Drawing)) else _wrapped(b) for b in blocks)
+        out = super().__new__(cls, "\n".join(wrapped))
+        out.blocks, out.unwrapped = wrapped, blocks
         return out
 
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(str(self))  # a cell's plain-text value: the report, not its quoted repr
+
     def _repr_html_(self) -> str:
-        parts = [b._repr_html_() if isinstance(b, Table) else
-                 f"<pre style='white-space: pre-wrap; margin: 2px 0'>{html.escape(b)}</pre>"
-                 for b in self.blocks if b]
-        return "<div class='parex-report'>" + "".join(parts) + "</div>"
+        parts = [b._repr_html_() if isinstance(b, Table) else _pre(b)
+                 for b in self.unwrapped if b]
+        return "<div class='parex-report' style='max-width: 100%'>" + "".join(parts) + "</div>"
+
+
+def _pre(block: str) -> str:
+    """Prose wraps between words at the output's width (not at WIDTH, nor inside a word); a
+    Drawing keeps its lines and scrolls instead."""
+    if isinstance(block, Drawing):
+        return (f"<div style='{SCROLL_STYLE}'><pre style='white-space: pre; margin: 2px 0'>"
+                f"{html.escape(block)}</pre></div>")
+    return ("<pre style='white-space: pre-wrap; word-break: normal; overflow-wrap: anywhere; "
+            f"margin: 2px 0'>{html.escape(block)}</pre>")
 
 
 def _wrapped(text: str) -> str:

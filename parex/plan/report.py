@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..measure.report import TextReport, table
+from ..measure.report import Table, TextReport, table
 from ..units import format_bytes, format_count, format_seconds
 from .tensor3d import best_3d, disagreement
 
@@ -61,6 +61,16 @@ HEADER = [" #  layout", "remat", "b", "step", "AxoNN step", "compute", "exposed 
           "memory/dev", "headroom", "MFU", "bottleneck"]
 
 
+def plan_table(plan, which=None) -> Table:
+    """The rows as a table; the AxoNN column only where AxoNN models one of them (a column of
+    dashes would push MFU and the bottleneck out of a notebook's view)."""
+    rows, header = plan_rows(plan, which), HEADER
+    j = HEADER.index("AxoNN step")
+    if all(row[j] == "–" for row in rows):
+        rows, header = [row[:j] + row[j + 1:] for row in rows], HEADER[:j] + HEADER[j + 1:]
+    return table(rows, header)
+
+
 def plan_report(plan, defaulted=()) -> TextReport:
     """The header lines (the second: the plan's assumptions, and which of them are defaults
     rather than flags), the ranked table and how long the search took."""
@@ -85,8 +95,8 @@ def plan_report(plan, defaulted=()) -> TextReport:
                          best_3d(plan)),
                         ("the fastest 3D tensor layouts inside pipeline stages:",
                          best_3d(plan, stages=True))):
-        extra += ["", title, table(plan_rows(plan, rows), HEADER)] if rows else []
-    return TextReport(head, "", table(plan_rows(plan), HEADER), *extra, "",
+        extra += ["", title, plan_table(plan, rows)] if rows else []
+    return TextReport(head, "", plan_table(plan), *extra, "",
                       tail + axonn_line(plan))
 
 
@@ -138,4 +148,4 @@ def chart_frame(plan, sample: int = 1500, seed: int = 0) -> pd.DataFrame:
     return df
 
 
-__all__ = ["chart_frame", "plan_frame", "plan_json", "plan_report", "plan_rows"]
+__all__ = ["chart_frame", "plan_frame", "plan_json", "plan_report", "plan_rows", "plan_table"]

@@ -154,7 +154,9 @@ def predict_setting(setting: Setting) -> Prediction:
         count = float(term.count[0])
         if count:
             collectives.append({"name": term.name, "kind": term.kind,
-                                "axes": [a.value for a in term.axes], "count": count,
+                                "axes": [a.value for a in term.axes  # those the layout has
+                                         if alpha_beta.group_shape(on_axes, (a,))[0][0] > 1],
+                                "count": count,
                                 "bytes": float(term.bytes[0]),
                                 "bytes_per_op": float(term.bytes_per_op[0]),
                                 "seconds": float(alpha_beta.term_seconds(

@@ -196,7 +196,9 @@ def predict_local(setting, proxy: Prediction) -> Prediction:
     comm_bytes = {kind: 0.0 for kind in proxy.comm_bytes_per_device}
     for t in terms:
         comm_bytes[t.kind] += float(t.bytes[0])
-    collectives = [{"name": t.name, "kind": t.kind, "axes": [a.value for a in t.axes],
+    collectives = [{"name": t.name, "kind": t.kind,
+                    "axes": [a.value for a in t.axes  # those the layout has
+                             if alpha_beta.group_shape(grid, (a,))[0][0] > 1],
                     "count": float(t.count[0]), "bytes": float(t.bytes[0]),
                     "bytes_per_op": float(t.bytes_per_op[0]), "seconds": seconds[t.name]}
                    for t in terms if t.count[0]]

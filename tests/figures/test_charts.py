@@ -305,11 +305,12 @@ def test_values_over_decades_get_a_log_axis():
 
 
 def test_the_planner_chart_is_all_predicted():
-    frame = pd.DataFrame({"memory_total_bytes": [1e9, 2e9, 3e9], "step_total_s": [3.0, 2.0, 1.5],
-                          "layout": ["a", "b", "c"], "remat": "none", "microbatch": 1,
-                          "mfu": 0.3, "bottleneck": "compute", "kind": ["layout", "pareto",
-                                                                        "top"],
-                          "on_front": [False, True, True], "rank": [None, None, 1]})
+    frame = pd.DataFrame({"memory_total_bytes": [1.5e9, 1e9, 2e9, 3e9],
+                          "step_total_s": [2.5, 3.0, 2.0, 1.5],
+                          "layout": ["a", "b", "c", "d"], "remat": "none", "microbatch": 1,
+                          "mfu": 0.3, "bottleneck": "compute",
+                          "kind": ["layout", "pareto", "pareto", "top"],
+                          "on_front": [False, True, True, True], "rank": [None, None, None, 1]})
     spec = charts.pareto_chart(frame, 4e9).to_dict()
     assert style.MEASURED not in str(spec) and style.PREDICTED in set(_colors_of(spec).values())
     front = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")

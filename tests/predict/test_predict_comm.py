@@ -255,6 +255,8 @@ def test_the_predictor_runs_fsdp_by_hand_where_the_pipeline_does(spec):
     layout = Layout.parse(spec)
     p = predict(model_preset("tiny"), TrainConfig(global_batch=16), layout, "cpu-local",
                 convention="xla-cpu")
+    # the by-hand family spans the batch axes too (those of size > 1: every layout here has one);
+    # the executor's own one spans stage alone
     by_hand = [c for c in p.collectives if c["name"] == "pipeline-shared"
-               and c["axes"] == ["stage", "data", "fsdp"] and c["count"] > 0]
+               and c["axes"] != ["stage"] and c["count"] > 0]
     assert bool(by_hand) == (layout.stage > 1 and manual_fsdp(layout) > 1)
