@@ -14,6 +14,12 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Tests compile hundreds of small programs and run each for a step or two: LLVM's optimisation
+# of the generated CPU code is a third of a compile and none of what a test checks (the HLO,
+# XLA's buffer assignment, the collectives, the numbers, which need no fast-math either way).
+# Wall-clock measurements leave it out (timed_env: the gallery's measured figures).
+COMPILE_FAST = "--xla_backend_optimization_level=0"
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {COMPILE_FAST}".strip()
 os.environ["PAREX_CACHE"] = tempfile.mkdtemp(prefix="parex-test-cache-")
 
 import jax  # noqa: E402
@@ -26,6 +32,11 @@ from parex.calibrate.local import PROFILE, profile_path
 _reference = json.loads((Path(HARDWARE_DIR) / "cpu-reference.json").read_text())
 profile_path().parent.mkdir(parents=True, exist_ok=True)
 profile_path().write_text(json.dumps(_reference | {"name": PROFILE}, indent=2))
+
+
+def timed_env() -> dict:
+    """The environment for a subprocess that measures wall time: XLA's CPU code optimised."""
+    return os.environ | {"XLA_FLAGS": os.environ["XLA_FLAGS"].replace(COMPILE_FAST, "").strip()}
 
 
 @pytest.fixture

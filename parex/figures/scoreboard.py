@@ -141,7 +141,9 @@ def markdown(results: list[FigureResult], seconds: float | None = None) -> str:
              line(SUMMARY_COLUMNS), line(["---"] * len(SUMMARY_COLUMNS))]
     for r in results:
         name, cells = r.spec.name, summary_cells(r)
-        image = f'[<img src="{name}.png" width="180">]({name}.svg)' if r.files else ""
+        # Markdown, not raw HTML: MkDocs rewrites a Markdown image's path for the page's
+        # directory URL (figures/scoreboard/), and checks it (docs/hooks/images.py)
+        image = f'[![{name}]({name}.png){{ width="180" }}]({name}.svg)' if r.files else ""
         lines.append(line([f"[{cells[0]}](#{name})", *cells[1:], image]))
     lines += ["", _took(seconds)] if seconds is not None else []
     for r in results:

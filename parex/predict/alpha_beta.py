@@ -13,6 +13,8 @@ a data-parallel group's ranks are as far apart as the model-parallel block is wi
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import InputError
@@ -74,19 +76,27 @@ def collective_seconds(kind, g, stride, S, chip) -> np.ndarray:
     g, stride = np.broadcast_arrays(np.asarray(g), np.asarray(stride))
     groups, inverse = _distinct(g, stride)
     net = chip.network or FULL_BISECTION
-    tiers = tiers_of(chip, chip.network)
-    at = collectives.placement(groups[0], groups[1], tiers)
     links = (chip.intra_node.latency, chip.inter_node.latency)
-    if kind == "collective-permute":
-        candidates = [collectives.permute_candidate(at, tiers, links)]
-    elif net.library == "ici":
-        dims = torus_dims(net.torus, groups[0], groups[1])
-        candidates = [collectives.ici_candidate(kind, at, tiers, dims, links)]
-    else:
-        candidates = collectives.library_candidates(kind, at, tiers, net,
-                                                    collectives.LIBRARY_CONSTANTS[net.library])
+    candidates = _candidates(kind, tuple(groups[0]), tuple(groups[1]),
+                             tiers_of(chip, chip.network), net, links)
     out = collectives.fastest(candidates, inverse, S)
     return np.where(g > 1, out, 0.0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _candidates(kind, g: tuple, stride: tuple, tiers, net, links) -> list:
+    """The (algorithm, protocol) candidates of `kind` over the distinct groups (g, stride): they
+    depend on the groups and the network, never on the bytes or the chip's compute, so a
+    fit that varies only those (published_runs.fit_step_efficiency) places each group once."""
+    g, stride = np.array(g), np.array(stride)
+    at = collectives.placement(g, stride, tiers)
+    if kind == "collective-permute":
+        return [collectives.permute_candidate(at, tiers, links)]
+    if net.library == "ici":
+        return [collectives.ici_candidate(kind, at, tiers, torus_dims(net.torus, g, stride),
+                                          links)]
+    return collectives.library_candidates(kind, at, tiers, net,
+                                          collectives.LIBRARY_CONSTANTS[net.library])
 
 
 def _distinct(g: np.ndarray, stride: np.ndarray) -> tuple:

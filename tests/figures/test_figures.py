@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import misses
+from conftest import timed_env
 from misses import EXPECTED, Miss, expected_failure
 from parex.figures import FIGURES, FeatureMissing, Figure, Row, Tolerance, compute
 from parex.figures import core, hetero, runner, scoreboard
@@ -233,7 +234,7 @@ def test_cli_list_json_and_exit_codes(capsys, monkeypatch):
 
 def _in_own_process(name: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "parex.cli", "figure", name, "--json"],
-                          capture_output=True, text=True, timeout=3600)
+                          capture_output=True, text=True, timeout=3600, env=timed_env())
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

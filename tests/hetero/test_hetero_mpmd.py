@@ -34,6 +34,7 @@ def check_parity(model: ModelConfig, plan_text: str, batch_size: int, remat: str
     return runner, error
 
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 def test_uneven_layers_batches_and_tensor_degrees_match_the_reference():
     # pipeline 1: 6 sequences in 3 microbatches, 3 blocks on 2 devices (t2) then 1 on one;
     # pipeline 2: 2 sequences in one microbatch, the whole model on 2 devices of the other group

@@ -174,6 +174,7 @@ def test_dispatch_is_four_all_to_alls_per_block_over_expert():
         (("expert",), 4 * TINY_MOE.layers, b * E * routing.capacity(TINY_MOE, T) * D * 4)]
 
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 def test_expert_layout_trains_as_data_parallel_and_reports_its_router():
     """The issue's check: data=2,expert=4 gives data=8's losses over 3 steps (1e-5)."""
     train = TrainConfig(global_batch=16, steps=3)

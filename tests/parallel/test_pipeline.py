@@ -73,6 +73,7 @@ INSIDE = {"tp_sp": "tensor=2,sp=on", "ulysses": "seq=2,cp=ulysses", "ring": "seq
           "fsdp": "fsdp=2,tensor=2"}
 
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 @pytest.mark.parametrize("inside,schedule", [("tp_sp", "zbh1"), ("ulysses", "1f1b")])
 def test_sequence_and_context_parallelism_run_inside_stages(inside, schedule, reference):
     check_parity(f"{INSIDE[inside]},data=2,stage=2,{schedule_args(schedule)},microbatches=2",
@@ -88,6 +89,7 @@ def test_every_schedule_with_sp_ulysses_ring_and_fsdp_inside_stages(inside, sche
                  reference)
 
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 def test_ring_attention_runs_inside_stages(reference):
     """Its hops are all-to-alls inside stages (parallel.context._shift_by_all_to_all); under
     1F1B one stage runs F while the other runs B. seq=4: the backward's middle hops, (k, v, dk,
@@ -101,6 +103,7 @@ def test_ring_of_four_inside_stages_matches_unpipelined(schedule, reference):
     check_parity(f"seq=4,cp=ring,stage=2,{schedule_args(schedule)},microbatches=2", reference)
 
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 def test_uneven_partition_matches_unpipelined(reference):
     check_parity("data=2,stage=4,partition=3:1:2:2,schedule=zbh1,microbatches=4", reference)
 
@@ -159,6 +162,7 @@ def test_split_backward_leaves_the_norms_weight_gradients_to_b(family):
     assert len(taps.records) == len(taps.ops) == 4
 
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 def test_llama_zero_bubble_matches_unpipelined():
     """RMSNorm's scale (no bias) differentiated in B, GQA and SwiGLU projections in W."""
     model = ModelConfig("pipe-llama", family="llama", layers=4, hidden=32, heads=4, kv_heads=2,
@@ -231,6 +235,7 @@ def test_zbv_train_state_holds_the_models_parameters_per_stage():
     assert relative_error(stored["blocks"], natural["blocks"]) > 0.1  # really reordered
 
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 def test_zbv_train_steps_follow_the_model_order_run(reference):
     """Three optimizer steps of ZB-V, whose state stores the chunks per stage, give the losses
     and (in the model's order) the parameters of GPipe, whose state is in the model's order.
@@ -304,6 +309,7 @@ def test_stages_not_dividing_devices():
 
 # --- the command line ----------------------------------------------------------------------------
 
+@pytest.mark.slow  # a minute of compiles on 2 cores
 def test_cli_runs_a_pipeline_and_reports_its_collectives(capsys):
     args = ["run", "--layout", "data=2,stage=4,schedule=1f1b,microbatches=8", "--json",
             "--steps", "2", "--seq", "16"]

@@ -19,6 +19,8 @@ from parex.executor.step import TrainStep
 MODEL = ModelConfig("pipe-mem", layers=4, hidden=64, heads=2, vocab=64, seq_len=64)
 M = 16
 
+pytestmark = pytest.mark.slow  # seven compiled steps of up to 16 microbatches: two minutes
+
 
 def compiled_case(layout_text: str, batch: int):
     layout = Layout.parse(layout_text)
