@@ -14,6 +14,7 @@ framework cannot express, naming the nearest layout it can (Unexpressible, an In
 from .hf import from_hf_config, to_hf_config
 from .megatron import from_megatron, megatron_command, to_megatron
 from .result import Imported, Unexpressible
+from .torchtitan import from_torchtitan, to_torchtitan
 
-__all__ = ["Imported", "Unexpressible", "from_hf_config", "from_megatron", "megatron_command",
-           "to_hf_config", "to_megatron"]
+__all__ = ["Imported", "Unexpressible", "from_hf_config", "from_megatron", "from_torchtitan",
+           "megatron_command", "to_hf_config", "to_megatron", "to_torchtitan"]
