@@ -4,6 +4,7 @@ and writing other frameworks' configurations (parex.interop).
     parex predict --from megatron "torchrun --nnodes 16 --nproc-per-node 8 pretrain_gpt.py ..." \
         --hardware h100-sxm
     parex predict --from megatron @launch_args.txt --nodes 16 --hardware h100-sxm
+    parex predict --from torchtitan llama3_8b.toml --nodes 8 --hardware h100-sxm
     parex predict --model llama3-8b --layout data=8,tensor=8 --hardware h100-sxm --emit megatron
     parex plan --model gpt3-175b --hardware h100-sxm --nodes 16 --emit megatron
 """
@@ -16,8 +17,8 @@ from pathlib import Path
 from ..errors import InputError
 
 # the frameworks `--from` reads and `--emit` writes
-IMPORTERS = ("megatron",)
-EXPORTERS = ("megatron",)
+IMPORTERS = ("megatron", "torchtitan")
+EXPORTERS = ("megatron", "torchtitan")
 
 # predict's flags that --from's configuration sets itself: given beside it, they would
 # contradict it or be silently overridden
@@ -30,7 +31,8 @@ def add_from_arg(p) -> None:
     p.add_argument("--from", dest="from_", nargs="+", default=None,
                    metavar=("FRAMEWORK", "SOURCE"),
                    help="predict another framework's run: megatron \"<launch arguments>\" "
-                   "(or @FILE of them; the world size from its torchrun prefix or --nodes); "
+                   "(or @FILE of them; the world size from its torchrun prefix or --nodes), "
+                   "torchtitan JOB.toml (the world size from its degrees or --nodes); "
                    "sets the model, layout, batch, remat, attention and dtype, and prints what "
                    "it ignored and assumed (docs/interop.md)")
 
@@ -66,12 +68,15 @@ def imported_run(args, chip):
 
         raise InputError(unknown("--from framework", framework, IMPORTERS))
     refuse_flags_beside_from(args)
+    what = {"megatron": "the launch arguments in quotes, or @FILE",
+            "torchtitan": "the job's TOML file"}[framework]
     if len(sources) != 1:
-        raise InputError(f"--from megatron takes one SOURCE (the launch arguments in quotes, or "
-                         f"@FILE), not {len(sources)}")
-    from ..interop import from_megatron
+        raise InputError(f"--from {framework} takes one SOURCE ({what}), not {len(sources)}")
+    from ..interop import from_megatron, from_torchtitan
 
     world = args.nodes * chip.devices_per_node if args.nodes else None
+    if framework == "torchtitan":
+        return from_torchtitan(sources[0], world_size=world)
     return from_megatron(read_source(sources[0]), world_size=world)
 
 
@@ -82,8 +87,9 @@ def nodes_for(n_devices: int, chip, nodes: int | None) -> int:
 def emitted(framework: str, setting) -> str:
     """The framework's options of one resolved Setting."""
     from ..interop.megatron import megatron_command
+    from ..interop.torchtitan import torchtitan_toml
 
-    return {"megatron": megatron_command}[framework](setting)
+    return {"megatron": megatron_command, "torchtitan": torchtitan_toml}[framework](setting)
 
 
 def plan_emitted(framework: str, plan) -> str:
