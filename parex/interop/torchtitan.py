@@ -55,7 +55,14 @@ FLAVOR_ALIASES = {"debugmodel_flex_attn": "debugmodel", "debugmodel_varlen_attn"
 
 # pipeline_parallel_schedule -> parex's schedule; multi-stage ones run virtual stages
 SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "interleaved",
-             "LoopedBFS": "bfs", "InterleavedZeroBubble": "zbh1", "ZBVZeroBubble": "zbv"}
+             "LoopedBFS": "bfs", "ZBVZeroBubble": "zbv"}
+# torchtitan's schedules parex does not predict, and parex's torchtitan does not run: the nearest
+NEAREST_SCHEDULE = {"InterleavedZeroBubble": "Interleaved1F1B or ZBVZeroBubble (parex's ZB-H1 "
+                                             "runs one stage per rank)",
+                    "DualPipeV": "ZBVZeroBubble",
+                    "zbh1": "schedule=1f1b (torchtitan's zero-bubble schedules are "
+                            "multi-stage: or schedule=zbv,virtual=2)",
+                    "local": "schedule=1f1b (end-to-end backprop)"}
 SINGLE_STAGE = ("1F1B", "GPipe")
 
 # keys read for the prediction; every other key of a known table is ignored and listed
@@ -265,9 +272,9 @@ def _pipeline(get, layers: int, pp: int, notes):
                              f"computes; drop {key}")
     name = get("parallelism", "pipeline_parallel_schedule", "1F1B", note=True)
     if name not in SCHEDULES:
-        raise InputError(f"pipeline_parallel_schedule {name!r}: parex predicts "
-                         f"{', '.join(SCHEDULES)}; use one of them (DualPipeV: ZBVZeroBubble "
-                         f"is the nearest)")
+        nearest = NEAREST_SCHEDULE.get(name, "one of " + ", ".join(SCHEDULES))
+        raise InputError(f"pipeline_parallel_schedule {name!r}: parex does not predict it; "
+                         f"the nearest it does: {nearest}")
     first = get("parallelism", "pipeline_parallel_first_stage_less_layers", 1)
     last = get("parallelism", "pipeline_parallel_last_stage_less_layers", 1)
     per_stage = get("parallelism", "pipeline_parallel_layers_per_stage", None)
@@ -403,7 +410,8 @@ def _check_expressible(setting: Setting) -> str:
     if layout.stage > 1:
         chunks = layout.stage * layout.virtual_stages
         if layout.schedule not in SCHEDULES.values():
-            raise refuse(FRAMEWORK, f"schedule={layout.schedule}", "schedule=1f1b")
+            raise refuse(FRAMEWORK, f"schedule={layout.schedule}",
+                         NEAREST_SCHEDULE.get(layout.schedule, "schedule=1f1b"))
         single = layout.schedule in ("1f1b", "gpipe")
         if single != (layout.virtual_stages == 1):
             raise refuse(FRAMEWORK, f"schedule={layout.schedule} with virtual="

@@ -114,8 +114,8 @@ def _random_run(rng: random.Random):
     tensor = rng.choice([1, 2, 4, 8])
     stage = rng.choice([1, 1, 2, 4])
     schedule = None if stage == 1 else rng.choice(["1f1b", "gpipe", "interleaved", "bfs",
-                                                   "zbh1", "zbv"])
-    virtual = 2 if schedule in ("interleaved", "bfs", "zbh1", "zbv") else 1
+                                                   "zbv"])
+    virtual = 2 if schedule in ("interleaved", "bfs", "zbv") else 1
     if model.layers % (stage * virtual):
         stage, schedule, virtual = 1, None, 1
     seq = rng.choice([1, 1, 2])
@@ -160,6 +160,7 @@ def test_export_then_import_gives_the_same_setting_and_prediction_for_random_lay
     ("llama3-8b", "fsdp=4,seq=2,cp=ulysses", "cp=ring"),
     ("llama3-8b", "fsdp=2,stage=4,schedule=interleaved,virtual=1,microbatches=8",
      "schedule=1f1b,virtual=1"),
+    ("llama3-8b", "fsdp=2,stage=4,schedule=zbh1,microbatches=8", "schedule=1f1b"),
 ])
 def test_what_torchtitan_cannot_express_is_refused_naming_the_nearest(model, layout, nearest):
     with pytest.raises(Unexpressible) as err:
@@ -177,6 +178,9 @@ def test_what_torchtitan_cannot_express_is_refused_naming_the_nearest(model, lay
     (('mode = "full"', 'mode = "selective"\nselective_ac_option = "2"'),
      ["every 2th layer", "use 'op'"]),
     (('flavor = "70B"', 'flavor = "7B"'), ["model.flavor '7B'", "use one of debugmodel"]),
+    (("pipeline_parallel_degree = 1", 'pipeline_parallel_degree = 2\n'
+      'pipeline_parallel_schedule = "InterleavedZeroBubble"'),
+     ["'InterleavedZeroBubble': parex does not predict it", "Interleaved1F1B"]),
     (("global_batch_size = 128", "global_batch_size = 100"), ["global_batch_size 100"]),
 ])
 def test_unknown_or_contradictory_keys_are_one_line_errors(change, words):
