@@ -5,6 +5,8 @@ and writing other frameworks' configurations (parex.interop).
         --hardware h100-sxm
     parex predict --from megatron @launch_args.txt --nodes 16 --hardware h100-sxm
     parex predict --from torchtitan llama3_8b.toml --nodes 8 --hardware h100-sxm
+    parex predict --from maxtext MaxText/configs/base.yml model_name=llama3-8b \
+        per_device_batch_size=2 ici_tensor_parallelism=4 --nodes 8 --hardware h100-sxm
     parex predict --model llama3-8b --layout data=8,tensor=8 --hardware h100-sxm --emit megatron
     parex plan --model gpt3-175b --hardware h100-sxm --nodes 16 --emit megatron
 """
@@ -17,8 +19,8 @@ from pathlib import Path
 from ..errors import InputError
 
 # the frameworks `--from` reads and `--emit` writes
-IMPORTERS = ("megatron", "torchtitan")
-EXPORTERS = ("megatron", "torchtitan")
+IMPORTERS = ("megatron", "torchtitan", "maxtext")
+EXPORTERS = ("megatron", "torchtitan", "maxtext")
 
 # predict's flags that --from's configuration sets itself: given beside it, they would
 # contradict it or be silently overridden
@@ -32,7 +34,8 @@ def add_from_arg(p) -> None:
                    metavar=("FRAMEWORK", "SOURCE"),
                    help="predict another framework's run: megatron \"<launch arguments>\" "
                    "(or @FILE of them; the world size from its torchrun prefix or --nodes), "
-                   "torchtitan JOB.toml (the world size from its degrees or --nodes); "
+                   "torchtitan JOB.toml (the world size from its degrees or --nodes), maxtext "
+                   "CONFIG.yml [key=value ...] (likewise); "
                    "sets the model, layout, batch, remat, attention and dtype, and prints what "
                    "it ignored and assumed (docs/interop.md)")
 
@@ -68,13 +71,20 @@ def imported_run(args, chip):
 
         raise InputError(unknown("--from framework", framework, IMPORTERS))
     refuse_flags_beside_from(args)
+    world = args.nodes * chip.devices_per_node if args.nodes else None
+    if framework == "maxtext":  # a .yml and key=value overrides, or the whole command
+        from ..interop import from_maxtext
+
+        if not sources:
+            raise InputError("--from maxtext takes its .yml and key=value overrides")
+        config = read_source(sources[0]) if sources[0].startswith("@") else sources[0]
+        return from_maxtext(config, sources[1:], world_size=world)
     what = {"megatron": "the launch arguments in quotes, or @FILE",
             "torchtitan": "the job's TOML file"}[framework]
     if len(sources) != 1:
         raise InputError(f"--from {framework} takes one SOURCE ({what}), not {len(sources)}")
     from ..interop import from_megatron, from_torchtitan
 
-    world = args.nodes * chip.devices_per_node if args.nodes else None
     if framework == "torchtitan":
         return from_torchtitan(sources[0], world_size=world)
     return from_megatron(read_source(sources[0]), world_size=world)
@@ -86,10 +96,12 @@ def nodes_for(n_devices: int, chip, nodes: int | None) -> int:
 
 def emitted(framework: str, setting) -> str:
     """The framework's options of one resolved Setting."""
+    from ..interop.maxtext import maxtext_command
     from ..interop.megatron import megatron_command
     from ..interop.torchtitan import torchtitan_toml
 
-    return {"megatron": megatron_command, "torchtitan": torchtitan_toml}[framework](setting)
+    return {"megatron": megatron_command, "torchtitan": torchtitan_toml,
+            "maxtext": maxtext_command}[framework](setting)
 
 
 def plan_emitted(framework: str, plan) -> str:
