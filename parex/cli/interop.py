@@ -118,7 +118,8 @@ def plan_emitted(framework: str, plan) -> str:
             continue
         return "\n".join(skipped + [f"# parex plan's row {rank}: {plan.flags(i)}", text])
     raise InputError(f"none of the plan's top {len(plan.top)} rows can be written for "
-                     f"{framework}: {skipped[0][2:] if skipped else 'no rows'}; raise --top")
+                     f"{framework}: {skipped[0][2:] if skipped else 'no rows'}; raise --top, or "
+                     f"search what it can run (e.g. --remat full)")
 
 
 __all__ = ["EXPORTERS", "IMPORTERS", "add_emit_arg", "add_from_arg", "emitted",

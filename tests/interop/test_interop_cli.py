@@ -120,3 +120,24 @@ def test_bad_options_exit_2_with_one_line(capsys, argv, words):
     assert err.count("\n") == 0
     for word in words:
         assert word in err
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "maxtext"])
+def test_plan_emit_round_trips_for_torchtitan_and_maxtext(capsys, framework):
+    """The plan's best row each framework can express (remat full: MaxText has no policy
+    without recompute) reads back as that row's Setting."""
+    from parex.interop import from_maxtext, from_torchtitan
+
+    argv = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--nodes", "1",
+            "--global-batch", "64", "--remat", "full"]
+    assert main([*argv, "--emit", framework]) == 0
+    text = capsys.readouterr().out
+    comment = text.splitlines()[0]
+    result = plan(model_preset("llama3-8b"), TrainConfig(global_batch=64), "h100-sxm", 1,
+                  remats=("full",))
+    row = result.top[int(comment.split("row ")[1].split(":")[0]) - 1]
+    assert comment.endswith(result.flags(row))
+    reader = {"torchtitan": from_torchtitan, "maxtext": from_maxtext}[framework]
+    run = reader(text, name=result.model.name)
+    expected = result.setting_of(row)
+    assert run.setting(result.cluster).replace(defaulted=()) == expected.replace(defaulted=())
