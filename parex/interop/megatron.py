@@ -125,7 +125,7 @@ MAPPED = {
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--sequence-parallel",
     "--micro-batch-size", "--global-batch-size", "--recompute-activations",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16",
-    "--fp16", "--use-flash-attn", "--attention-backend", "--optimizer",
+    "--fp16", "--use-flash-attn", "--attention-backend", "--optimizer", "--rampup-batch-size",
 }
 
 
@@ -418,6 +418,10 @@ class _Reader:
         elif tokenizer == "GPT2BPETokenizer" and not self.has("--vocab-size"):
             raw = 50257
             self.assumed.append("GPT-2's 50257 tokens (GPT2BPETokenizer)")
+        elif tokenizer is None and self.has("--vocab-file") and self.has("--merge-file"):
+            raise InputError("the tokenizer: Megatron-LM has no default --tokenizer-type; for "
+                             "the --vocab-file/--merge-file pair (GPT-2's BPE) add "
+                             "--tokenizer-type GPT2BPETokenizer")
         else:
             raise InputError("the vocabulary: parex cannot read a tokenizer's files; add "
                              "--padded-vocab-size V (the model's vocabulary, e.g. 32000)")
@@ -546,6 +550,9 @@ class _Reader:
         if self.has("--fp16"):
             self.approximated.append("--fp16 predicted as bfloat16 (the same bytes and "
                                      "tensor-core rate; loss scaling not modelled)")
+        if self.has("--rampup-batch-size"):
+            self.approximated.append("--rampup-batch-size: predicted at the full "
+                                     "--global-batch-size (the ramp's first steps are smaller)")
         if not self.has("--bf16") and not self.has("--fp16"):
             self.assumed.append("float32 training (neither --bf16 nor --fp16)")
         for option in self.given:
