@@ -6,8 +6,8 @@ back from them.
     parex.to_megatron(model, train, layout, "h100-sxm")                     a command line
     parex.from_torchtitan("job.toml"), parex.from_maxtext("base.yml", ["key=value"])
 
-One module per framework (megatron.py, torchtitan.py, maxtext.py, hf.py); result.py is what an import
-returns: the values, and one line each for the options ignored, the framework's defaults
+One module per framework (megatron.py, torchtitan.py, maxtext.py, hf.py); result.py is what an
+import returns: the values, and one line each for the options ignored, the framework's defaults
 assumed (at the version named) and what parex counts differently. An export refuses what the
 framework cannot express, naming the nearest layout it can (Unexpressible, an InputError).
 """

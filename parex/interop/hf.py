@@ -17,8 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..config import ModelConfig
-from ..config import TrainConfig
+from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from .result import Imported, refuse
 

@@ -66,8 +66,8 @@ UNSUPPORTED_AXES = {"fsdp_transpose": "fsdp", "context_autoregressive": "context
 MODEL_KEYS = ("base_emb_dim", "base_num_query_heads", "base_num_kv_heads", "base_mlp_dim",
               "base_num_decoder_layers", "head_dim", "mlp_activations", "vocab_size",
               "decoder_block", "logits_via_embedding")
-FAMILY_OF_BLOCK = {"llama2": ("llama", ["silu", "linear"]), "mistral": ("llama", ["silu", "linear"]),
-                   "gpt3": ("gpt", ["gelu"])}
+FAMILY_OF_BLOCK = {"llama2": ("llama", ["silu", "linear"]),
+                   "mistral": ("llama", ["silu", "linear"]), "gpt3": ("gpt", ["gelu"])}
 REMAT = {"full": "full", "minimal": "selective"}  # and back: parex's remat -> remat_policy
 ATTENTION = {"autoselected": "flash", "flash": "flash", "cudnn_flash_te": "flash",
              "dot_product": "naive"}
@@ -76,6 +76,7 @@ MAPPED = set(DEFAULTS) | set(MODEL_KEYS) | {f"{k}_{a}_parallelism" for k in ("ic
 
 
 def known() -> dict:
+    """base.yml's keys and the model configs' shapes at VERSION (data/interop/maxtext.json)."""
     return option_list(OPTIONS_FILE)
 
 
@@ -130,8 +131,8 @@ def _value(text: str):
     """An override's value as MaxText reads it: a number, a bool, a [list], or the text."""
     text = text.strip()
     if text.startswith("[") and text.endswith("]"):
-        return [_value(item).strip("'\"") if isinstance(_value(item), str) else _value(item)
-                for item in text[1:-1].split(",") if item.strip()]
+        return [_value(item.strip().strip("'\"")) for item in text[1:-1].split(",")
+                if item.strip()]
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
     for kind in (int, float):
@@ -281,8 +282,9 @@ class _Reader:
                     self.notes["assumed"].append(f"{kind}_{axis}_parallelism "
                                                  f"{degrees[axis]} (-1: the rest)")
             if math.prod(degrees.values()) != total:
+                where = "devices per slice" if kind == "ici" else "slices"
                 raise InputError(f"the {kind} degrees' product {math.prod(degrees.values())} "
-                                 f"is not the {total} devices {'per slice' if kind == 'ici' else 'slices'}")
+                                 f"is not the {total} {where}")
         return ici, dcn, world
 
     def layout(self, model: ModelConfig) -> Layout:

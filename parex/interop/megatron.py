@@ -3,7 +3,7 @@
     run = from_megatron("torchrun --nnodes 8 --nproc-per-node 8 pretrain_gpt.py --num-layers 96 "
                         "... --tensor-model-parallel-size 8 --use-distributed-optimizer")
     run.predict("h100-sxm")
-    to_megatron(model, train, layout, "h100-sxm")   # 'torchrun ... pretrain_gpt.py --num-layers ...'
+    to_megatron(model, train, layout, "h100-sxm")   # 'torchrun ... pretrain_gpt.py ...'
 
 Option names and defaults are Megatron-LM's at core_v0.15.0 (megatron/training/arguments.py
 and validate_args there); data/interop/megatron-lm.json lists every option of that version,
@@ -646,9 +646,9 @@ def _check_expressible(setting: Setting) -> None:
     if layout is None:
         raise InputError("a Setting without a layout: give it one (Setting.with_layout)")
     if layout.tensor3d:
+        flat = layout.tensor * layout.tensor_y * layout.tensor_z
         raise refuse(FRAMEWORK, f"a 3D tensor layout (tensor={layout.tensor}x{layout.tensor_y}x"
-                     f"{layout.tensor_z})", f"tensor={layout.tensor * layout.tensor_y * layout.tensor_z}"
-                     f" (Megatron's 1D split)")
+                     f"{layout.tensor_z})", f"tensor={flat} (Megatron's 1D split)")
     if layout.diloco:
         raise refuse(FRAMEWORK, "DiLoCo's replicas", f"data={layout.data * layout.replica} "
                      f"without replica and inner_steps (synchronous data parallelism)")

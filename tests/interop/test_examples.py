@@ -14,7 +14,8 @@ HARDWARE = "h100-sxm"
 # Megatron-LM core_v0.15.0, examples/gpt3/train_gpt3_175b_distributed.sh, with NUM_NODES=16
 # (its TP 8 x PP 16 needs 128 GPUs) and its shell variables written out
 MEGATRON_GPT3_175B = """
-torchrun --nproc_per_node 8 --nnodes 16 --master_addr localhost --master_port 6000 pretrain_gpt.py \\
+torchrun --nproc_per_node 8 --nnodes 16 --master_addr localhost --master_port 6000 \\
+    pretrain_gpt.py \\
     --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 \\
     --max-position-embeddings 2048 --attention-backend auto \\
     --micro-batch-size 1 --global-batch-size 1536 --rampup-batch-size 16 16 5859375 \\
