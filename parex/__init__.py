@@ -12,8 +12,9 @@ This package is the public face: the values (configs, layouts, hardware, records
 and predicting, reports and number formatting. Each concept above them has one public package:
 `parex.charts` (altair charts), `parex.explorer` (the Explorer and Planner widgets),
 `parex.plan` (the planner), `parex.studies` (experiments on the emulated mesh),
-`parex.lowcomm` (DiLoCo), `parex.hetero` (mixed clusters) and `parex.figures` (the gallery and
-the papers' tables). Charts and widgets need the `notebook` extra; `import parex` does not load it.
+`parex.lowcomm` (DiLoCo), `parex.hetero` (mixed clusters), `parex.interop` (Megatron-LM,
+torchtitan, MaxText and Hugging Face configurations, read and written) and `parex.figures` (the gallery
+and the papers' tables). Charts and widgets need the `notebook` extra; `import parex` does not load it.
 """
 
 from .calibrate.local import ensure_local
@@ -21,6 +22,8 @@ from .config import ModelConfig, TrainConfig, model_preset, preset_names
 from .executor.data import Batches
 from .errors import InputError
 from .hardware import Link, known_hardware, load_chip, load_cluster
+from .interop import (from_hf_config, from_maxtext, from_megatron, from_torchtitan, to_hf_config,
+                      to_maxtext, to_megatron, to_torchtitan)
 from .layout import LAYOUT_PRESETS, Axis, Layout, LayoutError
 from .measure import relative_error
 from .measure.report import comparison_table, measurement_report
@@ -47,9 +50,10 @@ __all__ = ["Axis", "Batches", "InputError", "LAYOUT_PRESETS", "Layout", "LayoutE
            "Measurement", "ModelConfig", "Prediction", "TrainConfig", "TrainStep",
            "comparison_table", "emulate_devices", "ensure_local", "explain", "explain_text",
            "format_bytes", "format_count", "format_frame",
-           "format_seconds", "init_params", "known_hardware", "load_chip", "load_cluster",
+           "format_seconds", "from_hf_config", "from_maxtext", "from_megatron", "from_torchtitan",
+           "init_params", "known_hardware", "load_chip", "load_cluster",
            "load_sweep", "make_mesh", "make_schedule", "measure", "measurement_report",
            "model_preset", "predict", "predict_batch", "preset_names", "records_frame",
            "reference_loss_and_grads", "relative_error", "resolve", "scaling_curve", "Setting",
-           "shared_fields",
+           "shared_fields", "to_hf_config", "to_maxtext", "to_megatron", "to_torchtitan",
            "validate"]

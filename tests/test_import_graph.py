@@ -16,8 +16,9 @@ ROOMS = (
     "model", "parallel", "validation", "executor", "launch",
     # what a layout does: measured, predicted, calibrated, studied
     "measure", "predict", "calibrate", "studies", "sweep",
-    # features built on those, and the front door that dispatches to DiLoCo
-    "lowcomm", "entry", "plan", "hetero",
+    # features built on those, the front door that dispatches to DiLoCo, other frameworks'
+    # configurations read and written (interop)
+    "lowcomm", "entry", "interop", "plan", "hetero",
     # what people see
     "charts", "explorer", "figures", "cli",
 )

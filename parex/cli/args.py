@@ -98,8 +98,18 @@ def choice_list(choices):
     return parse
 
 
+def is_model_file(name: str | None) -> bool:
+    """Whether --model names a Hugging Face config.json (a path ending in .json), not a preset."""
+    return bool(name) and name.endswith(".json")
+
+
 def preset(name: str):
-    """model_preset, with an unknown name as bad input."""
+    """model_preset, with an unknown name as bad input; a path ending in .json is a Hugging
+    Face config.json (parex.interop.hf)."""
+    if is_model_file(name):
+        from ..interop import from_hf_config
+
+        return from_hf_config(name).model
     try:
         return model_preset(name)
     except ValueError as err:
@@ -123,7 +133,8 @@ def add_attention_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=MODEL, help=f"model preset (default {MODEL})")
+    p.add_argument("--model", default=MODEL,
+                   help=f"model preset (default {MODEL}) or a Hugging Face config.json's path")
     p.add_argument("--global-batch", type=at_least(1), default=None, help=GLOBAL_BATCH_HELP)
     p.add_argument("--microbatch", type=at_least(1), default=None, help=MICROBATCH_HELP)
     p.add_argument("--seq", type=at_least(1), default=None,
@@ -249,8 +260,9 @@ def hardware_of(args) -> str:
 
 
 def add_predict_model_args(p) -> None:
-    p.add_argument("--model", default=MODEL,
-                   help="model preset, or a bare family (gpt, llama) with dims from the flags")
+    p.add_argument("--model", default=None,
+                   help=f"model preset (default {MODEL}), a Hugging Face config.json's path, or "
+                   f"a bare family (gpt, llama) with dims from the flags")
     p.add_argument("--global-batch", type=at_least(1), default=None, help=GLOBAL_BATCH_HELP)
     p.add_argument("--microbatch", type=at_least(1), default=None, help=MICROBATCH_HELP)
     p.add_argument("--seq", type=at_least(1), default=None,
@@ -271,6 +283,7 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
     """A preset with optional dim overrides, or a bare family built from the flags; the train
     config of the flags (None where not given)."""
     dims = {name: getattr(args, name) for name, _ in DIMS if getattr(args, name) is not None}
+    args.model = args.model or MODEL
     if args.model in FAMILIES:
         missing = [n for n in ("layers", "hidden", "heads") if n not in dims]
         if missing:

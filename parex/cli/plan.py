@@ -18,7 +18,7 @@ from ..defaults import MODEL
 from ..errors import InputError
 from ..units import format_seconds
 from .args import (DIMS, GLOBAL_BATCH_HELP, add_hardware_arg, at_least, defaulted,
-                   hardware_of, model_from_args, positive_number)
+                   hardware_of, is_model_file, model_from_args, positive_number)
 
 # --- parex plan ---------------------------------------------------------------------------------
 
@@ -30,7 +30,7 @@ def cmd_plan(args) -> int:
     from ..plan.names import cluster_of
 
     refuse_unused(args)
-    if args.model not in FAMILIES:
+    if args.model not in FAMILIES and not is_model_file(args.model):
         model_named(args.model)  # an unknown name gets the nearest known one
     if args.cluster is not None:  # a heterogeneous cluster file: parex.hetero's search
         return plan_cluster(args)
@@ -43,6 +43,11 @@ def cmd_plan(args) -> int:
     result = plan(model, train.replace(remat=None), cluster, memory_cap=cap,
                   objective=args.objective, top=args.top, recipe=args.recipe,
                   convention=args.convention, dtype=args.dtype, remats=remats)
+    if args.emit:  # the best row's options for another framework, instead of the report
+        from .interop import plan_emitted
+
+        print(plan_emitted(args.emit, result))
+        return 0
     out = plan_json(result)
     if not args.json:
         print(plan_report(result, defaulted(args)))
@@ -141,6 +146,9 @@ def add_plan(sub) -> None:
     p.add_argument("--verify-out", default=None,
                    help="JSONL store of the verify runs (default: a temporary file)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from .interop import add_emit_arg
+
+    add_emit_arg(p, "the top row the framework can express")
     p.set_defaults(func=cmd_plan, microbatch=None)
 
 

@@ -84,15 +84,30 @@ def cmd_predict(args) -> int:
     refuse_wan_args(args, layout)
     # the command's numbers are parex.predict's of the same inputs: nothing decided here
     setting = resolve(model, train, layout, cluster, **keywords)
+    if args.emit:  # the framework's options of this run, instead of the report
+        from .interop import emitted
+
+        print(emitted(args.emit, setting))
+        return 0
     p = predict(model, train, layout, cluster, wan=wan_from_args(args), **keywords)
     alts = [] if p.fits or p.diloco else fits_instead(p, setting)
     explained = _explained(args, p, setting)
+    run = getattr(args, "imported", None)  # --from: what the import ignored and assumed
     if args.json:
         out = p.to_json() | ({"fits_instead": [alt.to_json() for alt in alts]}
                              if not p.fits else {})
+        if run is not None:
+            out["imported"] = {"framework": run.framework, "version": run.version,
+                               "ignored": list(run.ignored), "assumed": list(run.assumed),
+                               "approximated": list(run.approximated)}
         print(json.dumps(out | explained, indent=2))
     else:
-        print(prediction_report(p, setting.model, setting.cluster, defaulted(args)))
+        if run is not None:
+            print(f"imported from {run.framework} ({run.version} option names and defaults)")
+            print(run.notes() + "\n" if run.notes() else "")
+        said = defaulted(args) if run is None else defaulted(args, ("hardware", "recipe",
+                                                                    "convention"))
+        print(prediction_report(p, setting.model, setting.cluster, said))
         if not p.fits:
             print(fits_instead_text(alts, p))
         if explained:
@@ -129,6 +144,9 @@ def _predict_inputs(args):
     hardware = hardware_of(args)
     ready(hardware, progress=not args.json)  # calibrate this machine on first use
     chip = load_chip(hardware)
+    if getattr(args, "from_", None):  # another framework's run (parex.interop)
+        return _imported_inputs(args, chip)
+    args.layout = args.layout or "dp"
     nodes = args.nodes
     if nodes is None:
         probe = args.layout if args.layout.strip() not in _layout_presets() else None
@@ -141,6 +159,20 @@ def _predict_inputs(args):
                 "convention": getattr(args, "convention", None),
                 "expert_imbalance": getattr(args, "expert_imbalance", None)}
     return (model, train, layout, cluster), keywords
+
+
+def _imported_inputs(args, chip):
+    """_predict_inputs of --from: the run another framework's configuration describes, its
+    notes (what was ignored and assumed) kept on args for the report."""
+    from .interop import imported_run, nodes_for
+
+    run = imported_run(args, chip)
+    args.imported = run
+    cluster = _cluster(chip, nodes_for(run.layout.n_devices, chip, args.nodes))
+    keywords = {"dtype": run.dtype, "recipe": getattr(args, "recipe", None),
+                "convention": getattr(args, "convention", None),
+                "expert_imbalance": getattr(args, "expert_imbalance", None)}
+    return (run.model, run.train, run.layout, cluster), keywords
 
 
 def fits_instead(p, setting) -> list:
@@ -184,13 +216,18 @@ def _layout_presets():
 def add_predict(sub) -> None:
     p = sub.add_parser("predict", help="predict step time, memory, FLOPs and communication")
     add_predict_model_args(p)
-    p.add_argument("--layout", default="dp", help="e.g. data=8,tensor=8,stage=4 or a preset name")
+    p.add_argument("--layout", default=None,
+                   help="e.g. data=8,tensor=8,stage=4 or a preset name (default dp)")
     add_hardware_arg(p)
     p.add_argument("--nodes", type=at_least(1), default=None,
                    help="nodes in the cluster (default: enough for the layout)")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"],
                    help="gpu: the ideal program; xla-cpu: what the emulated mesh compiles "
                    "(default: xla-cpu for cpu-local, else gpu)")
+    from .interop import add_emit_arg, add_from_arg
+
+    add_from_arg(p)
+    add_emit_arg(p, "the run")
     p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
                    help="bytes of model state: parex (fp32 weights, grads, Adam) or mixed "
                    "(ZeRO's 2 + 2 + 12; the default for bfloat16 on accelerator profiles, parex "

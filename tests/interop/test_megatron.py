@@ -1,0 +1,245 @@
+"""Megatron-LM launch arguments <-> parex: the same run predicts the same, both ways.
+
+Only the analytic predictor runs here (no mesh): each prediction takes milliseconds."""
+
+import random
+import re
+
+import pytest
+
+import parex
+from parex import Layout, TrainConfig, model_preset
+from parex.errors import InputError
+from parex.interop import Unexpressible, from_megatron, to_megatron
+from parex.interop.megatron import VERSION, known_options, megatron_options
+from parex.interop.result import option_list
+from parex.setting import resolve
+
+HARDWARE = "h100-sxm"
+
+# GPT-3 175B as Megatron-LM trains it (Narayanan et al. 2021's interleaved schedule): TP 8,
+# PP 8, two virtual stages per rank, sequence parallelism, the distributed optimizer and
+# selective recompute, on 128 GPUs (data-parallel size 2)
+GPT3_LAUNCH = """
+torchrun --nnodes 16 --nproc-per-node 8 pretrain_gpt.py \\
+    --num-layers 96 --hidden-size 12288 --num-attention-heads 96 \\
+    --seq-length 2048 --max-position-embeddings 2048 \\
+    --tokenizer-type GPT2BPETokenizer --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt \\
+    --padded-vocab-size 50304 --untie-embeddings-and-output-weights \\
+    --tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 \\
+    --num-virtual-stages-per-pipeline-rank 2 \\
+    --sequence-parallel --use-distributed-optimizer --recompute-activations \\
+    --micro-batch-size 1 --global-batch-size 512 \\
+    --bf16 --use-flash-attn \\
+    --lr 6.0e-5 --min-lr 6.0e-6 --lr-decay-style cosine --train-iters 1000 \\
+    --data-path my-gpt3_00_text_document --save ckpt --load ckpt --log-interval 10
+"""
+# the equivalent parex values: the preset, the layout with the microbatch count B / (b·dp)
+GPT3_LAYOUT = "data=2,tensor=8,stage=8,virtual=2,sp=on,zero=1,microbatches=256"
+GPT3_TRAIN = TrainConfig(global_batch=512, remat="selective", attention="flash")
+
+
+def _record(prediction) -> dict:
+    """Every number and label of a Prediction (its to_json)."""
+    return prediction.to_json()
+
+
+def test_a_megatron_launch_predicts_as_the_equivalent_parex_layout():
+    """Issue 45's first Done-when: the GPT-3 launch above, imported, gives the very Setting
+    and Prediction record of the equivalent parex values."""
+    run = from_megatron(GPT3_LAUNCH, name="gpt3-175b")
+    model = model_preset("gpt3-175b")
+    layout = Layout.parse(GPT3_LAYOUT)
+    assert run.model == model.replace(dtype="bfloat16")
+    assert run.setting(HARDWARE) == resolve(model, GPT3_TRAIN, layout, HARDWARE,
+                                            dtype="bfloat16")
+    expected = parex.predict(model, GPT3_TRAIN, layout, HARDWARE, dtype="bfloat16")
+    assert _record(run.predict(HARDWARE)) == _record(expected)
+    assert expected.n_devices == 128 and expected.step_time_s["bubble"] > 0
+
+
+def test_layers_per_virtual_stage_and_stages_per_rank_are_the_same_run():
+    """Megatron's two spellings of the interleaved schedule: 96 layers on 8 ranks is 12 per
+    rank; 6 layers per virtual stage is 2 virtual stages per rank."""
+    by_count = from_megatron(GPT3_LAUNCH, name="gpt3-175b")
+    by_layers = from_megatron(GPT3_LAUNCH.replace("--num-virtual-stages-per-pipeline-rank 2",
+                                                  "--num-layers-per-virtual-pipeline-stage 6"),
+                              name="gpt3-175b")
+    assert by_layers.layout == by_count.layout
+    assert by_layers.layout.virtual_stages == 2 and by_layers.layout.schedule == "interleaved"
+
+
+def test_the_import_says_what_it_ignored_and_assumed():
+    run = from_megatron(GPT3_LAUNCH)
+    notes = run.notes()
+    assert "ignored: --vocab-file (data and tokenizer)" in notes
+    assert "--lr (optimizer, schedule and numerics)" in notes
+    assert f"assumed (Megatron-LM {VERSION} defaults)" in notes
+    assert run.approximated == ()  # untied embeddings, as parex counts them
+
+
+def test_megatron_defaults_fill_what_the_command_leaves_out():
+    """No --global-batch-size: micro batch x data-parallel size; no --ffn-hidden-size: 4h, or
+    with --swiglu 4h·2/3 rounded down to a multiple of 64 (validate_args' rules); GQA without
+    --num-query-groups: one group."""
+    run = from_megatron("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+                        "--seq-length 1024 --max-position-embeddings 1024 "
+                        "--padded-vocab-size 32000 --micro-batch-size 2 --swiglu "
+                        "--group-query-attention --tensor-model-parallel-size 2", world_size=8)
+    assert run.train.global_batch == 8 and run.layout.data == 4
+    assert run.model.ffn == int(4 * 1024 * 2 / 3 / 64) * 64 == 2688
+    assert run.model.kv_heads == 1 and run.model.family == "llama"
+    assert run.dtype == "float32" and run.train.attention == "flash"
+    assert any(a.startswith("--global-batch-size 8") for a in run.assumed)
+    assert any(a.startswith("--num-query-groups 1") for a in run.assumed)
+
+
+def test_vocabulary_is_padded_as_megatron_pads_it():
+    """GPT-2's 50257 tokens padded to a multiple of 128 x TP; the null tokenizer adds its
+    end-of-document id before padding."""
+    base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+            "--max-position-embeddings 128 --micro-batch-size 1 "
+            "--tensor-model-parallel-size 8 ")
+    assert from_megatron(base + "--tokenizer-type GPT2BPETokenizer",
+                         world_size=8).model.vocab == 51200
+    assert from_megatron(base + "--tokenizer-type NullTokenizer --vocab-size 32000",
+                         world_size=8).model.vocab == 32768
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("--tensor-model-parallel-sise 2", ["--tensor-model-parallel-sise", "did you mean",
+                                        "'--tensor-model-parallel-size'"]),
+    ("--bf16 --fp16", ["--bf16 and --fp16 contradict", "give one precision"]),
+    ("--recompute-activations --recompute-granularity full",
+     ["contradict", "give one of them"]),
+    ("--num-query-groups 8", ["--num-query-groups without --group-query-attention"]),
+    ("--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+     "--num-virtual-stages-per-pipeline-rank 2", ["contradict"]),
+    ("--multi-latent-attention", ["parex cannot predict multi-latent attention"]),
+    ("--recompute-granularity full --recompute-method block --recompute-num-layers 2",
+     ["--recompute-method uniform --recompute-num-layers 1"]),
+    ("--tensor-model-parallel-size 3", ["world size 8", "not divisible by 3"]),
+    ("--num-layers 3", ["--num-layers is given twice"]),
+    ("--kv-channels 32", ["--kv-channels 32", "drop --kv-channels"]),
+])
+def test_unknown_or_contradictory_options_are_one_line_errors(extra, words):
+    base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+            "--max-position-embeddings 128 --padded-vocab-size 512 --micro-batch-size 1 ")
+    with pytest.raises(InputError) as err:
+        from_megatron(base + extra, world_size=8)
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def test_a_command_without_a_world_size_says_how_to_give_one():
+    with pytest.raises(InputError, match="the world size"):
+        from_megatron("--num-layers 2")
+    with pytest.raises(InputError, match="contradicts torchrun's 128"):
+        from_megatron(GPT3_LAUNCH, world_size=64)
+
+
+# --- export, and round trips ------------------------------------------------------------------
+
+def _random_run(rng: random.Random):
+    """A model, train config and layout Megatron-LM can express (every option exported)."""
+    tensor = rng.choice([1, 2, 4, 8])
+    stage = rng.choice([1, 1, 2, 4])
+    virtual = rng.choice([1, 2]) if stage > 1 else 1
+    seq = rng.choice([1, 1, 2])
+    family = rng.choice(["gpt", "llama"])
+    heads = 8 * rng.choice([1, 2, 4])
+    hidden = heads * rng.choice([64, 128])
+    kv = rng.choice([heads, 8]) if family == "llama" else heads
+    layers = stage * virtual * rng.choice([1, 2, 3])
+    moe = family == "llama" and rng.random() < 0.2
+    model = parex.ModelConfig(
+        f"random-{family}", family, layers, hidden, heads, kv,
+        ffn=rng.choice([4 * hidden, 2 * hidden + 256 * tensor]),
+        vocab=1024 * tensor * rng.choice([8, 32]), seq_len=rng.choice([1024, 2048, 4096]),
+        experts=8 if moe else 0, top_k=2 if moe else 1)
+    data = rng.choice([1, 2, 4])
+    fsdp = 1
+    if rng.random() < 0.15:  # torch FSDP2: every data-parallel rank shards
+        data, fsdp = 1, rng.choice([2, 4])
+    expert = 2 if moe and data % 2 == 0 else 1
+    data //= expert
+    zero = 0 if fsdp > 1 else rng.choice([0, 1, 1, 2, 3])
+    layout = Layout(data=data, fsdp=fsdp, expert=expert, tensor=tensor, seq=seq, stage=stage,
+                    virtual_stages=virtual, zero=zero, sp=tensor > 1 and rng.random() < 0.6,
+                    cp=rng.choice(["ring", "ulysses"]) if seq > 1 else "none",
+                    schedule=(None if stage == 1 else
+                              "interleaved" if virtual > 1 else rng.choice([None, "1f1b"])))
+    b = rng.choice([1, 2])
+    m = rng.choice([1, 2, 4, 8]) if stage == 1 else stage * rng.choice([1, 2, 4])
+    train = TrainConfig(global_batch=b * m * layout.data_parallel,
+                        microbatch=b if m == 1 else None,
+                        remat=rng.choice(["none", "selective", "full"]),
+                        attention=rng.choice(["flash", "naive"]))
+    layout = layout.replace(microbatches=m)
+    dtype = rng.choice(["bfloat16", "bfloat16", "float32"])
+    return model, train, layout, dtype
+
+
+def test_export_then_import_gives_the_same_setting_and_prediction_for_random_layouts():
+    """Round trips are exact over 60 random layouts Megatron-LM can express: the emitted
+    command, imported, resolves to the Setting parex.predict resolves for the original and
+    predicts the same record (the model named alike)."""
+    rng = random.Random(45)
+    compared = 0
+    for _ in range(60):
+        model, train, layout, dtype = _random_run(rng)
+        original = resolve(model, train, layout, HARDWARE, dtype=dtype)
+        command = to_megatron(model, train, layout, HARDWARE, dtype=dtype)
+        run = from_megatron(command, name=model.name)
+        assert run.setting(HARDWARE) == original, command
+        try:
+            expected = parex.predict(model, train, layout, HARDWARE, dtype=dtype)
+        except parex.LayoutError as err:  # parex itself refuses it: so must the import
+            with pytest.raises(parex.LayoutError, match=re.escape(str(err)[:40])):
+                run.predict(HARDWARE)
+            continue
+        assert _record(run.predict(HARDWARE)) == _record(expected), command
+        compared += 1
+    assert compared >= 50
+
+
+@pytest.mark.parametrize("layout, nearest", [
+    ("data=2,tensor=2x2x2", "tensor=8 (Megatron's 1D split)"),
+    ("data=2,stage=4,schedule=zbv,virtual=2,microbatches=8", "schedule=interleaved,virtual=2"),
+    ("data=2,stage=4,schedule=gpipe,microbatches=8", "schedule=1f1b"),
+    ("data=2,stage=4,schedule=zbh1,microbatches=8", "schedule=1f1b"),
+    ("data=2,fsdp=4", "fsdp=8 alone"),
+    ("data=4,replica=2,inner_steps=10", "data=8 without replica"),
+    ("data=2,stage=2,partition=3:1,microbatches=4", "the even split"),
+])
+def test_what_megatron_cannot_express_is_refused_naming_the_nearest(layout, nearest):
+    model = model_preset("llama2-7b").replace(layers=4)
+    with pytest.raises(Unexpressible) as err:
+        to_megatron(model, TrainConfig(global_batch=64), Layout.parse(layout), HARDWARE)
+    message = str(err.value)
+    assert message.startswith("Megatron-LM cannot express") and "\n" not in message
+    assert f"the nearest it can: {nearest}" in message
+
+
+def test_emitted_option_names_are_megatron_options_of_the_named_version():
+    """Every option the export writes is in Megatron-LM's own list (read from
+    megatron/training/arguments.py at the tag the list names)."""
+    listed = option_list("megatron-lm")
+    assert listed["version"] == VERSION
+    assert listed["source"].startswith("https://github.com/NVIDIA/Megatron-LM/blob/" + VERSION)
+    known = known_options()
+    assert len(known) > 500
+    rng = random.Random(7)
+    emitted = set()
+    for _ in range(30):
+        model, train, layout, dtype = _random_run(rng)
+        words = megatron_options(resolve(model, train, layout, HARDWARE, dtype=dtype))
+        emitted |= {w for w in words if w.startswith("--")}
+    assert emitted and emitted <= set(known), emitted - set(known)
+    # the options that carry each layout field all appeared among the 30
+    for option in ("--tensor-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
+                   "--context-parallel-size", "--use-distributed-optimizer",
+                   "--sequence-parallel", "--recompute-activations", "--bf16"):
+        assert option in emitted
