@@ -126,7 +126,7 @@ def test_each_stage_learns_from_its_own_loss_only(layout_text):
 def test_compiled_step_sends_only_forward_and_holds_one_microbatch():
     """Against 1F1B at the same layout: stage-to-stage bytes are the forward activations only
     (≤ 0.55x), temporaries one microbatch's (≤ 0.6x)."""
-    model, train = model_preset("tiny"), TrainConfig()
+    model, train = model_preset("tiny"), TrainConfig(global_batch=16)
     stats = {}
     for schedule in ("local", "1f1b"):
         layout = Layout.parse(f"data=2,stage=4,schedule={schedule},microbatches=8")
