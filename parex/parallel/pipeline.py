@@ -105,7 +105,8 @@ class _Context:
     """What every branch reads: this device's chunks (compute copies), the embedding and head,
     the data, and the residual structure of each piece."""
 
-    blocks: dict  # (v, Lmax, ...) this device's chunks
+    blocks: dict  # (1, v·Lmax, ...) this device's chunks' layers, chunk i at rows i·Lmax…
+    lmax: int  # the layers of a chunk (padded)
     mask: jax.Array | None  # (v, Lmax) real (True) or padded layers; None: nothing padded
     embedding: dict  # token (and GPT's position) table, varying copies
     head: dict  # final norm and unembedding, varying copies
@@ -121,8 +122,12 @@ class _Context:
     specs: dict | None = None  # piece -> Residuals ("embedding", "layers", "head")
 
     def chunk(self, i):
-        """Chunk i's weights as its ops use them: gathered over fsdp when it is manual."""
-        return _gathered(_at(self.blocks, i), self.shards, self.varying)
+        """Chunk i's weights (Lmax, ...) as its ops use them: gathered over fsdp when it is
+        manual."""
+        n = self.lmax
+        rows = jax.tree.map(lambda a: lax.dynamic_slice_in_dim(a, i * n, n, axis=1)[0],
+                            self.blocks)
+        return _gathered(rows, self.shards, self.varying)
 
     def block_grads(self, grads):
         """A chunk's weight gradients as the accumulator holds them (fsdp: its shards)."""
@@ -151,17 +156,13 @@ class _Context:
         parameters whose gradients B forms (split.BlockTaps.early)."""
         if self.taps is None:
             return (x,)
-        return (x, self.taps.zero_taps(self.blocks_layers), self.taps.split(blocks)[1])
+        return (x, self.taps.zero_taps(self.lmax), self.taps.split(blocks)[1])
 
     def grad_kind(self, key: str) -> str:
         """Which op forms the gradient of the blocks' parameters `key`: "blocks.early" (B) or
         "blocks.late" (W, or B when the backward is not split)."""
         early = self.taps is not None and key in self.taps.early
         return "blocks.early" if early else "blocks.late"
-
-    @property
-    def blocks_layers(self) -> int:
-        return jax.tree.leaves(self.blocks)[0].shape[1]
 
     def probe(self, x, i) -> dict:
         """The residual structure of each piece, traced abstractly for microbatch and chunk i
@@ -348,7 +349,7 @@ def _initial_state(timetable: Timetable, ctx: _Context, act, varying, blocks32, 
              "g_blocks": jax.tree.map(jnp.zeros_like, blocks32),  # varying like their inputs
              "g_head": jax.tree.map(jnp.zeros_like, head32)}
     if ctx.taps is not None:
-        layers = (ctx.blocks_layers,)
+        layers = (ctx.lmax,)
         state["rec"] = Stash.create(ctx.taps.records, slots["rec"], layers)
         state["dtap"] = Stash.create(ctx.taps.taps, slots["dtap"], layers)
     return state
@@ -394,15 +395,20 @@ def _context(timetable: Timetable, cfg, ops, remat, seed, axes: ManualAxes, inpu
     b, T = tokens.shape[1:]
     act = vary(jnp.zeros((b, T, cfg.hidden), compute), axes.varying)  # an activation or its
     # cotangent: a 3D group's X and Y devices hold the same one, so it is invariant over them
-    cast = gpt.cast(blocks, compute)
-    taps = None
-    if timetable.schedule.split_backward:
-        first = _at(_gathered(_at(cast, 0), shards, axes.varying), 0)  # one layer's weights
-        taps = BlockTaps.probe(cfg, ops, remat, first, act)
+    # the chunks' layers in one dim (chunk i at rows i·Lmax) behind a unit dim, as the stage
+    # dim was: XLA gave a (v, 1, ...) view of the stored layers (one layer per chunk) a layout
+    # of its own and copied them all into the tick loop (25 MB of the weight-heavy model's
+    # stage=4,schedule=interleaved,virtual=2); without the unit dim it laid the stored layers
+    # out for fsdp's gathers for the whole loop instead of per op (25 MB of fsdp=2,stage=2)
+    lmax = jax.tree.leaves(blocks)[0].shape[1]
+    flat = jax.tree.map(lambda a: a.reshape(1, -1, *a.shape[2:]), gpt.cast(blocks, compute))
     cast_head = gpt.cast(head, compute)
-    ctx = _Context(cast, mask, {k: cast_head[k] for k in EMBEDDING if k in cast_head},
+    ctx = _Context(flat, lmax, mask, {k: cast_head[k] for k in EMBEDDING if k in cast_head},
                    {k: cast_head[k] for k in HEAD}, tokens, targets, cfg, ops, remat, seed,
-                   axes.varying, taps, shards)
+                   axes.varying, None, shards)
+    if timetable.schedule.split_backward:
+        first = _at(ctx.chunk(0), 0)  # one layer's weights
+        ctx = dataclasses.replace(ctx, taps=BlockTaps.probe(cfg, ops, remat, first, act))
     return dataclasses.replace(ctx, specs=ctx.probe(act, mb)), act
 
 

@@ -30,7 +30,8 @@ The pipeline holds the activations of every microbatch-chunk in flight, taken fr
 table (Schedule.peak_in_flight); parex's executor keeps them in slot buffers (predict.stash: the
 chunks' residuals, the embedding's and head's, a split backward's records and tap cotangents,
 the inbox); each tick's switch writes new values of them and one chunk's gradient delta
-(stash.loop_grad_elements) in shared positions (stash.window_bytes), on top of one layer's
+(stash.loop_grad_elements) in its output positions (stash.window_bytes), and its ops copy the
+weights they run out of the stage's chunks (stash.chunk_weight_bytes), on top of one layer's
 working set.
 Temporaries: the layer being differentiated needs its whole un-rematerialised working set, the
 float32 logits need a few (B, T, V/t) buffers, bfloat16 runs keep compute copies of weights, and
@@ -56,7 +57,8 @@ from ..parallel.timetable import BUFFERS
 from .comm import (fsdp_in_stages, ring_block_elements, ring_hops_are_all_to_alls,
                    seq_sliced_grad_elements)
 from .schedule_stats import table_columns
-from .stash import loop_grad_elements, split_backward, stash_bytes, window_bytes
+from .stash import (chunk_weight_bytes, loop_grad_elements, split_backward, stash_bytes,
+                    window_bytes)
 from .shapes import GROUPS, ROUTED_GROUPS, Grid, ModelSizes, named
 
 LOGIT_COPIES = 3  # float32 (tokens, V/t) buffers alive around the loss: logits, softmax, gradient
@@ -259,10 +261,22 @@ def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
     stored_blocks = (state_elements(sizes, grid, "param")
                      - head_state_elements(sizes, grid, grid.embed_shards("param")))
     loop = np.where(grid.executor, loop_grad_elements(sizes, grid, stored_blocks), 0.0)
-    return (working + logits + copies + windows(sizes, grid, remat, rec, act_bytes,
-                                                loop * rec.grad_bytes)
+    return (working + logits + copies
+            + pipeline_copies(sizes, grid, remat, rec, act_bytes, compute_bytes,
+                              loop * rec.grad_bytes)
+            + seq_summed_chunk_elements(grid, stored_blocks) * rec.grad_bytes
             + ring_hop_bytes(sizes, grid)
             + accumulate * state_elements(sizes, grid, "param") * rec.grad_bytes)
+
+
+def seq_summed_chunk_elements(grid, stored_blocks) -> np.ndarray:
+    """seq inside parex's pipeline stages, where XLA partitions it (comm): the op that forms a
+    chunk's weight gradients sums them over seq into a buffer of their own while it still holds
+    them, one chunk's gradients more (`stored_blocks` / v, in parameters' worth). Read off heavy
+    data=2,seq=2,cp=ulysses,stage=2,schedule=1f1b,microbatches=2 (B's all-reduce of its 50 MB
+    beside them: 0.89 of the compiled total without)."""
+    inside = grid.executor & (grid.stage > 1) & (grid.seq > 1)
+    return np.where(inside, stored_blocks / grid.virtual_stages, 0.0)
 
 
 def ring_hop_bytes(sizes, grid) -> np.ndarray:
@@ -273,15 +287,18 @@ def ring_hop_bytes(sizes, grid) -> np.ndarray:
     return np.where(ring_hops_are_all_to_alls(grid), 2 * grid.seq * widest, 0.0)
 
 
-def windows(sizes, grid, remat, rec, act_bytes, grads=0.0) -> np.ndarray:
-    """parex's pipeline switch returns new values of the buffers and gradient deltas (`grads`
-    bytes), scattered into their slots after it (parallel.pipeline): the copies around the
-    switch, predict.stash.window_bytes."""
+def pipeline_copies(sizes, grid, remat, rec, act_bytes, compute_bytes, grads=0.0):
+    """parex's pipeline executor (parallel.pipeline): its switch returns new values of the
+    buffers and gradient deltas (`grads` bytes), scattered into their slots after it
+    (predict.stash.window_bytes), and its ops copy the weights of the chunk they run out of the
+    stage's (predict.stash.chunk_weight_bytes)."""
     if rec.activations != "xla":
         return np.zeros(len(grid))
     one = stash_bytes(sizes, grid, xla_layer_elements(sizes, grid, remat), act_bytes,
                       remat)["value"]
-    return np.where(grid.executor, window_bytes(sizes, grid, one, grads), 0.0)
+    copies = window_bytes(sizes, grid, one, grads) + chunk_weight_bytes(sizes, grid,
+                                                                        compute_bytes)
+    return np.where(grid.executor, copies, 0.0)
 
 
 # --- the two peaks: the end of the backward, and the optimizer update ----------------------------
@@ -311,13 +328,30 @@ def gathered_chunk_bytes(sizes, grid, act_bytes) -> np.ndarray:
     """fsdp inside pipeline stages, by hand (chunks_gathered_by_hand): each op gathers its whole
     chunk over fsdp, and the op that forms the chunk's gradients holds them whole before it
     reduce-scatters them, both in the compute dtype, on top of the stash and the switch's
-    windows. B holds both; split, B holds the weights and W the gradients. A chunk is
-    stage_layers / v layers, split only by tensor. The model lacked 4.0 MB of tiny-llama
-    fsdp=2,data=2,stage=2 under full remat (0.78 of the compiled total, now 0.94) and 41 MB of
-    small fsdp=2,data=2,stage=2,schedule=1f1b,microbatches=4 (0.67, now 1.01)."""
-    chunk = sizes.layer_params * grid.stage_layers / (grid.virtual_stages * grid.tensor)
+    positions. B holds both; split, B holds the weights and W the gradients (and F peaks apart,
+    `gathering_forward_bytes`). The model lacked 4.0 MB of tiny-llama fsdp=2,data=2,stage=2
+    under full remat (0.78 of the compiled total, now 0.94) and 41 MB of small
+    fsdp=2,data=2,stage=2,schedule=1f1b,microbatches=4 (0.67, now 1.01)."""
     held = np.where(split_backward(grid), 1.0, 2.0)
-    return np.where(chunks_gathered_by_hand(grid), held * act_bytes * chunk, 0.0)
+    return np.where(chunks_gathered_by_hand(grid), held * _chunk_bytes(sizes, grid, act_bytes),
+                    0.0)
+
+
+def gathering_forward_bytes(sizes, grid, act_bytes) -> np.ndarray:
+    """A split backward's F, where the pipeline gathers the chunk by hand: as it starts, before
+    any of the switch's positions is written, it holds the gathered chunk twice, as the
+    all-gather lays it out (the gathered dim major) and as the layer loop reads it. The
+    transient is the larger of this and the rest. Read off heavy fsdp=4,stage=2,schedule=zbh1,
+    microbatches=2 (its 50 MB chunk twice at F's start; 0.87 of the compiled total without,
+    1.04 with); fsdp=2,stage=2 and stage=4 and ZB-V check it (0.92, 0.89, 0.92 before)."""
+    by_hand = chunks_gathered_by_hand(grid) & split_backward(grid)
+    return np.where(by_hand, 2 * _chunk_bytes(sizes, grid, act_bytes), 0.0)
+
+
+def _chunk_bytes(sizes, grid, act_bytes) -> np.ndarray:
+    """A chunk's weights whole over fsdp: stage_layers / v layers, split only by tensor."""
+    return act_bytes * sizes.layer_params * grid.stage_layers / (grid.virtual_stages
+                                                                 * grid.tensor)
 
 
 def update_bytes(sizes, grid, rec) -> np.ndarray:
@@ -343,7 +377,8 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
     transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
                            sharded_layer_bytes(sizes, grid, rec))
-    transient = transient + gathered_chunk_bytes(sizes, grid, act_bytes)
+    transient = np.maximum(transient + gathered_chunk_bytes(sizes, grid, act_bytes),
+                           gathering_forward_bytes(sizes, grid, act_bytes))
     if rec.activations == "xla":
         # XLA all-reduces whole gradients over a data axis it cannot make manual (under SP) into
         # a second buffer while the backward still holds the first (sharded gradients are

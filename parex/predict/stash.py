@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layout import CP_MODES, partitioned_inside_stages
+from .comm import fsdp_in_stages
 from .schedule_stats import buffer_columns
 from .shapes import Grid, ModelSizes
 
@@ -107,12 +108,14 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict, grads=0.0) -> np.n
     """The tick's copies around its switch (parallel.pipeline.tick), bytes per device, from one
     value of each buffer (`stash_bytes(...)["value"]`) and the gradient deltas (`grads` bytes:
     one chunk's and the embedding's and head's, loop_grad_elements):
-        written  the switch's output positions (parallel.outputs): outputs of one size and dtype
-                 that no branch produces together share one (`shared_positions`; else every
-                 output has its own), so it is about the largest branch's: F's values (res,
-                 rec, emb, head), B's (dtap, and the gradients when not split) or W's (the
-                 gradients); plus the value the tick sends (one inbox value); branches read
-                 the buffers in place
+        written  the switch's output positions (parallel.outputs), every one held by every
+                 branch: outputs of one size and dtype that no branch produces together share
+                 one (`shared_positions`; else every output has its own). F's values (res,
+                 rec, emb, head) and B's tap cotangents (dtap) are all (layers, b, T, width)
+                 leaves, so the smaller branch's fit the larger's positions: max(F, dtap). The
+                 gradients (B's, or W's when split) are (layers, D, width) leaves and share with
+                 none of them (unless b·T = D by chance), so they come on top. Plus the value
+                 the tick sends (one inbox value); branches read the buffers in place
         read     a B's residual slot, copied out of a res buffer of several slots where the
                  chunk's layers are a scan (`scanned_chunk`): the slot becomes the operand of the
                  backward's while loop; a buffer of one slot is read in place (its dynamic index
@@ -120,17 +123,46 @@ def window_bytes(sizes: ModelSizes, grid: Grid, values: dict, grads=0.0) -> np.n
     Read off XLA's buffer assignment of tiny data=4,stage=2,schedule=1f1b,microbatches=4 (remat
     none: the 6.5 MiB res value written once, its scores read out by dynamic-slice + copy), tiny
     tensor=2,stage=4,schedule=1f1b,microbatches=2 (one layer per chunk: no read copy) and tiny
-    data=4,stage=2,schedule=1f1b,microbatches=1 (one res slot: none). Sharing took 1.5 MB off
-    tiny data=2,stage=4,schedule=1f1b,microbatches=8 (8 layers; the model: 1.9, its gradients)
-    and 3.0 off ZB-H1's (the model: 3.4, its gradients and tap cotangents)."""
+    data=4,stage=2,schedule=1f1b,microbatches=1 (one res slot: none). F's values beside the
+    gradients: heavy stage=2,schedule=1f1b,microbatches=4 (8 layers of hidden 512, 16 tokens)
+    holds F's 9.5 MB res value in positions of its own beside the chunk's 50 MB of gradients
+    (tiny's b·T = D made its MLP residuals share the gradients' positions)."""
     slots = buffer_columns(grid)
     read = np.where(slots["res"] > 1, values["res"] * scanned_chunk(grid), 0.0)
-    split = split_backward(grid)
     forward = values["res"] + values["rec"] + values["emb"] + values["head"]
-    backward = values["dtap"] + np.where(split, 0.0, grads)
-    shared = np.maximum(np.maximum(forward, backward), np.where(split, grads, 0.0))
+    shared = np.maximum(forward, values["dtap"]) + grads
     written = np.where(shared_positions(grid), shared, forward + values["dtap"] + grads)
     return np.where(grid.stage > 1, values["inbox"] + read + written, 0.0)
+
+
+def chunk_weight_bytes(sizes: ModelSizes, grid: Grid, compute_bytes: int) -> np.ndarray:
+    """The weights an op copies out of the stage's chunks to run its layers (parallel.pipeline:
+    _Context.chunk, _run_layers), bytes per device, in the compute dtype:
+        layer  one layer's weights where the chunk's layers are a scan (`scanned_chunk`): the
+               loop body's dynamic-slice of the stacked layers is a buffer of its own (XLA:CPU's
+               dots read contiguous operands); likewise a chunk of one layer picked out of
+               several (v > 1)
+        chunk  the whole chunk where it is picked out of several (v > 1) and its layers are a
+               scan: the loop's operand is a buffer of its own (as B's residual slot is,
+               window_bytes' read); with one chunk per stage the loop reads the stage's weights
+               in place
+    Layers looped in Python (sp, seq) keep their slices as residuals (looped_weight_bytes).
+    Where the pipeline gathers the chunk by hand (fsdp), an op peaks as it starts, holding the
+    gathered chunk and buffers for its whole gradients (memory.gathered_chunk_bytes) before
+    it slices a layer: none counted. Compute copies as stored (split by tensor, and ZeRO-3).
+    Read off heavy data=2,stage=4,schedule=1f1b,microbatches=4 (W_qkv, W_o, W_in,
+    W_out of one layer, 12.6 MB, each at an offset of its own in the temp allocation), heavy
+    data=2,stage=2,schedule=interleaved,virtual=2,microbatches=4 (the chunk's 25 MB beside
+    them) and heavy fsdp=2,stage=2,schedule=1f1b,microbatches=4 (B's peak at its gathers)."""
+    looped = (grid.sp > 0) | (grid.seq > 1)
+    scanned = scanned_chunk(grid) > 0
+    picked = (grid.virtual_stages > 1) & ~looped
+    layer = compute_bytes * (sizes.layer_params / grid.tensor + sizes.routed_layer
+                             / (grid.tensor * grid.expert)) / grid.embed_shards("param")
+    chunk = grid.stage_layers / grid.virtual_stages * layer
+    copied = np.where(scanned | picked, layer, 0.0) + np.where(scanned & picked, chunk, 0.0)
+    copied = np.where(fsdp_in_stages(grid), 0.0, copied)
+    return np.where(grid.stage > 1, copied, 0.0)
 
 
 def shared_positions(grid: Grid) -> np.ndarray:
@@ -170,5 +202,5 @@ def _split_codes():
     return [SCHEDULES.index(name) for name in SPLIT]
 
 
-__all__ = ["cotangent_elements", "loop_grad_elements", "record_elements", "scanned_chunk",
+__all__ = ["chunk_weight_bytes", "cotangent_elements", "loop_grad_elements", "record_elements", "scanned_chunk",
            "split_backward", "stash_bytes", "window_bytes"]

@@ -197,17 +197,18 @@ def test_pipeline_buffers_around_the_tick_switch_by_hand():
     one = stash_bytes(sizes, g1, M.xla_layer_elements(sizes, g1, "none"), 4)["value"]
     written = one["res"] + one["emb"] + one["head"] + one["inbox"]
     assert window_bytes(sizes, g1, one)[0] == pytest.approx(written[0])
-    # the gradient deltas share the positions of F's values (parallel.outputs): the largest
-    # branch's outputs are written, not their sum
+    # the gradient deltas are (layers, D, width) leaves, F's values (layers, b, T, width): they
+    # share no position (parallel.outputs), so the deltas come on top, however large
     forward = (one["res"] + one["emb"] + one["head"])[0]
-    assert window_bytes(sizes, g1, one, 0.5 * forward)[0] == pytest.approx(written[0])
-    assert window_bytes(sizes, g1, one, 2 * forward)[0] == pytest.approx(
-        written[0] + forward)
-    gz = grid(Layout(data=4, stage=2, schedule="zbh1", microbatches=2), train)  # B: dtap
+    for grads in (0.5 * forward, 2 * forward):
+        assert window_bytes(sizes, g1, one, grads)[0] == pytest.approx(written[0] + grads)
+    # a split backward's tap cotangents are activations: B's share F's positions
+    gz = grid(Layout(data=4, stage=2, schedule="zbh1", microbatches=2), train)
     z = stash_bytes(sizes, gz, M.xla_layer_elements(sizes, gz, "none"), 4)["value"]
     assert 0 < z["dtap"][0] < (z["res"] + z["rec"])[0]
-    assert window_bytes(sizes, gz, z)[0] == pytest.approx(
-        (2 * z["res"] + z["rec"] + z["emb"] + z["head"] + z["inbox"])[0])
+    for grads in (0.0, 2 * forward):
+        assert window_bytes(sizes, gz, z, grads)[0] == pytest.approx(
+            (2 * z["res"] + z["rec"] + z["emb"] + z["head"] + z["inbox"])[0] + grads)
     g4 = grid(Layout(data=4, stage=2, schedule="1f1b", microbatches=4), train)  # 2 res slots
     four = stash_bytes(sizes, g4, M.xla_layer_elements(sizes, g4, "none"), 4)["value"]
     assert window_bytes(sizes, g4, four)[0] == pytest.approx(
@@ -223,3 +224,30 @@ def test_pipeline_buffers_around_the_tick_switch_by_hand():
     gv = grid(Layout(stage=2, schedule="interleaved", virtual_stages=2, microbatches=4), train)
     assert (loop_grad_elements(sizes, gv, np.array([1000.0]))
             - loop_grad_elements(sizes, gv, np.array([0.0])))[0] == pytest.approx(500.0)
+
+
+def test_the_weights_a_pipeline_op_copies_by_hand():
+    """predict.stash.chunk_weight_bytes: one layer's weights where a chunk's layers are a scan or
+    a one-layer chunk is picked out of several, and the whole chunk as well where a scanned one
+    is picked out of several; nothing with one layer per stage, layers looped in Python (SP),
+    chunks gathered by hand (fsdp) or no pipeline. Compute copies (float32 here), split by
+    tensor."""
+    from parex.predict.stash import chunk_weight_bytes
+
+    eight = TINY.replace(layers=8)
+    layer = 4 * model_sizes(TINY).layer_params
+
+    def copied(layout, model=TINY):
+        return chunk_weight_bytes(model_sizes(model), grid(layout, model=model), 4)[0]
+
+    one_chunk = dict(schedule="1f1b", microbatches=4)
+    assert copied(Layout(data=4, stage=2, **one_chunk)) == pytest.approx(layer)  # 2 layers
+    assert copied(Layout(data=2, stage=4, **one_chunk)) == 0  # one layer, read in place
+    two = dict(schedule="interleaved", virtual_stages=2, microbatches=4)
+    assert copied(Layout(data=4, stage=2, **two)) == pytest.approx(layer)  # 1 layer of 2 chunks
+    assert copied(Layout(data=4, stage=2, **two), eight) == pytest.approx(3 * layer)  # 2 + 1
+    assert copied(Layout(data=2, tensor=2, stage=2, **one_chunk)) == pytest.approx(layer / 2)
+    # fsdp by hand: an op peaks at its gathers, before it slices a layer
+    assert copied(Layout(fsdp=2, data=2, stage=2, **two), eight) == 0
+    assert copied(Layout(data=2, tensor=2, sp=True, stage=2, **one_chunk)) == 0
+    assert copied(Layout(data=8)) == 0
