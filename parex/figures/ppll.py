@@ -217,10 +217,12 @@ def measured_rows(runs: dict) -> list[Row]:
 def ppll() -> Figure:
     from ..calibrate.local import ready
     from ..predict import predict
+    from ..setting import resolve
 
     ready("cpu-local", progress=False)  # the shared cores' note reads this machine's profile
-    model, train = model_preset("tiny"), TrainConfig(steps=STEPS)
     base = Layout.parse(MEASURED)
+    model = model_preset("tiny")
+    train = resolve(model, TrainConfig(steps=STEPS), base, "cpu-local").train  # its batch
     _, _, runs = local_vs_1f1b(model, train)
     bubble = predict(model, train, base.replace(schedule="1f1b"), "cpu-local").step_time_s
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
