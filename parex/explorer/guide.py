@@ -24,7 +24,9 @@ from ..record import Prediction
 from ..setting import resolve as resolve_setting
 from .state import layout_of, model_of, predicted, resolve, train_of
 
-MICROBATCHES = (1, 2, 4, 8, 16, 32)
+# the microbatch control's choices: up to 512, as a >=1B model's default batch on an accelerator
+# (parex.defaults) splits into 512 / data microbatches of one sequence, which the fixes propose
+MICROBATCHES = tuple(2 ** k for k in range(10))
 
 
 @dataclass
@@ -54,8 +56,9 @@ LAYOUT_CONTROLS = {"fsdp": "fsdp", "expert": "expert", "tensor": "tensor", "tens
 
 def controls_of(values: dict, layout, remat: str) -> dict | None:
     """The controls to set so that the Explorer shows `layout` with `remat` (only those that
-    change), or None when the controls cannot describe it (an uneven stage partition)."""
-    if layout.layers_per_stage:
+    change), or None when the controls cannot describe it (an uneven stage partition, a
+    microbatch count the control does not offer)."""
+    if layout.layers_per_stage or layout.microbatches not in MICROBATCHES:
         return None
     wanted = {control: getattr(layout, name) for control, name in LAYOUT_CONTROLS.items()}
     wanted["remat"] = remat

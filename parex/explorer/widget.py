@@ -37,7 +37,7 @@ from ..parallel.schedules import ALL_SCHEDULES
 from ..predict import predict_setting
 from .compare_panel import SWEEPS, ComparePanel
 from .explain import explain
-from .guide import fit_fixes, ways_out
+from .guide import MICROBATCHES, fit_fixes, ways_out
 from .live_panel import LivePanel
 from .measure_panel import MeasurePanel
 from .state import (CONVENTIONS, DIMS, RECIPES, SPLIT_AXES, cli_command, control_defaults,
@@ -89,7 +89,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
             "sp": w.Checkbox(value=False, description="sequence parallel (sp)", indent=False),
             "cp": dropdown("context par.", CP_MODES, "none"),
             "schedule": dropdown("schedule", ALL_SCHEDULES, real["schedule"]),  # + local (PPLL)
-            "microbatches": dropdown("microbatches", (1, 2, 4, 8, 16, 32), 1),
+            "microbatches": dropdown("microbatches", MICROBATCHES, 1),
             "virtual": dropdown("virtual", (1, 2, 3, 4), 1),
             "remat": dropdown("remat", REMAT_POLICIES, real["remat"]),
             "hardware": dropdown("hardware", names, hardware),

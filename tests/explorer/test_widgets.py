@@ -130,6 +130,23 @@ def test_a_large_preset_comes_up_realistic_and_is_guided_to_fit(explorer):
     assert explorer.prediction.to_json() == fix.prediction.to_json()
 
 
+def test_a_fix_at_the_default_batch_is_one_the_controls_can_set(explorer):
+    """llama2-13b on 8 H100s at its default batch (512 sequences, b = 1 on an accelerator):
+    the fastest fits split it into 512 / 8 = 64 microbatches, which the control offers; each
+    fix sets only values its controls hold, and a click applies it (the browser test's path)."""
+    explorer.set(hardware="h100-sxm", global_batch=None)  # None: the default batch
+    explorer.set(tensor=2, stage=4, schedule="1f1b", microbatches=4)
+    explorer.set(model="llama2-13b")
+    assert explorer.train.global_batch is None and not explorer.prediction.fits
+    assert explorer.fixes and any(f.changes.get("microbatches", 0) > 32 for f in explorer.fixes)
+    for fix in explorer.fixes:
+        for name, value in fix.changes.items():
+            options = getattr(explorer.controls[name], "options", None)
+            assert options is None or value in options, (name, value)
+    explorer.guide.children[1].click()
+    assert explorer.prediction.fits and "per device <span" in explorer.status.value
+
+
 def test_mesh_axes_offer_only_divisors_of_the_device_count(explorer):
     assert list(explorer.controls["tensor"].options) == divisors(8) == [1, 2, 4, 8]
     explorer.set(tensor=8)
