@@ -17,10 +17,11 @@ import math
 from pathlib import Path
 
 from ..errors import InputError
+from ..interop import FRAMEWORKS
 
 # the frameworks `--from` reads and `--emit` writes
 IMPORTERS = ("megatron", "torchtitan", "maxtext")
-EXPORTERS = ("megatron", "torchtitan", "maxtext")
+EXPORTERS = tuple(FRAMEWORKS)
 
 # predict's flags that --from's configuration sets itself: given beside it, they would
 # contradict it or be silently overridden
@@ -95,13 +96,10 @@ def nodes_for(n_devices: int, chip, nodes: int | None) -> int:
 
 
 def emitted(framework: str, setting) -> str:
-    """The framework's options of one resolved Setting."""
-    from ..interop.maxtext import maxtext_command
-    from ..interop.megatron import megatron_command
-    from ..interop.torchtitan import torchtitan_toml
+    """The framework's options of one resolved Setting (parex.interop.emit)."""
+    from ..interop import emit
 
-    return {"megatron": megatron_command, "torchtitan": torchtitan_toml,
-            "maxtext": maxtext_command}[framework](setting)
+    return emit(framework, setting)
 
 
 def plan_emitted(framework: str, plan) -> str:

@@ -11,6 +11,7 @@ import pandas as pd
 
 from .. import charts
 from ..charts.style import FIT_COLORS, format_bytes, format_count, format_seconds, label
+from ..interop import Unexpressible, emit
 from ..measure.report import load_note
 from ..record import KINDS
 from ..setting import describe
@@ -22,8 +23,8 @@ from .view import GPU_FOR_BUBBLE, set_stale, suggestion_buttons
 
 class LivePanel:
     """Needs: controls, prediction, explained, error, ways, fixes, layout, model, train, chip,
-    n_devices, pooled and the views (status, notes, gpu_button, guide, cli_line, chart,
-    pictures, compare_chart, explain_table)."""
+    n_devices, pooled and the views (status, notes, gpu_button, guide, command_for, cli_line,
+    chart, pictures, compare_chart, explain_table)."""
 
     def _predicted_row(self) -> dict:
         return self.prediction.to_row() | {f"formula_{k}": v for k, v in self.explained.items()}
@@ -69,8 +70,25 @@ class LivePanel:
             self.notes.value, self.gpu_button.layout.display = "", "none"
             return
         self.status.value = self._status_text()
-        self.cli_line.value = f"<code class='parex-note'>{escape(self.cli_command())}</code>"
+        self._show_command()
         self._show_notes()
+
+    def _show_command(self) -> None:
+        """The command that predicts what the Explorer shows: `parex predict ...`, or the
+        framework's options for the same resolved Setting (parex.interop.emit; what the
+        framework cannot express is said, with the nearest layout it can run)."""
+        framework = self.command_for.value
+        if framework == "parex":
+            text = self.cli_command()
+        elif self.error is not None:
+            return
+        else:
+            try:
+                text = emit(framework, self.setting)
+            except Unexpressible as refusal:  # it names the framework and the nearest layout
+                text = str(refusal)
+        code = f"<code class='parex-note'>{escape(text)}</code>"
+        self.cli_line.value = f"<pre>{code}</pre>" if "\n" in text else code  # a TOML: lines
 
     def _status_text(self) -> str:
         s, p = self.setting, self.prediction

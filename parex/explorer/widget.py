@@ -32,6 +32,7 @@ import pandas as pd
 from ..calibrate.local import ready
 from ..config import DTYPES, REMAT_POLICIES, model_preset, preset_names
 from ..hardware import load_chip
+from ..interop import FRAMEWORKS
 from ..layout import CP_MODES, Layout, LayoutError, divisors
 from ..parallel.schedules import ALL_SCHEDULES
 from ..predict import predict_setting
@@ -125,6 +126,10 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         self.gpu_button = w.Button(description=f"see it on {GPU_FOR_BUBBLE}", icon="eye",
                                    layout=w.Layout(display="none", width="auto"))
         self.gpu_button.on_click(lambda _: self.set(hardware=GPU_FOR_BUBBLE))
+        # the printed command: parex's own, or the same Setting as another framework's options
+        self.command_for = dropdown("command for", [("parex", "parex")] + [
+            (name, key) for key, name in FRAMEWORKS.items()], "parex")
+        self.command_for.observe(lambda _: self._show_command(), "value")
         buttons = {"pin": ("Pin as baseline", self.pin_baseline), "keep": ("Keep beside it",
                    self.keep), "clear": ("Clear", self.clear_compare)}
         self.compare_buttons = {}
@@ -174,7 +179,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         self.tabs.observe(lambda _: self._draw_visible(), "selected_index")
         return w.VBox([w.HTML(STYLE), controls, self.data_label, self.status,
                        self.notes, self.gpu_button, self.guide,
-                       w.HBox([self.measure_button, self.progress]), self.cli_line, self.tabs],
+                       w.HBox([self.measure_button, self.progress]),
+                       w.HBox([self.command_for, self.cli_line]), self.tabs],
                       layout=w.Layout(width="100%"))
 
     def _repr_mimebundle_(self, **kwargs):

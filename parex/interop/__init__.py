@@ -18,6 +18,21 @@ from .megatron import from_megatron, megatron_command, to_megatron
 from .result import Imported, Unexpressible
 from .torchtitan import from_torchtitan, to_torchtitan
 
-__all__ = ["Imported", "Unexpressible", "from_hf_config", "from_maxtext", "from_megatron",
-           "from_torchtitan", "megatron_command", "to_hf_config", "to_maxtext", "to_megatron",
-           "to_torchtitan"]
+# the frameworks a resolved Setting can be written for, by the name `--emit` takes
+FRAMEWORKS = {"megatron": "Megatron-LM", "torchtitan": "torchtitan", "maxtext": "MaxText"}
+
+
+def emit(framework: str, setting) -> str:
+    """The framework's options of one resolved Setting (Unexpressible names the nearest layout
+    it can run when it cannot express this one)."""
+    from .maxtext import maxtext_command
+    from .megatron import megatron_command
+    from .torchtitan import torchtitan_toml
+
+    return {"megatron": megatron_command, "torchtitan": torchtitan_toml,
+            "maxtext": maxtext_command}[framework](setting)
+
+
+__all__ = ["FRAMEWORKS", "Imported", "Unexpressible", "emit", "from_hf_config", "from_maxtext",
+           "from_megatron", "from_torchtitan", "megatron_command", "to_hf_config", "to_maxtext",
+           "to_megatron", "to_torchtitan"]

@@ -1,8 +1,10 @@
 """The Explorer driven from Python, as a notebook user would through its controls."""
 
 import contextlib
+import html
 import io
 import json
+import re
 import shlex
 
 import pytest
@@ -145,6 +147,26 @@ def test_a_fix_at_the_default_batch_is_one_the_controls_can_set(explorer):
             assert options is None or value in options, (name, value)
     explorer.guide.children[1].click()
     assert explorer.prediction.fits and "per device <span" in explorer.status.value
+
+
+def test_the_printed_command_for_another_framework_imports_back_as_the_same_setting(explorer):
+    """The command line's framework menu: Megatron-LM's options for the Setting the Explorer
+    shows (parex.interop.emit), which import back to the same Setting; a layout Megatron-LM
+    cannot run is refused in one line naming the nearest it can; parex's own command again."""
+    from parex.interop import from_megatron
+
+    explorer.set(model="llama2-7b", hardware="h100-sxm", global_batch=None)
+    explorer.set(tensor=2, stage=4, schedule="1f1b", microbatches=8)
+    explorer.command_for.value = "megatron"
+    text = html.unescape(re.sub("<[^>]+>", "", explorer.cli_line.value))
+    assert "pretrain_gpt.py" in text and "--tensor-model-parallel-size 2" in text
+    back = from_megatron(text)
+    assert back.setting("h100-sxm").layout == explorer.setting.layout
+    explorer.set(stage=2, schedule="zbv", virtual=2)
+    refusal = html.unescape(re.sub("<[^>]+>", "", explorer.cli_line.value))
+    assert "Megatron-LM" in refusal and "nearest" in refusal and "\n" not in refusal
+    explorer.command_for.value = "parex"
+    assert "parex predict" in explorer.cli_line.value
 
 
 def test_mesh_axes_offer_only_divisors_of_the_device_count(explorer):
