@@ -95,22 +95,15 @@ def nodes_for(n_devices: int, chip, nodes: int | None) -> int:
     return nodes or max(1, math.ceil(n_devices / chip.devices_per_node))
 
 
-def emitted(framework: str, setting) -> str:
-    """The framework's options of one resolved Setting (parex.interop.emit)."""
-    from ..interop import emit
-
-    return emit(framework, setting)
-
-
 def plan_emitted(framework: str, plan) -> str:
     """The command of the plan's best row the framework can express, below a comment line
     saying which row it is (a shell comment: the text imports back as it is)."""
-    from ..interop import Unexpressible
+    from ..interop import Unexpressible, emit
 
     skipped = []
     for rank, i in enumerate(plan.top, 1):
         try:
-            text = emitted(framework, plan.setting_of(i))
+            text = emit(framework, plan.setting_of(i))
         except Unexpressible as err:
             skipped.append(f"# row {rank} ({plan.flags(i)}): {err}")
             continue
@@ -120,5 +113,5 @@ def plan_emitted(framework: str, plan) -> str:
                      f"search what it can run (e.g. --remat full)")
 
 
-__all__ = ["EXPORTERS", "IMPORTERS", "add_emit_arg", "add_from_arg", "emitted",
+__all__ = ["EXPORTERS", "IMPORTERS", "add_emit_arg", "add_from_arg",
            "imported_run", "plan_emitted", "read_source"]

@@ -85,9 +85,9 @@ def cmd_predict(args) -> int:
     # the command's numbers are parex.predict's of the same inputs: nothing decided here
     setting = resolve(model, train, layout, cluster, **keywords)
     if args.emit:  # the framework's options of this run, instead of the report
-        from .interop import emitted
+        from ..interop import emit
 
-        print(emitted(args.emit, setting))
+        print(emit(args.emit, setting))
         return 0
     p = predict(model, train, layout, cluster, wan=wan_from_args(args), **keywords)
     alts = [] if p.fits or p.diloco else fits_instead(p, setting)
