@@ -36,7 +36,8 @@ from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
-from .result import Imported, divide, option_list, refuse, unknown_option
+from .result import (Imported, divide, option_list, refuse, refuse_parex_only,
+                     unknown_option)
 
 FRAMEWORK = "MaxText"
 VERSION = "tpu-recipes-v0.1.5"
@@ -420,11 +421,7 @@ def _check_expressible(setting: Setting) -> tuple[int, int]:
     if setting.seq_len != model.seq_len:
         raise refuse(FRAMEWORK, "a sequence shorter than the model's (max_target_length sets "
                      "both)", f"seq_len {setting.seq_len} for both")
-    if layout.tensor3d:
-        raise refuse(FRAMEWORK, "a 3D tensor layout",
-                     f"tensor={layout.tensor * layout.tensor_y * layout.tensor_z}")
-    if layout.diloco:
-        raise refuse(FRAMEWORK, "DiLoCo's replicas", f"data={layout.data * layout.replica}")
+    refuse_parex_only(FRAMEWORK, layout)
     if layout.sp:
         raise refuse(FRAMEWORK, "Megatron's sequence parallelism (sp=on)", "sp=off")
     if layout.zero:

@@ -40,7 +40,8 @@ from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
-from .result import Imported, divide, option_list, refuse, unknown_option, whole
+from .result import (Imported, divide, option_list, refuse, refuse_parex_only, unknown_option,
+                     whole)
 
 FRAMEWORK = "Megatron-LM"
 VERSION = "core_v0.15.0"
@@ -645,13 +646,7 @@ def _check_expressible(setting: Setting) -> None:
     layout, model = setting.layout, setting.model
     if layout is None:
         raise InputError("a Setting without a layout: give it one (Setting.with_layout)")
-    if layout.tensor3d:
-        flat = layout.tensor * layout.tensor_y * layout.tensor_z
-        raise refuse(FRAMEWORK, f"a 3D tensor layout (tensor={layout.tensor}x{layout.tensor_y}x"
-                     f"{layout.tensor_z})", f"tensor={flat} (Megatron's 1D split)")
-    if layout.diloco:
-        raise refuse(FRAMEWORK, "DiLoCo's replicas", f"data={layout.data * layout.replica} "
-                     f"without replica and inner_steps (synchronous data parallelism)")
+    refuse_parex_only(FRAMEWORK, layout)
     if layout.stage > 1 and layout.schedule in NEAREST_SCHEDULE:
         raise refuse(FRAMEWORK, f"schedule={layout.schedule}", NEAREST_SCHEDULE[layout.schedule])
     if layout.stage > 1 and layout.schedule == "interleaved" and layout.virtual_stages == 1:

@@ -114,5 +114,17 @@ def refuse(framework: str, what: str, nearest: str) -> Unexpressible:
     return Unexpressible(f"{framework} cannot express {what}; the nearest it can: {nearest}")
 
 
+def refuse_parex_only(framework: str, layout: Layout) -> None:
+    """What none of the frameworks parex writes for can run: AxoNN's 3D tensor split (their
+    tensor parallelism is 1D) and DiLoCo's replicas (their data parallelism is synchronous)."""
+    if layout.tensor3d:
+        flat = layout.tensor * layout.tensor_y * layout.tensor_z
+        raise refuse(framework, f"a 3D tensor layout (tensor={layout.tensor}x{layout.tensor_y}x"
+                     f"{layout.tensor_z})", f"tensor={flat} (a 1D split)")
+    if layout.diloco:
+        raise refuse(framework, "DiLoCo's replicas", f"data={layout.data * layout.replica} "
+                     f"without replica and inner_steps (synchronous data parallelism)")
+
+
 __all__ = ["Imported", "OPTION_LISTS", "Unexpressible", "divide", "option_list", "refuse",
-           "unknown_option", "whole"]
+           "refuse_parex_only", "unknown_option", "whole"]

@@ -35,7 +35,7 @@ from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
-from .result import Imported, divide, option_list, refuse
+from .result import Imported, divide, option_list, refuse, refuse_parex_only
 
 FRAMEWORK = "torchtitan"
 VERSION = "v0.2.2"
@@ -392,11 +392,7 @@ def _check_expressible(setting: Setting) -> str:
     if setting.seq_len != model.seq_len:
         raise refuse(FRAMEWORK, "a sequence shorter than the model's context (its seq_len "
                      "sets both)", f"seq_len {setting.seq_len} for both")
-    if layout.tensor3d:
-        raise refuse(FRAMEWORK, "a 3D tensor layout",
-                     f"tensor={layout.tensor * layout.tensor_y * layout.tensor_z}")
-    if layout.diloco:
-        raise refuse(FRAMEWORK, "DiLoCo's replicas", f"data={layout.data * layout.replica}")
+    refuse_parex_only(FRAMEWORK, layout)
     if layout.tensor > 1 and not layout.sp:
         raise refuse(FRAMEWORK, "tensor parallelism without sp (its TP is sequence parallel)",
                      "sp=on")

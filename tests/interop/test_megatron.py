@@ -206,7 +206,7 @@ def test_export_then_import_gives_the_same_setting_and_prediction_for_random_lay
 
 
 @pytest.mark.parametrize("layout, nearest", [
-    ("data=2,tensor=2x2x2", "tensor=8 (Megatron's 1D split)"),
+    ("data=2,tensor=2x2x2", "tensor=8 (a 1D split)"),
     ("data=2,stage=4,schedule=zbv,virtual=2,microbatches=8", "schedule=interleaved,virtual=2"),
     ("data=2,stage=4,schedule=gpipe,microbatches=8", "schedule=1f1b"),
     ("data=2,stage=4,schedule=zbh1,microbatches=8", "schedule=1f1b"),
