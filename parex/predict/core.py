@@ -15,7 +15,8 @@ from ..parallel.schedules import SCHEDULES
 from ..record import KINDS, PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..setting import Setting, resolve
 from ..validation.checks import check_valid, executable_columns, executable_reason, valid_columns
-from . import alpha_beta, comm, flops, memory, stash, tensor3d, tensor3d_stages, ticks, time
+from . import (alpha_beta, comm, flops, memory, overlap, stash, tensor3d, tensor3d_stages,
+               ticks, time)
 from .comm import Convention
 from .memory import Recipe
 from .shapes import Grid, model_sizes
@@ -66,7 +67,15 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
         seconds, hidden = tensor3d.with_overlaps(seconds, terms, on_axes, chip, sizes, grid,
                                                  model.dtype, act,
                                                  compute["per_microbatch"] * grid.microbatches)
-    step = time.step_time(grid, compute, seconds, emulated, remat, conv.overlaps_grad_reduce)
+    parts = None
+    if not emulated:
+        compute["projection_gemm"] = overlap.projection_gemm_seconds(sizes, grid, chip,
+                                                                     model.dtype, act)
+        ops = {family: sum((t.count for t in terms if t.name == family), np.zeros(len(grid)))
+               for family in overlap.CHUNKED}
+        parts = overlap.exposed_parts(grid, sizes, conv, remat, compute, seconds, ops,
+                                      int(chip.gemm.get("units", 0)))
+    step = time.step_time(grid, compute, seconds, emulated, remat, parts)
     hw = flops.hardware_flops(model, grid, remat)
     mf = flops.model_flops(model, grid)
     counted = flops.xla_counted(model, sizes, grid, remat) if conv.loops_counted_once else hw
@@ -82,6 +91,8 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
             "fits": mem["total"] <= chip.hbm_bytes,
             "over_capacity_bytes": np.maximum(mem["total"] - chip.hbm_bytes, 0.0)}
     out |= {tensor3d.hidden_column(k): v for k, v in hidden.items()}
+    out |= {overlap.column(name, k): v for name, part in (parts or {}).items()
+            for k, v in part.items()}
     return out, terms
 
 
@@ -177,7 +188,15 @@ def predict_setting(setting: Setting) -> Prediction:
         collectives=collectives, convention=setting.convention,
         hardware_flops_per_device=value["hardware_flops_per_device"],
         executable=reason is None, executable_reason=reason or "",
-        assumptions=setting.to_json())
+        assumptions=setting.to_json(), overlaps=_overlap_report(value))
+
+
+def _overlap_report(value: dict) -> dict | None:
+    """{overlap: {comm, exposed, contention}} seconds of one layout (predict.overlap), only
+    the overlaps with collectives to hide; None on the emulated mesh."""
+    report = {name: {k: value[overlap.column(name, k)] for k in ("comm", "exposed", "contention")}
+              for name in overlap.NAMES if overlap.column(name, "comm") in value}
+    return {name: part for name, part in report.items() if part["comm"] > 0} if report else None
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
