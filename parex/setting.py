@@ -28,7 +28,7 @@ from .config import DTYPE_BYTES, DTYPES, ModelConfig, TrainConfig
 from .errors import InputError, unknown
 from .hardware import Chip, Cluster, load_chip
 from .layout import Layout, num_microbatches
-from .stacks import OVERLAPS, overlap_flags, parse_overlaps
+from .stacks import OVERLAPS, STACKS, overlap_flags, parse_overlaps
 
 EMULATED, ACCELERATOR = "emulated", "accelerator"
 REGIMES = (EMULATED, ACCELERATOR)
@@ -117,6 +117,16 @@ class Setting:
             return self.train.microbatch
         m = num_microbatches(self.layout, self.train)
         return max(1, self.train.global_batch // (max(1, self.layout.batch_split) * m))
+
+    @property
+    def overlap_names(self) -> tuple[str, ...]:
+        """The overlaps (parex.stacks names) of the program predicted: the stack's or the given
+        list, else parex's own (the gpu convention's flags); none in the emulated mesh's."""
+        if self.convention == "xla-cpu":
+            return ()
+        if not self.overlaps:
+            return STACKS["parex"].overlaps
+        return tuple(_overlap_names(dict(self.overlaps)))
 
     def with_layout(self, layout: Layout) -> "Setting":
         """This setting for one layout: its schedule named, and, where the global batch is the

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
-from ..stacks import OVERLAPS, stack
+from ..stacks import stack
 from ..layout import Layout
 from ..setting import Setting, resolve
 from .result import (Imported, divide, option_list, refuse, refuse_parex_only, unknown_option,
@@ -667,8 +667,7 @@ def _overlap_options(setting: Setting) -> list[str]:
     """The setting's overlaps as Megatron-LM's options, those its arguments.py accepts: the
     TP overlap with sequence parallelism, the parameter gather with the distributed optimizer
     (or Megatron FSDP) and the overlapped gradient reduce."""
-    on = {name for name, flag in OVERLAPS.items() if dict(setting.overlaps).get(flag)}
-    layout = setting.layout
+    on, layout = setting.overlap_names, setting.layout
     possible = {"tp-comm": bool(layout.sp),
                 "grad-reduce": True,
                 "param-gather": "grad-reduce" in on and layout.zero >= 1 and layout.fsdp == 1}

@@ -69,10 +69,11 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
                                                  compute["per_microbatch"] * grid.microbatches)
     parts = None
     if not emulated:
-        compute["projection_gemm"] = overlap.projection_gemm_seconds(sizes, grid, chip,
-                                                                     model.dtype, act)
         ops = {family: sum((t.count for t in terms if t.name == family), np.zeros(len(grid)))
                for family in overlap.CHUNKED}
+        if conv.overlaps_tp_comm or conv.async_tp:
+            compute["projection_gemm"] = overlap.projection_gemm_seconds(sizes, grid, chip,
+                                                                         model.dtype, act)
         parts = overlap.exposed_parts(grid, sizes, conv, remat, compute, seconds, ops,
                                       int(chip.gemm.get("units", 0)))
     step = time.step_time(grid, compute, seconds, emulated, remat, parts)

@@ -107,9 +107,10 @@ def exposed_parts(grid: Grid, sizes: ModelSizes, conv, remat: str, compute: dict
     passes = passes_per_layer(grid, remat)
     L = np.maximum(grid.stage_layers, 1)
     size = bucket_params(conv.bucket_params, grid.dp)
-    buckets = np.where(size > 0, np.ceil(state_elements(sizes, grid, "param")
-                                         / np.maximum(size, 1.0)), L)
     megatron = size > 0
+    buckets = (np.where(megatron, np.ceil(state_elements(sizes, grid, "param")
+                                          / np.maximum(size, 1.0)), L)
+               if conv.bucket_params else L)
     grads = seconds.get("grad-reduce", zeros)
     backward = np.where(megatron, per_micro * (passes - 1) / passes, per_micro * m * 2 / 3)
     gathers = seconds.get("zero-gather", zeros)

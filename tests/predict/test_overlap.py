@@ -112,3 +112,14 @@ def test_cli_reports_each_overlap_and_explains_it(capsys):
     assert "ring chunks" in out and "bucketed behind the backward" in out
     assert main(args + ["--overlap", "bogus"]) == 2
     assert "unknown overlap 'bogus'" in capsys.readouterr().err.lower()
+
+
+def test_parex_stack_is_the_gpu_conventions_own_program():
+    """Without a stack the gpu convention's flags stand: the `parex` stack names the same."""
+    from parex.predict.comm import CONVENTIONS
+
+    flags = STACKS["parex"].flags()
+    assert flags == {k: getattr(CONVENTIONS["gpu"], k) for k in flags}
+    assert resolve(MODEL, TRAIN, LAYOUT, "h100-sxm").overlap_names == ("grad-reduce",)
+    default, parex = run(), run(stack="parex")
+    assert default.step_time_s == parex.step_time_s and default.overlaps == parex.overlaps
