@@ -203,14 +203,16 @@ def _overlap_report(value: dict) -> dict | None:
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
                   convention: str | Convention | None = None,
                   recipe: str | Recipe | None = None, dtype: str | None = None,
-                  expert_imbalance: float | None = None) -> dict[str, np.ndarray]:
+                  expert_imbalance: float | None = None, stack: str | None = None,
+                  overlaps=None) -> dict[str, np.ndarray]:
     """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid (built
     from a resolved TrainConfig). `valid` is parex.validation's verdict (the same rules as
     predict(), as columns) and the numbers of invalid rows are NaN; `executable` marks the valid
     rows parex's executor runs today; `fits` flags the rows that fit in memory. A model or
     train config that no layout can run raises LayoutError, as predict() does. The setting is
     resolved as predict()'s (parex.setting.resolve); a pipeline that names no schedule takes
-    the regime's default."""
+    the regime's default; `stack` and `overlaps` name the communication overlaps priced
+    (parex.stacks)."""
     if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
         raise InputError("predict_batch has no replica columns: predict DiLoCo layouts "
                          "(replica, inner_steps) one at a time with parex.predict")
@@ -220,7 +222,8 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     n = int(layouts.n_devices.max() if isinstance(layouts, Grid)
             else max((layout.n_devices for layout in layouts), default=1))
     setting = resolve(model, train, None, hardware, n_devices=n, dtype=dtype, recipe=recipe,
-                      convention=convention, expert_imbalance=expert_imbalance)
+                      convention=convention, expert_imbalance=expert_imbalance, stack=stack,
+                      overlaps=overlaps)
     if not isinstance(layouts, Grid):
         layouts = [setting.with_layout(layout).layout for layout in layouts]
     return predict_columns(setting, layouts)

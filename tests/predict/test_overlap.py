@@ -9,7 +9,7 @@ from parex.cli.main import main
 from parex.config import TrainConfig, model_preset
 from parex.errors import InputError
 from parex.layout import Layout
-from parex.predict import overlap, predict, predict_columns
+from parex.predict import overlap, predict, predict_batch
 from parex.setting import resolve
 from parex.stacks import STACKS, parse_overlaps
 
@@ -77,8 +77,7 @@ def test_tp_comm_needs_sequence_parallelism():
 
 def test_batch_columns_equal_the_single_prediction_under_a_stack():
     layouts = [LAYOUT, Layout(data=8, tensor=4, sp=True, zero=1), Layout(data=32, zero=1)]
-    setting = resolve(MODEL, TRAIN, None, "h100-sxm", n_devices=32, stack="nemo")
-    cols = predict_columns(setting, [setting.with_layout(lay).layout for lay in layouts])
+    cols = predict_batch(MODEL, TRAIN, layouts, "h100-sxm", stack="nemo")
     for i, layout in enumerate(layouts):
         p = predict(MODEL, TRAIN, layout, "h100-sxm", stack="nemo")
         assert cols["step_time_s"][i] == pytest.approx(p.step_time_s["total"])
