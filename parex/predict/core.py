@@ -69,9 +69,10 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
                                                  compute["per_microbatch"] * grid.microbatches)
     parts = None
     if not emulated:
-        ops = {family: sum((t.count for t in terms if t.name == family), np.zeros(len(grid)))
-               for family in overlap.CHUNKED}
+        ops = {}
         if conv.overlaps_tp_comm or conv.async_tp:
+            ops = {family: sum((t.count for t in terms if t.name == family), np.zeros(len(grid)))
+                   for family in overlap.CHUNKED}
             compute["projection_gemm"] = overlap.projection_gemm_seconds(sizes, grid, chip,
                                                                          model.dtype, act)
         parts = overlap.exposed_parts(grid, sizes, conv, remat, compute, seconds, ops,
