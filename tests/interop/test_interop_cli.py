@@ -150,9 +150,9 @@ def test_plan_emit_round_trips_for_torchtitan_and_maxtext(capsys, framework):
     reader = {"torchtitan": from_torchtitan, "maxtext": from_maxtext}[framework]
     run = reader(text, name=result.model.name)
     expected = result.setting_of(row)
-    if framework == "torchtitan":  # it runs on torchtitan's stack, whose overlaps (FSDP2's
-        #                            gradient reduction) are the plan's parex program's
-        assert run.stack == "torchtitan" and run.overlaps == expected.overlap_names
-        expected = expected.replace(stack="torchtitan", overlaps=tuple(sorted(
-            stack_flags("torchtitan", None).items())))
+    # it runs on the framework's stack, whose overlaps (the gradient reduction behind the
+    # backward) are the plan's parex program's
+    assert run.stack == framework and run.overlaps == expected.overlap_names
+    expected = expected.replace(stack=framework, overlaps=tuple(sorted(
+        stack_flags(framework, None).items())))
     assert run.setting(result.cluster).replace(defaulted=()) == expected.replace(defaulted=())
