@@ -12,6 +12,7 @@ from ..defaults import HARDWARE, LOCAL_GLOBAL_BATCH, MODEL
 from ..errors import InputError, UsageError, did_you_mean
 from ..layout import LAYOUT_PRESETS, Layout
 from ..setting import describe
+from ..stacks import OVERLAPS, STACKS
 
 
 class Parser(argparse.ArgumentParser):
@@ -248,6 +249,16 @@ def defaulted(args, flags=("hardware", "dtype", "recipe", "convention", "global_
 
 DIMS = (("layers", "L"), ("hidden", "D"), ("heads", "H"), ("kv_heads", "K"), ("ffn", "F"),
         ("vocab", "V"))
+
+
+def add_overlap_args(p: argparse.ArgumentParser) -> None:
+    """--stack and --overlap: the communication overlaps an accelerator prediction prices."""
+    p.add_argument("--stack", default=None, choices=list(STACKS),
+                   help="the software stack whose communication overlaps are priced "
+                   "(parex.stacks; default: parex's own program)")
+    p.add_argument("--overlap", default=None, metavar="LIST",
+                   help="the overlaps on, replacing the stack's: a comma list of "
+                   f"{', '.join(OVERLAPS)}, or none (e.g. tp-comm,grad-reduce,param-gather)")
 
 
 def add_hardware_arg(p, help: str = "hardware profile (data/hardware/)") -> None:

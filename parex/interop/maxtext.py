@@ -36,6 +36,7 @@ from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
+from ..stacks import stack
 from .result import (Imported, divide, option_list, refuse, refuse_parex_only,
                      unknown_option)
 
@@ -199,7 +200,8 @@ class _Reader:
         return Imported(FRAMEWORK, VERSION, model.replace(dtype=dtype), train, layout,
                         dtype=dtype, ignored=tuple(self.notes["ignored"]),
                         assumed=tuple(self.notes["assumed"]),
-                        approximated=tuple(self.notes["approximated"]))
+                        approximated=tuple(self.notes["approximated"]), stack="maxtext",
+                        overlaps=stack("maxtext").overlaps)  # XLA's (parex.stacks)
 
     def refusals(self):
         v = self.v

@@ -28,6 +28,9 @@ The mapping, one option per parex field (docs/interop.md has the table):
     --bf16 | --fp16 | neither                                    dtype bfloat16 (fp16 as
                                                                  bfloat16: same bytes) | float32
     --use-flash-attn, --attention-backend                        attention flash | naive
+    --tp-comm-overlap, --overlap-grad-reduce,                    stack megatron-core, overlaps
+    --overlap-param-gather                                       tp-comm, grad-reduce,
+                                                                 param-gather (+ tp-backward)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 
 from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
+from ..stacks import stack
 from ..layout import Layout
 from ..setting import Setting, resolve
 from .result import (Imported, divide, option_list, refuse, refuse_parex_only, unknown_option,
@@ -110,8 +114,11 @@ IGNORED_REASONS = (
      "kernels, fusions and overlaps (parex's gpu convention states its own)"),
 )
 
+# Megatron-LM's overlap options and the overlaps (parex.stacks) they turn on
+OVERLAP_OPTIONS = {"--tp-comm-overlap": "tp-comm", "--overlap-grad-reduce": "grad-reduce",
+                   "--overlap-param-gather": "param-gather"}
 # the options this module maps to parex fields (the rest are refused or ignored)
-MAPPED = {
+MAPPED = set(OVERLAP_OPTIONS) | {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
     "--group-query-attention", "--num-query-groups", "--kv-channels", "--seq-length",
     "--max-position-embeddings", "--vocab-size", "--padded-vocab-size",
@@ -295,7 +302,21 @@ class _Reader:
         self.note_ignored()
         return Imported(FRAMEWORK, VERSION, model, train, layout, dtype=self.dtype(),
                         ignored=tuple(self.ignored), assumed=tuple(self.assumed),
-                        approximated=tuple(self.approximated))
+                        approximated=tuple(self.approximated), stack="megatron-core",
+                        overlaps=self.overlaps())
+
+    def overlaps(self) -> tuple[str, ...]:
+        """Megatron-Core's overlaps (parex.stacks): its default list and the three options that
+        turn more on, checked as Megatron-LM's arguments.py checks them."""
+        if self.has("--tp-comm-overlap") and not self.has("--sequence-parallel"):
+            raise InputError("--tp-comm-overlap needs --sequence-parallel (Megatron-LM refuses "
+                             "it without): add --sequence-parallel or drop --tp-comm-overlap")
+        for needed in ("--use-distributed-optimizer", "--overlap-grad-reduce"):
+            if self.has("--overlap-param-gather") and not self.has(needed):
+                raise InputError(f"--overlap-param-gather needs {needed} (Megatron-LM refuses "
+                                 f"it without): add {needed} or drop --overlap-param-gather")
+        return stack("megatron-core").overlaps + tuple(
+            name for option, name in OVERLAP_OPTIONS.items() if self.has(option))
 
     def refuse_what_parex_cannot_express(self):
         for option, why in REFUSED.items():
@@ -638,7 +659,19 @@ def megatron_options(setting: Setting) -> list[str]:
     if setting.dtype == "bfloat16":
         words += ["--bf16"]
     words += ["--attention-backend", ATTENTION_BACKEND[setting.attention]]
+    words += _overlap_options(setting)
     return [str(w) for w in words]
+
+
+def _overlap_options(setting: Setting) -> list[str]:
+    """The setting's overlaps as Megatron-LM's options, those its arguments.py accepts: the
+    TP overlap with sequence parallelism, the parameter gather with the distributed optimizer
+    (or Megatron FSDP) and the overlapped gradient reduce."""
+    on, layout = setting.overlap_names, setting.layout
+    possible = {"tp-comm": bool(layout.sp),
+                "grad-reduce": True,
+                "param-gather": "grad-reduce" in on and layout.zero >= 1 and layout.fsdp == 1}
+    return [option for option, name in OVERLAP_OPTIONS.items() if name in on and possible[name]]
 
 
 def _check_expressible(setting: Setting) -> None:
