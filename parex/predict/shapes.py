@@ -56,7 +56,9 @@ class ModelSizes:
     #                     routed experts' apart)
     T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
     embedding: tuple[int, int] = (0, 0)  # (token table, GPT's position table) parameters
-    head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters
+    head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters; tied: (0, norm)
+    tied: bool = False  # the output layer reads the token table (ModelConfig.tied_embeddings)
+    parallel: bool = False  # attention and MLP side by side (ModelConfig.parallel_block)
     # --- a mixture of experts (parex.model.moe); all 0 for a dense model -------------------------
     E: int = 0  # routed experts per block
     k: int = 0  # experts per token
@@ -118,7 +120,9 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
                       model.head_dim, model.ffn, model.vocab,
                       sum(groups.values()) + sum(routed.values()),
                       tuple(groups[g] for g in GROUPS), len(entries), layer, hidden,
-                      model.seq_len, (V * D, positions), (D * V, final_norm), **moe)
+                      model.seq_len, (V * D, positions),
+                      (0 if model.tied_embeddings else D * V, final_norm),
+                      tied=model.tied_embeddings, parallel=model.parallel_block, **moe)
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.

@@ -47,7 +47,7 @@ EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses"
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
            "embedding-table", "cp-positions", "seq-grads", "seq-embedding", "seq-head",
            "stage-regroup", "moe-dispatch")
-HIDE_BEHIND_BACKWARD = ("grad-reduce",)
+HIDE_BEHIND_BACKWARD = ("grad-reduce", "tied-embedding")
 HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather", "tp-beside-wgrad")  # prefetched, or
 #   beside the backward's dx (SP's re-gathers) or dW GEMMs (comm.Convention.overlaps_tp_backward)
 TIMED_APART = ("cp-ring", "pipeline")  # hidden behind half the work; the pipeline's own term
