@@ -40,7 +40,10 @@ SLOW = [("head-dim", "fsdp=2,tensor=4,sp=on"), ("head-dim", "data=2,stage=2,micr
         ("parallel", "data=2,tensor=2,stage=2,schedule=1f1b,microbatches=2"),
         ("parallel", "data=2,seq=2,cp=ring,tensor=2"), ("tied", "fsdp=8"),
         ("tied", "data=2,seq=2,cp=ring,tensor=2"), ("tied", "data=4,zero=1,tensor=2"),
-        ("window", "data=2,tensor=4,sp=on"), ("window", "data=2,stage=2,microbatches=2")]
+        ("window", "data=2,tensor=4,sp=on"), ("window", "data=2,stage=2,microbatches=2"),
+        # AxoNN's 3D tensor split (parex.parallel.tensor3d): the tied logits read E[V_Y, D_XZ]
+        ("tied", "tensor=2x2x2"), ("head-dim", "tensor=2x2x2"), ("parallel", "tensor=2x2x2"),
+        ("window", "data=2,tensor=2x2x1")]
 
 
 @pytest.mark.parametrize("shape, spec", FAST)
