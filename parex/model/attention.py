@@ -6,7 +6,7 @@ naive   one einsum for the (B, H, T, T) scores, a softmax, a second einsum. Auto
 flash   the FlashAttention algorithm (Dao et al. 2022; Dao 2023, FlashAttention-2) over blocks
         of c rows: each query block meets the key blocks at or before it, one loop over the
         n(n + 1)/2 blocks at or below the diagonal (fully masked causal blocks are never
-        computed), accumulating the softmax online (running row max m, row sum l, unnormalised
+        computed; under a sliding window only those it reaches, `block_pairs`), accumulating the softmax online (running row max m, row sum l, unnormalised
         output o). A custom VJP keeps only q, k, v, the output
         and each row's log-sum-exp lse = m + log l, and the backward recomputes every block's
         probabilities P = exp(S − lse). What a layer keeps is O(T) per row; the (c × c) block of

@@ -135,7 +135,7 @@ def param_table(cfg: ModelConfig) -> dict:
     norms = {"norm1": norm(True)} if cfg.parallel_block else {"norm1": norm(True),
                                                               "norm2": norm(True)}
     table |= {"blocks": {**norms, "attn": attn, "mlp": mlp}, "final_norm": norm(False)}
-    if not cfg.tied_embeddings:  # tied: the output layer reads `tokens` (unembed_matrix)
+    if not cfg.tied_embeddings:  # tied: the output layer reads `tokens` (`unembed`)
         table["unembed"] = ((D, V), ("embed", "vocab"))
     return table
 
