@@ -100,6 +100,8 @@ SHAPES_FAST = [(PARALLEL, "fsdp=2,tensor=4,sp=on", "none", None)]
 SHAPES_SLOW = [(HEAD_DIM, "data=2,tensor=4", "none", None),
                (HEAD_DIM, "data=2,tensor=4,sp=on", "none", None),
                (HEAD_DIM, "data=2,seq=2,cp=ulysses,tensor=2", "none", None),
+               (HEAD_DIM, "data=4,seq=2,cp=ring", "none", None),
+               (HEAD_DIM, "fsdp=8", "none", None),
                (PARALLEL, "data=2,tensor=4", "none", None), (PARALLEL, "data=8", "full", None),
                (TIED, "data=8", "none", None), (TIED, "fsdp=8", "none", None),
                (TIED, "data=2,tensor=4,sp=on", "none", None),
