@@ -144,6 +144,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     add_attention_arg(p)
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
     add_moe_args(p)
+    add_shape_args(p)
 
 
 def add_moe_args(p: argparse.ArgumentParser) -> None:
@@ -157,6 +158,28 @@ def add_moe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity-factor", type=_capacity, default=None,
                    help="C = ceil(cf·k·T/E) slots per expert per sequence, the rest dropped; "
                    "'dropless' for room for every token (the presets' default)")
+
+
+def add_shape_args(p: argparse.ArgumentParser) -> None:
+    """The shapes other frameworks' configurations name (docs/models.md), overriding the
+    preset's."""
+    p.add_argument("--head-dim", type=at_least(1), default=None,
+                   help="each head's width Dh (default hidden / heads; Gemma names its own)")
+    p.add_argument("--parallel-block", action="store_true", default=None,
+                   help="attention and MLP side by side on one norm (GPT-J, PaLM)")
+    p.add_argument("--tied-embeddings", action="store_true", default=None,
+                   help="the output layer reads the token table (no unembedding matrix)")
+    p.add_argument("--sliding-window", type=at_least(1), default=None,
+                   help="each query sees its W latest positions (Mistral)")
+
+
+def with_shape_args(model: ModelConfig, args) -> ModelConfig:
+    """`model` with the --head-dim, --parallel-block, --tied-embeddings, --sliding-window
+    given."""
+    changes = {name: getattr(args, name, None) for name in ("head_dim", "parallel_block",
+                                                             "tied_embeddings", "sliding_window")}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    return model.replace(name=f"{model.name}*", **changes) if changes else model
 
 
 def _capacity(text: str):
@@ -205,7 +228,7 @@ def setup_devices(args, layout_text: str | None) -> int:
 def configs_from_args(args):
     """(model, train) of a command that runs on this machine's mesh: what the flags say, None
     where they say nothing (the executor's Setting fills it: parex.setting.resolve_run)."""
-    model = with_moe_args(preset(args.model), args)
+    model = with_shape_args(with_moe_args(preset(args.model), args), args)
     if args.dtype:
         model = model.replace(dtype=args.dtype)
     if args.seq and args.seq > model.seq_len:  # a longer context: GPT's position table grows
@@ -288,6 +311,7 @@ def add_predict_model_args(p) -> None:
                        help=f"{letter}: overrides the preset's, required for a bare family"
                        if name in ("layers", "hidden", "heads") else f"{letter}")
     add_moe_args(p)
+    add_shape_args(p)
 
 
 def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
@@ -310,6 +334,6 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
                                   **dims)
         if args.dtype:
             model = model.replace(dtype=args.dtype)
-    model = with_moe_args(model, args)
+    model = with_shape_args(with_moe_args(model, args), args)
     return model, _train_from_args(args)
 

@@ -364,13 +364,10 @@ class _Reader:
                              f"(Megatron-LM refuses it): raise it to {T}")
         gated = self.has("--swiglu")
         family = "llama" if gated else "gpt"
-        if D % H:
+        kv_channels = self.int("--kv-channels")  # the head width; None: hidden / heads
+        if kv_channels is None and D % H:
             raise InputError(f"--hidden-size {D} is not divisible by --num-attention-heads {H}: "
-                             f"parex's head width is hidden / heads")
-        kv_channels = self.int("--kv-channels")
-        if kv_channels is not None and kv_channels != D // H:
-            raise InputError(f"--kv-channels {kv_channels}: parex's head width is hidden / heads "
-                             f"= {D // H}; drop --kv-channels")
+                             f"name the head width with --kv-channels")
         ffn = self.int("--ffn-hidden-size")
         if ffn is None:  # validate_args' rule
             ffn = int((4 * D * 2 / 3) / 64) * 64 if gated else 4 * D
@@ -406,7 +403,9 @@ class _Reader:
                                      f"experts; add --num-experts or drop {option}")
         self.seq_len = None if T == max_pos else T  # the train config's, where shorter
         return ModelConfig(self.name, family, L, D, H, K, ffn, self.vocab(tp), max_pos,
-                           dtype=self.dtype(), **moe)
+                           dtype=self.dtype(), head_dim=kv_channels,
+                           tied_embeddings=not self.has("--untie-embeddings-and-output-weights"),
+                           **moe)
 
     def family_notes(self, family: str):
         """parex's two families bundle norm, positions, MLP and biases; say where the run's
@@ -425,10 +424,6 @@ class _Reader:
                 self.approximated.append(f"{what} {have}: predicted with parex's {label} "
                                          f"family's {want} (parameter counts differ by the "
                                          f"norms', positions' or biases' few weights)")
-        if not self.has("--untie-embeddings-and-output-weights"):
-            self.approximated.append("tied embedding and output weights (Megatron-LM's default):"
-                                     " parex counts them untied, V·D parameters more; add "
-                                     "--untie-embeddings-and-output-weights to match")
 
     def vocab(self, tp: int) -> int:
         if self.has("--padded-vocab-size"):
@@ -623,7 +618,11 @@ def megatron_options(setting: Setting) -> list[str]:
     if model.family == "llama":
         words += ["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
                   "--disable-bias-linear"]
-    words += ["--untie-embeddings-and-output-weights", "--seq-length", setting.seq_len,
+    if model.head_dim != model.hidden // model.heads:
+        words += ["--kv-channels", model.head_dim]
+    if not model.tied_embeddings:  # Megatron-LM ties them unless told
+        words += ["--untie-embeddings-and-output-weights"]
+    words += ["--seq-length", setting.seq_len,
               "--max-position-embeddings", max(model.seq_len, setting.seq_len),
               "--padded-vocab-size", model.vocab]
     if model.moe:
@@ -702,8 +701,13 @@ def _check_expressible(setting: Setting) -> None:
         raise refuse(FRAMEWORK, f"recipe {setting.recipe} with {setting.dtype}",
                      f"recipe {'mixed' if setting.dtype == 'bfloat16' else 'parex'} (--bf16 "
                      f"keeps 16-bit weights over float32 master state; no flag float32)")
-    if model.hidden % model.heads:
-        raise refuse(FRAMEWORK, "a head width other than hidden / heads", "heads dividing hidden")
+    if model.parallel_block:
+        raise refuse(FRAMEWORK, f"parallel attention and MLP blocks (no option of {VERSION} "
+                     f"names them)", "sequential blocks (parallel_block False)")
+    if model.sliding_window is not None:
+        raise refuse(FRAMEWORK, "a sliding window in parex's export (its --window-size pairs "
+                     "with Transformer Engine's attention; parex writes none)",
+                     "full attention (sliding_window None), or MaxText's local_sliding")
     if model.bias_rate:
         raise refuse(FRAMEWORK, "parex's bias_rate (the router bias's step)", "bias_rate=0")
     m, b = layout.microbatches, setting.microbatch

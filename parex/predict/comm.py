@@ -51,6 +51,8 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   a forward's worth more under full remat (the recomputed forward)
     pipeline      activations forward and cotangents backward between stages; the shared
                   embedding and head gradients summed over stages
+    tied-embedding tied tables: the first and last stages' gradients of the token table summed
+                  over stage (Megatron-LM); xla-cpu: the output layer's share reduced apart
     moe-dispatch  a mixture of experts under expert parallelism: the dispatch buffer
                   x_e[b, E, C, D] to the experts' devices and back (all-to-all over expert), 2
                   per block forward, their 2 transposes backward, 2 more under full remat;
@@ -168,7 +170,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     parallelism's. Each family states the ideal program's terms first; what parex's compiled
     program does instead (xla-cpu) is a correction in a function of its own."""
     step = _Step(sizes, grid, remat, conv, act_bytes, param_bytes, grad_bytes)
-    return (_grad_reduce_terms(step) + _gather_terms(step)
+    return (_grad_reduce_terms(step) + _gather_terms(step) + _tied_table_terms(step)
             + _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, step.x_bytes)
             + moe_terms(step)
             + _context_terms(sizes, grid, remat, conv, act_bytes)
@@ -398,6 +400,31 @@ def _embedding_lookup_terms(step: _Step, axes) -> list[Term]:
             Term("embedding-lookup", "all-to-all", axes, lookups, step.x_bytes)]
 
 
+def _tied_table_terms(step: _Step) -> list[Term]:
+    """Tied embeddings (ModelConfig.tied_embeddings), the token table's second use. Ideal
+    program: in a pipeline, Megatron-LM's first and last stages each hold the table and
+    all-reduce its two gradients over stage once per step. xla-cpu: XLA reduces the output
+    layer's gradient of the table over the batch axes apart from the lookup's (one all-reduce
+    of the table's V·D/t more) and, where the table is sharded over fsdp, gathers it for the
+    logits too; read off tiny data=8, fsdp=8, data=2,tensor=4 (sp=on) and
+    data=4,tensor=2,zero=1."""
+    sizes, grid = step.sizes, step.grid
+    if not sizes.tied:
+        return []
+    table = sizes.V * sizes.D / grid.tensor
+    piped = (grid.stage > 1) * 1.0
+    out = [Term("tied-embedding", "all-reduce", (Axis.STAGE,), piped,
+                step.grad_bytes * table / grid.embed_shards("grad"))]
+    if step.conv.name == "xla-cpu":
+        reduced = (grid.stage == 1) & (grid.dp * grid.seq > 1)
+        gathered = (grid.stage == 1) & (grid.embed_shards("param") > 1)
+        out += [Term("tied-embedding", "all-reduce", (Axis.DATA, Axis.FSDP, Axis.SEQ),
+                     1.0 * reduced, step.grad_bytes * table),
+                Term("tied-embedding", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * gathered,
+                     step.param_bytes * table)]
+    return out
+
+
 def _gather_terms(step: _Step) -> list[Term]:
     """Parameter gathers. ZeRO-1/2: the updated parameters back from their data shards, once.
     ZeRO-3/fsdp: each layer's weights in forward and backward (under SP too: gathered inside its
@@ -563,8 +590,12 @@ def _tp_activation_terms(sizes, grid, remat, conv, x_bytes) -> list[Term]:
     n_ar = per_block * L + np.where(piped, 1, 2) - beside
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes),
            Term("tp-beside-wgrad", "all-reduce", axes, m * beside * (tp & ~sp), x_bytes)]
-    regathers = np.where(conv.merges_sp_regathers, 2 * L * (1 - full), 2 * L + 1)
-    n_ag = (4 + 2 * full) * L + 2
+    # SP's gathers per block: of each branch's input, and of the cotangent of each branch's
+    # reduce-scatter; a parallel block's two branches read one input and one output cotangent,
+    # so one of each (xla-cpu merges the identical gathers; Megatron would gather once)
+    g = 1 if sizes.parallel else 2
+    regathers = np.where(conv.merges_sp_regathers, g * L * (1 - full), g * L + 1)
+    n_ag = (2 * g + g * full) * L + 2
     n_rs = (4 + full + last) * L + 2 - beside_rs
     if sizes.moe:  # the routed experts' input gathered whole (forward, recompute; backward: the
         #           gather of its replicated output's slice), no reduce-scatter, no re-gather
@@ -580,7 +611,7 @@ def _tp_activation_terms(sizes, grid, remat, conv, x_bytes) -> list[Term]:
     # row-parallel layers' output gradients, and a recomputed forward's; not a mixture of
     # experts' (its routed MLP has no such pair)
     chunks = (conv.overlaps_tp_comm or conv.async_tp) and not sizes.moe
-    c_ag, c_rs = ((4 + 2 * full) * L, (2 + full + last) * L) if chunks else (0, 0)
+    c_ag, c_rs = ((2 * g + g * full) * L, (2 + full + last) * L) if chunks else (0, 0)
     out.append(Term("sp", "all-gather", axes,
                     m * np.where(nested, nested_ag, n_ag - c_ag) * sp, x_bytes))
     out.append(Term("sp", "reduce-scatter", axes,

@@ -168,3 +168,25 @@ def test_the_command_line_reads_and_writes_maxtext(capsys):
     assert main(["predict", "--from", "maxtext", command, "--hardware", HARDWARE]) == 0
     assert main(["predict", "--from", "maxtext", "x.yml", "--hardware", HARDWARE]) == 2
     assert "no MaxText config at x.yml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", [{"head_dim": 256}, {"tied_embeddings": True},
+                                   {"sliding_window": 1024}])
+def test_the_shapes_maxtext_names_round_trip(shape):
+    """head_dim beside base_emb_dim / heads (Gemma's configs), logits_via_embedding and
+    attention_type=local_sliding with sliding_window_size are read into the model, and
+    written back."""
+    model = model_preset("llama2-7b").replace(name="m", **shape)
+    train = TrainConfig(global_batch=64, remat="full")
+    layout = Layout.parse("fsdp=4,tensor=2")
+    command = to_maxtext(model, train, layout, HARDWARE)
+    run = from_maxtext(command, name="m")
+    assert run.model.replace(dtype=model.dtype) == model and run.approximated == ()
+    assert run.predict(HARDWARE).to_json() == parex.predict(model, train, layout,
+                                                            HARDWARE).to_json()
+
+
+def test_maxtext_cannot_express_parallel_blocks():
+    with pytest.raises(Unexpressible, match="parallel attention and MLP blocks"):
+        to_maxtext(model_preset("tiny").replace(parallel_block=True), TrainConfig(),
+                   Layout.parse("data=8"), HARDWARE)
