@@ -182,8 +182,8 @@ def test_the_shapes_maxtext_names_round_trip(shape):
     command = to_maxtext(model, train, layout, HARDWARE)
     run = from_maxtext(command, name="m")
     assert run.model.replace(dtype=model.dtype) == model and run.approximated == ()
-    assert run.predict(HARDWARE).to_json() == parex.predict(model, train, layout,
-                                                            HARDWARE).to_json()
+    assert run.predict(HARDWARE).to_json() == parex.predict(
+        model, train, layout, HARDWARE, stack="maxtext").to_json()
 
 
 def test_maxtext_cannot_express_parallel_blocks():
