@@ -30,8 +30,8 @@ EXPERT_DIMS = {"w_in": ("experts", "expert_embed", "expert_mlp"),
                "b_in": ("experts", "expert_mlp"),
                "w_out": ("experts", "expert_mlp", "expert_embed"),
                "b_out": ("experts", "hidden")}
-SLOTS = ("batch", None, None, "hidden")  # the dispatch buffer x_e[B, E, C, D]
-MASKS = ("batch", "seq", None, None)  # dispatch and combine (B, T, E, C)
+SLOTS = ("batch", None, "capacity", "hidden")  # the dispatch buffer x_e[B, E, C, D]
+MASKS = ("batch", "seq", None, "capacity")  # dispatch and combine (B, T, E, C)
 TOKENS = ("batch", "seq", "hidden")  # the layer's input and output (B, T, D), whole sequences
 
 
