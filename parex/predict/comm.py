@@ -805,19 +805,25 @@ def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Te
     each sends buffer/t by all-to-all over expert × tensor (four, six under full remat, as
     unfolded). The dispatch and combine einsums then contract a C split over tensor, so their
     token-sized results are all-reduced over it (parex.model.moe.layer's SLOTS and MASKS): the
-    combine's output b·T/s·D in the forward (again under full remat), and in the backward the
+    combine's output b·T/s·D in the forward (not again under full remat: the backward needs
+    the experts' output, not the combined tokens, so XLA drops that sum), and in the backward the
     dispatch's input gradient with the gates' (b·T/s·k, float32: routing runs in float32),
-    which XLA merges into one op."""
+    which XLA merges into one op. The ideal program (Megatron-Core's, which runs MoE with
+    tensor parallelism only under SP) sends each tensor device's own tokens: under sp=on they
+    are the sequence shard it holds, so nothing more moves; without SP the tokens' shares are
+    all-gathered after the combine (reduce-scattered in the backward)."""
     sizes, grid = step.sizes, step.grid
     full = 1 if step.remat == "full" else 0
     m_l = grid.microbatches * grid.stage_layers * folded
-    tokens = grid.b * grid.T / grid.seq
+    x = grid.b * grid.T / grid.seq * sizes.D * step.act_bytes  # the block's tokens (b, T/s, D)
+    dense, ideal = m_l * grid.executor, m_l * np.logical_not(grid.executor) * (grid.sp == 0)
     return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT, Axis.TENSOR), (4 + 2 * full) * m_l,
                  buffer / grid.fold),
-            Term("moe-combine", "all-reduce", (Axis.TENSOR,), (1 + full) * m_l,
-                 tokens * sizes.D * step.act_bytes),
-            Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * m_l,
-                 tokens * (sizes.D * step.act_bytes + sizes.k * 4))]
+            Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense, x),
+            Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense,
+                 x + grid.b * grid.T / grid.seq * sizes.k * 4),
+            Term("moe-combine", "all-gather", (Axis.TENSOR,), 1.0 * ideal, x),
+            Term("moe-combine", "reduce-scatter", (Axis.TENSOR,), 1.0 * ideal, x)]
 
 
 def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:
