@@ -8,6 +8,8 @@ tuple of dims into a PartitionSpec. In the scaling book's notation the presets p
     tp      W_in[D, F_tensor]             x[B, T, D]    (all-reduce after W_out)
     tp_sp   W_in[D, F_tensor]             x[B, T_tensor, D] in the LayerNorm regions
     3D      W_in[D_XZ, F_Y], W_out[F_Y, D_XZ]  x[B_{data,Z}, T, D]   (tensor=XxYxZ, AxoNN)
+    moe     W_e[E_expert, D, F_e,tensor]  x_e[B_{data,expert}, E, C, D]   (expert=N)
+    folded  W_e[E_{expert,tensor}, D, F_e]  x_e[B_{data,expert}, E, C_tensor, D]  (expert_tensor=1)
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class Axis(str, enum.Enum):
     # Expert parallelism (parex.model.moe): carved out of the data-parallel devices, as Megatron-LM and
     # torchtitan do. The batch is split over it like data; a mixture of experts' routed experts
     # are split over it, and tokens reach them by all-to-all. Inside data/fsdp: EP groups sit on
-    # nearer devices than the gradients' all-reduce.
+    # nearer devices than the gradients' all-reduce. Folded (Layout.expert_tensor=1) the expert
+    # group is expert × tensor (MoE parallel folding).
     EXPERT = "expert"
     SEQ = "seq"  # context parallelism: the sequence split across devices
     # AxoNN's 3D tensor parallelism (parex.parallel.tensor3d) adds two axes inside seq: Z, the

@@ -46,7 +46,7 @@ from .stragglers import slowdown
 EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses", "zero-gather",
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
            "embedding-table", "cp-positions", "seq-grads", "seq-embedding", "seq-head",
-           "stage-regroup", "moe-dispatch")
+           "stage-regroup", "moe-dispatch", "moe-combine")
 HIDE_BEHIND_BACKWARD = ("grad-reduce",)
 HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather", "tp-beside-wgrad")  # prefetched, or
 #   beside the backward's dx (SP's re-gathers) or dW GEMMs (comm.Convention.overlaps_tp_backward)
