@@ -235,7 +235,8 @@ class Grid:
         columns = {name: [getattr(l, name) for l in layouts] for name in _INT_FIELDS}
         columns["microbatches"] = [l.microbatches for l in layouts]
         columns["sp"] = [int(l.sp) for l in layouts]
-        columns["expert_tensor"] = [l.expert_tensor for l in layouts]
+        columns["expert_tensor"] = [l.tensor if l.expert_tensor is None else l.expert_tensor
+                                    for l in layouts]
         columns["cp"] = [_CP_CODE.get(l.cp, -1) for l in layouts]
         columns["schedule"] = [l.schedule for l in layouts]
         columns["partition"] = [l.layers_per_stage for l in layouts]
@@ -252,7 +253,10 @@ def _expert_tensor(value, tensor: np.ndarray, n: int) -> np.ndarray:
     """The ETP column: given, with None entries (a Layout's default) read as tensor (unfolded)."""
     if value is None:
         return tensor.copy()
-    values = np.broadcast_to(np.asarray(value, dtype=object), (n,))
+    values = np.asarray(value)
+    if values.dtype != object:  # sizes already (Grid.from_layouts resolves them)
+        return np.broadcast_to(values.astype(np.int64), (n,)).copy()
+    values = np.broadcast_to(values, (n,))
     unset = np.equal(values, None)
     return np.where(unset, tensor, np.where(unset, 1, values)).astype(np.int64)
 
