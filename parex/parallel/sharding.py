@@ -184,6 +184,7 @@ class MeshOps(Ops):
         expert is whole on one device."""
         group = tuple(a.value for a in self.layout.expert_axes
                       if self.layout.axis_sizes()[a] > 1)
+        group = group[0] if len(group) == 1 else group  # one axis: by name, as unfolded always was
         split_f = self.layout.tensor > 1 and not self.layout.folds_experts
 
         def reduce(y):

@@ -790,7 +790,7 @@ def moe_terms(step: _Step) -> list[Term]:
     m_l = grid.microbatches * grid.stage_layers
     buffer = grid.b * dispatch_slots(sizes, grid) * sizes.D / grid.seq * step.act_bytes
     folded = grid.fold > 1
-    tp = (grid.tensor > 1) * ~folded
+    tp = ((grid.tensor > 1) & ~folded) * 1.0
     beside = conv.overlaps_tp_backward
     return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT,),
                  (4 + 2 * full) * m_l * (grid.expert > 1) * ~folded, buffer),

@@ -262,5 +262,6 @@ def test_moe_parallel_folding_round_trips_as_expert_tensor_parallel_size_1():
     with pytest.raises(parex.InputError, match="--expert-tensor-parallel-size 2: parex folds"):
         from_megatron(command.replace("--tensor-model-parallel-size 2",
                                       "--tensor-model-parallel-size 4")
-                      .replace("--expert-tensor-parallel-size 1", "--expert-tensor-parallel-size 2"),
+                      .replace("--expert-tensor-parallel-size 1",
+                               "--expert-tensor-parallel-size 2"),
                       name=model.name)

@@ -47,7 +47,8 @@ def test_folded_specs_split_experts_over_the_group_and_slots_over_tensor():
     assert layout.spec(MASKS) == P("expert", None, None, "tensor")
 
 
-@pytest.mark.parametrize("text", ["data=2,expert=4", "expert=4,tensor=2", "data=2,expert=2,tensor=2,sp=on"])
+@pytest.mark.parametrize("text", ["data=2,expert=4", "expert=4,tensor=2",
+                                  "data=2,expert=2,tensor=2,sp=on"])
 def test_unfolded_layouts_keep_their_specs(text):
     """The expert axis inside data is the special case: specs as before the fold existed."""
     layout = Layout.parse(text)
@@ -58,9 +59,11 @@ def test_unfolded_layouts_keep_their_specs(text):
 
 
 @pytest.mark.parametrize("model, text, words", [
-    (TINY_MOE, "data=2,tensor=4,expert_tensor=2", ["expert_tensor=2", "tensor=4", "expert_tensor=1"]),
+    (TINY_MOE, "data=2,tensor=4,expert_tensor=2",
+     ["expert_tensor=2", "tensor=4", "expert_tensor=1"]),
     (TINY_MOE, "data=8,expert_tensor=2", ["expert_tensor=2", "tensor=1", "tensor > 1"]),
-    (model_preset("tiny-llama"), "data=4,tensor=2,expert_tensor=1", ["dense model", "drop expert_tensor"]),
+    (model_preset("tiny-llama"), "data=4,tensor=2,expert_tensor=1",
+     ["dense model", "drop expert_tensor"]),
     (TINY_MOE.replace(experts=4), FOLDED, ["experts=4", "expert × tensor = 8", "[1, 2, 4]"]),
     (TINY_MOE, "seq=2,cp=ring,tensor=2,expert=2,expert_tensor=1", ["seq=2", "drop expert_tensor"]),
     (TINY_MOE, "tensor=2x2x1,data=2,expert_tensor=1", ["3D split", "drop expert_tensor"]),

@@ -214,7 +214,7 @@ def test_mixtral_8x7b_at_megatron_lms_published_layout():
     assert 0.6 < tflops / 468 < 1.3
 
 
-# --- MoE parallel folding (Liu et al. 2025, arXiv:2504.14960; issue 43, item 5) ---------------------
+# --- MoE parallel folding (Liu et al. 2025, arXiv:2504.14960; issue 43, item 5) ------------------
 
 def test_folded_dispatch_and_its_tensor_sums_by_hand():
     """expert=4,tensor=2,expert_tensor=1: b = 16/4 = 4 sequences per device, each tensor device
