@@ -110,7 +110,8 @@ def dilocox() -> Figure:
         f"{dx.DATA} · {dx.LINK_GBPS:g} Gb/s", dx.HEADLINE, frame["speedup"],
         note="bracket over what parex did not read from the paper: "
              + "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in dx.UNREAD.items())
-             + f"; chips {dx.CHIP} (assumed); DiLoCoX's exchange hidden by its one-step delay")
+             + f"; chips {dx.CHIP} (assumed); DiLoCoX's exchange hidden by its one-step delay; "
+             + dx.PUBLISHED.source["speedup"])
     top = frame.loc[frame["speedup"].idxmax()]
     frame = frame.assign(paper=dx.HEADLINE, series=frame.apply(
         lambda r: f"T={int(r.seq_len)} · {int(r.grad_bytes)} B/gradient", axis=1))
@@ -130,8 +131,10 @@ def dilocox() -> Figure:
         f"compression ratio): H·c ≥ {frame['min_H_times_c'].min():.0f} to "
         f"{frame['min_H_times_c'].max():.0f} here",
         f"the bracket's top, {top.speedup:.0f}x, is one {int(top.seq_len)}-token sequence per "
-        f"DP rank per step with f32 gradients (t_c {top.cluster_step_s:.1f} s): the paper's "
-        "357x asks for about that little compute per step against one gradient through 1 Gb/s",
+        f"DP rank per step with {int(top.grad_bytes)}-byte gradients (t_c "
+        f"{top.cluster_step_s:.1f} s, most of it the pipeline's fill and drain): the paper's "
+        f"{dx.HEADLINE:.0f}x asks for about that little compute per step against one gradient "
+        "through the link",
         "not scored: OpenDiLoCo's 90–95 % compute utilisation and Streaming DiLoCo's two orders "
         "of magnitude less bandwidth; their per-step compute and links are not in parex's "
         "reference data, so a prediction would be a bracket as wide as those unknowns"])

@@ -36,11 +36,14 @@ from dataclasses import dataclass
 
 from ..config import TrainConfig
 from ..layout import Layout, example_partition
+from ..predict.references import read_reference
 from .predict import allreduce_seconds, scale_models, wan_link
 
-CLUSTERS, STAGES, DATA = 2, 8, 2  # Figure 1 of arXiv:2506.21263
-LINK_GBPS = 1.0  # abstract of arXiv:2506.21263
-HEADLINE = 357.0  # abstract of arXiv:2506.21263: speed-up over vanilla AllReduce
+# the paper's numbers, each with its place in the paper: data/reference/dilocox.csv
+PUBLISHED = read_reference("dilocox").set_index("quantity")
+CLUSTERS, STAGES, DATA = (int(PUBLISHED.value[k]) for k in ("clusters", "stages", "data"))
+LINK_GBPS = float(PUBLISHED.value["link_gbps"])
+HEADLINE = float(PUBLISHED.value["speedup"])  # DiLoCoX over vanilla AllReduce
 CHIP = "a100-80gb"  # A100-class, an assumption (module docstring)
 # not read from the paper: the bracket's axes
 UNREAD = {"sequences per DP rank per step": (1, 2, 4, 8), "sequence length": (2048, 4096),
@@ -95,6 +98,8 @@ def cases(chip: str = CHIP) -> list[Case]:
 
 
 def cases_frame(chip: str = CHIP):
+    """`cases` as a DataFrame: per unread setting the cluster's step, the AllReduce, the
+    speed-up, and the smallest H·c (inner steps × compression) that hides DiLoCoX's exchange."""
     import pandas as pd
 
     model, _ = scale_models()["107B"]
@@ -107,5 +112,5 @@ def cases_frame(chip: str = CHIP):
                          for c in cases(chip)])
 
 
-__all__ = ["CHIP", "CLUSTERS", "Case", "HEADLINE", "LINK_GBPS", "UNREAD", "cases",
+__all__ = ["CHIP", "CLUSTERS", "Case", "HEADLINE", "LINK_GBPS", "PUBLISHED", "UNREAD", "cases",
            "cases_frame", "cluster_layout"]
