@@ -87,9 +87,10 @@ def diloco() -> Figure:
         f"checkpoint {STEPS} steps of 16 × 64 corpus tokens: DiLoCo's {WORKERS} workers (one "
         f"device each, 2 sequences per inner step, H = {DILOCO_H}: {STEPS // DILOCO_H} outer "
         "rounds, outer Nesterov lr 0.7, momentum 0.9), sync DP on all 8 devices (the same "
-        "compute), one worker alone (2 sequences per step, the same steps); every run starts "
-        "a fresh inner AdamW (warm-up and cosine over its steps) on the batches after the "
-        "warm-up's; eval loss of the workers' mean on 4 held-out batches",
+        "compute), one worker alone (2 sequences per step, the same steps); every run resumes "
+        "the warm-up's checkpoint (parameters, AdamW moments and step count; each worker its "
+        "own copy) down one cosine over warm-up and run, on the batches after the warm-up's; "
+        "eval loss of the workers' mean on 4 held-out batches",
         f"the paper: 150M parameters, a warm start, then H = 500 for tens of thousands of "
         f"steps; here the tiny model's {STEPS // DILOCO_H} rounds are the paper's protocol in "
         "miniature, not its length"])

@@ -13,9 +13,11 @@ rows r·B/R … of each batch. Eval loss: the mean of the replicas' parameters (
 θ_sync itself) on fixed batches drawn with another seed.
 
 Warm start (DiLoCo's protocol, Douillard et al. 2023, §3): `warm_up(model, train, steps)` trains
-sync DP for `steps` steps and returns its parameters; `loss_study(..., start=params,
-offset=steps)` then starts every run from them (a fresh inner AdamW state each, as a new phase)
-on the batches that follow the warm-up's, so no run sees a warm-up batch again.
+sync DP for `steps` steps and returns its train state; `loss_study(..., start=state,
+offset=steps)` then starts every run from it, as a checkpoint resumes: the parameters, the
+AdamW moments and step count (each DiLoCo worker its own copy, its inner optimizer), and one
+learning-rate schedule over warm-up and run, on the batches that follow the warm-up's, so no
+run sees a warm-up batch again.
 
 Bytes between replicas, per replica: DiLoCo's are read from the outer programs' HLO (wire bytes
 of the collectives over `replica`, summed over a replica's devices); sync DP's are what its
@@ -81,7 +83,8 @@ class _Study:
     eval_batches: list  # fixed batches, another seed
     progress: object  # a tqdm bar or None
     inner_cache: dict  # compiled inner steps, shared by runs with the same inner layout
-    start: dict | None = None  # host parameters every run starts from (None: the seed's init)
+    start: dict | None = None  # the host train state every run starts from (warm_up's; None:
+    # the seed's init)
     offset: int = 0  # batches already consumed (by the warm-up): run step t reads offset + t − 1
 
     def __post_init__(self):
@@ -111,18 +114,31 @@ class _Study:
         return data[self.offset + t - 1]
 
     def initial_state(self, step: TrainStep):
-        """A TrainStep state: the seed's init, or `start` with a fresh optimizer state."""
+        """A TrainStep state: the seed's init, or `start` (parameters and optimizer state)."""
         return step.init_state() if self.start is None else state_from(step, self.start)
 
 
-def state_from(step: TrainStep, params) -> dict:
-    """`step`'s train state holding host parameters `params` (model layer order) and a fresh
-    optimizer state, created in the state's shardings."""
-    def build(params):
-        params = step.to_storage(params)
-        return {"params": params, "opt": step.optimizer.init(params)}
+def _blocks_in_order(tree, order):
+    """Every leaf under a "blocks" key (the parameters' and the optimizer's moments alike)
+    with its layer rows taken in `order` (None: unchanged)."""
+    if order is None:
+        return tree
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: x[order] if any(getattr(k, "key", None) == "blocks" for k in path)
+        else x, tree)
 
-    return jax.jit(build, out_shardings=step.train_state_shardings())(params)
+
+def natural_state(step: TrainStep, state) -> dict:
+    """A train state on the host with its blocks in the model's layer order."""
+    order = step.block_order
+    return jax.device_get(_blocks_in_order(state, None if order is None else np.argsort(order)))
+
+
+def state_from(step: TrainStep, state: dict) -> dict:
+    """`step`'s train state from a host one (natural_state's): the same parameters and
+    optimizer state (moments and step count), placed in the state's shardings."""
+    return jax.jit(lambda s: _blocks_in_order(s, step.block_order),
+                   out_shardings=step.train_state_shardings())(state)
 
 
 def _plain(study: _Study, run: StudyRun) -> list:
@@ -131,6 +147,7 @@ def _plain(study: _Study, run: StudyRun) -> list:
     piece_train = train.replace(global_batch=train.global_batch // k, steps=train.steps * k)
     if run.first_piece_only:  # as many steps as the others, on one piece of each batch
         piece_train = piece_train.replace(steps=train.steps)
+    piece_train = schedule_config(piece_train, study.offset)
     step = TrainStep(model, piece_train, run.layout,
                      make_mesh(run.layout, study.devices[:run.layout.n_devices]))
     fn, state, data = step.jitted_step(), study.initial_state(step), study.batches(step.seq_len)
@@ -157,7 +174,7 @@ def _outer_bytes(dl: DiLoCo, outer: dict) -> dict:
 
 def _diloco(study: _Study, run: StudyRun) -> list:
     layout = run.layout
-    dl = DiLoCo(study.model, study.train, layout,
+    dl = DiLoCo(study.model, schedule_config(study.train, study.offset), layout,
                 make_mesh(layout, study.devices[:layout.n_devices]))
     key = (inner_layout(layout), layout.replica)
     if key not in study.inner_cache:  # the inner programs depend on the inner layout only
@@ -183,28 +200,35 @@ def _diloco(study: _Study, run: StudyRun) -> list:
 
 
 def warm_up(model: ModelConfig, train: TrainConfig, steps: int, *, devices=None,
-            layout: Layout | None = None):
-    """Host parameters (model layer order) after `steps` steps of sync DP (`layout`, default
-    data over every device) on the first `steps` batches of `train`'s stream."""
+            layout: Layout | None = None) -> dict:
+    """The host train state (natural_state) after `steps` steps of sync DP (`layout`, default
+    data over every device) on the first `steps` batches of `train`'s stream, its learning rate
+    scheduled over the warm-up and the `train.steps` that follow (schedule_config)."""
     devices = list(devices or jax.devices())
     layout = layout or Layout(data=len(devices))
-    warm = train.replace(steps=steps)
-    validate(layout, model, warm, layout.n_devices)
-    step = TrainStep(model, warm, layout, make_mesh(layout, devices[:layout.n_devices]))
+    whole = schedule_config(train, steps)
+    validate(layout, model, whole, layout.n_devices)
+    step = TrainStep(model, whole, layout, make_mesh(layout, devices[:layout.n_devices]))
     fn, state = step.jitted_step(), step.init_state()
     data = Batches("corpus", train.global_batch, step.seq_len, model.vocab, train.seed)
     for t in range(steps):  # one step at a time: queued steps' collectives can starve the
         state, loss = fn(state, place(data[t], step.batch_sharding))  # CPU's thread pool
         loss.block_until_ready()
-    return jax.device_get(step.natural_params(state["params"]))
+    return natural_state(step, state)
+
+
+def schedule_config(train: TrainConfig, offset: int) -> TrainConfig:
+    """`train` with one learning-rate schedule over the warm-up's `offset` steps and its own:
+    a run that carries the warm-up's step count goes on down the same cosine."""
+    return train.replace(steps=offset + train.steps)
 
 
 def loss_study(model: ModelConfig, train: TrainConfig, runs: list[StudyRun], *, devices=None,
                eval_every: int = 50, eval_batches: int = 4, progress: bool = True,
                start=None, offset: int = 0):
     """Train every run on the same token stream; a DataFrame with one row per run and step
-    (columns run, layout, step, tokens, loss, eval_loss, cross_replica_bytes). `start`: host
-    parameters every run starts from (warm_up's), `offset`: the batches they already took."""
+    (columns run, layout, step, tokens, loss, eval_loss, cross_replica_bytes). `start`: the
+    host train state every run starts from (warm_up's), `offset`: the steps it took."""
     import pandas as pd
     from tqdm.auto import tqdm
 
@@ -220,7 +244,7 @@ def loss_study(model: ModelConfig, train: TrainConfig, runs: list[StudyRun], *, 
                    [held_out[i] for i in range(eval_batches)], bar if progress else None, {},
                    start, offset)
     if start is not None:  # the warm-up's point itself: step 0 of every run
-        warm = study.evaluate(start)
+        warm = study.evaluate(start["params"])
         rows += [{"run": run.name, "layout": str(run.layout), "step": 0, "tokens": 0,
                   "loss": np.nan, "cross_replica_bytes": 0.0, "eval_loss": warm} for run in runs]
     for run in runs:
