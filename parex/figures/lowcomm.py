@@ -177,6 +177,10 @@ def mechanism_rows(gaps, h: int = MECH_H) -> list[Row]:
                 Tolerance(0.95, 1.05, "the compiled exchange carries what the format says"),
                 note="4 bits a value plus a float32 scale per 256 values, over 4 bytes",
                 evidence="wiring"),
+            Row(f"final eval loss · DiLoCo f32 H={h} / AllReduce", 1.0,
+                plain.eval_loss / sync.eval_loss, "measured",
+                note="Douillard et al. 2023 (arXiv:2311.08105), abstract: DiLoCo performs as "
+                     "well as fully synchronous optimization"),
             Row("final eval loss · DiLoCoX (int4, one-step delay) / AllReduce", 1.0,
                 x.eval_loss / sync.eval_loss, "measured", note=DILOCOX_SOURCE),
             Row("final eval loss · DiLoCoX (int4, one-step delay) / DiLoCo f32", 1.0,
