@@ -11,24 +11,32 @@ Both resolve what they are given once (parex.setting) before any engine runs.
 from __future__ import annotations
 
 from .config import ModelConfig, TrainConfig
+from .errors import InputError
 from .layout import Layout
 from .record import Measurement, Prediction
 from .setting import resolve
 
 
 def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=None,
-            data: str = "corpus", warmup: int = 1, progress: bool = False) -> Measurement:
+            data: str = "corpus", warmup: int = 1, progress: bool = False,
+            checkpoint=None) -> Measurement:
     """Compile and run `train.steps` steps of `layout` on this machine's devices (the first
     `warmup` not timed): parex.measure.measure, or DiLoCo's replicas and their outer
-    synchronisations (parex.lowcomm.measure)."""
+    synchronisations (parex.lowcomm.measure). `checkpoint`: a CheckpointPlan
+    (parex.executor.checkpoint) to save and resume the run."""
     options = {"devices": devices, "data": data, "warmup": warmup, "progress": progress}
     if layout.diloco:
         from .lowcomm.measure import measure_diloco
 
+        if checkpoint is not None:
+            raise InputError(f"layout {layout}: checkpoints of DiLoCo's replicas and outer "
+                             f"state are not written yet; drop --checkpoint, or checkpoint a "
+                             f"synchronous layout (data, fsdp, tensor, stage)")
+
         return measure_diloco(model, train, layout, **options)
     from .measure import measure as measure_synchronous
 
-    return measure_synchronous(model, train, layout, **options)
+    return measure_synchronous(model, train, layout, checkpoint=checkpoint, **options)
 
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
