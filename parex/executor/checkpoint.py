@@ -120,10 +120,12 @@ class RunCheckpoints:
         exists, else (init(), 0, [])."""
         import orbax.checkpoint as ocp
 
-        latest = self.manager.latest_step() if self.plan.resume else None
+        latest, where = self.manager.latest_step(), str(self.plan.directory)
+        if latest is not None and not self.plan.resume:
+            raise InputError(f"{where} holds the checkpoints of an earlier run (step {latest}); "
+                             f"add --resume to continue it, or give an empty directory")
         if latest is None:
             return init(), 0, []
-        where = str(self.plan.directory)
         meta = self.manager.restore(latest, args=ocp.args.Composite(
             meta=ocp.args.JsonRestore()))["meta"]
         self._check_same_run(meta["identity"], where)

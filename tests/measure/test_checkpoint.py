@@ -46,38 +46,33 @@ def kill_after_a_checkpoint(directory: Path, layout: str, steps: int, every: int
     return saved[-1]
 
 
-def check_kill_and_resume(capsys, tmp_path, layout: str, steps: int = 24, every: int = 3):
+def check_kill_and_resume(capsys, tmp_path, layout: str, steps: int = 8, every: int = 2):
     reference = _run_json(capsys, "--layout", layout, "--steps", str(steps))["losses"]
     saved = kill_after_a_checkpoint(tmp_path / "ckpt", layout, steps, every)
     resumed = _run_json(capsys, "--layout", layout, "--steps", str(steps), "--checkpoint",
                         str(tmp_path / "ckpt"), "--every", str(every), "--resume")
     assert resumed["checkpoint"]["resumed_from_step"] == saved
     assert resumed["losses"] == reference  # every bit, the restored steps' and the new ones
+    return resumed
 
 
-def test_data_parallel_run_killed_and_resumed_repeats_the_losses(capsys, tmp_path):
-    check_kill_and_resume(capsys, tmp_path, "data=8")
+def test_fsdp_run_killed_and_resumed_repeats_the_losses(capsys, tmp_path):
+    resumed = check_kill_and_resume(capsys, tmp_path, "fsdp=8")
+    # each device wrote its eighth of the parameters and AdamW's moments: the step's arguments
+    # less the batch (8 x 32 int32 inputs and targets, split eight ways)
+    block, memory = resumed["checkpoint"], resumed["memory_bytes_per_device"]
+    assert block["saves"] >= 1 and block["save_blocking_s"] > 0
+    assert block["bytes_per_device"] == memory["argument"] - 2 * 4 * 8 * 32 // 8
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["fsdp=2,tensor=4", "data=2,stage=4,schedule=1f1b,microbatches=4"])
-def test_sharded_and_pipelined_runs_killed_and_resumed_repeat_the_losses(capsys, tmp_path,
-                                                                          layout):
+@pytest.mark.parametrize("layout", ["data=8", "fsdp=2,tensor=4",
+                                    "data=2,stage=4,schedule=1f1b,microbatches=4"])
+def test_runs_killed_and_resumed_repeat_the_losses(capsys, tmp_path, layout):
     check_kill_and_resume(capsys, tmp_path, layout)
 
 
-def test_checkpoint_bytes_match_the_predictors_state(capsys, tmp_path):
-    """Each device writes its shards of the parameters and AdamW's moments: fsdp=8 splits them
-    eight ways, which the predictor's parameters + optimizer state per device says too."""
-    out = _run_json(capsys, "--layout", "fsdp=8", "--steps", "2", "--checkpoint",
-                    str(tmp_path / "f"), "--every", "1")
-    block = out["checkpoint"]
-    assert block["saves"] == 2 and block["save_blocking_s"] > 0
-    memory = out["memory_bytes_per_device"]
-    assert block["bytes_per_device"] == pytest.approx(memory["argument"] - 2 * 4 * 8 * 32 // 8,
-                                                      rel=0.02)  # the arguments less the batch
-
-
+@pytest.mark.slow
 def test_resume_on_another_layout_reshards(capsys, tmp_path):
     """Saved on data=8, resumed on fsdp=2,tensor=4: the state is read into the new shardings
     and the run goes on (the reduction order differs, so the losses agree to fp32 rounding)."""
@@ -96,13 +91,12 @@ def test_resume_on_another_layout_reshards(capsys, tmp_path):
 
 
 def test_resume_with_other_training_options_is_refused_in_one_line(capsys, tmp_path):
-    _run_json(capsys, "--layout", "data=8", "--steps", "2", "--checkpoint", str(tmp_path / "o"),
-              "--every", "1")
-    assert main([*RUN, "--layout", "data=8", "--steps", "3", "--checkpoint",
+    _run_json(capsys, "--layout", "data=8", "--steps", "1", "--checkpoint", str(tmp_path / "o"))
+    assert main([*RUN, "--layout", "data=8", "--steps", "2", "--checkpoint",
                  str(tmp_path / "o"), "--resume"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "--steps 2" in err and "resume with the same training options" in err
+    assert "--steps 1" in err and "resume with the same training options" in err
 
 
 def test_resume_without_a_directory_is_a_usage_error(capsys):
