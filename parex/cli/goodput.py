@@ -24,12 +24,15 @@ def positive_float(text: str) -> float:
     return value
 
 
-def add_run_length_args(p, *, tokens_default_help: str = "") -> None:
+def add_run_length_args(p, *, steps: bool = True, tokens_help: str = "") -> None:
+    """--tokens (and --steps unless the command has its own), the failure model's inputs and
+    --price."""
     p.add_argument("--tokens", type=positive_float, default=None,
                    help="train this many tokens: report days, goodput, interruptions, GPU-hours "
-                   "and energy" + tokens_default_help)
-    p.add_argument("--steps", type=at_least(1), default=None,
-                   help="the run's length in optimizer steps instead of --tokens")
+                   "and energy" + tokens_help)
+    if steps:
+        p.add_argument("--steps", type=at_least(1), default=None,
+                       help="the run's length in optimizer steps instead of --tokens")
     p.add_argument("--failures", default=DEFAULT_FAILURES, metavar="SOURCE|RATE",
                    help=f"failures per node-day: {', '.join(FAILURE_RATES)} (arXiv 2410.21680;"
                    f" default {DEFAULT_FAILURES}: both clusters pooled) or a number per 1000 "
@@ -62,12 +65,12 @@ def reliability_from_args(args) -> Reliability:
 
 
 def run_length(args, model) -> dict:
-    """time_to_train's length keyword: --tokens, --steps, or None when neither is given."""
-    if args.tokens is not None and args.steps is not None:
+    """time_to_train's length keyword: --tokens, --steps, or {} when neither is given."""
+    if args.tokens is not None and getattr(args, "steps", None) is not None:
         raise InputError("give --tokens or --steps, not both")
     if args.tokens is not None:
         return {"tokens": args.tokens}
-    if args.steps is not None:
+    if getattr(args, "steps", None) is not None:
         return {"steps": args.steps}
     return {}
 
@@ -99,5 +102,49 @@ def time_to_train_report(t: TimeToTrain) -> str:
         f"resources      {t.gpu_hours:,.0f} device-hours · energy {energy}{cost}"])
 
 
+def time_to_train_plan(args, full, show: bool) -> dict:
+    """`parex plan --objective time-to-train`: the job sizes ranked (parex.plan.time_to_train),
+    printed when `show`; its JSON."""
+    from ..plan.time_to_train import plan_time_to_train
+
+    length = run_length(args, full.model) or {"tokens": chinchilla_tokens(full.model)}
+    options = {"memory_cap": full.memory_cap, "objective": "time", "recipe": full.setting.recipe,
+               "convention": full.setting.convention, "dtype": full.setting.dtype,
+               "remats": full.remats}
+    result = plan_time_to_train(full.model, full.train, full.cluster, **length,
+                                reliability=reliability_from_args(args),
+                                price_per_gpu_hour=args.price, full=full, **options)
+    if show:
+        print("\n" + time_to_train_plan_report(result))
+    return result.to_json()
+
+
+def time_to_train_plan_report(result) -> str:
+    from ..measure.report import table
+
+    rows = [[f"{c.nodes} ({c.plan.cluster.n_devices})", c.plan.entry(c.row)["layout"],
+             format_seconds(c.run.step_time_s), f"{c.run.goodput:.1%}",
+             f"{c.run.mttf_s / HOUR:.2f} h", f"{c.run.interruptions:,.0f}",
+             format_seconds(c.run.interval_s), f"{c.run.days:,.1f}",
+             f"{c.run.gpu_hours:,.0f}"] for c in result.sizes]
+    best, by_step = result.best, result.by_step
+    verdict = (f"time-to-train picks {best.nodes} nodes ({best.plan.flags(best.row)}): "
+               f"{best.run.days:,.1f} days, against {by_step.run.days:,.1f} for --objective "
+               f"time's pick on all {by_step.nodes} nodes"
+               if result.differs else
+               f"time-to-train and --objective time agree: all {by_step.nodes} nodes, "
+               f"{by_step.plan.flags(by_step.row)}")
+    t = best.run
+    return "\n".join([
+        f"time to train {format_count(t.tokens)} tokens · failures "
+        f"{t.reliability.failures_per_node_day * 1000:.2f} per 1000 node-days "
+        f"({t.reliability.failures_source}) · checkpoint {human_bytes(t.checkpoint_bytes)} at "
+        f"{t.reliability.storage_bandwidth / 1e9:g} GB/s · restart "
+        f"{format_seconds(t.reliability.restart_s)} · interval: Daly's optimum",
+        table(rows, ["nodes (devices)", "best layout", "step", "goodput", "MTTF",
+                     "interruptions", "interval", "days", "device-hours"]),
+        verdict])
+
+
 __all__ = ["add_run_length_args", "chinchilla_tokens", "reliability_from_args", "run_length",
-           "time_to_train_report"]
+           "time_to_train_plan", "time_to_train_report"]
