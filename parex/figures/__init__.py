@@ -16,8 +16,8 @@ papers' tables beside parex's predictions, as DataFrames (paper, parex, ratio): 
 
 from __future__ import annotations
 
-from . import (axonn, hetero, moe, pipeline_memory, pipelines, roofline,  # noqa: F401
-               sequence, tables, training)
+from . import (axonn, goodput, hetero, moe, pipeline_memory, pipelines,  # noqa: F401
+               roofline, sequence, tables, training)
 from .ppll import eval_batches, local_vs_1f1b, loss_run, losing_frame  # noqa: F401 (PPLL)
 from ..predict.published import korthikanti_table, megatron_table1, zero_table1
 from .charts import figure_chart
