@@ -11,23 +11,13 @@ from ..measure.report import human_bytes
 from ..predict.goodput import (CHINCHILLA_TOKENS_PER_PARAM, DEFAULT_FAILURES, FAILURE_RATES,
                                HOUR, RESTART_S, STORAGE_BANDWIDTH, Reliability, TimeToTrain)
 from ..units import format_count, format_seconds
-from .args import at_least
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise InputError(f"{text}: give a number above 0")
-    return value
+from .args import at_least, positive_number
 
 
 def add_run_length_args(p, *, steps: bool = True, tokens_help: str = "") -> None:
     """--tokens (and --steps unless the command has its own), the failure model's inputs and
     --price."""
-    p.add_argument("--tokens", type=positive_float, default=None,
+    p.add_argument("--tokens", type=positive_number, default=None,
                    help="train this many tokens: report days, goodput, interruptions, GPU-hours "
                    "and energy" + tokens_help)
     if steps:
@@ -37,15 +27,15 @@ def add_run_length_args(p, *, steps: bool = True, tokens_help: str = "") -> None
                    help=f"failures per node-day: {', '.join(FAILURE_RATES)} (arXiv 2410.21680;"
                    f" default {DEFAULT_FAILURES}: both clusters pooled) or a number per 1000 "
                    f"node-days")
-    p.add_argument("--storage-bandwidth", type=positive_float, default=STORAGE_BANDWIDTH / 1e9,
+    p.add_argument("--storage-bandwidth", type=positive_number, default=STORAGE_BANDWIDTH / 1e9,
                    metavar="GB/S", help="aggregate checkpoint write and read bandwidth "
                    f"(default {STORAGE_BANDWIDTH / 1e9:g} GB/s, an assumption)")
     p.add_argument("--restart-minutes", type=float, default=RESTART_S / 60,
                    help=f"time a failure costs before the restore begins (default "
                    f"{RESTART_S / 60:g}, an assumption)")
-    p.add_argument("--checkpoint-minutes", type=positive_float, default=None,
+    p.add_argument("--checkpoint-minutes", type=positive_number, default=None,
                    help="checkpoint interval in minutes of work (default: Daly's optimum)")
-    p.add_argument("--price", type=positive_float, default=None, metavar="PER_GPU_HOUR",
+    p.add_argument("--price", type=positive_number, default=None, metavar="PER_GPU_HOUR",
                    help="price of one device-hour: report the run's cost")
 
 
@@ -80,6 +70,11 @@ def chinchilla_tokens(model) -> float:
     return CHINCHILLA_TOKENS_PER_PARAM * model.n_params
 
 
+def duration(seconds: float) -> str:
+    """Days from one day up, else hours."""
+    return f"{seconds / 86_400:,.1f} days" if seconds >= 86_400 else f"{seconds / HOUR:.2f} h"
+
+
 def time_to_train_report(t: TimeToTrain) -> str:
     rel = t.reliability
     source = (f"{rel.failures_source}, arXiv 2410.21680" if rel.failures_source != "given"
@@ -90,7 +85,7 @@ def time_to_train_report(t: TimeToTrain) -> str:
     cost = (f" · cost {t.cost:,.0f} at {t.price_per_gpu_hour:g} per device-hour"
             if t.cost is not None else "")
     return "\n".join([
-        f"time to train  {t.days:,.1f} days for {format_count(t.tokens)} tokens "
+        f"time to train  {duration(t.wall_s)} for {format_count(t.tokens)} tokens "
         f"({t.steps:,.0f} steps of {format_seconds(t.step_time_s)}) · goodput {t.goodput:.1%}",
         f"failures       {rel.failures_per_node_day * 1000:.2f} per 1000 node-days ({source}) "
         f"× {t.nodes:g} nodes: MTTF {t.mttf_s / HOUR:.2f} h · {t.interruptions:,.0f} "
@@ -125,12 +120,12 @@ def time_to_train_plan_report(result) -> str:
     rows = [[f"{c.nodes} ({c.plan.cluster.n_devices})", c.plan.entry(c.row)["layout"],
              format_seconds(c.run.step_time_s), f"{c.run.goodput:.1%}",
              f"{c.run.mttf_s / HOUR:.2f} h", f"{c.run.interruptions:,.0f}",
-             format_seconds(c.run.interval_s), f"{c.run.days:,.1f}",
+             format_seconds(c.run.interval_s), duration(c.run.wall_s),
              f"{c.run.gpu_hours:,.0f}"] for c in result.sizes]
     best, by_step = result.best, result.by_step
     verdict = (f"time-to-train picks {best.nodes} nodes ({best.plan.flags(best.row)}): "
-               f"{best.run.days:,.1f} days, against {by_step.run.days:,.1f} for --objective "
-               f"time's pick on all {by_step.nodes} nodes"
+               f"{duration(best.run.wall_s)}, against {duration(by_step.run.wall_s)} for "
+               f"--objective time's pick on all {by_step.nodes} nodes"
                if result.differs else
                f"time-to-train and --objective time agree: all {by_step.nodes} nodes, "
                f"{by_step.plan.flags(by_step.row)}")
@@ -142,7 +137,7 @@ def time_to_train_plan_report(result) -> str:
         f"{t.reliability.storage_bandwidth / 1e9:g} GB/s · restart "
         f"{format_seconds(t.reliability.restart_s)} · interval: Daly's optimum",
         table(rows, ["nodes (devices)", "best layout", "step", "goodput", "MTTF",
-                     "interruptions", "interval", "days", "device-hours"]),
+                     "interruptions", "interval", "time to train", "device-hours"]),
         verdict])
 
 

@@ -79,12 +79,14 @@ class RunCheckpoints:
     """One run's checkpoints: restore at the start, save every `plan.every` steps."""
 
     def __init__(self, plan: CheckpointPlan, step, data: str):
+        """Opens `plan.directory` and checks, before anything is compiled, that this run may
+        write there or resume from it (refusals in one line)."""
         self.plan, self.step, self.data = plan, step, data
         self.manager = _manager(plan)
         self.save_seconds: list[float] = []  # the blocking part of each save (device -> host)
-        self.started = time.perf_counter()
         self.restored_from: int | None = None
         self.bytes = 0
+        self.latest, self.meta = self._latest()
 
     # --- what identifies the run --------------------------------------------------------------
     def identity(self) -> dict:
@@ -115,9 +117,8 @@ class RunCheckpoints:
                              f"(they set the data and the learning-rate schedule)")
 
     # --- restore and save ---------------------------------------------------------------------
-    def restore_or(self, init):
-        """(state, steps done, losses so far): the latest checkpoint's if resuming and one
-        exists, else (init(), 0, [])."""
+    def _latest(self) -> tuple[int | None, dict | None]:
+        """(the step to resume from, its metadata), (None, None) when starting afresh."""
         import orbax.checkpoint as ocp
 
         latest, where = self.manager.latest_step(), str(self.plan.directory)
@@ -125,22 +126,35 @@ class RunCheckpoints:
             raise InputError(f"{where} holds the checkpoints of an earlier run (step {latest}); "
                              f"add --resume to continue it, or give an empty directory")
         if latest is None:
-            return init(), 0, []
+            return None, None
         meta = self.manager.restore(latest, args=ocp.args.Composite(
             meta=ocp.args.JsonRestore()))["meta"]
         self._check_same_run(meta["identity"], where)
+        if meta["steps_done"] >= self.step.train.steps:
+            raise InputError(f"the checkpoint in {where} already holds all "
+                             f"{self.step.train.steps} steps of this run; give a new "
+                             f"--checkpoint directory or leave out --resume")
+        return latest, meta
+
+    def restore_or(self, init):
+        """(state, steps done, losses so far): the latest checkpoint's if resuming and one
+        exists, else (init(), 0, [])."""
+        import orbax.checkpoint as ocp
+
+        if self.latest is None:
+            return init(), 0, []
         abstract = jax.tree.map(
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
             jax.eval_shape(init), self.step.train_state_shardings())
         try:
-            state = self.manager.restore(latest, args=ocp.args.Composite(
+            state = self.manager.restore(self.latest, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract)))["state"]
         except (ValueError, KeyError) as err:  # shapes or tree the new layout cannot hold
-            raise InputError(f"the checkpoint in {where} cannot be read into layout "
-                             f"{self.step.layout}: {str(err).splitlines()[0]}; resume with "
-                             f"the layout that wrote it ({meta['layout']})") from None
-        self.restored_from = latest
-        return state, int(meta["steps_done"]), [float(x) for x in meta["losses"]]
+            raise InputError(f"the checkpoint in {self.plan.directory} cannot be read into "
+                             f"layout {self.step.layout}: {str(err).splitlines()[0]}; resume "
+                             f"with the layout that wrote it ({self.meta['layout']})") from None
+        self.restored_from = self.latest
+        return state, int(self.meta["steps_done"]), [float(x) for x in self.meta["losses"]]
 
     def after_step(self, i: int, state, losses: list[float]) -> None:
         """Save after step i (0-based) when i + 1 is a multiple of `every` or the last step."""

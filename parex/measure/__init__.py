@@ -31,16 +31,18 @@ def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=N
     if layout.diloco:
         raise InputError(f"layout {layout} has DiLoCo replicas: measure it with parex.measure "
                          f"(parex.entry), which runs their outer synchronisations")
-    step, compiled, compile_time = compile_layout(model, train, layout, devices)
+    saves = []  # the run's checkpoints, opened (and a resume checked) before compiling
+
+    def open_checkpoints(step):
+        saves.append(RunCheckpoints(checkpoint, step, data))
+
+    step, compiled, compile_time = compile_layout(model, train, layout, devices,
+                                                  open_checkpoints if checkpoint else None)
     model, train, layout = step.model, step.train, step.layout  # resolved (parex.setting)
     probe = RouterProbe(step) if model.moe else None
-    saves = RunCheckpoints(checkpoint, step, data) if checkpoint else None
+    saves = saves[0] if saves else None
     losses, times = time_steps(step, compiled, data, progress, probe=probe, checkpoints=saves)
     block = saves.finish() if saves else None
-    if not times:
-        raise InputError(f"the checkpoint in {checkpoint.directory} already holds all "
-                         f"{train.steps} steps of this run; give a new --checkpoint directory "
-                         f"or leave out --resume")
     return measurement_of(model, train, layout, step.mesh, losses, times, compile_time,
                           compiled_stats(compiled, step), warmup,
                           moe=probe.block() if probe else None, checkpoint=block)

@@ -67,14 +67,17 @@ def _host_memory_bytes() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None):
+def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None,
+                   before=None):
     """(TrainStep, compiled step, seconds spent lowering and compiling). Validation errors
-    raise here, before anything is traced."""
+    raise here, before anything is traced; so do `before(step)`'s (called before lowering)."""
     platform = (devices[0] if devices else jax.devices()[0]).platform
     layout = validate(layout, model, train, layout.n_devices if devices is None else len(devices),
                       platform=platform)
     check_fits_host(model, layout, devices)
     step = TrainStep(model, train, layout, make_mesh(layout, devices))
+    if before is not None:
+        before(step)
     start = time.perf_counter()
     compiled = step.lower().compile()
     return step, compiled, time.perf_counter() - start

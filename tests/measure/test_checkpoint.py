@@ -46,7 +46,7 @@ def kill_after_a_checkpoint(directory: Path, layout: str, steps: int, every: int
     return saved[-1]
 
 
-def check_kill_and_resume(capsys, tmp_path, layout: str, steps: int = 8, every: int = 2):
+def check_kill_and_resume(capsys, tmp_path, layout: str, steps: int = 6, every: int = 2):
     reference = _run_json(capsys, "--layout", layout, "--steps", str(steps))["losses"]
     saved = kill_after_a_checkpoint(tmp_path / "ckpt", layout, steps, every)
     resumed = _run_json(capsys, "--layout", layout, "--steps", str(steps), "--checkpoint",
