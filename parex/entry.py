@@ -11,7 +11,6 @@ Both resolve what they are given once (parex.setting) before any engine runs.
 from __future__ import annotations
 
 from .config import ModelConfig, TrainConfig
-from .errors import InputError
 from .layout import Layout
 from .record import Measurement, Prediction
 from .setting import resolve
@@ -28,12 +27,7 @@ def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=N
     if layout.diloco:
         from .lowcomm.measure import measure_diloco
 
-        if checkpoint is not None:
-            raise InputError(f"layout {layout}: checkpoints of DiLoCo's replicas and outer "
-                             f"state are not written yet; drop --checkpoint, or checkpoint a "
-                             f"synchronous layout (data, fsdp, tensor, stage)")
-
-        return measure_diloco(model, train, layout, **options)
+        return measure_diloco(model, train, layout, checkpoint=checkpoint, **options)
     from .measure import measure as measure_synchronous
 
     return measure_synchronous(model, train, layout, checkpoint=checkpoint, **options)

@@ -78,10 +78,12 @@ def bytes_per_device(state) -> int:
 class RunCheckpoints:
     """One run's checkpoints: restore at the start, save every `plan.every` steps."""
 
-    def __init__(self, plan: CheckpointPlan, step, data: str):
+    def __init__(self, plan: CheckpointPlan, step, data: str, *, extra: dict | None = None):
         """Opens `plan.directory` and checks, before anything is compiled, that this run may
-        write there or resume from it (refusals in one line)."""
-        self.plan, self.step, self.data = plan, step, data
+        write there or resume from it (refusals in one line). `step`: the TrainStep whose
+        model and training options the run uses; `extra`: more of the run's identity that a
+        resume must match (DiLoCo's layout)."""
+        self.plan, self.step, self.data, self.extra = plan, step, data, extra or {}
         self.manager = _manager(plan)
         self.save_seconds: list[float] = []  # the blocking part of each save (device -> host)
         self.restored_from: int | None = None
@@ -95,7 +97,7 @@ class RunCheckpoints:
         order = step.block_order
         return {"model": dataclasses.asdict(step.model), "train": train, "data": self.data,
                 "block_order": None if order is None else [int(i) for i in order],
-                "local": step.local is not None}
+                "local": step.local is not None, "extra": self.extra}
 
     def _check_same_run(self, saved: dict, where: str) -> None:
         mine = self.identity()
@@ -105,7 +107,9 @@ class RunCheckpoints:
                 ("local", "state tree (the local schedule's per-stage optimizers)",
                  "resume with a layout of the same schedule family"),
                 ("block_order", "stored order of the pipeline's blocks",
-                 "resume with the same stage and virtual-stage counts")):
+                 "resume with the same stage and virtual-stage counts"),
+                ("extra", "layout of replicas (DiLoCo's state is not resharded)",
+                 "resume with the same --layout")):
             if saved[key] != mine[key]:
                 raise InputError(f"the checkpoint in {where} has another {what} than this run; "
                                  f"{fix}, or start afresh without --resume")
@@ -136,16 +140,18 @@ class RunCheckpoints:
                              f"--checkpoint directory or leave out --resume")
         return latest, meta
 
-    def restore_or(self, init):
+    def restore_or(self, init, shardings=None):
         """(state, steps done, losses so far): the latest checkpoint's if resuming and one
-        exists, else (init(), 0, [])."""
+        exists, else (init(), 0, []). The state is read into `shardings` (default: the
+        TrainStep's train state's)."""
         import orbax.checkpoint as ocp
 
         if self.latest is None:
             return init(), 0, []
+        shardings = self.step.train_state_shardings() if shardings is None else shardings
         abstract = jax.tree.map(
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-            jax.eval_shape(init), self.step.train_state_shardings())
+            jax.eval_shape(init), shardings)
         try:
             state = self.manager.restore(self.latest, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract)))["state"]

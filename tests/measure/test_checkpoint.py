@@ -1,5 +1,6 @@
 """Checkpoints on the mesh (parex.executor.checkpoint): a `parex run` killed with SIGKILL after a
-checkpoint and resumed with --resume gives the uninterrupted run's losses bit for bit."""
+checkpoint and resumed with --resume gives the uninterrupted run's losses bit for bit (data,
+fsdp, fsdp + tensor, pipeline and DiLoCo layouts)."""
 
 import json
 import os
@@ -67,7 +68,8 @@ def test_fsdp_run_killed_and_resumed_repeats_the_losses(capsys, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["data=8", "fsdp=2,tensor=4",
-                                    "data=2,stage=4,schedule=1f1b,microbatches=4"])
+                                    "data=2,stage=4,schedule=1f1b,microbatches=4",
+                                    "replica=2,data=4,inner_steps=2"])  # DiLoCo
 def test_runs_killed_and_resumed_repeat_the_losses(capsys, tmp_path, layout):
     check_kill_and_resume(capsys, tmp_path, layout)
 
