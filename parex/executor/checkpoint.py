@@ -160,7 +160,8 @@ class RunCheckpoints:
                              f"layout {self.step.layout}: {str(err).splitlines()[0]}; resume "
                              f"with the layout that wrote it ({self.meta['layout']})") from None
         self.restored_from = self.latest
-        return state, int(self.meta["steps_done"]), [float(x) for x in self.meta["losses"]]
+        # (JSON writes a float's shortest exact form: the losses come back bit for bit)
+        return state, int(self.meta["steps_done"]), list(self.meta["losses"])
 
     def after_step(self, i: int, state, losses: list[float]) -> None:
         """Save after step i (0-based) when i + 1 is a multiple of `every` or the last step."""
