@@ -55,8 +55,10 @@ def _chart(points: pd.DataFrame):
         "rate:N", title="failure rate (arXiv 2410.21680)"))
     dots = alt.Chart(points).mark_point(filled=True, size=70, color="#222").encode(
         x=x, y=y, tooltip=["what", "interruptions"])
-    labels = dots.mark_text(align="left", dx=6, fontSize=10).encode(text="what:N")
-    return alt.layer(lines, dots, labels).properties(width=360, height=240)
+    above, below = (alt.Chart(points[points.interruptions == n]).mark_text(
+        align="left", dx=6, dy=dy, fontSize=10).encode(x=x, y=y, text="what:N")
+        for n, dy in ((LLAMA3_INTERRUPTIONS, -7), (LLAMA3_UNEXPECTED, 7)))
+    return alt.layer(lines, dots, above, below).properties(width=360, height=240)
 
 
 @figure("llama3-goodput",
