@@ -83,14 +83,18 @@ def checkpoint_report(block: dict, model, train, layout) -> str:
     from ..measure.report import human_bytes
     from ..units import format_seconds
 
-    p = predict(model, train, layout, "cpu-reference", convention="xla-cpu")
-    predicted = p.memory_bytes_per_device["params"] + p.memory_bytes_per_device["optimizer"]
+    if layout.diloco:  # the replicas' states and the outer state: no one-step prediction
+        predicted = ""
+    else:
+        p = predict(model, train, layout, "cpu-reference", convention="xla-cpu")
+        memory = p.memory_bytes_per_device
+        predicted = f" (predicted {human_bytes(memory['params'] + memory['optimizer'])})"
     resumed = (f"resumed after step {block['resumed_from_step']} · "
                if block["resumed_from_step"] is not None else "")
     blocking = block["save_blocking_s"]
     return (f"checkpoint   {block['directory']} · {resumed}{block['saves']} saves every "
-            f"{block['every']} steps · {human_bytes(block['bytes_per_device'])}/device "
-            f"(predicted {human_bytes(predicted)}) · save "
+            f"{block['every']} steps · {human_bytes(block['bytes_per_device'])}/device"
+            f"{predicted} · save "
             f"{format_seconds(blocking) if blocking is not None else '-'} blocking, then "
             f"written in the background")
 

@@ -65,9 +65,9 @@ def _manager(plan: CheckpointPlan):
 
 
 def bytes_per_device(state) -> int:
-    """The bytes one device writes: its shards of every array, replicated shards counted once
-    per device that holds them (each array's shard on the first device)."""
-    device = jax.devices()[0]
+    """The bytes one device holds to write: its shards of every array (this process's first
+    device; Orbax writes each replicated shard once, from one of the devices holding it)."""
+    device = jax.local_devices()[0]
     total = 0
     for leaf in jax.tree.leaves(state):
         shards = [s for s in leaf.addressable_shards if s.device == device]
