@@ -31,16 +31,14 @@ def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=N
     if layout.diloco:
         raise InputError(f"layout {layout} has DiLoCo replicas: measure it with parex.measure "
                          f"(parex.entry), which runs their outer synchronisations")
-    saves = []  # the run's checkpoints, opened (and a resume checked) before compiling
-
-    def open_checkpoints(step):
-        saves.append(RunCheckpoints(checkpoint, step, data))
-
-    step, compiled, compile_time = compile_layout(model, train, layout, devices,
-                                                  open_checkpoints if checkpoint else None)
+    opened = []  # the run's checkpoints, opened (and a resume checked) before compiling
+    step, compiled, compile_time = compile_layout(
+        model, train, layout, devices,
+        before=(lambda step: opened.append(RunCheckpoints(checkpoint, step, data)))
+        if checkpoint else None)
     model, train, layout = step.model, step.train, step.layout  # resolved (parex.setting)
     probe = RouterProbe(step) if model.moe else None
-    saves = saves[0] if saves else None
+    saves = opened[0] if opened else None
     losses, times = time_steps(step, compiled, data, progress, probe=probe, checkpoints=saves)
     block = saves.finish() if saves else None
     return measurement_of(model, train, layout, step.mesh, losses, times, compile_time,
