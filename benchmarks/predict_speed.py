@@ -3,6 +3,7 @@ least 100,000 layouts.
 
     python benchmarks/predict_speed.py         # Megatron's 1T model on 256 to 2048 H100s
     python benchmarks/predict_speed.py --model llama2-70b --hardware a100-80gb --devices 512
+    python benchmarks/predict_speed.py --stack nemo    # with NeMo's overlaps priced
 
 Every way of splitting 1/4, 1/2, 1 and 2 times --devices over data × fsdp × seq × tensor × stage
 (powers of two), with every ZeRO stage, sequence parallelism on/off, both context-parallel modes,
@@ -96,6 +97,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hardware", default="h100-sxm")
     parser.add_argument("--devices", type=int, default=1024)
     parser.add_argument("--global-batch", type=int, default=8192)
+    parser.add_argument("--stack", default=None,
+                        help="price a stack's communication overlaps (parex.stacks), e.g. nemo")
     parser.add_argument("--record", type=Path, default=None,
                         help="write the rates as JSON here (e.g. docs/results/predict_speed.json)")
     args = parser.parse_args(argv)
@@ -109,8 +112,10 @@ def main(argv=None) -> int:
     columns = {k: v[keep] for k, v in columns.items()}
     grid, build = timed(lambda: Grid.from_columns(train, model, **columns))
     n = len(grid)
-    _, cold = timed(lambda: predict_batch(model, train, grid, args.hardware), "cold")
-    out, warm = timed(lambda: predict_batch(model, train, grid, args.hardware), "warm")
+    _, cold = timed(lambda: predict_batch(model, train, grid, args.hardware, stack=args.stack),
+                    "cold")
+    out, warm = timed(lambda: predict_batch(model, train, grid, args.hardware, stack=args.stack),
+                      "warm")
     print(f"{model.name} on {'/'.join(map(str, counts))} × {args.hardware}, global batch "
           f"{args.global_batch}: {n:,} valid layouts (of {len(everything):,} combinations)")
     print(f"  columns built in {build:.2f} s")

@@ -46,6 +46,15 @@ class ModelConfig:
     bias_rate: float = 0.0  # γ of DeepSeek-V3's auxiliary-loss-free balancing: a per-expert
     # bias on the scores that choose the top k (not the gates), moved by γ toward balance after
     # every step (0: off)
+    # --- the shapes other frameworks' configurations name (docs/models.md) -----------------------
+    head_dim: int | None = None  # Dh, each head's width; None means D / H (Gemma and MaxText name
+    # their own, e.g. Gemma 7B: D = 3072, H = 16, Dh = 256)
+    parallel_block: bool = False  # GPT-J / PaLM: x + attn(norm(x)) + mlp(norm(x)), one norm per
+    # block feeding both (Wang & Komatsuzaki 2021; Chowdhery et al. 2022, §2)
+    tied_embeddings: bool = False  # the output layer reads the token table, logits = x·Eᵀ
+    # (Press & Wolf 2017): no separate unembedding matrix
+    sliding_window: int | None = None  # W, each query sees itself and the W − 1 positions
+    # before it (Mistral, Gemma 2); None: all earlier positions
 
     def __post_init__(self):
         if self.kv_heads is None:
@@ -54,6 +63,11 @@ class ModelConfig:
             object.__setattr__(self, "ffn", 4 * self.hidden)
         if self.expert_ffn is None:
             object.__setattr__(self, "expert_ffn", self.ffn)
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise InputError(f"ModelConfig(sliding_window={self.sliding_window}): a window sees "
+                             f"at least its own position; give 1 or more, or None for none")
 
     @property
     def moe(self) -> bool:
@@ -74,12 +88,8 @@ class ModelConfig:
         return self.hidden * self.experts + experts * self._mlp_params(self.expert_ffn) + shared
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
     def n_params(self) -> int:
-        """Exact parameter count (untied embeddings); tests check it against the real pytree."""
+        """Exact parameter count; tests check it against the real pytree."""
         return self._count_params(self.experts)
 
     @property
@@ -92,15 +102,26 @@ class ModelConfig:
         D, V, T = self.hidden, self.vocab, self.seq_len
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         mlp = self._block_mlp_params(experts)
+        norms = 1 if self.parallel_block else 2  # a parallel block's one norm feeds both
+        unembed = 0 if self.tied_embeddings else D * V
         if self.family == "gpt":
             attn = D * q + q + 2 * (D * kv + kv) + q * D + D  # QKV and output, with biases
-            block = attn + mlp + 2 * 2 * D  # two LayerNorms, scale and bias
-            return V * D + T * D + self.layers * block + 2 * D + D * V
+            block = attn + mlp + norms * 2 * D  # LayerNorms, scale and bias
+            return V * D + T * D + self.layers * block + 2 * D + unembed
         attn = D * q + 2 * D * kv + q * D
-        block = attn + mlp + 2 * D  # SwiGLU has three matrices; two RMSNorm scales
-        return V * D + self.layers * block + D + D * V
+        block = attn + mlp + norms * D  # SwiGLU has three matrices; RMSNorm scales
+        return V * D + self.layers * block + D + unembed
+
+    def attended_keys(self, T: int) -> int:
+        """Keys each query is counted against in model FLOPs: T (causal attention counted in
+        full, as in Megatron's papers), or the window W when it is shorter."""
+        return T if self.sliding_window is None else min(self.sliding_window, T)
 
     def replace(self, **changes) -> "ModelConfig":
+        """A copy with `changes`; a head width that was D / H follows new hidden or heads."""
+        derived = self.head_dim == self.hidden // self.heads
+        if derived and "head_dim" not in changes and {"hidden", "heads"} & set(changes):
+            changes["head_dim"] = None
         return dataclasses.replace(self, **changes)
 
 

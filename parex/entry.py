@@ -35,13 +35,16 @@ def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=N
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
             convention=None, recipe=None, dtype: str | None = None, wan=None,
-            expert_imbalance: float | None = None) -> Prediction:
+            expert_imbalance: float | None = None, stack: str | None = None,
+            overlaps=None) -> Prediction:
     """Predicted step time, memory, FLOPs and communication of one layout on `hardware` (a
     profile name, a Chip or a Cluster): parex.predict.predict, or for a DiLoCo layout one
     replica's inner step plus the outer exchange over `wan` (a hardware.Link, default 1 Gb/s:
-    parex.lowcomm.predict). What is not given takes the profile's defaults (parex.setting)."""
+    parex.lowcomm.predict). What is not given takes the profile's defaults (parex.setting);
+    `stack` and `overlaps` name the communication overlaps priced (parex.stacks)."""
     setting = resolve(model, train, layout, hardware, dtype=dtype, recipe=recipe,
-                      convention=convention, expert_imbalance=expert_imbalance)
+                      convention=convention, expert_imbalance=expert_imbalance, stack=stack,
+                      overlaps=overlaps)
     if layout.diloco:
         from .lowcomm.predict import predict_diloco
 

@@ -181,6 +181,8 @@ class Prediction:
     executable_reason: str = ""  # why not, and the nearest layout that runs (validation.py)
     assumptions: dict | None = None  # the Setting it was predicted under (parex.setting:
     # hardware, regime, dtype, recipe, convention, batch, b, remat, schedule, kernel)
+    overlaps: dict | None = None  # {overlap: {comm, exposed, contention}} seconds: what each
+    # of the stack's overlaps leaves exposed (parex.predict.overlap); None on the emulated mesh
 
     @property
     def tokens_per_s(self) -> float:

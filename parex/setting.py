@@ -28,13 +28,15 @@ from .config import DTYPE_BYTES, DTYPES, ModelConfig, TrainConfig
 from .errors import InputError, unknown
 from .hardware import Chip, Cluster, load_chip
 from .layout import Layout, num_microbatches
+from .stacks import OVERLAPS, STACKS, overlap_flags, parse_overlaps
 
 EMULATED, ACCELERATOR = "emulated", "accelerator"
 REGIMES = (EMULATED, ACCELERATOR)
 RECIPE_NAMES = ("parex", "mixed")  # parex.predict.memory.RECIPES
 CONVENTION_NAMES = ("gpu", "xla-cpu")  # parex.predict.comm.CONVENTIONS
 # the stack's overlaps among parex.predict.comm.Convention's fields (Setting.overlaps)
-OVERLAP_FLAGS = ("overlaps_grad_reduce", "overlaps_tp_backward", "axonn_overlaps")
+OVERLAP_FLAGS = ("overlaps_grad_reduce", "overlaps_tp_backward", "axonn_overlaps",
+                 "overlaps_tp_comm", "async_tp", "overlaps_param_gather", "bucket_params")
 
 
 def profile_regime(chip: Chip) -> str:
@@ -78,6 +80,7 @@ class Setting:
     overlaps: tuple[tuple[str, bool], ...] = ()  # the stack's overlaps where they differ from
     # the convention's (parex.predict.comm.Convention's overlaps_* flags), e.g. a published
     # run's (("overlaps_grad_reduce", False),): what its software overlaps
+    stack: str | None = None  # the software stack whose overlaps these are (parex.stacks)
     expert_imbalance: float = defaults.EXPERT_IMBALANCE  # a mixture of experts' busiest
     # expert's load over the mean (1.0: balanced); stated for MoE models only
 
@@ -115,6 +118,16 @@ class Setting:
         m = num_microbatches(self.layout, self.train)
         return max(1, self.train.global_batch // (max(1, self.layout.batch_split) * m))
 
+    @property
+    def overlap_names(self) -> tuple[str, ...]:
+        """The overlaps (parex.stacks names) of the program predicted: the stack's or the given
+        list, else parex's own (the gpu convention's flags); none in the emulated mesh's."""
+        if self.convention == "xla-cpu":
+            return ()
+        if not self.overlaps:
+            return STACKS["parex"].overlaps
+        return tuple(_overlap_names(dict(self.overlaps)))
+
     def with_layout(self, layout: Layout) -> "Setting":
         """This setting for one layout: its schedule named, and, where the global batch is the
         regime's default too and neither the layout nor the train config sets a microbatch,
@@ -148,7 +161,8 @@ class Setting:
                              and self.layout.stage > 1 else self.schedule),
                 "attention": self.attention,
                 "expert_imbalance": self.expert_imbalance if self.model.moe else None} | (
-                    {"overlaps": dict(self.overlaps)} if self.overlaps else {})
+                    {"overlaps": dict(self.overlaps)} if self.overlaps else {}) | (
+                    {"stack": self.stack} if self.stack else {})
 
     def describe(self) -> str:
         return describe(self.to_json())
@@ -165,27 +179,50 @@ def describe(stated: dict) -> str:
             f"{s['seq_len']} tokens{micro} · remat {s['remat']} · schedule {s['schedule']}"
             + (f" · attention {s['attention']}" if s.get("attention") else "")
             + (f" · expert imbalance {s['expert_imbalance']:g}"
-               if s.get("expert_imbalance") is not None else ""))
+               if s.get("expert_imbalance") is not None else "")
+            + (f" · stack {s['stack']}" if s.get("stack") else "")
+            + (f" · overlaps {', '.join(_overlap_names(s['overlaps'])) or 'none'}"
+               if s.get("overlaps") else ""))
+
+
+def _overlap_names(flags: dict) -> list[str]:
+    return [name for name, flag in OVERLAPS.items() if flags.get(flag)]
 
 
 def resolve(model: ModelConfig, train: TrainConfig, layout: Layout | None = None,
             hardware=defaults.HARDWARE, *, nodes: int | None = None,
             n_devices: int | None = None, dtype: str | None = None, recipe: str | None = None,
             convention: str | None = None, expert_imbalance: float | None = None,
-            overlaps: dict | None = None) -> Setting:
+            overlaps=None, stack: str | None = None) -> Setting:
     """The Setting of a prediction on `hardware` (a profile name, a Chip or a Cluster; a
     name or chip gets `nodes` nodes, or enough for the layout, or for `n_devices`): what is
-    given, and parex.defaults' choice for the profile's regime for everything that is None."""
+    given, and parex.defaults' choice for the profile's regime for everything that is None.
+    `stack` (parex.stacks) names the overlaps a framework runs; `overlaps`, names, replaces
+    its list (or, a dict, sets Convention flags directly: a published run's)."""
     n = layout.n_devices if layout is not None else n_devices or 1
     cluster = as_cluster(hardware, n, nodes)
     regime = profile_regime(cluster.chip)
     if convention is not None and not isinstance(convention, str):  # a Convention: its flags
         overlaps = {f: getattr(convention, f) for f in OVERLAP_FLAGS} | (overlaps or {})
+    named = stack is not None or (overlaps is not None and not isinstance(overlaps, dict))
+    if named:
+        overlaps = stack_flags(stack, overlaps)
     setting = _resolved(model, train, regime, dtype=dtype, recipe=recipe,
                         convention=convention, n_devices=cluster.n_devices,
                         expert_imbalance=expert_imbalance)
-    setting = setting.replace(cluster=cluster, overlaps=tuple(sorted((overlaps or {}).items())))
+    if named and setting.convention == "xla-cpu":
+        raise InputError("the xla-cpu convention is the emulated mesh's program, which overlaps "
+                         "nothing: drop --stack/--overlap, or use --convention gpu")
+    setting = setting.replace(cluster=cluster, stack=stack,
+                              overlaps=tuple(sorted((overlaps or {}).items())))
     return setting if layout is None else setting.with_layout(layout)
+
+
+def stack_flags(stack: str | None, overlaps) -> dict:
+    """Convention flags of a stack (parex.stacks) and an overlap list replacing its own."""
+    if isinstance(overlaps, str):
+        overlaps = parse_overlaps(overlaps)
+    return overlap_flags(stack, overlaps)
 
 
 def resolve_run(model: ModelConfig, train: TrainConfig, layout: Layout,

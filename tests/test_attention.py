@@ -202,3 +202,34 @@ def test_a_405b_model_at_128k_tokens_fits_in_80_gb_with_flash(capsys):
     out = capsys.readouterr().out
     assert "(flash attention)" in out and "of 80.0 GB: fits" in out
     assert "attention flash" in out  # the default on an accelerator, stated in the header
+
+
+@pytest.mark.parametrize("window", [2, 5, 16, 17, 24, 100])
+def test_a_sliding_window_masks_the_same_scores_in_both_kernels(window):
+    """Windows inside one block, on a block's edge, across blocks and longer than T: the
+    blockwise kernel, which skips the blocks wholly outside the window, equals the naive one
+    (which masks them), and both equal softmax over the visible keys written out."""
+    q, k, v, w = qkv(40)
+
+    def loss(kernel):
+        return jax.jit(jax.value_and_grad(lambda *x: jnp.sum(kernel(*x) * w), (0, 1, 2)))(q, k, v)
+
+    (flash, d_flash), (naive, d_naive) = (
+        loss(lambda *x: blockwise_attention(*x, 16, window=window)),
+        loss(lambda *x: naive_attention(*x, window)))
+    assert abs(float(flash - naive)) <= TOLERANCE * abs(float(naive))
+    assert relative_error(d_flash, d_naive) <= TOLERANCE
+    t = np.arange(40)
+    seen = (t[:, None] >= t[None, :]) & (t[:, None] - t[None, :] < window)
+    s = np.einsum("btkgd,bskd->bkgts", np.asarray(q).reshape(2, 40, 2, 2, 8), k) / np.sqrt(8)
+    p = np.exp(np.where(seen, s, -np.inf) - np.where(seen, s, -np.inf).max(-1, keepdims=True))
+    out = np.einsum("bkgts,bskd->btkgd", p / p.sum(-1, keepdims=True), v).reshape(2, 40, 4, 8)
+    np.testing.assert_allclose(naive_attention(q, k, v, window), out, atol=1e-5)
+
+
+def test_the_flash_kernel_visits_only_the_blocks_a_window_reaches():
+    """8 blocks of 16 and a window of 24: each query block meets its own and the ⌈23/16⌉ = 2
+    before it, 1 + 2 + 6·3 = 21 of the 36 causal blocks."""
+    assert kernels.window_blocks(16, 24, 8) == 2
+    assert len(kernels.block_pairs(8, 16, 24)) == 21
+    assert len(kernels.block_pairs(8, 16)) == 36

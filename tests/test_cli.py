@@ -139,3 +139,23 @@ def test_a_malformed_cluster_file_is_one_line_and_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.startswith(f"parex: cluster file {bad}: ") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_shape_flags_reach_prediction_and_refusal(capsys):
+    """--head-dim, --tied-embeddings, --parallel-block and --sliding-window change the model
+    predict reads; a layout the executor cannot run with them is refused in one line."""
+    from parex.config import model_preset
+
+    args = ["predict", "--model", "tiny", "--layout", "data=8", "--hardware", "cpu-local",
+            "--json"]
+    assert main(args + ["--head-dim", "32", "--tied-embeddings", "--parallel-block",
+                        "--sliding-window", "64"]) == 0
+    shaped = json.loads(capsys.readouterr().out)
+    model = model_preset("tiny").replace(head_dim=32, tied_embeddings=True, parallel_block=True,
+                                         sliding_window=64)
+    assert model.n_params != model_preset("tiny").n_params
+    assert shaped["memory_bytes_per_device"]["params"] == 4 * model.n_params  # float32, whole
+    assert main(["run", "--model", "tiny", "--tied-embeddings", "--layout",
+                 "data=2,stage=2,microbatches=2", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "tied_embeddings with stage=2" in err and len(err.strip().splitlines()) == 1

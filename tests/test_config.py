@@ -57,3 +57,29 @@ def test_a_mistyped_preset_gets_the_nearest_one():
     with pytest.raises(ValueError, match="unknown model preset 'llama2_13b'; did you mean "
                                          "'llama2-13b'"):
         model_preset("llama2_13b")
+
+
+SHAPES = [{"head_dim": 32}, {"parallel_block": True}, {"tied_embeddings": True},
+          {"sliding_window": 24}, {"head_dim": 8, "parallel_block": True, "tied_embeddings": True}]
+
+
+@pytest.mark.parametrize("base", ["tiny", "tiny-llama", "tiny-moe"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: ",".join(s))
+def test_parameter_count_equals_pytree_for_the_shapes_configurations_name(base, shape):
+    cfg = model_preset(base).replace(**shape)
+    table = gpt.param_shapes(cfg)
+    assert sum(int(np.prod(s.shape)) for s in jax.tree.leaves(table)) == cfg.n_params
+
+
+def test_a_derived_head_width_follows_hidden_and_heads_but_a_named_one_stays():
+    tiny = model_preset("tiny")  # D = 128, H = 8: Dh = 16
+    assert tiny.replace(hidden=256).head_dim == 32 and tiny.replace(heads=4).head_dim == 32
+    gemma_like = tiny.replace(head_dim=64)
+    assert gemma_like.replace(hidden=256).head_dim == 64
+
+
+def test_a_window_sees_at_least_its_own_position():
+    from parex.errors import InputError
+
+    with pytest.raises(InputError, match="sliding_window=0"):
+        model_preset("tiny").replace(sliding_window=0)

@@ -12,6 +12,7 @@ from ..defaults import HARDWARE, LOCAL_GLOBAL_BATCH, MODEL
 from ..errors import InputError, UsageError, did_you_mean
 from ..layout import LAYOUT_PRESETS, Layout
 from ..setting import describe
+from ..stacks import OVERLAPS, STACKS
 
 
 class Parser(argparse.ArgumentParser):
@@ -143,6 +144,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     add_attention_arg(p)
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
     add_moe_args(p)
+    add_shape_args(p)
 
 
 def add_moe_args(p: argparse.ArgumentParser) -> None:
@@ -156,6 +158,28 @@ def add_moe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capacity-factor", type=_capacity, default=None,
                    help="C = ceil(cf·k·T/E) slots per expert per sequence, the rest dropped; "
                    "'dropless' for room for every token (the presets' default)")
+
+
+def add_shape_args(p: argparse.ArgumentParser) -> None:
+    """The shapes other frameworks' configurations name (docs/models.md), overriding the
+    preset's."""
+    p.add_argument("--head-dim", type=at_least(1), default=None,
+                   help="each head's width Dh (default hidden / heads; Gemma names its own)")
+    p.add_argument("--parallel-block", action="store_true", default=None,
+                   help="attention and MLP side by side on one norm (GPT-J, PaLM)")
+    p.add_argument("--tied-embeddings", action="store_true", default=None,
+                   help="the output layer reads the token table (no unembedding matrix)")
+    p.add_argument("--sliding-window", type=at_least(1), default=None,
+                   help="each query sees its W latest positions (Mistral)")
+
+
+def with_shape_args(model: ModelConfig, args) -> ModelConfig:
+    """`model` with the --head-dim, --parallel-block, --tied-embeddings, --sliding-window
+    given."""
+    changes = {name: getattr(args, name, None) for name in ("head_dim", "parallel_block",
+                                                             "tied_embeddings", "sliding_window")}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    return model.replace(name=f"{model.name}*", **changes) if changes else model
 
 
 def _capacity(text: str):
@@ -204,7 +228,7 @@ def setup_devices(args, layout_text: str | None) -> int:
 def configs_from_args(args):
     """(model, train) of a command that runs on this machine's mesh: what the flags say, None
     where they say nothing (the executor's Setting fills it: parex.setting.resolve_run)."""
-    model = with_moe_args(preset(args.model), args)
+    model = with_shape_args(with_moe_args(preset(args.model), args), args)
     if args.dtype:
         model = model.replace(dtype=args.dtype)
     if args.seq and args.seq > model.seq_len:  # a longer context: GPT's position table grows
@@ -250,6 +274,16 @@ DIMS = (("layers", "L"), ("hidden", "D"), ("heads", "H"), ("kv_heads", "K"), ("f
         ("vocab", "V"))
 
 
+def add_overlap_args(p: argparse.ArgumentParser) -> None:
+    """--stack and --overlap: the communication overlaps an accelerator prediction prices."""
+    p.add_argument("--stack", default=None, choices=list(STACKS),
+                   help="the software stack whose communication overlaps are priced "
+                   "(parex.stacks; default: parex's own program)")
+    p.add_argument("--overlap", default=None, metavar="LIST",
+                   help="the overlaps on, replacing the stack's: a comma list of "
+                   f"{', '.join(OVERLAPS)}, or none (e.g. tp-comm,grad-reduce,param-gather)")
+
+
 def add_hardware_arg(p, help: str = "hardware profile (data/hardware/)") -> None:
     p.add_argument("--hardware", default=None, help=f"{help}; default {HARDWARE}")
 
@@ -277,6 +311,7 @@ def add_predict_model_args(p) -> None:
                        help=f"{letter}: overrides the preset's, required for a bare family"
                        if name in ("layers", "hidden", "heads") else f"{letter}")
     add_moe_args(p)
+    add_shape_args(p)
 
 
 def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
@@ -299,6 +334,6 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
                                   **dims)
         if args.dtype:
             model = model.replace(dtype=args.dtype)
-    model = with_moe_args(model, args)
+    model = with_shape_args(with_moe_args(model, args), args)
     return model, _train_from_args(args)
 

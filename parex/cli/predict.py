@@ -27,6 +27,7 @@ from .args import (
     add_device_args,
     add_hardware_arg,
     add_predict_model_args,
+    add_overlap_args,
     assumptions_line,
     at_least,
     configs_from_args,
@@ -52,6 +53,7 @@ def prediction_report(p, model: ModelConfig, cluster, defaults: list[str] = ()) 
         f"step time    {format_seconds(st['total'])} = compute {format_seconds(st['compute'])}"
         f" + exposed comm {format_seconds(st['exposed_comm'])}"
         f" + bubble {format_seconds(st['bubble'])}",
+        *_overlaps_lines(p),
         f"throughput   {p.tokens_per_s:,.0f} tokens/s · "
         f"{format_flops(p.tflops_per_device * 1e12, per_second=True)} per device · "
         f"MFU {p.mfu:.1%} · HFU {p.hfu:.1%}",
@@ -72,6 +74,16 @@ def prediction_report(p, model: ModelConfig, cluster, defaults: list[str] = ()) 
     else:
         lines.append("no collectives")
     return "\n".join(lines)
+
+
+def _overlaps_lines(p) -> list[str]:
+    """One line per overlap of the stack: the collective's seconds, what it leaves exposed and
+    the GEMMs' loss beside it (parex.predict.overlap); none on the emulated mesh."""
+    return [f"{'overlaps' if i == 0 else '':12s} {name} {format_seconds(part['comm'])} -> "
+            f"{format_seconds(part['exposed'])} exposed"
+            + (f" + {format_seconds(part['contention'])} GEMMs slowed"
+               if part["contention"] else "")
+            for i, (name, part) in enumerate((p.overlaps or {}).items())]
 
 
 # --- parex predict --------------------------------------------------------------------------------
@@ -137,7 +149,8 @@ def _explained(args, p, setting) -> dict:
     from ..predict.explain import setting_breakdown
 
     result = setting_breakdown(setting)
-    return {"explain": {"parts": result["parts"], "tiers": result["tiers"]}}
+    return {"explain": {"parts": result["parts"], "tiers": result["tiers"],
+                        "overlaps": result["overlaps"]}}
 
 
 def _time_to_train(args, p, setting) -> dict:
@@ -182,7 +195,8 @@ def _predict_inputs(args):
     layout = layout_from_args(args.layout, cluster.n_devices, args.microbatch)
     keywords = {"dtype": args.dtype, "recipe": getattr(args, "recipe", None),
                 "convention": getattr(args, "convention", None),
-                "expert_imbalance": getattr(args, "expert_imbalance", None)}
+                "expert_imbalance": getattr(args, "expert_imbalance", None),
+                "stack": getattr(args, "stack", None), "overlaps": getattr(args, "overlap", None)}
     return (model, train, layout, cluster), keywords
 
 
@@ -197,6 +211,10 @@ def _imported_inputs(args, chip):
     keywords = {"dtype": run.dtype, "recipe": getattr(args, "recipe", None),
                 "convention": getattr(args, "convention", None),
                 "expert_imbalance": getattr(args, "expert_imbalance", None)}
+    # the run's own stack and overlaps (a Megatron-LM command's --tp-comm-overlap, ...), unless
+    # the flags name others
+    keywords |= {"stack": getattr(args, "stack", None) or run.stack,
+                 "overlaps": getattr(args, "overlap", None) or run.overlaps}
     return (run.model, run.train, run.layout, cluster), keywords
 
 
@@ -263,6 +281,7 @@ def add_predict(sub) -> None:
     from .lowcomm import add_wan_args
 
     add_wan_args(p)
+    add_overlap_args(p)
     from .goodput import add_run_length_args
 
     add_run_length_args(p)

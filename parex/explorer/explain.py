@@ -139,8 +139,12 @@ def comm_note(p: Prediction, setting: Setting) -> str:
     total = sum(c["seconds"] for c in p.collectives)
     exposed = p.step_time_s["exposed_comm"]
     overlap = ("the emulated mesh overlaps nothing" if setting.emulated else
-               "gradient reductions hide behind the backward, fsdp gathers behind compute; "
-               "TP/SP collectives are exposed")
+               "fsdp gathers hide behind compute; "
+               + "; ".join(f"{name} {format_seconds(part['comm'])} leaves "
+                           f"{format_seconds(part['exposed'] + part['contention'])}"
+                           for name, part in (p.overlaps or {}).items())
+               + (f" (stack {setting.stack}, parex.predict.overlap)" if setting.stack else
+                  " (parex.predict.overlap)"))
     head = (f"exposed {format_seconds(exposed)} of {format_seconds(total)} of collectives "
             f"({overlap})")
     return "; ".join([head, *lines]) if lines else f"{head}: none"

@@ -48,13 +48,18 @@ def profile_defaults(hardware: str, model: ModelConfig, dtype: str) -> dict:
 def setting_of(values: dict, model: ModelConfig, train: TrainConfig, layout: Layout,
                hardware: str | None = None) -> Setting:
     """The Setting predict() resolves under the controls: their hardware (or `hardware`),
-    dtype, recipe and convention (another profile than the controls', a measurement's, gets
-    its own defaults)."""
+    dtype, recipe, convention and stack (another profile than the controls', a measurement's,
+    gets its own defaults)."""
     hardware = hardware or values["hardware"]
     chosen = profile_defaults(hardware, model, model.dtype)
     if hardware == values["hardware"]:
         chosen = {name: values.get(name, value) for name, value in chosen.items()}
-    return resolve_setting(model, train, layout, hardware, dtype=model.dtype, **chosen)
+    # the stack's overlaps (parex.stacks) describe a GPU program: the emulated mesh's has none
+    stack = values.get("stack")
+    if stack == "parex" or chosen["convention"] == "xla-cpu":
+        stack = None
+    return resolve_setting(model, train, layout, hardware, dtype=model.dtype, stack=stack,
+                           **chosen)
 
 
 def predicted(values: dict, model: ModelConfig, train: TrainConfig, layout: Layout,
@@ -142,6 +147,9 @@ def cli_command(values: dict) -> str:
     for name in ("recipe", "convention"):
         if name in values:
             args += [f"--{name}", values[name]]
+    stack = setting_of(values, model, train, layout).stack
+    if stack:
+        args += ["--stack", stack]
     preset = model_preset(values["model"])
     if any(values[d] != getattr(preset, d) for d in ("layers", "hidden", "heads")):
         for flag, name in (("--layers", "layers"), ("--hidden", "hidden"), ("--heads", "heads"),

@@ -36,6 +36,7 @@ from ..interop import FRAMEWORKS
 from ..layout import CP_MODES, Layout, LayoutError, divisors
 from ..parallel.schedules import ALL_SCHEDULES
 from ..predict import predict_setting
+from ..stacks import STACKS
 from .compare_panel import SWEEPS, ComparePanel
 from .explain import explain
 from .guide import MICROBATCHES, fit_fixes, ways_out
@@ -99,6 +100,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel, TimeToTrainPanel):
             # the bytes of model state and the program's convention: the profile's defaults
             "recipe": dropdown("recipe", RECIPES, real["recipe"]),
             "convention": dropdown("convention", CONVENTIONS, real["convention"]),
+            # the framework whose communication overlaps are priced (gpu convention only)
+            "stack": dropdown("stack", tuple(STACKS), "parex"),
             "steps": int_text("steps", steps),
         }
         self._build_views()
@@ -157,7 +160,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel, TimeToTrainPanel):
             column("model", ["model", *DIMS, "dtype", "global_batch", "remat"]),
             column("mesh", ["devices", *[a.value for a in SPLIT_AXES]]),
             column("technique", ["zero", "sp", "cp", "schedule", "microbatches", "virtual"]),
-            column("predict / measure", ["hardware", "recipe", "convention", "steps"]),
+            column("predict / measure", ["hardware", "recipe", "convention", "stack",
+                                         "steps"]),
         ])
         b = self.compare_buttons
         # what shows the current controls' numbers: faded (view.STALE) while they are invalid.

@@ -83,7 +83,7 @@ def stage_params(params: dict, layers: range | None, first: bool, last: bool) ->
     if first:
         out |= {k: params[k] for k in ("tokens", "positions") if k in params}
     if last:
-        out |= {"final_norm": params["final_norm"], "unembed": params["unembed"]}
+        out |= {k: params[k] for k in ("final_norm", "unembed") if k in params}
     return out
 
 
@@ -129,6 +129,11 @@ class MpmdRunner:
         setting = resolve_run(model, train, Layout(), jax.devices()[0].platform)
         model, train = setting.model, setting.train
         check_plan(plan, cluster, model, train.global_batch)
+        if model.tied_embeddings and any(len(pipe.stages) > 1 for pipe in plan.pipelines):
+            raise LayoutError("tied_embeddings across pipeline stages: the first and last "
+                              "stages would each hold the token table, which parex's MPMD "
+                              "runner does not keep in step (predicted only); untie them, or "
+                              "give each pipeline one stage")
         self.model, self.train, self.plan, self.cluster = model, train, plan, cluster
         where = device_map(cluster, devices)
         self.attention = setting.attention
@@ -203,7 +208,7 @@ class MpmdRunner:
         for key in ("tokens", "positions"):
             if key in parts[0]:
                 out[key] = parts[0][key]
-        out |= {k: parts[-1][k] for k in ("final_norm", "unembed")}
+        out |= {k: parts[-1][k] for k in ("final_norm", "unembed") if k in parts[-1]}
         return out
 
     def _reduce(self, grads: list[dict]) -> dict:

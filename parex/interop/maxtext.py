@@ -36,6 +36,7 @@ from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
+from ..stacks import stack
 from .result import (Imported, divide, option_list, refuse, refuse_parex_only,
                      unknown_option)
 
@@ -51,7 +52,8 @@ DEFAULTS = {
     "base_mlp_dim": 7168, "base_num_decoder_layers": 16, "head_dim": 128,
     "mlp_activations": ["silu", "linear"], "decoder_block": "llama2", "vocab_size": 32000,
     "logits_via_embedding": False, "max_target_length": 2048, "num_experts": 1,
-    "attention_type": "global", "quantization": "", "opt_type": "adamw",
+    "attention_type": "global", "sliding_window_size": 0, "quantization": "",
+    "opt_type": "adamw",
     "dtype": "bfloat16", "weight_dtype": "float32", "attention": "autoselected",
     "remat_policy": "full", "per_device_batch_size": 12.0, "gradient_accumulation_steps": 1,
     "num_pipeline_microbatches": -1, "num_layers_per_pipeline_stage": 1,
@@ -73,7 +75,7 @@ REMAT = {"full": "full", "minimal": "selective"}  # and back: parex's remat -> r
 ATTENTION = {"autoselected": "flash", "flash": "flash", "cudnn_flash_te": "flash",
              "dot_product": "naive"}
 MAPPED = set(DEFAULTS) | set(MODEL_KEYS) | {f"{k}_{a}_parallelism" for k in ("ici", "dcn")
-                                            for a in AXES} | {"hardware", "sliding_window_size"}
+                                            for a in AXES} | {"hardware"}
 
 
 def known() -> dict:
@@ -199,13 +201,13 @@ class _Reader:
         return Imported(FRAMEWORK, VERSION, model.replace(dtype=dtype), train, layout,
                         dtype=dtype, ignored=tuple(self.notes["ignored"]),
                         assumed=tuple(self.notes["assumed"]),
-                        approximated=tuple(self.notes["approximated"]))
+                        approximated=tuple(self.notes["approximated"]), stack="maxtext",
+                        overlaps=stack("maxtext").overlaps)  # XLA's (parex.stacks)
 
     def refusals(self):
         v = self.v
         checks = (("global_parameter_scale", 1, "global_parameter_scale=1 (give the dims)"),
                   ("num_experts", 1, "num_experts=1 (parex reads MaxText's dense models)"),
-                  ("attention_type", "global", "attention_type=global"),
                   ("quantization", "", "no quantization (bfloat16)"),
                   ("weight_dtype", "float32", "weight_dtype=float32 (the mixed recipe)"),
                   ("pipeline_parallel_layers", -1, "pipeline_parallel_layers=-1 (every layer)"))
@@ -229,19 +231,27 @@ class _Reader:
             raise InputError(f"mlp_activations={v['mlp_activations']} with decoder_block={block}:"
                              f" parex's {family} family has {activations}")
         D, H = v["base_emb_dim"], v["base_num_query_heads"]
-        if D % H or v["head_dim"] != D // H:
-            raise refuse("parex", f"head_dim={v['head_dim']} beside base_emb_dim / "
-                         f"base_num_query_heads = {D / H:g}", f"head_dim={D // H}")
         if family == "gpt" and v["base_num_kv_heads"] != H:
             raise InputError("base_num_kv_heads: parex's gpt family has multi-head attention; "
                              "give base_num_kv_heads = base_num_query_heads")
-        if v["logits_via_embedding"]:
-            self.notes["approximated"].append("logits_via_embedding (tied embedding and output):"
-                                              " parex counts them untied, V·D parameters more")
         return ModelConfig(self.name or (v["model_name"] if v["model_name"] != "default"
                                          else "maxtext"),
                            family, v["base_num_decoder_layers"], D, H, v["base_num_kv_heads"],
-                           v["base_mlp_dim"], v["vocab_size"], v["max_target_length"])
+                           v["base_mlp_dim"], v["vocab_size"], v["max_target_length"],
+                           head_dim=v["head_dim"], tied_embeddings=bool(v["logits_via_embedding"]),
+                           sliding_window=self.sliding_window())
+
+    def sliding_window(self) -> int | None:
+        """attention_type global: None; local_sliding: sliding_window_size on every layer (a
+        window as long as the sequence is none)."""
+        v = self.v
+        kind, size = v["attention_type"], v["sliding_window_size"]
+        if kind == "global":
+            return None
+        if kind != "local_sliding" or not isinstance(size, int) or size < 1:
+            raise InputError(f"attention_type={kind!r} with sliding_window_size={size!r}: parex "
+                             f"reads global, or local_sliding with a window of at least 1")
+        return None if size >= v["max_target_length"] else size
 
     def degrees(self) -> tuple[dict, dict, int]:
         """The ici and dcn degree of every mesh axis, the -1s filled as MaxText fills them."""
@@ -388,7 +398,9 @@ def maxtext_overrides(setting: Setting) -> list[str]:
              "base_emb_dim": model.hidden, "base_num_query_heads": model.heads,
              "base_num_kv_heads": model.kv_heads, "base_mlp_dim": model.ffn,
              "base_num_decoder_layers": model.layers, "head_dim": model.head_dim,
-             "vocab_size": model.vocab, "logits_via_embedding": False,
+             "vocab_size": model.vocab, "logits_via_embedding": model.tied_embeddings,
+             "attention_type": "global" if model.sliding_window is None else "local_sliding",
+             "sliding_window_size": model.sliding_window or 0,
              "max_target_length": setting.seq_len, "num_slices": 1}
     words |= {f"ici_{a}_parallelism": size.get(a, 1) for a in AXES}
     words |= {f"dcn_{a}_parallelism": 1 for a in AXES}
@@ -416,6 +428,9 @@ def _check_expressible(setting: Setting) -> tuple[int, int]:
     model, layout, train = setting.model, setting.layout, setting.train
     if model.moe:
         raise refuse(FRAMEWORK, "a mixture of experts in parex's reading of it", "a dense model")
+    if model.parallel_block:
+        raise refuse(FRAMEWORK, "parallel attention and MLP blocks (no decoder_block of "
+                     f"{VERSION} names them)", "sequential blocks (parallel_block False)")
     if model.family == "gpt" and model.kv_heads != model.heads:
         raise refuse(FRAMEWORK, "grouped-query attention in the gpt3 block", "kv_heads = heads")
     if setting.seq_len != model.seq_len:

@@ -28,6 +28,9 @@ The mapping, one option per parex field (docs/interop.md has the table):
     --bf16 | --fp16 | neither                                    dtype bfloat16 (fp16 as
                                                                  bfloat16: same bytes) | float32
     --use-flash-attn, --attention-backend                        attention flash | naive
+    --tp-comm-overlap, --overlap-grad-reduce,                    stack megatron-core, overlaps
+    --overlap-param-gather                                       tp-comm, grad-reduce,
+                                                                 param-gather (+ tp-backward)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 
 from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
+from ..stacks import stack
 from ..layout import Layout
 from ..setting import Setting, resolve
 from .result import (Imported, divide, option_list, refuse, refuse_parex_only, unknown_option,
@@ -110,8 +114,11 @@ IGNORED_REASONS = (
      "kernels, fusions and overlaps (parex's gpu convention states its own)"),
 )
 
+# Megatron-LM's overlap options and the overlaps (parex.stacks) they turn on
+OVERLAP_OPTIONS = {"--tp-comm-overlap": "tp-comm", "--overlap-grad-reduce": "grad-reduce",
+                   "--overlap-param-gather": "param-gather"}
 # the options this module maps to parex fields (the rest are refused or ignored)
-MAPPED = {
+MAPPED = set(OVERLAP_OPTIONS) | {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
     "--group-query-attention", "--num-query-groups", "--kv-channels", "--seq-length",
     "--max-position-embeddings", "--vocab-size", "--padded-vocab-size",
@@ -295,7 +302,21 @@ class _Reader:
         self.note_ignored()
         return Imported(FRAMEWORK, VERSION, model, train, layout, dtype=self.dtype(),
                         ignored=tuple(self.ignored), assumed=tuple(self.assumed),
-                        approximated=tuple(self.approximated))
+                        approximated=tuple(self.approximated), stack="megatron-core",
+                        overlaps=self.overlaps())
+
+    def overlaps(self) -> tuple[str, ...]:
+        """Megatron-Core's overlaps (parex.stacks): its default list and the three options that
+        turn more on, checked as Megatron-LM's arguments.py checks them."""
+        if self.has("--tp-comm-overlap") and not self.has("--sequence-parallel"):
+            raise InputError("--tp-comm-overlap needs --sequence-parallel (Megatron-LM refuses "
+                             "it without): add --sequence-parallel or drop --tp-comm-overlap")
+        for needed in ("--use-distributed-optimizer", "--overlap-grad-reduce"):
+            if self.has("--overlap-param-gather") and not self.has(needed):
+                raise InputError(f"--overlap-param-gather needs {needed} (Megatron-LM refuses "
+                                 f"it without): add {needed} or drop --overlap-param-gather")
+        return stack("megatron-core").overlaps + tuple(
+            name for option, name in OVERLAP_OPTIONS.items() if self.has(option))
 
     def refuse_what_parex_cannot_express(self):
         for option, why in REFUSED.items():
@@ -343,13 +364,10 @@ class _Reader:
                              f"(Megatron-LM refuses it): raise it to {T}")
         gated = self.has("--swiglu")
         family = "llama" if gated else "gpt"
-        if D % H:
+        kv_channels = self.int("--kv-channels")  # the head width; None: hidden / heads
+        if kv_channels is None and D % H:
             raise InputError(f"--hidden-size {D} is not divisible by --num-attention-heads {H}: "
-                             f"parex's head width is hidden / heads")
-        kv_channels = self.int("--kv-channels")
-        if kv_channels is not None and kv_channels != D // H:
-            raise InputError(f"--kv-channels {kv_channels}: parex's head width is hidden / heads "
-                             f"= {D // H}; drop --kv-channels")
+                             f"name the head width with --kv-channels")
         ffn = self.int("--ffn-hidden-size")
         if ffn is None:  # validate_args' rule
             ffn = int((4 * D * 2 / 3) / 64) * 64 if gated else 4 * D
@@ -385,7 +403,9 @@ class _Reader:
                                      f"experts; add --num-experts or drop {option}")
         self.seq_len = None if T == max_pos else T  # the train config's, where shorter
         return ModelConfig(self.name, family, L, D, H, K, ffn, self.vocab(tp), max_pos,
-                           dtype=self.dtype(), **moe)
+                           dtype=self.dtype(), head_dim=kv_channels,
+                           tied_embeddings=not self.has("--untie-embeddings-and-output-weights"),
+                           **moe)
 
     def family_notes(self, family: str):
         """parex's two families bundle norm, positions, MLP and biases; say where the run's
@@ -404,10 +424,6 @@ class _Reader:
                 self.approximated.append(f"{what} {have}: predicted with parex's {label} "
                                          f"family's {want} (parameter counts differ by the "
                                          f"norms', positions' or biases' few weights)")
-        if not self.has("--untie-embeddings-and-output-weights"):
-            self.approximated.append("tied embedding and output weights (Megatron-LM's default):"
-                                     " parex counts them untied, V·D parameters more; add "
-                                     "--untie-embeddings-and-output-weights to match")
 
     def vocab(self, tp: int) -> int:
         if self.has("--padded-vocab-size"):
@@ -602,7 +618,11 @@ def megatron_options(setting: Setting) -> list[str]:
     if model.family == "llama":
         words += ["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
                   "--disable-bias-linear"]
-    words += ["--untie-embeddings-and-output-weights", "--seq-length", setting.seq_len,
+    if model.head_dim != model.hidden // model.heads:
+        words += ["--kv-channels", model.head_dim]
+    if not model.tied_embeddings:  # Megatron-LM ties them unless told
+        words += ["--untie-embeddings-and-output-weights"]
+    words += ["--seq-length", setting.seq_len,
               "--max-position-embeddings", max(model.seq_len, setting.seq_len),
               "--padded-vocab-size", model.vocab]
     if model.moe:
@@ -638,7 +658,19 @@ def megatron_options(setting: Setting) -> list[str]:
     if setting.dtype == "bfloat16":
         words += ["--bf16"]
     words += ["--attention-backend", ATTENTION_BACKEND[setting.attention]]
+    words += _overlap_options(setting)
     return [str(w) for w in words]
+
+
+def _overlap_options(setting: Setting) -> list[str]:
+    """The setting's overlaps as Megatron-LM's options, those its arguments.py accepts: the
+    TP overlap with sequence parallelism, the parameter gather with the distributed optimizer
+    (or Megatron FSDP) and the overlapped gradient reduce."""
+    on, layout = setting.overlap_names, setting.layout
+    possible = {"tp-comm": bool(layout.sp),
+                "grad-reduce": True,
+                "param-gather": "grad-reduce" in on and layout.zero >= 1 and layout.fsdp == 1}
+    return [option for option, name in OVERLAP_OPTIONS.items() if name in on and possible[name]]
 
 
 def _check_expressible(setting: Setting) -> None:
@@ -669,8 +701,13 @@ def _check_expressible(setting: Setting) -> None:
         raise refuse(FRAMEWORK, f"recipe {setting.recipe} with {setting.dtype}",
                      f"recipe {'mixed' if setting.dtype == 'bfloat16' else 'parex'} (--bf16 "
                      f"keeps 16-bit weights over float32 master state; no flag float32)")
-    if model.hidden % model.heads:
-        raise refuse(FRAMEWORK, "a head width other than hidden / heads", "heads dividing hidden")
+    if model.parallel_block:
+        raise refuse(FRAMEWORK, f"parallel attention and MLP blocks (no option of {VERSION} "
+                     f"names them)", "sequential blocks (parallel_block False)")
+    if model.sliding_window is not None:
+        raise refuse(FRAMEWORK, "a sliding window in parex's export (its --window-size pairs "
+                     "with Transformer Engine's attention; parex writes none)",
+                     "full attention (sliding_window None), or MaxText's local_sliding")
     if model.bias_rate:
         raise refuse(FRAMEWORK, "parex's bias_rate (the router bias's step)", "bias_rate=0")
     m, b = layout.microbatches, setting.microbatch

@@ -40,11 +40,14 @@ class Imported:
     ignored: tuple[str, ...] = ()
     assumed: tuple[str, ...] = ()
     approximated: tuple[str, ...] = ()
+    stack: str | None = None  # the framework's overlaps (parex.stacks), None: parex's own
+    overlaps: tuple[str, ...] | None = None  # the overlaps the run turns on, replacing the
+    #                                          stack's list (None: the stack's defaults)
 
     @property
     def keywords(self) -> dict:
-        """parex.predict's keywords that belong to the run (its precision)."""
-        return {"dtype": self.dtype}
+        """parex.predict's keywords that belong to the run (its precision, its overlaps)."""
+        return {"dtype": self.dtype, "stack": self.stack, "overlaps": self.overlaps}
 
     def setting(self, hardware, **keywords):
         """parex.setting.resolve of this run on `hardware` (a profile name, Chip or Cluster)."""

@@ -23,6 +23,7 @@ The mapping (docs/interop.md has the table):
                   pipeline_parallel_microbatch_size b = the microbatch (local batch without PP)
                   mixed_precision_param                dtype
     [activation_checkpoint] mode, selective_ac_option  remat
+    [parallelism] enable_async_tensor_parallel         stack torchtitan, overlap async-tp
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
+from ..stacks import stack
 from .result import Imported, divide, option_list, refuse, refuse_parex_only
 
 FRAMEWORK = "torchtitan"
@@ -77,7 +79,8 @@ MAPPED = {
                     "pipeline_parallel_first_stage_less_layers",
                     "pipeline_parallel_last_stage_less_layers", "context_parallel_degree",
                     "context_parallel_rotate_method", "expert_parallel_degree",
-                    "module_fqns_per_model_part", "pipeline_parallel_schedule_csv"},
+                    "module_fqns_per_model_part", "pipeline_parallel_schedule_csv",
+                    "enable_async_tensor_parallel"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
 }
 
@@ -115,10 +118,13 @@ def from_torchtitan(source, world_size: int | None = None, name: str | None = No
                         remat=_remat(get, notes), attention="flash")
     notes["assumed"].append("attention by scaled_dot_product_attention (a fused kernel that "
                             "keeps no scores: flash)")
+    # torchtitan's overlaps (parex.stacks): FSDP2's, and micro-pipelined TP where asked
+    async_tp = bool(get("parallelism", "enable_async_tensor_parallel", False))
     return Imported(FRAMEWORK, VERSION, model.replace(dtype=dtype), train,
                     layout.replace(microbatches=m), dtype=dtype,
                     ignored=tuple(notes["ignored"]), assumed=tuple(notes["assumed"]),
-                    approximated=tuple(notes["approximated"]))
+                    approximated=tuple(notes["approximated"]), stack="torchtitan",
+                    overlaps=stack("torchtitan").overlaps + (("async-tp",) if async_tp else ()))
 
 
 def _load(source) -> dict:
@@ -356,6 +362,8 @@ def torchtitan_toml(setting: Setting) -> str:
              f"tensor_parallel_degree = {layout.tensor}",
              f"pipeline_parallel_degree = {layout.stage}",
              f"context_parallel_degree = {layout.seq}"]
+    if "async-tp" in setting.overlap_names and layout.tensor > 1:
+        lines.append("enable_async_tensor_parallel = true")
     if layout.stage > 1:
         lines += [f'pipeline_parallel_schedule = "{schedule}"',
                   f"pipeline_parallel_microbatch_size = {setting.microbatch}",

@@ -6,7 +6,7 @@ naive   one einsum for the (B, H, T, T) scores, a softmax, a second einsum. Auto
 flash   the FlashAttention algorithm (Dao et al. 2022; Dao 2023, FlashAttention-2) over blocks
         of c rows: each query block meets the key blocks at or before it, one loop over the
         n(n + 1)/2 blocks at or below the diagonal (fully masked causal blocks are never
-        computed), accumulating the softmax online (running row max m, row sum l, unnormalised
+        computed; under a sliding window only those it reaches, `block_pairs`), accumulating the softmax online (running row max m, row sum l, unnormalised
         output o). A custom VJP keeps only q, k, v, the output
         and each row's log-sum-exp lse = m + log l, and the backward recomputes every block's
         probabilities P = exp(S − lse). What a layer keeps is O(T) per row; the (c × c) block of
@@ -36,15 +36,17 @@ BLOCK = 128  # rows per block of the blockwise kernel (queries and keys)
 
 # --- naive: the scores materialised ----------------------------------------------------------
 
-def naive_attention(q, k, v):
+def naive_attention(q, k, v, window: int | None = None):
     """Causal softmax(QKᵀ/√Dh)V. q (B, T, H, Dh); k, v (B, T, K, Dh); each KV head serves H/K
-    query heads. The (B, H, T, T) scores are what selective recompute drops."""
+    query heads. The (B, H, T, T) scores are what selective recompute drops; a sliding window
+    only masks them (all T² are computed)."""
     B, T, H, Dh = q.shape
     K = k.shape[2]
     q = q.reshape(B, T, K, H // K, Dh)
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(Dh)
     # an additive mask: its backward needs no (T, T) residual, unlike jnp.where's
-    scores = scores + jnp.where(jnp.tril(jnp.ones((T, T), bool)), 0.0, NEG_INF)
+    rows = jnp.arange(T)
+    scores = scores + jnp.where(visible(rows, rows, window), 0.0, NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, Dh)
 
@@ -61,6 +63,13 @@ def scores(q, k, mask=None):
 def causal_mask(c: int):
     """A diagonal block (a chunk against itself): row r sees columns ≤ r."""
     return jnp.tril(jnp.ones((c, c), bool))
+
+
+def visible(query_pos, key_pos, window: int | None = None):
+    """(Tq, Tk) mask of the keys each query sees: key ≤ query, and with a sliding window W the
+    query itself and the W − 1 positions before it (query − key < W)."""
+    distance = query_pos[:, None] - key_pos[None, :]
+    return (distance >= 0) if window is None else (distance >= 0) & (distance < window)
 
 
 def attend(q, k, v, mask=None):
@@ -105,18 +114,36 @@ def _unblocks(x):
     return x.reshape(x.shape[0], -1, *x.shape[3:])
 
 
-def _mask(i, j, c):
-    """The mask of query block i against key block j ≤ i: causal on the diagonal, else none."""
-    return causal_mask(c) | (j < i)
+def _mask(i, j, c, window):
+    """The mask of query block i against key block j ≤ i: causal on the diagonal, the window's
+    edge on the farthest blocks, else none."""
+    rows = jnp.arange(c)
+    return visible(i * c + rows, j * c + rows, window)
 
 
-def _pairs(n: int):
-    """The (query block i, key block j) pairs at or below the diagonal, row by row: n(n + 1)/2
-    of the n² blocks, so the fully masked ones are never visited. One loop of a known trip
-    count over them (not a loop per row whose length is i + 1), so that the compiled step's
-    matmuls can be counted per step (parex.measure.hlo)."""
+def window_blocks(c: int, window: int | None, n: int) -> int:
+    """Key blocks before its own that a query block meets: all earlier ones, or under a window
+    W those within reach, ⌈(W − 1)/c⌉ (the nearest query of block i is i·c, the farthest key of
+    block i − d is (i − d)·c + c − 1)."""
+    return n - 1 if window is None else min(n - 1, -(-(window - 1) // c))
+
+
+def block_pairs(n: int, c: int, window: int | None = None) -> np.ndarray:
+    """The (query block i, key block j) pairs that hold a visible score, row by row: those at or
+    below the diagonal (n(n + 1)/2 of the n² blocks) and, under a window, within
+    `window_blocks` of it, so the fully masked ones are never visited. One loop of a known trip
+    count over them (not a loop per row), so that the compiled step's matmuls can be counted
+    per step (parex.measure.hlo). Returns (pairs, 2)."""
     i, j = np.tril_indices(n)
-    return jnp.asarray(i), jnp.asarray(j)
+    near = i - j <= window_blocks(c, window, n)
+    return np.stack([i[near], j[near]], 1)
+
+
+def _pairs(n: int, c: int, window):
+    """block_pairs as arrays (i, j, first): `first` marks each row's first pair."""
+    pairs = block_pairs(n, c, window)
+    first = np.r_[True, pairs[1:, 0] != pairs[:-1, 0]]
+    return jnp.asarray(pairs[:, 0]), jnp.asarray(pairs[:, 1]), jnp.asarray(first)
 
 
 def _varying(values, *like):
@@ -134,11 +161,11 @@ def _vma(aval) -> frozenset:
     return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
 
 
-def _flash_forward(q, k, v, c):
+def _flash_forward(q, k, v, c, window):
     """q (B, T, K, G, Dh), k, v (B, T, K, Dh) -> output (B, T, K, G, Dh) in v's dtype and lse
     (n, B, K, G, c) in float32. The loop over the pairs carries one row's accumulators (reset
-    at j = 0) and writes the row's output and lse at every pair: the last write, at j = i,
-    holds all its key blocks."""
+    at the row's first pair) and writes the row's output and lse at every pair: the last
+    write, at j = i, holds all its key blocks."""
     qb, kb, vb = _blocks(q, c), _blocks(k, c), _blocks(v, c)
     n, B, _, K, G, Dh = qb.shape
     empty = (jnp.full((B, K, G, c), NEG_INF), jnp.zeros((B, K, G, c)),
@@ -146,19 +173,19 @@ def _flash_forward(q, k, v, c):
 
     def visit(carry, ij):
         acc, out, lse = carry
-        i, j = ij
-        acc = jax.tree.map(lambda e, a: jnp.where(j == 0, e, a), empty, acc)
-        acc = merge(acc, attend(qb[i], kb[j], vb[j], _mask(i, j, c)))
+        i, j, first = ij
+        acc = jax.tree.map(lambda e, a: jnp.where(first, e, a), empty, acc)
+        acc = merge(acc, attend(qb[i], kb[j], vb[j], _mask(i, j, c, window)))
         m, l, o = acc
         row = (o / l[..., None]).transpose(0, 3, 1, 2, 4).astype(v.dtype)  # (B, c, K, G, Dh)
         return (acc, out.at[i].set(row), lse.at[i].set(m + jnp.log(l))), None
 
     init = _varying((empty, jnp.zeros(qb.shape, v.dtype), jnp.zeros((n, B, K, G, c))), q, k, v)
-    (_, out, lse), _ = jax.lax.scan(visit, init, _pairs(n))
+    (_, out, lse), _ = jax.lax.scan(visit, init, _pairs(n, c, window))
     return _unblocks(out), lse
 
 
-def _flash_backward(c, residuals, d_out):
+def _flash_backward(c, window, residuals, d_out):
     """FlashAttention-2's backward over the same pairs, in float32: each block (i, j) adds its
     dq into block i and its (dk, dv) into block j of the carried gradients."""
     q, k, v, out, lse = residuals
@@ -169,32 +196,33 @@ def _flash_backward(c, residuals, d_out):
 
     def visit(grads, ij):
         dq, dk, dv = grads
-        i, j = ij
+        i, j, _ = ij
         rows = (qb[i], dob[i], lse[i], deltab[i])
-        dq_ij, dk_ij, dv_ij = block_grads(rows, kb[j], vb[j], _mask(i, j, c))
+        dq_ij, dk_ij, dv_ij = block_grads(rows, kb[j], vb[j], _mask(i, j, c, window))
         return (dq.at[i].add(dq_ij), dk.at[j].add(dk_ij), dv.at[j].add(dv_ij)), None
 
     zeros = _varying(tuple(jnp.zeros(x.shape, x.dtype) for x in (qb, kb, vb)), q, k, v, d_out)
-    (dq, dk, dv), _ = jax.lax.scan(visit, zeros, _pairs(qb.shape[0]))
+    (dq, dk, dv), _ = jax.lax.scan(visit, zeros, _pairs(qb.shape[0], c, window))
     return (_unblocks(dq).astype(q.dtype), _unblocks(dk).astype(k.dtype),
             _unblocks(dv).astype(v.dtype))
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _flash(q, k, v, c):
-    return _flash_forward(q, k, v, c)[0]
+@partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _flash(q, k, v, c, window):
+    return _flash_forward(q, k, v, c, window)[0]
 
 
-def _flash_fwd(q, k, v, c):
-    out, lse = _flash_forward(q, k, v, c)
+def _flash_fwd(q, k, v, c, window):
+    out, lse = _flash_forward(q, k, v, c, window)
     return out, (q, k, v, out, lse)  # the backward's residuals: O(T) per row, no scores
 
 
 _flash.defvjp(_flash_fwd, _flash_backward)
 
 
-def blockwise_attention(q, k, v, block: int | None = None):
-    """Causal attention in blocks of `block` rows (BLOCK if None; module docstring).
+def blockwise_attention(q, k, v, block: int | None = None, window: int | None = None):
+    """Causal attention in blocks of `block` rows (BLOCK if None; module docstring), each query
+    seeing at most `window` positions (None: all); blocks wholly outside it are skipped.
     q (B, T, H, Dh); k, v (B, T, K, Dh) -> (B, T, H, Dh). A T that is not a multiple of the
     block is padded at the end: padded keys come after every real query, so the causal mask
     already hides them."""
@@ -204,29 +232,35 @@ def blockwise_attention(q, k, v, block: int | None = None):
     pad = -T % c
     if pad:
         q, k, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (q, k, v))
-    out = _flash(q.reshape(B, T + pad, K, H // K, Dh), k, v, c)  # kv head h // G
+    out = _flash(q.reshape(B, T + pad, K, H // K, Dh), k, v, c, window)  # kv head h // G
     return out[:, :T].reshape(B, T, H, Dh)
 
 
 # --- the choice --------------------------------------------------------------------------------
 
-def fused_attention(q, k, v):
+def fused_attention(q, k, v, window: int | None = None):
     """cuDNN's fused kernel through jax.nn.dot_product_attention, or None where the platform
-    or the shapes have none (a CPU, float32, a head size cuDNN refuses)."""
+    or the shapes have none (a CPU, float32, a head size cuDNN refuses). A window W is its
+    local_window_size (W − 1 positions to the left, none to the right)."""
     if jax.default_backend() != "gpu" or q.dtype not in (jnp.bfloat16, jnp.float16):
         return None
+    local = None if window is None else (window - 1, 0)
     try:
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn",
+                                            local_window_size=local)
     except (RuntimeError, ValueError, NotImplementedError):
         return None
 
 
-def flash_attention(q, k, v):
+def flash_attention(q, k, v, window: int | None = None):
     """The fused kernel where the platform has one, else the blockwise one."""
-    out = fused_attention(q, k, v)
-    return blockwise_attention(q, k, v) if out is None else out
+    out = fused_attention(q, k, v, window)
+    return blockwise_attention(q, k, v, window=window) if out is None else out
 
 
-def attention(q, k, v, kernel: str = "naive"):
-    """Causal attention with the named kernel (parex.config.ATTENTION_KERNELS)."""
-    return flash_attention(q, k, v) if kernel == "flash" else naive_attention(q, k, v)
+def attention(q, k, v, kernel: str = "naive", window: int | None = None):
+    """Causal attention with the named kernel (parex.config.ATTENTION_KERNELS), each query
+    seeing at most `window` positions (None: all earlier ones)."""
+    if kernel == "flash":
+        return flash_attention(q, k, v, window)
+    return naive_attention(q, k, v, window)

@@ -47,8 +47,9 @@ class Ops:
     def constrain(self, x, dims: tuple):
         return x
 
-    def attention(self, q, k, v):
-        return attention_kernel(q, k, v, self.kernel)
+    def attention(self, q, k, v, window=None):
+        """Causal attention, each query seeing at most `window` positions (None: all)."""
+        return attention_kernel(q, k, v, self.kernel, window)
 
     def lookup(self, table, tokens):
         """Rows of the embedding table (V, D) for token ids (B, T): (B, T, D)."""
@@ -131,9 +132,11 @@ def param_table(cfg: ModelConfig) -> dict:
     table = {"tokens": ((V, D), ("vocab", "embed"))}
     if gpt:
         table["positions"] = ((cfg.seq_len, D), (None, "embed"))
-    table |= {"blocks": {"norm1": norm(True), "attn": attn, "norm2": norm(True), "mlp": mlp},
-              "final_norm": norm(False),
-              "unembed": ((D, V), ("embed", "vocab"))}
+    norms = {"norm1": norm(True)} if cfg.parallel_block else {"norm1": norm(True),
+                                                              "norm2": norm(True)}
+    table |= {"blocks": {**norms, "attn": attn, "mlp": mlp}, "final_norm": norm(False)}
+    if not cfg.tied_embeddings:  # tied: the output layer reads `tokens` (`unembed`)
+        table["unembed"] = ((D, V), ("embed", "vocab"))
     return table
 
 
@@ -250,7 +253,8 @@ def _attention(x, p, cfg, ops, remat):
     q = ops.constrain(q, ("batch", "seq", "heads", "head_dim"))
     k = ops.constrain(k, ("batch", "seq", "kv_heads", "head_dim"))
     v = ops.constrain(v, ("batch", "seq", "kv_heads", "head_dim"))
-    core = jax.checkpoint(ops.attention) if remat == "selective" else ops.attention
+    core = partial(ops.attention, window=cfg.sliding_window)
+    core = jax.checkpoint(core) if remat == "selective" else core
     out = ops.constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
     return ops.weighted(partial(_out_projection, ops=ops, eq="bthk,hkd->btd", u_dims=_HEADS,
                                 w_dims=_HEADS_W), out, _params(p, w="wo", b="bo"))
@@ -284,12 +288,18 @@ def block(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none")
 
 
 def block_with_stats(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
-    """(block(x), its router statistics: parex.model.moe.routing.aux_stats, {} for a dense MLP)."""
+    """(block(x), its router statistics: parex.model.moe.routing.aux_stats, {} for a dense MLP).
+    Sequential: x + attn(norm1(x)), then + mlp(norm2(·)). Parallel (cfg.parallel_block, GPT-J,
+    PaLM): x + attn(norm1(x)) + mlp(norm1(x)), both branches reading one normalised input."""
     res = ("batch", "seq_res", "hidden")  # sequence-parallel region under SP
     norm = partial(_norm, family=cfg.family)
     h = ops.weighted(norm, ops.constrain(x, res), p["norm1"])
-    x = ops.constrain(x + _attention(h, p["attn"], cfg, ops, remat), res)
-    h = ops.weighted(norm, x, p["norm2"])
+    attended = _attention(h, p["attn"], cfg, ops, remat)
+    if cfg.parallel_block:
+        x = x + attended
+    else:
+        x = ops.constrain(x + attended, res)
+        h = ops.weighted(norm, x, p["norm2"])
     if not cfg.moe:
         return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops), res), {}
     shared = _mlp(h, p["mlp"]["shared"], cfg, ops) if "shared" in p["mlp"] else 0.0
@@ -320,8 +330,12 @@ def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
 
 def unembed(params, x, cfg, ops: Ops = SINGLE_DEVICE):
     x = _norm(x, params["final_norm"], cfg.family)
-    logits, = ops.column_parallel("btd,dv->btv", x, (params["unembed"],), ("embed", "vocab"),
-                                  ("batch", "seq", "vocab"))  # vocab-parallel logits
+    if cfg.tied_embeddings:  # logits = x·Eᵀ from the token table E[V_tensor, D]
+        logits, = ops.column_parallel("btd,vd->btv", x, (params["tokens"],), ("vocab", "embed"),
+                                      ("batch", "seq", "vocab"))
+    else:
+        logits, = ops.column_parallel("btd,dv->btv", x, (params["unembed"],), ("embed", "vocab"),
+                                      ("batch", "seq", "vocab"))  # vocab-parallel logits
     return ops.constrain(logits, ("batch", "seq", "vocab"))
 
 
@@ -376,8 +390,11 @@ def router_stats(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE) -> d
 def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
     """Model FLOPs of forward + backward per token (multiply-add = 2, no recompute), with the
     parameters a token passes through (a mixture of experts' active ones, router included).
-    Causal attention is counted in full (T² scores, as in Megatron's papers): 6N + 12·L·D·T."""
+    Causal attention is counted in full (T² scores, as in Megatron's papers), a sliding window
+    as its W keys per query (cfg.attended_keys): 6N + 12·L·H·Dh·T. Tied embeddings count the
+    output layer's V·D once more: the lookup is free, the logits matmul is not."""
     T = seq_len or cfg.seq_len
     positions = cfg.seq_len * cfg.hidden if cfg.family == "gpt" else 0
-    non_embedding = cfg.n_active_params - cfg.vocab * cfg.hidden - positions
-    return 6 * non_embedding + 12 * cfg.layers * cfg.hidden * T
+    output = cfg.vocab * cfg.hidden if cfg.tied_embeddings else 0
+    non_embedding = cfg.n_active_params - cfg.vocab * cfg.hidden - positions + output
+    return 6 * non_embedding + 12 * cfg.layers * cfg.heads * cfg.head_dim * cfg.attended_keys(T)

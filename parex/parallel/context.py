@@ -224,12 +224,12 @@ def ring_attention(q, k, v, axis_name: str, s: int, per_group: bool = False):
 
 # --- Ulysses -----------------------------------------------------------------------------------
 
-def ulysses_attention(q, k, v, axis_name: str, kernel: str = "naive"):
+def ulysses_attention(q, k, v, axis_name: str, kernel: str = "naive", window=None):
     """All-to-all attention on contiguous shards. q (B, Tl, H, Dh); k, v (B, Tl, K, Dh).
     Heads are split in contiguous groups, so the kv head of each query head moves with it; the
     local attention is `kernel`'s (parex.model.attention)."""
     def to_heads(x):  # (B, T/s, N, Dh) -> (B, T, N/s, Dh)
         return jax.lax.all_to_all(x, axis_name, 2, 1, tiled=True)
 
-    out = attention(to_heads(q), to_heads(k), to_heads(v), kernel)  # (B, T, H/s, Dh)
+    out = attention(to_heads(q), to_heads(k), to_heads(v), kernel, window)  # (B, T, H/s, Dh)
     return jax.lax.all_to_all(out, axis_name, 1, 2, tiled=True)  # (B, T/s, H, Dh)

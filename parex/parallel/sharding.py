@@ -197,15 +197,15 @@ class MeshOps(Ops):
 
     # --- context parallelism on the seq axis ----------------------------------------------------
 
-    def attention(self, q, k, v):
+    def attention(self, q, k, v, window=None):
         cp, seq = self.layout.cp, Axis.SEQ.value
-        if cp == "ring":
+        if cp == "ring":  # no window: validation's sliding-window-ring refuses one
             core = partial(ring_attention, axis_name=seq, s=self.layout.seq,
                            per_group=self.in_pipeline_stage)
         elif cp == "ulysses":
-            core = partial(ulysses_attention, axis_name=seq, kernel=self.kernel)
+            core = partial(ulysses_attention, axis_name=seq, kernel=self.kernel, window=window)
         else:
-            return super().attention(q, k, v)
+            return super().attention(q, k, v, window)
         return self.manual(core, (QUERY, KEY_VALUE, KEY_VALUE), QUERY)(q, k, v)
 
     def seq_order(self, x, axis: int = 1):

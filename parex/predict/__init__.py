@@ -35,7 +35,8 @@ from .shapes import Grid
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
             convention: str | Convention | None = None, recipe: str | Recipe | None = None,
-            dtype: str | None = None, expert_imbalance: float | None = None) -> Prediction:
+            dtype: str | None = None, expert_imbalance: float | None = None,
+            stack: str | None = None, overlaps=None) -> Prediction:
     """Predicted step time, memory, FLOPs and communication of one layout. A layout that is not
     a real program raises LayoutError (parex.validation's rules); a valid one that parex's
     executor cannot run yet is predicted with `executable=False` and the reason; one that does
@@ -45,12 +46,15 @@ def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,
     the Prediction's `assumptions`: on an accelerator "gpu", "mixed" and bfloat16; on the
     calibrated `cpu-local` "xla-cpu", "parex" and the model's own dtype.
     `expert_imbalance`: a mixture of experts' most-loaded expert over the mean (1.0: balanced),
-    which sets the ideal program's expert compute (accelerator.expert_slots)."""
+    which sets the ideal program's expert compute (accelerator.expert_slots). `stack`: the
+    framework whose communication overlaps are priced (parex.stacks); `overlaps`: the names
+    on, replacing the stack's (predict.overlap)."""
     if layout.diloco:
         raise InputError(f"layout {layout} has DiLoCo replicas: predict it with parex.predict "
                          f"(parex.entry), which adds the outer exchange (parex.lowcomm)")
     return predict_setting(resolve(model, train, layout, hardware, dtype=dtype, recipe=recipe,
-                                   convention=convention, expert_imbalance=expert_imbalance))
+                                   convention=convention, expert_imbalance=expert_imbalance,
+                                   stack=stack, overlaps=overlaps))
 
 
 __all__ = ["CONVENTIONS", "Convention", "Grid", "RECIPES", "Recipe", "checked", "columns",

@@ -177,10 +177,12 @@ def flash_efficiency(table: dict, which: str, head_dim: int, seq) -> np.ndarray:
 
 def flash_seconds(sizes: ModelSizes, grid: Grid, peak: float, table: dict) -> tuple:
     """(forward, backward) seconds of the fused attention kernel in one block per microbatch on
-    one device: s_q = T/seq queries per device against the T keys, b·H/t heads, causal (half the
-    scores), each pass at its published rate for the kernel's sequence (a ring hop's T/seq
-    under ring attention, T otherwise: Ulysses attends whole sequences)."""
-    forward = 4 * (grid.T / grid.seq) * grid.T * sizes.Dh * grid.b * sizes.H / grid.tensor / 2
+    one device: s_q = T/seq queries per device against the keys they see (causal: half the T;
+    a sliding window: about W, ModelSizes.visible_keys), b·H/t heads, each pass at its
+    published rate for the kernel's sequence (a ring hop's T/seq under ring attention, T
+    otherwise: Ulysses attends whole sequences)."""
+    keys = sizes.visible_keys(grid.T)
+    forward = 4 * (grid.T / grid.seq) * keys * sizes.Dh * grid.b * sizes.H / grid.tensor
     ring = grid.cp == CP_MODES.index("ring")
     seq = np.where(ring, grid.T / grid.seq, grid.T)
     return (forward / (peak * flash_efficiency(table, "forward", sizes.Dh, seq)),

@@ -29,6 +29,10 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   all-gather and a reduce-scatter of the same bytes
     tp-beside-wgrad  the 2 backward ones per block (SP: reduce-scatters) where the program runs
                   them beside the weight-gradient GEMMs (Convention.overlaps_tp_backward)
+    sp-chunked    SP under a chunked TP overlap (Convention.overlaps_tp_comm, async_tp): each
+    sp-chunked-rs block's forward all-gathers and reduce-scatters, the backward's gathers of the
+                  row-parallel output gradients and a recomputed forward's, split into chunks
+                  behind their GEMMs (predict.overlap); the rest stay in sp
     sp-regather   SP: the backward's all-gathers of the column-parallel inputs (2 per block and
                   the head's), which SP saves sequence-split; Megatron overlaps them with the
                   input-gradient matmuls
@@ -47,6 +51,8 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   a forward's worth more under full remat (the recomputed forward)
     pipeline      activations forward and cotangents backward between stages; the shared
                   embedding and head gradients summed over stages
+    tied-embedding tied tables: the first and last stages' gradients of the token table summed
+                  over stage (Megatron-LM); xla-cpu: the output layer's share reduced apart
     moe-dispatch  a mixture of experts under expert parallelism: the dispatch buffer
                   x_e[b, E, C, D] to the experts' devices and back (all-to-all over expert), 2
                   per block forward, their 2 transposes backward, 2 more under full remat;
@@ -99,6 +105,13 @@ class Convention:
     overlaps_tp_backward: bool = False  # the column-parallel layers' input-gradient all-reduce
     #   (SP: reduce-scatter) runs beside their weight-gradient GEMM (Megatron-LM from September
     #   2021: mpu/layers.py LinearWithGradAccumulationAndAsync*, async_op=True; on by default)
+    overlaps_tp_comm: bool = False  # SP's all-gathers and reduce-scatters chunked behind their
+    #   GEMMs (Transformer Engine's userbuffers, Megatron-Core --tp-comm-overlap): predict.overlap
+    async_tp: bool = False  # the same by PyTorch's micro-pipelined TP (torchtitan's async TP)
+    overlaps_param_gather: bool = False  # ZeRO-1/2's parameter all-gather in buckets behind
+    #   the next step's forward (Megatron-Core --overlap-param-gather)
+    bucket_params: float = 0.0  # gradient / parameter bucket size in parameters (parex.stacks:
+    #   Megatron-Core's); 0: one bucket per layer, behind the whole step's backward
     axonn_overlaps: bool = False  # 3D tensor layouts: AxoNN's three overlaps, each hiding
     #   min(collective, the compute behind it) (predict.tensor3d.overlaps); False: their
     #   collectives are timed as the 1D families they resemble (tensor3d.TIME_FAMILY)
@@ -157,7 +170,7 @@ def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes
     parallelism's. Each family states the ideal program's terms first; what parex's compiled
     program does instead (xla-cpu) is a correction in a function of its own."""
     step = _Step(sizes, grid, remat, conv, act_bytes, param_bytes, grad_bytes)
-    return (_grad_reduce_terms(step) + _gather_terms(step)
+    return (_grad_reduce_terms(step) + _gather_terms(step) + _tied_table_terms(step)
             + _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, step.x_bytes)
             + moe_terms(step)
             + _context_terms(sizes, grid, remat, conv, act_bytes)
@@ -185,6 +198,15 @@ class _Step:
     def grads_sharded(self) -> np.ndarray:
         grid = self.grid
         return (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
+
+    @property
+    def scatters_grads(self) -> np.ndarray:
+        """Where the ideal program reduce-scatters the gradients: sharded ones, and ZeRO-1's,
+        whose optimizer updates only its shard (Megatron-Core's distributed optimizer,
+        DeepSpeed's stage 1 `reduce_scatter`); the updated shards come back by zero-gather."""
+        grid = self.grid
+        return self.conv.reduce_scatter & (self.grads_sharded
+                                           | ((grid.zero >= 1) & (grid.data > 1)))
 
     @property
     def per_replica(self) -> np.ndarray:
@@ -261,7 +283,7 @@ def _grad_reduce_terms(step: _Step) -> list[Term]:
     else:
         out, reduction = [], _ideal_grad_reduce(step)
     count = reduction.count * ~step.fsdp_piped  # their own terms: _fsdp_in_stages
-    rs = step.conv.reduce_scatter & step.grads_sharded
+    rs = step.scatters_grads
     out.append(Term("grad-reduce", "all-reduce", reduction.axes, count * ~rs, reduction.bytes))
     out.append(Term("grad-reduce", "reduce-scatter", reduction.axes, count * rs,
                     reduction.bytes))
@@ -299,7 +321,7 @@ def _routed_grad_terms(step: _Step) -> list[Term]:
                 Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.SEQ),
                      step.per_step * (rest > 1), routed / split)]
     on = step.per_step * (grid.data * grid.fsdp * grid.seq > 1)
-    rs = step.conv.reduce_scatter & step.grads_sharded
+    rs = step.scatters_grads
     axes = (Axis.DATA, Axis.FSDP, Axis.SEQ)
     return [Term("grad-reduce", "all-reduce", axes, on * ~rs, routed),
             Term("grad-reduce", "reduce-scatter", axes, on * rs, routed)]
@@ -376,6 +398,31 @@ def _embedding_lookup_terms(step: _Step, axes) -> list[Term]:
     return [Term("embedding-ids", "all-gather", axes, m * step.xla_embed,
                  ids * np.ones(len(grid))),
             Term("embedding-lookup", "all-to-all", axes, lookups, step.x_bytes)]
+
+
+def _tied_table_terms(step: _Step) -> list[Term]:
+    """Tied embeddings (ModelConfig.tied_embeddings), the token table's second use. Ideal
+    program: in a pipeline, Megatron-LM's first and last stages each hold the table and
+    all-reduce its two gradients over stage once per step. xla-cpu: XLA reduces the output
+    layer's gradient of the table over the batch axes apart from the lookup's (one all-reduce
+    of the table's V·D/t more) and, where the table is sharded over fsdp, gathers it for the
+    logits too; read off tiny data=8, fsdp=8, data=2,tensor=4 (sp=on) and
+    data=4,tensor=2,zero=1."""
+    sizes, grid = step.sizes, step.grid
+    if not sizes.tied:
+        return []
+    table = sizes.V * sizes.D / grid.tensor
+    piped = (grid.stage > 1) * 1.0
+    out = [Term("tied-embedding", "all-reduce", (Axis.STAGE,), piped,
+                step.grad_bytes * table / grid.embed_shards("grad"))]
+    if step.conv.name == "xla-cpu":
+        reduced = (grid.stage == 1) & (grid.dp * grid.seq > 1)
+        gathered = (grid.stage == 1) & (grid.embed_shards("param") > 1)
+        out += [Term("tied-embedding", "all-reduce", (Axis.DATA, Axis.FSDP, Axis.SEQ),
+                     1.0 * reduced, step.grad_bytes * table),
+                Term("tied-embedding", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * gathered,
+                     step.param_bytes * table)]
+    return out
 
 
 def _gather_terms(step: _Step) -> list[Term]:
@@ -537,12 +584,19 @@ def _tp_activation_terms(sizes, grid, remat, conv, x_bytes) -> list[Term]:
     # the column-parallel layers' backward ones (QKV's and the MLP inputs') run beside their
     # weight-gradient GEMMs where the program overlaps them
     beside = backward * L * conv.overlaps_tp_backward
+    # under SP a SwiGLU's two input matrices leave one input gradient (Megatron's fused fc1):
+    # 2 reduce-scatters per block beside dW, 1 where the MLP is a mixture of experts' routed one
+    beside_rs = min(backward, 2) * L * conv.overlaps_tp_backward
     n_ar = per_block * L + np.where(piped, 1, 2) - beside
     out = [Term("tp", "all-reduce", axes, m * n_ar * (tp & ~sp), x_bytes),
            Term("tp-beside-wgrad", "all-reduce", axes, m * beside * (tp & ~sp), x_bytes)]
-    regathers = np.where(conv.merges_sp_regathers, 2 * L * (1 - full), 2 * L + 1)
-    n_ag = (4 + 2 * full) * L + 2
-    n_rs = (4 + full + last) * L + 2 - beside
+    # SP's gathers per block: of each branch's input, and of the cotangent of each branch's
+    # reduce-scatter; a parallel block's two branches read one input and one output cotangent,
+    # so one of each (xla-cpu merges the identical gathers; Megatron would gather once)
+    g = 1 if sizes.parallel else 2
+    regathers = np.where(conv.merges_sp_regathers, g * L * (1 - full), g * L + 1)
+    n_ag = (2 * g + g * full) * L + 2
+    n_rs = (4 + full + last) * L + 2 - beside_rs
     if sizes.moe:  # the routed experts' input gathered whole (forward, recompute; backward: the
         #           gather of its replicated output's slice), no reduce-scatter, no re-gather
         routed = (2 + full) * L
@@ -552,12 +606,21 @@ def _tp_activation_terms(sizes, grid, remat, conv, x_bytes) -> list[Term]:
         n_ag = n_ag + routed
     nested_ag, nested_rs = _nested_sp_counts(grid, full)
     nested = piped & grid.executor  # SP's ops nested in the pipeline's shard_map
-    out.append(Term("sp", "all-gather", axes, m * np.where(nested, nested_ag, n_ag) * sp,
-                    x_bytes))
-    out.append(Term("sp", "reduce-scatter", axes, m * np.where(nested, nested_rs, n_rs) * sp,
+    # chunked behind their GEMMs (predict.overlap): each block's forward gathers (before QKV
+    # and the MLP) and scatters (after W_o and W_out), the backward's gathers of the
+    # row-parallel layers' output gradients, and a recomputed forward's; not a mixture of
+    # experts' (its routed MLP has no such pair)
+    chunks = (conv.overlaps_tp_comm or conv.async_tp) and not sizes.moe
+    c_ag, c_rs = ((2 * g + g * full) * L, (2 + full + last) * L) if chunks else (0, 0)
+    out.append(Term("sp", "all-gather", axes,
+                    m * np.where(nested, nested_ag, n_ag - c_ag) * sp, x_bytes))
+    out.append(Term("sp", "reduce-scatter", axes,
+                    m * np.where(nested, nested_rs, n_rs - c_rs) * sp, x_bytes))
+    out.append(Term("sp-chunked", "all-gather", axes, m * c_ag * (sp & ~nested), x_bytes))
+    out.append(Term("sp-chunked-rs", "reduce-scatter", axes, m * c_rs * (sp & ~nested),
                     x_bytes))
     out.append(Term("sp-regather", "all-gather", axes, m * regathers * (sp & ~nested), x_bytes))
-    out.append(Term("tp-beside-wgrad", "reduce-scatter", axes, m * beside * (sp & ~nested),
+    out.append(Term("tp-beside-wgrad", "reduce-scatter", axes, m * beside_rs * (sp & ~nested),
                     x_bytes))
     return out
 

@@ -15,7 +15,8 @@ from ..parallel.schedules import SCHEDULES
 from ..record import KINDS, PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..setting import Setting, resolve
 from ..validation.checks import check_valid, executable_columns, executable_reason, valid_columns
-from . import alpha_beta, comm, flops, memory, stash, tensor3d, tensor3d_stages, ticks, time
+from . import (alpha_beta, comm, flops, memory, overlap, stash, tensor3d, tensor3d_stages,
+               ticks, time)
 from .comm import Convention
 from .memory import Recipe
 from .shapes import Grid, model_sizes
@@ -66,7 +67,17 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
         seconds, hidden = tensor3d.with_overlaps(seconds, terms, on_axes, chip, sizes, grid,
                                                  model.dtype, act,
                                                  compute["per_microbatch"] * grid.microbatches)
-    step = time.step_time(grid, compute, seconds, emulated, remat, conv.overlaps_grad_reduce)
+    parts = None
+    if not emulated:
+        ops = {}
+        if conv.overlaps_tp_comm or conv.async_tp:
+            ops = {family: sum((t.count for t in terms if t.name == family), np.zeros(len(grid)))
+                   for family in overlap.CHUNKED}
+            compute["projection_gemm"] = overlap.projection_gemm_seconds(sizes, grid, chip,
+                                                                         model.dtype, act)
+        parts = overlap.exposed_parts(grid, sizes, conv, remat, compute, seconds, ops,
+                                      int(chip.gemm.get("units", 0)))
+    step = time.step_time(grid, compute, seconds, emulated, remat, parts)
     hw = flops.hardware_flops(model, grid, remat)
     mf = flops.model_flops(model, grid)
     counted = flops.xla_counted(model, sizes, grid, remat) if conv.loops_counted_once else hw
@@ -82,6 +93,8 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
             "fits": mem["total"] <= chip.hbm_bytes,
             "over_capacity_bytes": np.maximum(mem["total"] - chip.hbm_bytes, 0.0)}
     out |= {tensor3d.hidden_column(k): v for k, v in hidden.items()}
+    out |= {overlap.column(name, k): v for name, part in (parts or {}).items()
+            for k, v in part.items()}
     return out, terms
 
 
@@ -177,20 +190,30 @@ def predict_setting(setting: Setting) -> Prediction:
         collectives=collectives, convention=setting.convention,
         hardware_flops_per_device=value["hardware_flops_per_device"],
         executable=reason is None, executable_reason=reason or "",
-        assumptions=setting.to_json())
+        assumptions=setting.to_json(), overlaps=_overlap_report(value))
+
+
+def _overlap_report(value: dict) -> dict | None:
+    """{overlap: {comm, exposed, contention}} seconds of one layout (predict.overlap), only
+    the overlaps with collectives to hide; None on the emulated mesh."""
+    report = {name: {k: value[overlap.column(name, k)] for k in ("comm", "exposed", "contention")}
+              for name in overlap.NAMES if overlap.column(name, "comm") in value}
+    return {name: part for name, part in report.items() if part["comm"] > 0} if report else None
 
 
 def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
                   convention: str | Convention | None = None,
                   recipe: str | Recipe | None = None, dtype: str | None = None,
-                  expert_imbalance: float | None = None) -> dict[str, np.ndarray]:
+                  expert_imbalance: float | None = None, stack: str | None = None,
+                  overlaps=None) -> dict[str, np.ndarray]:
     """Columns (Prediction.to_row names) for many layouts: a list of Layouts or a Grid (built
     from a resolved TrainConfig). `valid` is parex.validation's verdict (the same rules as
     predict(), as columns) and the numbers of invalid rows are NaN; `executable` marks the valid
     rows parex's executor runs today; `fits` flags the rows that fit in memory. A model or
     train config that no layout can run raises LayoutError, as predict() does. The setting is
     resolved as predict()'s (parex.setting.resolve); a pipeline that names no schedule takes
-    the regime's default."""
+    the regime's default; `stack` and `overlaps` name the communication overlaps priced
+    (parex.stacks)."""
     if not isinstance(layouts, Grid) and any(layout.diloco for layout in layouts):
         raise InputError("predict_batch has no replica columns: predict DiLoCo layouts "
                          "(replica, inner_steps) one at a time with parex.predict")
@@ -200,7 +223,8 @@ def predict_batch(model: ModelConfig, train: TrainConfig, layouts, hardware, *,
     n = int(layouts.n_devices.max() if isinstance(layouts, Grid)
             else max((layout.n_devices for layout in layouts), default=1))
     setting = resolve(model, train, None, hardware, n_devices=n, dtype=dtype, recipe=recipe,
-                      convention=convention, expert_imbalance=expert_imbalance)
+                      convention=convention, expert_imbalance=expert_imbalance, stack=stack,
+                      overlaps=overlaps)
     if not isinstance(layouts, Grid):
         layouts = [setting.with_layout(layout).layout for layout in layouts]
     return predict_columns(setting, layouts)

@@ -9,7 +9,10 @@ The parts add up to the predicted step time:
     kernel shapes       the GEMMs' tile and wave quantization (predict.kernels)
     communication       the exposed collective seconds (predict.time's overlap model), of which
                         congestion: what the network's oversubscribed tiers add (the same step
-                        with every tier at its NIC's rate)
+                        with every tier at its NIC's rate); each overlap of the stack
+                        (predict.overlap: chunked TP communication, bucketed gradient reduce
+                        and parameter gather) with its collective's seconds, the remainder it
+                        leaves exposed and the GEMMs' loss beside it
     stragglers          the slowest of the step's devices (predict.stragglers)
     bubble              the pipeline's fill and drain
 
@@ -62,7 +65,38 @@ def setting_breakdown(setting: Setting) -> dict:
              "congestion": steady["exposed_comm"] - flat["exposed_comm"],
              "stragglers": full["total"] - steady["total"], "bubble": steady["bubble"],
              "total": full["total"]}
-    return {"parts": parts, "tiers": tier_seconds(p, setting), "prediction": p}
+    return {"parts": parts, "tiers": tier_seconds(p, setting), "prediction": p,
+            "overlaps": overlap_lines(setting, p)}
+
+
+def overlap_lines(setting: Setting, p) -> list[str]:
+    """What each of the stack's overlaps leaves exposed (predict.overlap), one line each: the
+    collective's seconds, its exposed remainder and the GEMMs' loss beside it, and why."""
+    from ..units import format_seconds
+    from .core import program
+
+    if setting.emulated or not p.overlaps:
+        return []
+    conv = program(setting)
+    chunked = conv.overlaps_tp_comm or conv.async_tp
+    how = {"tp-comm": ("async-tp: t chunks each way (PyTorch)" if conv.async_tp else
+                       "gathers in t ring chunks, scatters in 4 pipelined splits (TE)")
+           if chunked else "not overlapped",
+           "grad-reduce": ("bucketed behind the backward" if conv.overlaps_grad_reduce
+                           else "after the backward: not overlapped"),
+           "param-gather": ("bucketed behind the next forward" if conv.overlaps_param_gather
+                            else "after the update: not overlapped")}
+    name = (f"stack {setting.stack}" if setting.stack else "overlaps")
+    lines = [f"  {name}: collective -> exposed + GEMMs slowed beside it (predict.overlap)"]
+    for key, part in p.overlaps.items():
+        lines.append(f"    {key:14s} {format_seconds(part['comm']):>10s} -> "
+                     f"{format_seconds(part['exposed']):>10s} + "
+                     f"{format_seconds(part['contention']):>10s}  {how[key]}")
+    layout = setting.layout
+    if chunked and layout.tensor > 1 and not layout.sp:
+        lines.append("    tp-comm needs sequence parallelism (Megatron-Core refuses "
+                     "--tp-comm-overlap without --sequence-parallel): add sp=on")
+    return lines
 
 
 def _untapered(chip):
@@ -113,6 +147,7 @@ def explain_text(result: dict) -> str:
         lines.append(f"  {key:18s} {format_seconds(parts[key]):>10s}  "
                      f"{parts[key] / total:6.1%}  {what}")
     lines.append(f"  {'total':18s} {format_seconds(total):>10s}")
+    lines += result.get("overlaps", [])
     if result["tiers"]:
         busy = ", ".join(f"{name} {format_seconds(s)}" for name, s in result["tiers"].items()
                          if s > 0)

@@ -53,10 +53,25 @@ def forward_per_token(model: ModelConfig, T: int) -> tuple[float, float]:
     return layer, head
 
 
-def attention_forward_per_token(model: ModelConfig, T: int) -> float:
-    """The attention core's share of a block's forward (QKᵀ and PV, T² counted in full)."""
-    # the block's forward is linear in T, and only attention depends on it
-    return forward_per_token(model, 2 * T)[0] - forward_per_token(model, T)[0]
+def attention_forward_per_token(model: ModelConfig, T: int, keys=None) -> float:
+    """The attention core's share of a block's forward per token: QKᵀ and PV, 2·2·H·Dh FLOPs
+    per key, against `keys` keys per query (None: the model FLOPs' model.attended_keys(T))."""
+    keys = model.attended_keys(T) if keys is None else keys
+    return 4 * model.heads * model.head_dim * keys
+
+
+def executed_keys(model: ModelConfig, grid: Grid):
+    """Keys per query the program computes: the naive kernel all T (a sliding window only masks
+    its scores), the flash kernel the window's (its blocks beyond it are skipped; counted in
+    full, as causal attention is)."""
+    return np.where(grid.flash, model.attended_keys(grid.T), grid.T)
+
+
+def masked_attention(model: ModelConfig, grid: Grid) -> np.ndarray:
+    """FLOPs per token a block's forward computes beyond the model FLOPs: the scores a window
+    masks but the naive kernel computes (0 without a window)."""
+    return (attention_forward_per_token(model, grid.T, executed_keys(model, grid))
+            - attention_forward_per_token(model, grid.T))
 
 
 def recompute_layers(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
@@ -79,8 +94,12 @@ def passes_per_layer(grid: Grid, remat: str) -> np.ndarray:
 
 
 def recomputed_block(model: ModelConfig, T: int) -> float:
-    """FLOPs per token of recomputing one block's forward: all but the MLP's output matmul."""
-    return forward_per_token(model, T)[0] - 2 * model.ffn * model.hidden
+    """FLOPs per token of recomputing one block's forward: all but its last matmuls, the MLP's
+    output (and, in a parallel block, whose two branches end the block together, W_o too)."""
+    last = 2 * model.ffn * model.hidden
+    if model.parallel_block:
+        last += 2 * model.heads * model.head_dim * model.hidden
+    return forward_per_token(model, T)[0] - last
 
 
 def model_flops(model: ModelConfig, grid: Grid) -> np.ndarray:
@@ -100,13 +119,14 @@ def matmul_split(model: ModelConfig, grid: Grid, remat: str) -> dict:
     """Per device, per microbatch: FLOPs of one block (forward + backward + recompute) and of the
     head, after the tensor and sequence splits. time.py and xla_counted read these."""
     layer, head = forward_per_token(model, grid.T)
+    masked = masked_attention(model, grid)
     full, core = recompute_layers(grid, remat)
-    attn = attention_forward_per_token(model, grid.T)
+    attn = attention_forward_per_token(model, grid.T, executed_keys(model, grid))
     split = grid.tokens / grid.tensor
     if model.moe:
         return {"layer": moe_layer_flops(model, grid, remat), "head": 3 * head * split}
-    again = full * recomputed_block(model, grid.T) + core * attn
-    return {"layer": (3 * layer + again) * split, "head": 3 * head * split}
+    again = full * (recomputed_block(model, grid.T) + masked) + core * attn
+    return {"layer": (3 * (layer + masked) + again) * split, "head": 3 * head * split}
 
 
 def moe_forward(model: ModelConfig, grid: Grid) -> dict:
@@ -118,7 +138,7 @@ def moe_forward(model: ModelConfig, grid: Grid) -> dict:
     the k·T assignments), "dispatch" and "combine" parex's dense-dispatch einsums, each
     2·b·T·E·C·D (none in the ideal program, which permutes tokens instead)."""
     sizes = model_sizes(model)
-    layer = forward_per_token(model, grid.T)[0]
+    layer = forward_per_token(model, grid.T)[0] + masked_attention(model, grid)
     n_mat = sizes.n_mlp_in + 1
     active = sizes.k * 2 * n_mat * sizes.D * sizes.Fe  # the k experts' matrices per token
     router = 2 * sizes.D * sizes.E
@@ -142,7 +162,8 @@ def moe_layer_flops(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
     f = moe_forward(model, grid)
     forward = sum(f.values())
     full, core = recompute_layers(grid, remat)
-    attn = attention_forward_per_token(model, grid.T) * grid.tokens / grid.tensor
+    attn = (attention_forward_per_token(model, grid.T, executed_keys(model, grid)) * grid.tokens
+            / grid.tensor)
     again = full * (forward - f["combine"] - f["shared_out"]) + core * attn
     return 3 * forward - f["dispatch"] + again
 
@@ -168,7 +189,7 @@ def ring_attention_counted(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndar
     c = T/2s, at 4·c²·D/t FLOPs forward (QKᵀ, PV) and 10·c²·D/t backward (QKᵀ again, dV, dP,
     dQ, dK). The forward does 3 own blocks, then 2 per hop in a loop of s − 1 hops; the
     backward 3 own, 2 on hop 1, then 2 per hop in a loop of s − 2; each loop counted once."""
-    c, d = grid.T / (2 * grid.seq), sizes.D / grid.tensor
+    c, d = grid.T / (2 * grid.seq), sizes.H * sizes.Dh / grid.tensor
     full, core = recompute_layers(grid, remat)
     forwards = 1 + full + core
     backward_blocks = 5 + 2 * np.minimum(grid.seq - 2, 1)
@@ -181,14 +202,15 @@ def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -
     core is counted as XLA counts the ring's blocks (`ring_attention_counted`)."""
     mm, ew = matmul_split(model, grid, remat), elementwise_flops(sizes, grid, remat)
     full, core = recompute_layers(grid, remat)
-    convention = ((3 + full + core) * attention_forward_per_token(model, grid.T) * grid.tokens
-                  / grid.tensor)
+    convention = ((3 + full + core) * grid.tokens / grid.tensor
+                  * attention_forward_per_token(model, grid.T, executed_keys(model, grid)))
     ring = (grid.cp == 1) & (grid.seq > 1)
     layer = mm["layer"] + np.where(ring, ring_attention_counted(sizes, grid, remat) - convention,
                                    0.0)
     return layer + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
 
 
-__all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "forward_per_token",
+__all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "executed_keys",
+           "forward_per_token", "masked_attention",
            "hardware_flops", "matmul_split", "model_flops", "moe_forward", "moe_layer_flops",
            "recomputed_block", "ring_attention_counted", "xla_counted"]

@@ -97,8 +97,25 @@ def recipe(name_or_recipe) -> Recipe:
 def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     """Parameters' worth of `kind` state ("param", "grad", "opt") one device holds. Stacked
     layers are stored split evenly over the stage axis; the embedding and head as
-    `head_state_elements` says."""
-    embed = grid.embed_shards(kind)
+    `head_state_elements` says. State sharded over data whose D those shards do not divide is
+    Megatron-LM's distributed optimizer's flat buffer (`padded_state_elements`)."""
+    split = _state_elements(sizes, grid, kind, grid.embed_shards(kind))
+    uneven = sizes.D % grid.embed_shards(kind) != 0
+    if not np.any(uneven):
+        return split
+    return np.where(uneven, padded_state_elements(sizes, grid, kind), split)
+
+
+def padded_state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
+    """Megatron-LM's distributed optimizer (docs: distrib_optimizer.md): a rank's parameters in
+    one flat buffer, padded to a multiple of the data-parallel size and cut into equal
+    contiguous shards, ⌈N / data⌉ elements each, whatever the dims (fsdp still splits D)."""
+    whole = _state_elements(sizes, grid, kind, grid.fsdp)
+    return np.ceil(whole / grid.data)
+
+
+def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed) -> np.ndarray:
+    """state_elements with each weight's embed dim cut into `embed` shards."""
     total = np.zeros(len(grid))
     for (e, t, l), n in zip(GROUPS, sizes.groups):
         if n and l:
@@ -115,9 +132,13 @@ def head_state_elements(sizes: ModelSizes, grid: Grid, embed) -> np.ndarray:
     """The embedding's and head's state on the busiest device. Tables split their vocab over
     tensor and their embed dim like every weight (`embed` shards). Pipelines: parex's executor
     also splits them over the stages (Layout.spec); the ideal program keeps the embedding on the
-    first stage and the head on the last (Megatron-LM), so the larger of the two counts."""
+    first stage and the head on the last (Megatron-LM), so the larger of the two counts. Tied
+    tables in a pipeline: Megatron-LM keeps a copy of the token table on the last stage (its
+    gradient all-reduced with the first's, comm.tied-embedding)."""
     tokens, positions = sizes.embedding
     unembed, final_norm = sizes.head
+    if sizes.tied:
+        unembed = np.where(grid.stage > 1, tokens, 0)
     first = (tokens / grid.tensor + positions) / embed
     last = unembed / grid.tensor / embed + final_norm
     whole = first + last
@@ -169,8 +190,10 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     t, sp, h = grid.tensor, grid.sp, sizes.D
     if remat == "full":
         return np.where(sp, h / t, h) * np.ones(len(grid))
-    full_h = np.where(sp, 8 * h / t, 8 * h)
-    split_h = (2 + 2 * sizes.K / sizes.H) * h / t
+    # a parallel block has one norm and one residual sum where a sequential one has two: half
+    # the D-sized elements (tiny data=8, data=2,tensor=4 (sp=on): 3.6 to 4.3 h fewer measured)
+    full_h = np.where(sp, h / t, h) * (4 if sizes.parallel else 8)
+    split_h = 2 * (sizes.H + sizes.K) * sizes.Dh / t  # q, k, v and the attention output
     # ring attention's and flash attention's custom VJPs keep no scores, only the rows'
     # log-sum-exp (one per head); selective remat recomputes either kernel's forward
     kept = (grid.cp == 1) | grid.flash

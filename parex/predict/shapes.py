@@ -56,7 +56,10 @@ class ModelSizes:
     #                     routed experts' apart)
     T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
     embedding: tuple[int, int] = (0, 0)  # (token table, GPT's position table) parameters
-    head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters
+    head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters; tied: (0, norm)
+    tied: bool = False  # the output layer reads the token table (ModelConfig.tied_embeddings)
+    parallel: bool = False  # attention and MLP side by side (ModelConfig.parallel_block)
+    window: int | None = None  # W, ModelConfig.sliding_window
     # --- a mixture of experts (parex.model.moe); all 0 for a dense model -------------------------
     E: int = 0  # routed experts per block
     k: int = 0  # experts per token
@@ -78,6 +81,15 @@ class ModelSizes:
     def routed_layer(self) -> int:
         """Routed experts' parameters of one block (all E experts)."""
         return sum(self.routed) // self.L
+
+    def visible_keys(self, T) -> np.ndarray:
+        """Keys a query sees on average under the causal mask: (T + 1)/2 ≈ T/2; under a window
+        W ≤ T, Σ_t min(W, t + 1) / T = W − W(W − 1)/(2T). What a fused kernel that skips the
+        masked blocks computes."""
+        if self.window is None:
+            return np.asarray(T) / 2
+        W = np.minimum(self.window, T)
+        return W - W * (W - 1) / (2 * np.asarray(T))
 
     def capacity(self, T) -> np.ndarray:
         """C, slots per expert per sequence of T tokens (parex.model.moe.routing.capacity, as a
@@ -118,7 +130,10 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
                       model.head_dim, model.ffn, model.vocab,
                       sum(groups.values()) + sum(routed.values()),
                       tuple(groups[g] for g in GROUPS), len(entries), layer, hidden,
-                      model.seq_len, (V * D, positions), (D * V, final_norm), **moe)
+                      model.seq_len, (V * D, positions),
+                      (0 if model.tied_embeddings else D * V, final_norm),
+                      tied=model.tied_embeddings, parallel=model.parallel_block,
+                      window=model.sliding_window, **moe)
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.

@@ -12,11 +12,14 @@ rescaled when fewer devices share the cores (`cpu_rate_scale`).
 Overlap model (explicit, per collective family): tensor/sequence-parallel and Ulysses collectives
 sit on the critical path (exposed in full), except the column-parallel layers' backward ones
 where the program runs them beside the weight-gradient GEMMs ("tp-beside-wgrad", hidden behind
-compute; comm.Convention.overlaps_tp_backward); gradient reductions hide behind the backward pass
-(or, where the program starts them after it, Convention.overlaps_grad_reduce False, are exposed),
-fsdp gathers behind the compute of the previous layer, ring-attention hops behind half the
-compute, each except one layer's share that cannot be hidden; ZeRO's parameter gather after the
-update and the embedding's collectives are exposed, and so are a mixture of experts' dispatch
+compute; comm.Convention.overlaps_tp_backward) and SP's collectives a chunked overlap splits
+behind their GEMMs (tp-comm, async-tp); gradient reductions hide behind the backward in buckets,
+and ZeRO's parameter gather behind the next forward where the stack overlaps it (both
+predict.overlap, which says what each leaves exposed; exposed in full where the program runs
+them after the backward or before the forward, Convention.overlaps_grad_reduce /
+overlaps_param_gather False); fsdp gathers behind the compute of the previous layer,
+ring-attention hops behind half the compute, each except one layer's share that cannot be
+hidden; the embedding's collectives are exposed, and so are a mixture of experts' dispatch
 all-to-alls (the experts wait for their tokens; Megatron-LM's shared-expert overlap is not
 modelled). The experts' compute is the busiest expert's (accelerator.expert_slots): padded to
 capacity in parex's program, k·T/E slots per sequence times `expert_imbalance` (an assumption,
@@ -43,11 +46,13 @@ from .schedule_stats import makespan_columns
 from .shapes import Grid, ModelSizes
 from .stragglers import slowdown
 
-EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses", "zero-gather",
+EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses",
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
            "embedding-table", "cp-positions", "seq-grads", "seq-embedding", "seq-head",
-           "stage-regroup", "moe-dispatch")
-HIDE_BEHIND_BACKWARD = ("grad-reduce",)
+           "stage-regroup", "moe-dispatch",
+           "tied-embedding")  # tied tables: Megatron sums the two copies' gradients after the
+#   backward (finalize_model_grads), outside the overlapped buckets
+OVERLAPPED = ("grad-reduce", "zero-gather", "sp-chunked", "sp-chunked-rs")  # predict.overlap
 HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather", "tp-beside-wgrad")  # prefetched, or
 #   beside the backward's dx (SP's re-gathers) or dW GEMMs (comm.Convention.overlaps_tp_backward)
 TIMED_APART = ("cp-ring", "pipeline")  # hidden behind half the work; the pipeline's own term
@@ -128,24 +133,28 @@ def bubble_seconds(grid: Grid, busy_per_micro, remat: str, hop) -> np.ndarray:
 # --- everything together -------------------------------------------------------------------------
 
 def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: str,
-              overlap_grads: bool = True) -> dict:
+              overlaps: dict | None = None) -> dict:
     """STEP_TIME_PARTS from compute terms and per-family collective seconds (columns), and
     "stragglers": the part of compute and bubble the slowest device adds (inside both).
     `emulated`: the calibrated CPU mesh, where nothing overlaps and a pipeline runs tick by tick
     (compute's "lockstep", "busy", "ticks" and "sends" from ticks.py: an idle stage frees the
     shared cores for the busy ones, so the bubble is only the lockstep's idle cores).
-    `overlap_grads` False: the gradient reductions start after the backward (Megatron-LM's
-    local DDP, DeepSpeed's pipeline engine) and are exposed in full."""
+    `overlaps`: predict.overlap.exposed_parts, what the gradient reduction, ZeRO's parameter
+    gather and SP's chunked collectives leave exposed (None: all of them, as on the emulated
+    mesh)."""
     m, L = grid.microbatches, np.maximum(grid.stage_layers, 1)
     critical = sum(seconds.get(k, 0.0) for k in ("tp", "sp", "cross-entropy", "cp-ulysses"))
     exposed = sum(seconds.get(k, 0.0) for k in EXPOSED)  # includes the critical ones
+    if overlaps is None or emulated:
+        exposed = exposed + sum(seconds.get(k, 0.0) for k in OVERLAPPED)
+        critical = critical + sum(seconds.get(k, 0.0) for k in ("sp-chunked", "sp-chunked-rs"))
+    else:
+        exposed = exposed + sum(p["exposed"] + p["contention"] for p in overlaps.values())
+        critical = critical + overlaps["tp-comm"]["exposed"] + overlaps["tp-comm"]["contention"]
     work = compute["per_microbatch"] * m
-    windows = ((HIDE_BEHIND_BACKWARD, work * 2 / 3), (HIDE_BEHIND_COMPUTE, work),
-               (("cp-ring",), work / 2))
-    for names, window in windows:
+    for names, window in ((HIDE_BEHIND_COMPUTE, work), (("cp-ring",), work / 2)):
         t = sum(seconds.get(k, 0.0) for k in names)
-        hidden = not emulated and (overlap_grads or names != HIDE_BEHIND_BACKWARD)
-        exposed = exposed + (np.maximum(t - window * (L - 1) / L, t / L) if hidden else t)
+        exposed = exposed + (t if emulated else np.maximum(t - window * (L - 1) / L, t / L))
     hops = seconds.get("pipeline", np.zeros(len(grid)))
     if emulated:  # the tick-synchronous executor (ticks.py): the lockstep's lost cores are
         piped = grid.stage > 1  # its bubble, its sends' bytes replace the hops' α + β·S

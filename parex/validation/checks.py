@@ -180,13 +180,24 @@ def nearest_executable(layout: Layout, model: ModelConfig, train: TrainConfig) -
     stage count), with the most microbatches the batch still allows."""
     if layout.schedule == LOCAL and _runs(local_fold(layout), model, train):
         return local_fold(layout)
-    near = layout
-    for stage in reversed(divisors(layout.stage)):
-        candidate = _with_stages(near, stage, model.layers)
-        for m in range(candidate.microbatches, 0, -1):  # more replicas may need fewer
-            if _runs(candidate.replace(microbatches=m), model, train):
-                return candidate.replace(microbatches=m)
+    for near in _repairs(layout, model):
+        for stage in reversed(divisors(layout.stage)):
+            candidate = _with_stages(near, stage, model.layers)
+            for m in range(candidate.microbatches, 0, -1):  # more replicas may need fewer
+                if _runs(candidate.replace(microbatches=m), model, train):
+                    return candidate.replace(microbatches=m)
     return None
+
+
+def _repairs(layout: Layout, model: ModelConfig) -> list[Layout]:
+    """The layout, then the one-key changes that lift a model-shape limit: a sliding window's
+    ring attention as Ulysses, ZeRO state that D cannot split kept whole (zero=0)."""
+    out = [layout]
+    if model.sliding_window is not None and layout.cp == "ring":
+        out.append(layout.replace(cp="ulysses"))
+    if layout.zero in (1, 2) and model.hidden % layout.shard_count("embed", "opt"):
+        out.append(layout.replace(zero=0))
+    return out
 
 
 def _with_stages(layout: Layout, stage: int, layers: int) -> Layout:

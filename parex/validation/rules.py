@@ -117,9 +117,11 @@ _rule(RULES, "remat", lambda g, c: c.train.remat in REMAT_POLICIES,
 for _dim in MODEL_DIMS:
     _rule(RULES, f"model-{_dim}", lambda g, c, d=_dim: getattr(c.model, d) >= 1,
           lambda l, c, d=_dim: f"{d}={getattr(c.model, d)}: a model needs {d} >= 1")
-_rule(RULES, "head-dim", lambda g, c: c.model.hidden % c.model.heads == 0,
+_rule(RULES, "head-dim",  # an explicit head width (Gemma's) needs no such division
+      lambda g, c: (c.model.hidden % c.model.heads == 0
+                    or c.model.head_dim != c.model.hidden // c.model.heads),
       lambda l, c: (f"hidden={c.model.hidden} is not divisible by heads={c.model.heads}: pick "
-                    f"a hidden size that is a multiple of the head count"))
+                    f"a hidden size that is a multiple of the head count, or name head_dim"))
 _rule(RULES, "kv-groups", lambda g, c: c.model.heads % c.model.kv_heads == 0,
       lambda l, c: (f"heads={c.model.heads} is not a multiple of kv_heads={c.model.kv_heads}: "
                     f"grouped-query attention shares each KV head among heads/kv_heads query "
@@ -149,11 +151,15 @@ _rule(RULES, "sp-sequence", lambda g, c: (g.sp == 0) | (c.T % g.tensor == 0),
                     f"requires; pick a sequence length that is a multiple of {l.tensor}"))
 
 # --- ZeRO / FSDP: the embed dim of every weight is what they split (W_in[D_fsdp, F]) -------------
-_rule(RULES, "state-shards", lambda g, c: c.model.hidden % g.embed_shards("opt") == 0,
+# The parameters themselves must split; optimizer state and gradients sharded over data need not:
+# Megatron-LM's distributed optimizer shards one flat buffer padded to a multiple of the data
+# size (predicted as such: memory.padded_state_elements), which parex's executor does not run
+# (EXECUTOR_LIMITS' state-shards-by-dim).
+_rule(RULES, "state-shards", lambda g, c: c.model.hidden % g.embed_shards("param") == 0,
       lambda l, c: (
-          f"hidden={c.model.hidden} is not divisible by the {l.shard_count('embed', 'opt')} "
-          f"shards of {'fsdp' if l.zero == 0 else 'data × fsdp'} that FSDP/ZeRO cut each weight "
-          f"into; choose sizes whose product divides {c.model.hidden}"))
+          f"hidden={c.model.hidden} is not divisible by the {l.shard_count('embed', 'param')} "
+          f"shards of {'fsdp' if l.zero < 3 else 'data × fsdp'} that FSDP/ZeRO-3 cut each "
+          f"weight into; choose sizes whose product divides {c.model.hidden}"))
 
 # --- the batch: cut into Layout.batch_split slices (data × fsdp × expert, × Z for a 3D layout) ---
 def _split_axes(l: Layout) -> str:
@@ -359,8 +365,25 @@ _rule(LIMITS, "stacked-layers-per-stage",
                     f"executor stores the stacked layers' parameters and optimizer state split "
                     f"evenly over the stage axis (a partition only sets which stage computes "
                     f"which layers)"))
-_rule(LIMITS, "tables-split-over-stages",
-      lambda g, c: c.model.hidden % _safe(g.embed_shards("opt") * g.stage) == 0,
+_rule(LIMITS, "state-shards-by-dim", lambda g, c: c.model.hidden % g.embed_shards("opt") == 0,
+      lambda l, c: (
+          f"hidden={c.model.hidden} is not divisible by the {l.shard_count('embed', 'opt')} "
+          f"data × fsdp shards of zero={l.zero}: parex's executor splits each weight's state "
+          f"along D, where Megatron-LM's distributed optimizer pads a flat buffer (predicted "
+          f"only); to run it choose data × fsdp from {divisors(c.model.hidden)}"))
+_rule(LIMITS, "tied-embeddings-in-stages",
+      lambda g, c: (not c.model.tied_embeddings) | (g.stage == 1),
+      lambda l, c: (f"tied_embeddings with stage={l.stage}: the first and last stages both read "
+                    f"the token table, and parex's pipeline does not yet keep Megatron-LM's copy "
+                    f"on the last stage (predicted only); untie them, or fold the stages into "
+                    f"data"))
+_rule(LIMITS, "sliding-window-ring",
+      lambda g, c: (c.model.sliding_window is None) | (g.seq == 1) | (g.cp != RING),
+      lambda l, c: (f"sliding_window={c.model.sliding_window} with cp=ring: parex's ring "
+                    f"attention has no window mask (predicted only); use cp=ulysses, which "
+                    f"attends whole sequences locally"))
+_rule(LIMITS, "tables-split-over-stages",  # without stages: state-shards-by-dim's
+      lambda g, c: (g.stage == 1) | (c.model.hidden % _safe(g.embed_shards("opt") * g.stage) == 0),
       lambda l, c: (f"hidden={c.model.hidden} is not divisible by the "
                     f"{l.shard_count('embed', 'opt') * l.stage} shards that parex's executor "
                     f"cuts the embedding and head into over the pipeline's stage={l.stage} (and "

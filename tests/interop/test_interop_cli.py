@@ -11,6 +11,7 @@ from parex import TrainConfig, model_preset
 from parex.cli.main import main
 from parex.interop import from_megatron
 from parex.plan import plan
+from parex.setting import stack_flags
 
 from test_megatron import GPT3_LAUNCH, GPT3_LAYOUT
 
@@ -29,7 +30,8 @@ def test_predict_from_megatron_prints_the_numbers_of_the_equivalent_flags(capsys
     imported = _json(capsys, ["predict", "--from", "megatron", GPT3_LAUNCH, *PARSED_FLAGS])
     flags = _json(capsys, ["predict", "--model", "gpt3-175b", "--layout", GPT3_LAYOUT,
                            "--global-batch", "512", "--remat", "selective", "--attention",
-                           "flash", "--dtype", "bfloat16", *PARSED_FLAGS])
+                           "flash", "--dtype", "bfloat16", "--stack", "megatron-core",
+                           *PARSED_FLAGS])
     notes = imported.pop("imported")
     assert notes["framework"] == "Megatron-LM" and "--lr (optimizer, schedule and numerics)" \
         in notes["ignored"]
@@ -68,12 +70,14 @@ def test_model_given_as_a_config_json_predicts_as_the_preset(capsys):
 def test_predict_emit_megatron_round_trips_to_the_same_prediction(capsys):
     flags = ["--model", "llama2-7b", "--layout", "data=2,tensor=4,stage=2,virtual=2,sp=on,"
              "zero=1,microbatches=8", "--global-batch", "64", "--remat", "full",
-             "--hardware", "h100-sxm"]
+             "--hardware", "h100-sxm", "--stack", "megatron-core", "--overlap",
+             "tp-comm,grad-reduce,param-gather,tp-backward"]
     assert main(["predict", *flags, "--emit", "megatron"]) == 0
     command = capsys.readouterr().out.strip()
     assert command.startswith("torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py ")
     assert "--num-virtual-stages-per-pipeline-rank 2" in command
     assert "--recompute-granularity full --recompute-method uniform" in command
+    assert "--tp-comm-overlap --overlap-grad-reduce --overlap-param-gather" in command
     back = _json(capsys, ["predict", "--from", "megatron", command, *PARSED_FLAGS])
     direct = _json(capsys, ["predict", *flags, "--json"])
     back.pop("imported")
@@ -94,7 +98,13 @@ def test_plan_emit_megatron_round_trips_to_the_plans_top_row(capsys):
     row = result.top[int(comment.split("row ")[1].split(":")[0]) - 1]
     assert comment.endswith(result.flags(row))
     run = from_megatron(text, name=result.model.name)
-    expected = result.setting_of(row)
+    # the plan's row overlaps the gradient reduction (parex's own program): the command says
+    # --overlap-grad-reduce, and runs it on Megatron-Core's stack (parex.stacks)
+    assert "--overlap-grad-reduce" in text.split()
+    expected = result.setting_of(row).replace(
+        stack="megatron-core",
+        overlaps=tuple(sorted(stack_flags("megatron-core",
+                                          ("tp-backward", "grad-reduce")).items())))
     assert run.setting(result.cluster).replace(defaulted=()) == expected.replace(defaulted=())
 
 
@@ -140,4 +150,9 @@ def test_plan_emit_round_trips_for_torchtitan_and_maxtext(capsys, framework):
     reader = {"torchtitan": from_torchtitan, "maxtext": from_maxtext}[framework]
     run = reader(text, name=result.model.name)
     expected = result.setting_of(row)
+    # it runs on the framework's stack, whose overlaps (the gradient reduction behind the
+    # backward) are the plan's parex program's
+    assert run.stack == framework and run.overlaps == expected.overlap_names
+    expected = expected.replace(stack=framework, overlaps=tuple(sorted(
+        stack_flags(framework, None).items())))
     assert run.setting(result.cluster).replace(defaulted=()) == expected.replace(defaulted=())

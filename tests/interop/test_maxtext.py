@@ -31,9 +31,11 @@ def test_a_maxtext_run_predicts_as_the_equivalent_parex_layout():
     run = from_maxtext("MaxText/configs/base.yml", LLAMA2_70B, name="llama2-70b")
     model, layout = model_preset("llama2-70b"), Layout.parse(LLAMA2_70B_LAYOUT)
     assert run.model == model.replace(dtype="bfloat16")
+    # on MaxText's stack (parex.stacks): XLA's gradient overlap
     assert run.setting(HARDWARE) == resolve(model, LLAMA2_70B_TRAIN, layout, HARDWARE,
-                                            dtype="bfloat16")
-    expected = parex.predict(model, LLAMA2_70B_TRAIN, layout, HARDWARE, dtype="bfloat16")
+                                            dtype="bfloat16", stack="maxtext")
+    expected = parex.predict(model, LLAMA2_70B_TRAIN, layout, HARDWARE, dtype="bfloat16",
+                             stack="maxtext")
     assert run.predict(HARDWARE).to_json() == expected.to_json()
     assert run.ignored == ("steps", "run_name")
 
@@ -74,16 +76,17 @@ def test_export_then_import_gives_the_same_setting_and_prediction_for_random_lay
     compared = 0
     for _ in range(60):
         model, train, layout, dtype = _random_run(rng)
-        original = resolve(model, train, layout, HARDWARE, dtype=dtype)
+        original = resolve(model, train, layout, HARDWARE, dtype=dtype, stack="maxtext")
         try:
-            command = to_maxtext(model, train, layout, HARDWARE, dtype=dtype)
+            command = to_maxtext(model, train, layout, HARDWARE, dtype=dtype, stack="maxtext")
         except Unexpressible as err:  # a per-device batch MaxText cannot write exactly
             assert "global batch" in str(err)
             continue
         run = from_maxtext(command, name=model.name)
         assert run.setting(HARDWARE) == original, command
         try:
-            expected = parex.predict(model, train, layout, HARDWARE, dtype=dtype)
+            expected = parex.predict(model, train, layout, HARDWARE, dtype=dtype,
+                                     stack="maxtext")
         except parex.LayoutError as err:
             with pytest.raises(parex.LayoutError, match=re.escape(str(err)[:40])):
                 run.predict(HARDWARE)
@@ -154,7 +157,7 @@ def test_the_command_line_reads_and_writes_maxtext(capsys):
     assert main(["predict", "--model", "llama2-70b", "--layout", LLAMA2_70B_LAYOUT,
                  "--global-batch", "64", "--microbatch", "8", "--remat", "full",
                  "--attention", "flash", "--dtype", "bfloat16", "--hardware", HARDWARE,
-                 "--json"]) == 0
+                 "--stack", "maxtext", "--json"]) == 0
     flags = __import__("json").loads(capsys.readouterr().out)
     assert imported.pop("imported")["framework"] == "MaxText"
     imported.pop("model"), flags.pop("model")
@@ -165,3 +168,25 @@ def test_the_command_line_reads_and_writes_maxtext(capsys):
     assert main(["predict", "--from", "maxtext", command, "--hardware", HARDWARE]) == 0
     assert main(["predict", "--from", "maxtext", "x.yml", "--hardware", HARDWARE]) == 2
     assert "no MaxText config at x.yml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", [{"head_dim": 256}, {"tied_embeddings": True},
+                                   {"sliding_window": 1024}])
+def test_the_shapes_maxtext_names_round_trip(shape):
+    """head_dim beside base_emb_dim / heads (Gemma's configs), logits_via_embedding and
+    attention_type=local_sliding with sliding_window_size are read into the model, and
+    written back."""
+    model = model_preset("llama2-7b").replace(name="m", **shape)
+    train = TrainConfig(global_batch=64, remat="full")
+    layout = Layout.parse("fsdp=4,tensor=2")
+    command = to_maxtext(model, train, layout, HARDWARE)
+    run = from_maxtext(command, name="m")
+    assert run.model.replace(dtype=model.dtype) == model and run.approximated == ()
+    assert run.predict(HARDWARE).to_json() == parex.predict(
+        model, train, layout, HARDWARE, stack="maxtext").to_json()
+
+
+def test_maxtext_cannot_express_parallel_blocks():
+    with pytest.raises(Unexpressible, match="parallel attention and MLP blocks"):
+        to_maxtext(model_preset("tiny").replace(parallel_block=True), TrainConfig(),
+                   Layout.parse("data=8"), HARDWARE)

@@ -2,6 +2,7 @@
 
 Only the analytic predictor runs here (no mesh): each prediction takes milliseconds."""
 
+import math
 import random
 import re
 
@@ -51,9 +52,12 @@ def test_a_megatron_launch_predicts_as_the_equivalent_parex_layout():
     model = model_preset("gpt3-175b")
     layout = Layout.parse(GPT3_LAYOUT)
     assert run.model == model.replace(dtype="bfloat16")
+    # a Megatron-LM command runs Megatron-Core's overlaps (parex.stacks): none of its three
+    # overlap options is given here
     assert run.setting(HARDWARE) == resolve(model, GPT3_TRAIN, layout, HARDWARE,
-                                            dtype="bfloat16")
-    expected = parex.predict(model, GPT3_TRAIN, layout, HARDWARE, dtype="bfloat16")
+                                            dtype="bfloat16", stack="megatron-core")
+    expected = parex.predict(model, GPT3_TRAIN, layout, HARDWARE, dtype="bfloat16",
+                             stack="megatron-core")
     assert _record(run.predict(HARDWARE)) == _record(expected)
     assert expected.n_devices == 128 and expected.step_time_s["bubble"] > 0
 
@@ -120,7 +124,6 @@ def test_vocabulary_is_padded_as_megatron_pads_it():
      ["--recompute-method uniform --recompute-num-layers 1"]),
     ("--tensor-model-parallel-size 3", ["world size 8", "not divisible by 3"]),
     ("--num-layers 3", ["--num-layers is given twice"]),
-    ("--kv-channels 32", ["--kv-channels 32", "drop --kv-channels"]),
 ])
 def test_unknown_or_contradictory_options_are_one_line_errors(extra, words):
     base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
@@ -184,18 +187,19 @@ def _random_run(rng: random.Random):
 
 def test_export_then_import_gives_the_same_setting_and_prediction_for_random_layouts():
     """Round trips are exact over 60 random layouts Megatron-LM can express: the emitted
-    command, imported, resolves to the Setting parex.predict resolves for the original and
-    predicts the same record (the model named alike)."""
+    command, imported, resolves to the Setting parex.predict resolves for the original (under
+    Megatron-Core's stack) and predicts the same record (the model named alike)."""
     rng = random.Random(45)
     compared = 0
     for _ in range(60):
         model, train, layout, dtype = _random_run(rng)
-        original = resolve(model, train, layout, HARDWARE, dtype=dtype)
-        command = to_megatron(model, train, layout, HARDWARE, dtype=dtype)
+        stack = "megatron-core"  # what a Megatron-LM command runs (parex.stacks)
+        original = resolve(model, train, layout, HARDWARE, dtype=dtype, stack=stack)
+        command = to_megatron(model, train, layout, HARDWARE, dtype=dtype, stack=stack)
         run = from_megatron(command, name=model.name)
         assert run.setting(HARDWARE) == original, command
         try:
-            expected = parex.predict(model, train, layout, HARDWARE, dtype=dtype)
+            expected = parex.predict(model, train, layout, HARDWARE, dtype=dtype, stack=stack)
         except parex.LayoutError as err:  # parex itself refuses it: so must the import
             with pytest.raises(parex.LayoutError, match=re.escape(str(err)[:40])):
                 run.predict(HARDWARE)
@@ -243,3 +247,54 @@ def test_emitted_option_names_are_megatron_options_of_the_named_version():
                    "--context-parallel-size", "--use-distributed-optimizer",
                    "--sequence-parallel", "--recompute-activations", "--bf16"):
         assert option in emitted
+
+
+def test_the_three_overlap_options_import_onto_megatron_cores_stack_and_back():
+    words = " --sequence-parallel --tp-comm-overlap --overlap-grad-reduce --overlap-param-gather"
+    run = from_megatron(GPT3_LAUNCH.replace(" --sequence-parallel", words))
+    assert run.stack == "megatron-core"
+    assert set(run.overlaps) == {"tp-backward", "tp-comm", "grad-reduce", "param-gather"}
+    p = run.predict(HARDWARE)
+    assert set(p.overlaps) == {"tp-comm", "grad-reduce", "param-gather"}
+    assert all(part["exposed"] < part["comm"] for part in p.overlaps.values())
+    assert not any(o.startswith(("--tp-comm", "--overlap")) for o in run.ignored)
+    back = megatron_options(run.setting(HARDWARE))
+    assert {"--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather"} <= set(back)
+
+
+@pytest.mark.parametrize("drop, add, needs", [
+    ("--sequence-parallel", "--tp-comm-overlap", "--tp-comm-overlap needs --sequence-parallel"),
+    ("--use-distributed-optimizer", "--overlap-param-gather --overlap-grad-reduce",
+     "--overlap-param-gather needs --use-distributed-optimizer"),
+    ("", "--overlap-param-gather", "--overlap-param-gather needs --overlap-grad-reduce")])
+def test_overlap_options_megatron_refuses_are_refused(drop, add, needs):
+    command = GPT3_LAUNCH.replace(drop, "") if drop else GPT3_LAUNCH
+    with pytest.raises(InputError, match=needs):
+        from_megatron(command + " " + add)
+
+
+def test_head_width_and_tied_tables_are_read_and_written():
+    """--kv-channels names the head width; without --untie-embeddings-and-output-weights the
+    table is tied (Megatron-LM's default). Both round-trip through the exported command."""
+    base = ("--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 "
+            "--max-position-embeddings 128 --padded-vocab-size 512 --micro-batch-size 1 "
+            "--global-batch-size 8 --kv-channels 128")
+    run = from_megatron(base, world_size=8)
+    assert run.model.head_dim == 128 and run.model.tied_embeddings and run.approximated == ()
+    again = from_megatron(to_megatron(run.model, run.train, run.layout, "h100-sxm"),
+                          world_size=8, name=run.model.name)
+    assert again.model.replace(dtype=run.model.dtype) == run.model  # the export writes --bf16
+
+
+def test_any_data_parallel_size_is_predicted_with_the_padded_distributed_optimizer():
+    """--use-distributed-optimizer over 6 ranks, whose D = 256 they do not divide: a real
+    Megatron-LM run, predicted (each rank ⌈N/6⌉ of the flat buffer)."""
+    run = from_megatron("--num-layers 2 --hidden-size 256 --num-attention-heads 4 "
+                        "--seq-length 128 --max-position-embeddings 128 --padded-vocab-size 512 "
+                        "--micro-batch-size 1 --global-batch-size 6 "
+                        "--untie-embeddings-and-output-weights --use-distributed-optimizer",
+                        world_size=6)
+    assert run.layout.zero == 1 and run.layout.data == 6
+    padded = run.predict("h100-sxm").memory_bytes_per_device["optimizer"]
+    # float32 training: Adam's two moments, 8 bytes a parameter, and its 8 bytes of counters
+    assert padded == math.ceil(run.model.n_params / 6) * 8 + 8

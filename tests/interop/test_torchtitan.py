@@ -12,7 +12,7 @@ from parex.cli.main import main
 from parex.errors import InputError
 from parex.interop import Unexpressible, from_torchtitan, to_torchtitan
 from parex.interop.result import option_list
-from parex.interop.torchtitan import VERSION, known_tables, torchtitan_split
+from parex.interop.torchtitan import VERSION, known_tables, torchtitan_split, torchtitan_toml
 from parex.setting import resolve
 
 HARDWARE = "h100-sxm"
@@ -75,9 +75,11 @@ def test_a_torchtitan_job_predicts_as_the_equivalent_parex_layout():
     run = from_torchtitan(LLAMA3_70B, name="llama3-70b")
     model, layout = model_preset("llama3-70b"), Layout.parse(LLAMA3_70B_LAYOUT)
     assert run.model == model.replace(dtype="bfloat16")
+    # on torchtitan's stack (parex.stacks): FSDP2's overlaps, async TP off unless asked
     assert run.setting(HARDWARE) == resolve(model, LLAMA3_70B_TRAIN, layout, HARDWARE,
-                                            dtype="bfloat16")
-    expected = parex.predict(model, LLAMA3_70B_TRAIN, layout, HARDWARE, dtype="bfloat16")
+                                            dtype="bfloat16", stack="torchtitan")
+    expected = parex.predict(model, LLAMA3_70B_TRAIN, layout, HARDWARE, dtype="bfloat16",
+                             stack="torchtitan")
     assert run.predict(HARDWARE).to_json() == expected.to_json()
     assert "optimizer.lr" in run.ignored and run.approximated == ()
 
@@ -136,13 +138,18 @@ def test_export_then_import_gives_the_same_setting_and_prediction_for_random_lay
     compared = 0
     for _ in range(60):
         model, train, layout = _random_run(rng)
-        original = resolve(model, train, layout, HARDWARE)
-        text = to_torchtitan(model, train, layout, HARDWARE)
+        stack, overlaps = "torchtitan", rng.choice([None, "grad-reduce,async-tp"])
+        original = resolve(model, train, layout, HARDWARE, stack=stack, overlaps=overlaps)
+        text = to_torchtitan(model, train, layout, HARDWARE, stack=stack, overlaps=overlaps)
+        if overlaps and layout.tensor == 1:  # nothing for async TP to overlap: not written
+            original = original.replace(overlaps=resolve(
+                model, train, layout, HARDWARE, stack=stack).overlaps)
         run = from_torchtitan(text, name=model.name)
         assert run.setting(HARDWARE).replace(defaulted=()) == original.replace(defaulted=()), \
             text
         try:
-            expected = parex.predict(model, train, layout, HARDWARE)
+            expected = parex.predict(model, train, layout, HARDWARE, stack=stack,
+                                     overlaps=original.overlap_names)
         except parex.LayoutError as err:
             with pytest.raises(parex.LayoutError, match=re.escape(str(err)[:40])):
                 run.predict(HARDWARE)
@@ -217,7 +224,7 @@ def test_the_command_line_reads_and_writes_torchtitan(capsys, tmp_path):
     assert main(["predict", "--model", "llama3-70b", "--layout", LLAMA3_70B_LAYOUT,
                  "--global-batch", "128", "--microbatch", "4", "--remat", "full",
                  "--attention", "flash", "--dtype", "bfloat16", "--hardware", HARDWARE,
-                 "--json"]) == 0
+                 "--stack", "torchtitan", "--json"]) == 0
     flags = __import__("json").loads(capsys.readouterr().out)
     assert imported.pop("imported")["framework"] == "torchtitan"
     imported.pop("model"), flags.pop("model")
@@ -228,3 +235,13 @@ def test_the_command_line_reads_and_writes_torchtitan(capsys, tmp_path):
     assert emitted["parallelism"]["data_parallel_shard_degree"] == 16
     assert main(["predict", "--from", "torchtitan", str(tmp_path / "missing.toml")]) == 2
     assert "no torchtitan job file" in capsys.readouterr().err
+
+
+def test_async_tensor_parallelism_imports_as_the_async_tp_overlap():
+    run = from_torchtitan(LLAMA3_70B.replace("[parallelism]",
+                                             "[parallelism]\nenable_async_tensor_parallel = true"),
+                          name="llama3-70b")
+    assert run.stack == "torchtitan" and "async-tp" in run.overlaps
+    p = run.predict(HARDWARE)
+    assert p.overlaps["tp-comm"]["exposed"] < p.overlaps["tp-comm"]["comm"]
+    assert "enable_async_tensor_parallel = true" in torchtitan_toml(run.setting(HARDWARE))

@@ -185,13 +185,22 @@ def test_async_tensor_parallel_backward_moves_the_column_parallel_reductions_off
 
 
 def test_gradient_reduction_after_the_backward_is_exposed_in_full():
-    from parex.predict import time
+    from parex.predict import overlap, time
+    from parex.predict.comm import Convention
+    from parex.predict.shapes import model_sizes
 
     g = Grid.from_layouts([Layout(data=8)], TrainConfig(global_batch=16), TINY)
     compute = {"per_microbatch": np.array([1.0]), "optimizer": 0.0, "overhead": 0.0}
     seconds = {"grad-reduce": np.array([0.5])}
-    hidden = time.step_time(g, compute, seconds, False, "none")
-    after = time.step_time(g, compute, seconds, False, "none", overlap_grads=False)
+
+    def step(overlaps_grad_reduce):
+        conv = Convention("gpu", True, False, False, False, False,
+                          overlaps_grad_reduce=overlaps_grad_reduce)
+        parts = overlap.exposed_parts(g, model_sizes(TINY), conv, "none", compute, seconds,
+                                      {}, 0)
+        return time.step_time(g, compute, seconds, False, "none", parts)
+
+    hidden, after = step(True), step(False)
     # behind the backward (2/3 of 1 s) all but one layer's share: 0.5 / 4; after it: all
     assert hidden["exposed_comm"][0] == pytest.approx(0.5 / 4)
     assert after["exposed_comm"][0] == pytest.approx(0.5)

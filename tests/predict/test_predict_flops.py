@@ -100,3 +100,26 @@ def test_xla_counts_ring_attention_blocks_once_per_hop_loop(seq, remat, blocks):
     attention = (3 + (remat == "full")) * 4 * D * T * (b * T // seq)
     difference = F.xla_counted(TINY, sizes, plain, remat) - F.xla_counted(TINY, sizes, ring, remat)
     assert difference[0] == pytest.approx(attention - blocks * c * c * D * b)
+
+
+def test_a_sliding_window_counts_its_keys_in_model_flops_and_the_masked_ones_where_computed():
+    """Model FLOPs 6N + 12·L·H·Dh·W per token (a named head width counted at its own size);
+    the naive kernel also computes the T − W masked keys per query, which hardware FLOPs
+    count three times (forward and backward); flash skips them."""
+    from parex.config import TrainConfig, model_preset
+    from parex.layout import Layout
+    from parex.model.transformer import flops_per_token
+    from parex.predict import predict
+
+    model = model_preset("tiny-llama").replace(sliding_window=32, head_dim=32)
+    L, H, Dh, T = model.layers, model.heads, model.head_dim, model.seq_len
+    non_embedding = model.n_params - model.vocab * model.hidden  # the logits matmul counts
+    assert flops_per_token(model) == 6 * non_embedding + 12 * L * H * Dh * 32
+    train, layout = TrainConfig(global_batch=16), Layout.parse("data=8")
+    tokens = 16 * T / 8
+    naive = predict(model, train.replace(attention="naive"), layout, "h100-sxm")
+    flash = predict(model, train.replace(attention="flash"), layout, "h100-sxm")
+    assert naive.model_flops_per_device == flash.model_flops_per_device
+    masked = 3 * 4 * H * Dh * (T - 32) * L * tokens
+    assert naive.hardware_flops_per_device - flash.hardware_flops_per_device == \
+        pytest.approx(masked)

@@ -251,3 +251,12 @@ def test_the_weights_a_pipeline_op_copies_by_hand():
     assert copied(Layout(fsdp=2, data=2, stage=2, **two), eight) == 0
     assert copied(Layout(data=2, tensor=2, sp=True, stage=2, **one_chunk)) == 0
     assert copied(Layout(data=8)) == 0
+
+
+def test_megatrons_distributed_optimizer_pads_its_flat_buffer_for_any_data_size():
+    """ZeRO-1 over 7 replicas, whose D = 2304 they do not divide: Megatron-LM's distributed
+    optimizer shards one flat buffer padded to a multiple of 7, ⌈N/7⌉ parameters' worth of
+    fp32 master weights and Adam's two moments (12 bytes) on each rank."""
+    model = model_preset("megatron-1.7b")
+    p = predict(model, TrainConfig(global_batch=112), Layout.parse("data=7,zero=1"), "h100-sxm")
+    assert p.memory_bytes_per_device["optimizer"] == math.ceil(model.n_params / 7) * 12

@@ -1,0 +1,124 @@
+"""Communication overlaps as part of the stack (parex.stacks, parex.predict.overlap): the
+bucketed and chunked formulas, a Megatron-Core-style run with its three overlaps, what each
+leaves exposed, and the inputs that are refused."""
+
+import numpy as np
+import pytest
+
+from parex.cli.main import main
+from parex.config import TrainConfig, model_preset
+from parex.errors import InputError
+from parex.layout import Layout
+from parex.predict import overlap, predict, predict_batch
+from parex.setting import resolve
+from parex.stacks import STACKS, parse_overlaps
+
+# a Megatron-Core-style run: TP 8 with sequence parallelism, the distributed optimizer (ZeRO-1)
+MODEL, TRAIN = model_preset("llama3-8b"), TrainConfig(global_batch=64, seq_len=4096)
+LAYOUT = Layout(data=4, tensor=8, sp=True, zero=1)
+
+
+def run(**keywords):
+    return predict(MODEL, TRAIN, LAYOUT, "h100-sxm", **keywords)
+
+
+def test_bucketed_leaves_one_bucket_or_what_the_window_cannot_hold():
+    t, n = np.array([1.0, 1.0]), np.array([4, 4])
+    window = np.array([10.0, 0.4])
+    # a long window hides all but the last bucket; a short one leaves t - w (n - 1) / n
+    assert overlap.bucketed(t, window, n) == pytest.approx([0.25, 1.0 - 0.4 * 3 / 4])
+    assert overlap.bucketed(np.array([0.0]), window[:1], n[:1]) == [0.0]
+
+
+def test_chunked_leaves_the_pipeline_fill_and_slows_the_gemm_by_its_sm_share():
+    exposed, slowed = overlap.chunked(np.array([1.0]), np.array([2.0]), np.array([8.0]), 0.25)
+    assert exposed == pytest.approx(1 / 8)  # one chunk: the fill
+    assert slowed == pytest.approx(0.25 * 7 / 8)  # the GEMM beside the other seven chunks
+    # communication longer than its GEMM: the excess waits too
+    exposed, slowed = overlap.chunked(np.array([3.0]), np.array([1.0]), np.array([4.0]), 0.0)
+    assert exposed == pytest.approx(3 / 4 + 2 * 3 / 4) and slowed == 0
+
+
+def test_each_overlap_of_a_megatron_core_style_run_leaves_its_remainder():
+    plain, nemo = run(stack="megatron-core"), run(stack="nemo")
+    assert set(nemo.overlaps) == {"tp-comm", "grad-reduce", "param-gather"}
+    for name, part in nemo.overlaps.items():
+        assert 0 < part["exposed"] < part["comm"], name
+    # Megatron-Core's defaults overlap neither: both exposed in full; SP's gathers and
+    # scatters stay in the sp family, on the critical path
+    for name in ("grad-reduce", "param-gather"):
+        assert plain.overlaps[name]["exposed"] == pytest.approx(plain.overlaps[name]["comm"])
+    assert "tp-comm" not in plain.overlaps
+    # the same collectives, only priced differently
+    assert nemo.comm_bytes_per_device == pytest.approx(plain.comm_bytes_per_device)
+    assert nemo.step_time_s["compute"] == pytest.approx(plain.step_time_s["compute"])
+    saved = sum(p["comm"] - p["exposed"] - p["contention"] for p in nemo.overlaps.values())
+    assert plain.step_time_s["total"] - nemo.step_time_s["total"] == pytest.approx(saved,
+                                                                                   rel=0.05)
+
+
+def test_chunks_the_fill_and_the_contention_follow_the_implementation():
+    te, torch = run(stack="nemo"), run(stack="nemo", overlaps="async-tp,grad-reduce")
+    assert te.overlaps["tp-comm"]["comm"] == pytest.approx(torch.overlaps["tp-comm"]["comm"])
+    # TE's pipelined reduce-scatters use 16 of the H100's 132 SMs; PyTorch's copy engines none
+    assert te.overlaps["tp-comm"]["contention"] > 0 == torch.overlaps["tp-comm"]["contention"]
+    # TE scatters in 4 splits, async TP in t = 8 chunks: a smaller fill
+    assert torch.overlaps["tp-comm"]["exposed"] < te.overlaps["tp-comm"]["exposed"]
+    sp = {c["name"]: c["count"] for c in te.collectives}
+    assert sp["sp-chunked"] == 4 * MODEL.layers and sp["sp-chunked-rs"] == 2 * MODEL.layers
+
+
+def test_tp_comm_needs_sequence_parallelism():
+    layout = Layout(data=4, tensor=8, zero=1)
+    p = predict(MODEL, TRAIN, layout, "h100-sxm", stack="nemo")
+    assert "tp-comm" not in (p.overlaps or {})
+    assert not any(c["name"].startswith("sp-chunked") for c in p.collectives)
+
+
+def test_batch_columns_equal_the_single_prediction_under_a_stack():
+    layouts = [LAYOUT, Layout(data=8, tensor=4, sp=True, zero=1), Layout(data=32, zero=1)]
+    cols = predict_batch(MODEL, TRAIN, layouts, "h100-sxm", stack="nemo")
+    for i, layout in enumerate(layouts):
+        p = predict(MODEL, TRAIN, layout, "h100-sxm", stack="nemo")
+        assert cols["step_time_s"][i] == pytest.approx(p.step_time_s["total"])
+        assert cols[overlap.column("grad-reduce", "exposed")][i] == pytest.approx(
+            p.overlaps["grad-reduce"]["exposed"])
+
+
+def test_stacks_and_overlap_lists_are_checked():
+    assert set(STACKS) >= {"parex", "megatron-core", "nemo", "torchtitan", "maxtext"}
+    assert parse_overlaps("none") == ()
+    with pytest.raises(InputError, match="overlap 'tp-com'"):
+        parse_overlaps("tp-com")
+    with pytest.raises(InputError, match="name one of them"):
+        parse_overlaps("tp-comm,async-tp")
+    with pytest.raises(InputError, match="stack"):
+        run(stack="deepspeed")
+    with pytest.raises(InputError, match="overlaps nothing"):
+        run(stack="nemo", convention="xla-cpu")
+
+
+def test_cli_reports_each_overlap_and_explains_it(capsys):
+    args = ["predict", "--model", "llama3-8b", "--layout", "data=4,tensor=8,sp=on,zero=1",
+            "--hardware", "h100-sxm", "--global-batch", "64", "--seq", "4096"]
+    assert main(args + ["--stack", "megatron-core", "--overlap",
+                        "tp-comm,grad-reduce,param-gather", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "stack megatron-core" in out and "overlaps tp-comm, grad-reduce, param-gather" in out
+    for name in ("tp-comm", "grad-reduce", "param-gather"):
+        assert any(f" {name} " in line and "exposed" in line
+                   for line in out.splitlines()), name
+    assert "ring chunks" in out and "bucketed behind the backward" in out
+    assert main(args + ["--overlap", "bogus"]) == 2
+    assert "unknown overlap 'bogus'" in capsys.readouterr().err.lower()
+
+
+def test_parex_stack_is_the_gpu_conventions_own_program():
+    """Without a stack the gpu convention's flags stand: the `parex` stack names the same."""
+    from parex.predict.comm import CONVENTIONS
+
+    flags = STACKS["parex"].flags()
+    assert flags == {k: getattr(CONVENTIONS["gpu"], k) for k in flags}
+    assert resolve(MODEL, TRAIN, LAYOUT, "h100-sxm").overlap_names == ("grad-reduce",)
+    default, parex = run(), run(stack="parex")
+    assert default.step_time_s == parex.step_time_s and default.overlaps == parex.overlaps
