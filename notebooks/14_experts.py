@@ -101,6 +101,28 @@ for ep in (1, 2, 4, 8):
 parex.format_frame(pd.DataFrame(rows))
 
 # %% [markdown]
+# ## MoE parallel folding: the expert group over data × tensor
+# Megatron-Core's MoE parallel folding (arXiv 2504.14960) lets the experts use their own split
+# of the devices: `expert_tensor=1` folds the tensor axis into the expert group, so
+# `expert=32,tensor=2,expert_tensor=1` runs the attention over tensor 2 × data-parallel 32 and
+# the experts over all 64 devices of a stage, each expert whole. Below DeepSeek-V3 (PP 16, ZeRO-1)
+# on 1,024 H100s, folded and unfolded: folded, each device sends only its half of the tokens.
+
+# %%
+deepseek = parex.model_preset("deepseek-v3")
+huge = parex.TrainConfig(global_batch=15360, seq_len=4096, microbatch=1)
+rows = []
+for fold in ("", ",expert_tensor=1"):
+    text = f"expert=32,tensor=2{fold},stage=16,zero=1,schedule=1f1b,partition=4*13:3*3"
+    layout = parex.Layout.parse(text)
+    p = parex.predict(deepseek, huge, layout, "h100-sxm")
+    a2a = next(c for c in p.collectives if c["name"] == "moe-dispatch")
+    rows.append({"layout": text, "EP": layout.expert_parallel, "dispatch bytes per op":
+                 a2a["bytes_per_op"], "dispatch s": a2a["seconds"],
+                 "step s": p.step_time_s["total"]})
+parex.format_frame(pd.DataFrame(rows))
+
+# %% [markdown]
 # ## DualPipe: overlapping the all-to-all
 # DeepSeek-V3 hides expert parallelism's all-to-alls by pairing one microbatch's forward with
 # another's backward (an "F&B" unit) and feeding microbatches from both ends of the pipeline.

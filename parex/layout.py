@@ -8,6 +8,8 @@ tuple of dims into a PartitionSpec. In the scaling book's notation the presets p
     tp      W_in[D, F_tensor]             x[B, T, D]    (all-reduce after W_out)
     tp_sp   W_in[D, F_tensor]             x[B, T_tensor, D] in the LayerNorm regions
     3D      W_in[D_XZ, F_Y], W_out[F_Y, D_XZ]  x[B_{data,Z}, T, D]   (tensor=XxYxZ, AxoNN)
+    moe     W_e[E_expert, D, F_e,tensor]  x_e[B_{data,expert}, E, C, D]   (expert=N)
+    folded  W_e[E_{expert,tensor}, D, F_e]  x_e[B_{data,expert}, E, C_tensor, D]  (expert_tensor=1)
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ class Axis(str, enum.Enum):
     # Expert parallelism (parex.model.moe): carved out of the data-parallel devices, as Megatron-LM and
     # torchtitan do. The batch is split over it like data; a mixture of experts' routed experts
     # are split over it, and tokens reach them by all-to-all. Inside data/fsdp: EP groups sit on
-    # nearer devices than the gradients' all-reduce.
+    # nearer devices than the gradients' all-reduce. Folded (Layout.expert_tensor=1) the expert
+    # group is expert × tensor (MoE parallel folding).
     EXPERT = "expert"
     SEQ = "seq"  # context parallelism: the sequence split across devices
     # AxoNN's 3D tensor parallelism (parex.parallel.tensor3d) adds two axes inside seq: Z, the
@@ -110,6 +113,10 @@ class Layout:
     data: int = 1  # data-parallel replicas
     fsdp: int = 1  # fully sharded data parallel (ZeRO-3 on this axis)
     expert: int = 1  # expert-parallel size: routed experts split, the batch split too
+    expert_tensor: int | None = None  # ETP, the tensor ranks that split one expert's width
+    # (Megatron-Core's --expert-tensor-parallel-size): None is tensor (each expert's F_e split
+    # over the tensor axis); 1 folds the tensor axis into the expert group instead (MoE
+    # parallel folding, Liu et al. 2025, arXiv:2504.14960): experts split over expert x tensor
     tensor: int = 1  # tensor-parallel size t; X of a 3D layout, written tensor=XxYxZ
     tensor_y: int = 1  # Y, AxoNN's outer group of a 3D layout (1: Megatron's 1D tensor axis)
     tensor_z: int = 1  # Z, AxoNN's depth group of a 3D layout
@@ -137,6 +144,11 @@ class Layout:
     outer_dtype: str = "f32"  # the exchanged pseudo-gradients: f32, bf16, int8, int4
     overlap: bool = False  # one-step delay: round k's outer update lands after round k+1
 
+    def __post_init__(self):
+        # ETP = TP is Megatron's default and parex's unfolded layout: one value for one layout
+        if self.expert_tensor == self.tensor:
+            object.__setattr__(self, "expert_tensor", None)
+
     # --- the mesh ------------------------------------------------------------------------
     def axis_sizes(self) -> dict[Axis, int]:
         return {axis: getattr(self, axis.value) for axis in MESH_AXES}
@@ -163,6 +175,25 @@ class Layout:
         """Number of model replicas that each see a different slice of the batch (expert
         parallelism's devices are data-parallel for everything but the routed experts)."""
         return self.data * self.fsdp * self.expert
+
+    @property
+    def folds_experts(self) -> bool:
+        """MoE parallel folding (Liu et al. 2025, arXiv:2504.14960): the attention runs TP × DP
+        and the experts ETP × EP × EDP on the same devices. parex folds whole axes: with
+        expert_tensor=1 the routed experts are split over expert × tensor (each expert whole),
+        not E over expert and F_e over tensor."""
+        return self.expert_tensor is not None
+
+    @property
+    def expert_axes(self) -> tuple[Axis, ...]:
+        """The expert group's axes, over which the routed experts are split and the dispatch
+        all-to-all runs (EP of Megatron-Core's ETP × EP × EDP)."""
+        return (Axis.EXPERT, Axis.TENSOR) if self.folds_experts else (Axis.EXPERT,)
+
+    @property
+    def expert_parallel(self) -> int:
+        """EP, the size of the expert group: expert, × tensor when folded."""
+        return self.expert * (self.tensor if self.folds_experts else 1)
 
     @property
     def batch_split(self) -> int:
@@ -194,11 +225,15 @@ class Layout:
             "mlp": tensor,
             "vocab": tensor,
             "layers": (Axis.STAGE,),
-            # a mixture of experts' routed experts (parex.model.moe): E over expert, their own D
-            # sharded as `embed` (the expert axis already splits them), F_e over tensor
-            "experts": (Axis.EXPERT,),
+            # a mixture of experts' routed experts (parex.model.moe): E over the expert group
+            # (expert, and tensor when folded), their own D sharded as `embed` (the expert axis
+            # already splits them), F_e over tensor unless it is folded into the group; folded,
+            # the dispatch buffer's C slots are split over tensor (its devices hold the same
+            # tokens: each sends its share of the slots, as Megatron's SP splits the tokens)
+            "experts": self.expert_axes,
             "expert_embed": self.state_axes(kind) if kind != "act" else (),
-            "expert_mlp": tensor,
+            "expert_mlp": () if self.folds_experts else tensor,
+            "capacity": tensor if self.folds_experts else (),
         }
 
     def _rules_3d(self, kind: str) -> dict[str, tuple[Axis, ...]]:
@@ -220,6 +255,7 @@ class Layout:
             "mlp": y,
             "vocab": y,
             "layers": (Axis.STAGE,),
+            "capacity": (),
         }
 
     def spec(self, dims: tuple[str | None, ...], kind: str = "act") -> PartitionSpec:
@@ -392,7 +428,7 @@ def _parse_value(key: str, raw: str, annotation: str):
             return float(raw)
         except ValueError:
             raise LayoutError(f"{key}={raw!r}: {key} takes a number, e.g. {key}=0.7") from None
-    if annotation == "int":
+    if annotation in ("int", "int | None"):
         try:
             return int(raw)
         except ValueError:

@@ -63,6 +63,8 @@ def controls_of(values: dict, layout, remat: str) -> dict | None:
     wanted = {control: getattr(layout, name) for control, name in LAYOUT_CONTROLS.items()}
     wanted["remat"] = remat
     changes = {k: v for k, v in wanted.items() if values.get(k) != v}
+    if layout.folds_experts != values.get("expert_fold", False):  # a checkbox, off by default
+        changes["expert_fold"] = layout.folds_experts
     if layout.stage == 1:  # the controls ignore schedule and virtual without a pipeline
         changes = {k: v for k, v in changes.items() if k not in ("schedule", "virtual")}
     try:

@@ -104,12 +104,14 @@ def values_of(model: str, layout: Layout, n_devices: int, hardware: str, **setti
     return {"model": model, "devices": n_devices, "hardware": hardware, "zero": layout.zero,
             "sp": layout.sp, "cp": layout.cp, "schedule": layout.schedule,
             "microbatches": layout.microbatches, "virtual": layout.virtual_stages,
+            "expert_fold": layout.folds_experts,
             **{a.value: getattr(layout, a.value) for a in SPLIT_AXES}, **settings}
 
 
 def layout_of(values: dict) -> Layout:
     """The Layout the controls describe; the data axis takes the devices left over, and the
-    schedule and virtual stages apply only to pipelines."""
+    schedule and virtual stages apply only to pipelines; `expert_fold` folds the tensor axis into
+    the expert group (expert_tensor=1, MoE parallel folding)."""
     n = values["devices"]
     sizes = {a.value: values.get(a.value, 1) for a in SPLIT_AXES}
     split = 1
@@ -123,7 +125,8 @@ def layout_of(values: dict) -> Layout:
     return Layout(data=n // split, **sizes, zero=values["zero"], sp=values["sp"],
                   cp=values["cp"], microbatches=values["microbatches"],
                   schedule=values["schedule"] if pipeline else None,
-                  virtual_stages=values["virtual"] if pipeline else 1)
+                  virtual_stages=values["virtual"] if pipeline else 1,
+                  expert_tensor=1 if values.get("expert_fold") else None)
 
 
 def resolve(values: dict) -> tuple[ModelConfig, TrainConfig, Layout]:

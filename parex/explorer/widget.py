@@ -91,6 +91,9 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel, TimeToTrainPanel):
             **{a.value: dropdown(a.value, divisors(n_devices), 1) for a in SPLIT_AXES},
             "zero": dropdown("ZeRO stage", (0, 1, 2, 3), 0),
             "sp": w.Checkbox(value=False, description="sequence parallel (sp)", indent=False),
+            # MoE parallel folding: the experts over expert × tensor, each whole (ETP 1)
+            "expert_fold": w.Checkbox(value=False, description="experts over tensor too "
+                                      "(expert_tensor=1)", indent=False),
             "cp": dropdown("context par.", CP_MODES, "none"),
             "schedule": dropdown("schedule", ALL_SCHEDULES, real["schedule"]),  # + local (PPLL)
             "microbatches": dropdown("microbatches", MICROBATCHES, 1),
@@ -159,7 +162,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel, TimeToTrainPanel):
         controls = w.HBox([
             column("model", ["model", *DIMS, "dtype", "global_batch", "remat"]),
             column("mesh", ["devices", *[a.value for a in SPLIT_AXES]]),
-            column("technique", ["zero", "sp", "cp", "schedule", "microbatches", "virtual"]),
+            column("technique", ["zero", "sp", "cp", "schedule", "microbatches", "virtual",
+                                 "expert_fold"]),
             column("predict / measure", ["hardware", "recipe", "convention", "stack",
                                          "steps"]),
         ])

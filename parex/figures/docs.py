@@ -16,6 +16,10 @@ rewritten from docs/figures/scoreboard.json, so that no number there is typed by
     python -m parex.figures.docs          after `parex figure --all` (or a change of how the
                                           scoreboard is written): scoreboard.md and .html from
                                           its JSON, then every block
+    python -m parex.figures.docs A.json B.json   after `parex figure NAME --json > A.json` for
+                                          the figures a change touched: those figures replace
+                                          theirs in scoreboard.json (in the gallery's order),
+                                          then the same; the others keep their committed rows
 
 tests/figures/test_docs.py checks that the committed docs equal what the committed scoreboard
 renders.
@@ -60,12 +64,14 @@ def scoreboard_block(results: list[FigureResult], link: str) -> list[str]:
 
 
 def failures_block(results: list[FigureResult]) -> list[str]:
-    """A line per failing figure: how many rows are outside, and the farthest one."""
+    """A line per failing figure: how many rows are outside, and the farthest of those (a row
+    within a one-sided tolerance may lie farther from the paper's value and still hold)."""
     out = []
     for r in results:
         if r.status != "failed":
             continue
-        t, worst = r.tally(), r.worst()
+        t = r.tally()
+        worst = r.worst([row for row in r.scored_rows() if not r.within(row)])
         far = (f"farthest: {worst.quantity}, parex / paper {fmt(worst.ratio)}" if worst
                else "no row scored")
         out.append(f"- `{r.spec.name}`: {t.scored - t.within} of {t.scored} rows outside; {far}")
@@ -110,8 +116,25 @@ def documents(root: Path = ROOT) -> list[Path]:
     return [p for p in pages if BLOCK.search(p.read_text())]
 
 
-def main(scoreboard: Path = SCOREBOARD) -> int:
-    """scoreboard.md and .html, and every generated block, from the scoreboard's JSON."""
+def merge(scoreboard: Path, figures: list[dict]) -> None:
+    """Put `figures` (each `parex figure NAME --json`'s output) into the scoreboard's JSON in
+    place of the figures of the same name, in the gallery's order."""
+    from .runner import ordered_specs
+
+    data = json.loads(scoreboard.read_text())
+    figures = [{k: v for k, v in f.items() if k != "assumptions"}
+               | {"files": {k: Path(v).name for k, v in f["files"].items()}} for f in figures]
+    by_name = {f["name"]: f for f in data["figures"]} | {f["name"]: f for f in figures}
+    data["figures"] = [by_name[s.name] for s in ordered_specs() if s.name in by_name]
+    scoreboard.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def main(scoreboard: Path = SCOREBOARD, updates: list[Path] = ()) -> int:
+    """scoreboard.md and .html, and every generated block, from the scoreboard's JSON (first
+    updated with the figures' JSON files in `updates`)."""
+    if updates:
+        merge(scoreboard, [json.loads(Path(u).read_text().strip().splitlines()[-1])
+                           for u in updates])
     results = load(scoreboard)
     write_pages(results, scoreboard.parent, json.loads(scoreboard.read_text())["seconds"])
     for page in documents():
@@ -124,4 +147,4 @@ def main(scoreboard: Path = SCOREBOARD) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(updates=[Path(a) for a in sys.argv[1:]]))

@@ -1,8 +1,6 @@
-"""Figures that train or compile many programs: DiLoCo against sync DP and Korthikanti et al.'s
-activation ratios measured.
+"""Figures that compile many programs: Korthikanti et al.'s activation ratios measured (DiLoCo's
+training figures are in figures/lowcomm.py).
 
-    diloco              loss against bytes exchanged: sync DP (data = 8) and DiLoCo (4 replicas
-                        of data = 2, H inner steps) on the same tokens (parex.lowcomm.studies)
     korthikanti-measured  each configuration's activation bytes per layer over no parallelism's,
                         measured on the emulated mesh (parex.studies.activation), against the
                         paper's Table 2 ratios without the dropout terms (parex has no dropout)
@@ -10,59 +8,8 @@ activation ratios measured.
 
 from __future__ import annotations
 
-from ..config import TrainConfig, model_preset
-from ..predict.references import read_reference
+from ..config import model_preset
 from .core import Figure, Row, Tolerance, figure
-
-# --- DiLoCo ---------------------------------------------------------------------------------------
-
-DILOCO_HS, DILOCO_STEPS, REPLICAS = (10, 25), 100, 4
-
-
-def diloco_rows(gaps, hs=DILOCO_HS) -> list[Row]:
-    """From studies_lowcomm.final_gaps: bytes and final eval loss of each DiLoCo run over sync
-    DP's."""
-    refs = read_reference("diloco").set_index("quantity")["source"]
-    last = gaps.set_index("run")
-    sync = last.loc["sync DP"]
-    rows = []
-    for h in hs:
-        run = last.loc[f"DiLoCo H={h}"]
-        rows.append(Row(f"bytes per replica · sync DP / DiLoCo H={h}", float(h),
-                        sync.cross_replica_bytes / run.cross_replica_bytes, "measured",
-                        Tolerance(0.95, 1.05, "one exchange every H steps, within 5 %"),
-                        note=refs["bytes"], evidence="analysis"))
-        rows.append(Row(f"final eval loss · DiLoCo H={h} / sync DP", 1.0,
-                        run.eval_loss / sync.eval_loss, "measured", note=refs["loss"]))
-    return rows
-
-
-@figure("diloco", title="DiLoCo against sync DP: loss against bytes exchanged",
-        source="Douillard et al. 2023, DiLoCo (arXiv:2311.08105), abstract and §3",
-        tolerance=Tolerance(0.97, 1.03, "'performs as well as fully synchronous': within 3 %"),
-        evidence="measurement", slow=True, devices=8)
-def diloco() -> Figure:
-    from ..layout import Layout
-    from ..lowcomm.studies import StudyRun, final_gaps, loss_study
-
-    model = model_preset("tiny")
-    train = TrainConfig(global_batch=16, seq_len=64, steps=DILOCO_STEPS)
-    inner = 8 // REPLICAS
-    runs = [StudyRun("sync DP", Layout(data=8))]
-    runs += [StudyRun(f"DiLoCo H={h}", Layout(data=inner, replica=REPLICAS, inner_steps=h))
-             for h in DILOCO_HS]
-    frame = loss_study(model, train, runs, eval_every=25, progress=False)
-
-    def chart():
-        from ..charts.lowcomm import loss_chart
-
-        return loss_chart(frame, title="")
-    return Figure(diloco_rows(final_gaps(frame)), chart, [
-        f"tiny model, {DILOCO_STEPS} steps × 16 × 64 tokens on the corpus, {REPLICAS} replicas "
-        f"of data={inner}, outer Nesterov lr 0.7, momentum 0.9; sync DP's bytes are its "
-        "gradient all-reduce across the replica groups, 2·(R−1)/R·4·|θ| per step; DiLoCo's "
-        "are read from the compiled outer programs"])
-
 
 # --- Korthikanti et al., measured ---------------------------------------------------------------
 

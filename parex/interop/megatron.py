@@ -456,11 +456,14 @@ class _Reader:
         cp = self.int("--context-parallel-size", 1)
         ep = self.int("--expert-model-parallel-size", 1)
         etp = self.int("--expert-tensor-parallel-size")
-        if etp is not None and etp != tp:
-            raise InputError(f"--expert-tensor-parallel-size {etp}: parex splits experts over "
-                             f"the tensor ranks ({tp}); drop it")
+        folded = etp is not None and etp != tp  # MoE parallel folding: EP spans TP x DP ranks
+        if folded and (etp != 1 or cp > 1 or ep % tp):
+            raise InputError(f"--expert-tensor-parallel-size {etp}: parex folds all {tp} tensor "
+                             f"ranks into the expert group (ETP 1, EP a multiple of TP, no CP) "
+                             f"or none of them (ETP = TP); give 1 or {tp}")
         dp = divide(self.world, tp * pp * cp, f"world size {self.world}",
                     f"give a multiple of TP x PP x CP = {tp * pp * cp} devices")
+        ep = ep // tp if folded else ep  # parex's expert axis: EP's data-parallel part
         data = divide(dp, ep, f"data-parallel size {dp}",
                       "--expert-model-parallel-size must divide it")
         virtual = self.virtual_stages(model.layers, pp)
@@ -499,7 +502,8 @@ class _Reader:
                                 + ("interleaved 1F1B (virtual stages)" if virtual > 1
                                    else "1F1B"))
         return Layout(data=data, fsdp=fsdp, expert=ep, tensor=tp, seq=cp, stage=pp, zero=zero,
-                      sp=sp, cp=cp_mode, schedule=schedule, virtual_stages=virtual)
+                      sp=sp, cp=cp_mode, schedule=schedule, virtual_stages=virtual,
+                      expert_tensor=1 if folded else None)
 
     def virtual_stages(self, layers: int, pp: int) -> int:
         per_chunk = self.int("--num-layers-per-virtual-pipeline-stage")
@@ -639,8 +643,10 @@ def megatron_options(setting: Setting) -> list[str]:
         words += ["--num-virtual-stages-per-pipeline-rank", layout.virtual_stages]
     if layout.seq > 1:
         words += ["--context-parallel-size", layout.seq, "--cp-comm-type", CP_COMM[layout.cp]]
-    if layout.expert > 1:
-        words += ["--expert-model-parallel-size", layout.expert]
+    if layout.expert_parallel > 1:
+        words += ["--expert-model-parallel-size", layout.expert_parallel]
+    if layout.folds_experts:
+        words += ["--expert-tensor-parallel-size", layout.expert_tensor]
     if layout.sp:
         words += ["--sequence-parallel"]
     if layout.fsdp > 1:

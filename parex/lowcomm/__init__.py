@@ -7,16 +7,21 @@ axis, each taking H inner steps between outer synchronisations.
     diloco.py     the executor: inner steps, the outer Nesterov step, streaming fragments
     measure.py    a DiLoCo layout measured (parex.measure dispatches here)
     predict.py    one replica's inner step plus the exchange over a WAN link
-    studies.py    loss against bytes exchanged: sync DP beside DiLoCo on the same tokens
+    studies.py    loss against bytes exchanged: sync DP beside DiLoCo on the same tokens, from
+                  a sync-DP warm start (warm_up) as DiLoCo's paper ran it
+    dilocox.py    DiLoCoX's headline (107B, 2 clusters, 1 Gb/s) predicted against AllReduce
 
     Layout.parse("replica=4,data=2,inner_steps=50")      measured and predicted as any layout
     frame = loss_study(model, train, default_runs(8, 4, (10, 50)))   final_gaps(frame)
+    start = warm_up(model, train, 100); loss_study(..., start=start, offset=100)
+    dilocox_speedups()          DiLoCoX's speed-up over AllReduce per unread setting
     wan_sweep(scale_models(), "h100-sxm", 2, [1, 10, 100], wan_link(1.0))   time over a WAN
 """
 
 from .diloco import DiLoCo
+from .dilocox import cases_frame as dilocox_speedups
 from .predict import predict_diloco, scale_models, wan_link, wan_sweep
-from .studies import StudyRun, default_runs, final_gaps, loss_study
+from .studies import StudyRun, default_runs, final_gaps, loss_study, warm_up
 
-__all__ = ["DiLoCo", "StudyRun", "default_runs", "final_gaps", "loss_study", "predict_diloco",
-           "scale_models", "wan_link", "wan_sweep"]
+__all__ = ["DiLoCo", "StudyRun", "default_runs", "dilocox_speedups", "final_gaps", "loss_study",
+           "predict_diloco", "scale_models", "wan_link", "wan_sweep", "warm_up"]

@@ -176,21 +176,26 @@ class MeshOps(Ops):
 
     def experts(self, ffn, slots, weights, dims):
         """The dispatch buffer x_e[B, E, C, D] (B split over data, fsdp and expert) to the
-        devices that hold each expert and back: an all-to-all over `expert` splits E and gathers
-        B (x_e[ep·B_local, E/ep, C, D]), each device runs its experts (F_e split over tensor:
-        their partial outputs psum'd), and the transposed all-to-all returns the slots."""
-        expert, tensor = Axis.EXPERT.value, Axis.TENSOR.value
-        ep, tp = self.layout.expert, self.layout.tensor
+        devices that hold each expert and back: an all-to-all over the expert group splits E and
+        gathers B (x_e[ep·B_local, E/ep, C, D]), each device runs its experts, and the transposed
+        all-to-all returns the slots. Unfolded, the group is `expert` and F_e is split over
+        tensor (the partial outputs psum'd); folded (expert_tensor=1) the group is expert ×
+        tensor, each tensor device sending its C/t of the slots (SLOTS' `capacity`), and every
+        expert is whole on one device."""
+        group = tuple(a.value for a in self.layout.expert_axes
+                      if self.layout.axis_sizes()[a] > 1)
+        group = group[0] if len(group) == 1 else group  # one axis: by name, as unfolded always was
+        split_f = self.layout.tensor > 1 and not self.layout.folds_experts
 
         def reduce(y):
-            return jax.lax.psum(y, tensor) if tp > 1 else y
+            return jax.lax.psum(y, Axis.TENSOR.value) if split_f else y
 
         def local(slots, weights):
             weights = {n: self.gather_weight(w, dims[n]) for n, w in weights.items()}
-            if ep > 1:  # (b, E, C, D) -> (ep·b, E/ep, C, D)
-                slots = jax.lax.all_to_all(slots, expert, 1, 0, tiled=True)
+            if group:  # (b, E, C, D) -> (ep·b, E/ep, C, D)
+                slots = jax.lax.all_to_all(slots, group, 1, 0, tiled=True)
             out = ffn(slots, weights, reduce)
-            return jax.lax.all_to_all(out, expert, 0, 1, tiled=True) if ep > 1 else out
+            return jax.lax.all_to_all(out, group, 0, 1, tiled=True) if group else out
 
         w_dims = {n: Weight(d) for n, d in dims.items()}
         return self.manual(local, (SLOTS, w_dims), SLOTS)(slots, weights)

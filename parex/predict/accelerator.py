@@ -98,7 +98,8 @@ def matmul_shapes(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> list
 
 def expert_slots(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> np.ndarray:
     """Slots the busiest local expert processes per microbatch: its C from each of the
-    expert·b sequences of its group in parex's padded program (grid.executor; dropless C = T);
+    expert·b sequences of its group in parex's padded program (grid.executor; dropless C = T;
+    folded, C/t from each of expert·t·b, the same count);
     in the ideal one (a grouped GEMM on the tokens routed to it) the balanced k·T/E times
     `imbalance`, the most-loaded expert's load over the mean (an assumption, 1.0 = balanced,
     never fitted), and at most C where a capacity drops the rest."""
@@ -109,12 +110,14 @@ def expert_slots(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> np.nd
 
 
 def moe_shapes(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> list[tuple]:
-    """The router W_r[D, E] on every token; the E/expert local experts, each on `expert_slots`
-    slots (SwiGLU's two input matrices, then the output); parex's dense dispatch and combine
-    einsums per sequence, (E·C, T) @ (T, D) and (T, E·C) @ (E·C, D) (none in the ideal
+    """The router W_r[D, E] on every token; the E/EP local experts, each on `expert_slots`
+    slots, F_e split over ETP (SwiGLU's two input matrices, then the output); parex's dense
+    dispatch and combine einsums per sequence, (E·C, T) @ (T, D) and (T, E·C) @ (E·C, D), C
+    split over the tensor devices a folded layout adds to the expert group (none in the ideal
     program, which permutes the tokens: memory traffic, `elementwise_elements`)."""
-    t, M, EC = grid.tensor, grid.tokens, sizes.E * sizes.capacity(grid.T)
-    local, slots = sizes.E / grid.expert, expert_slots(sizes, grid, imbalance)
+    t, M = grid.expert_tensor, grid.tokens
+    EC = sizes.E * sizes.capacity(grid.T) / grid.fold
+    local, slots = sizes.E / grid.ep, expert_slots(sizes, grid, imbalance)
     einsums = grid.b * grid.executor
     return [(M, sizes.D, sizes.E, 1),
             (slots, sizes.D, sizes.Fe / t, sizes.n_mlp_in * local),
@@ -133,9 +136,10 @@ def elementwise_elements(sizes: ModelSizes, grid: Grid, dropout: bool,
     mlp = per_unit * sizes.F / t
     if sizes.moe:  # the shared experts; each of k assignments' activation (the busiest
         #            expert's, `expert_slots`) and its permutation there and back (read, write)
-        slots = expert_slots(sizes, grid, imbalance) * sizes.E / grid.expert / grid.tokens
-        mlp = per_unit * (sizes.shared_F + slots * sizes.Fe) / t + 4 * slots * sizes.D \
-            + 2 * sizes.E
+        # (folded: E/EP local experts of width F_e/ETP, their slots' D not split by tensor)
+        slots = expert_slots(sizes, grid, imbalance) * sizes.E / grid.ep / grid.tokens
+        mlp = (per_unit * (sizes.shared_F / t + slots * sizes.Fe / grid.expert_tensor)
+               + 4 * slots * sizes.D + 2 * sizes.E)
     core = (2.0 + 2.5 * d) * sizes.H / t * grid.T
     return h * (4.0 + 6.0 + d) + mlp + core, core
 

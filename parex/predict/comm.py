@@ -154,12 +154,12 @@ def _elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None, layers=N
 
 def routed_elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None) -> np.ndarray:
     """A mixture of experts' routed-expert parameters per device before any batch-axis sharding:
-    E/expert experts of each of the stage's layers, F_e split over tensor (0 for a dense
-    model); only those with / without an expert_embed dim when asked."""
+    E/EP experts of each of the stage's layers, F_e split over ETP (tensor, or 1 folded; 0 for
+    a dense model); only those with / without an expert_embed dim when asked."""
     total = np.zeros(len(grid))
     for (e, t), n in zip(ROUTED_GROUPS, sizes.routed):
         if n and (embed is None or e == embed):
-            total = total + n / ((grid.tensor if t else 1) * grid.stage * grid.expert)
+            total = total + n / ((grid.expert_tensor if t else 1) * grid.stage * grid.ep)
     return total
 
 
@@ -843,20 +843,50 @@ def moe_terms(step: _Step) -> list[Term]:
     combine's backward needs the experts' output, for the gates). Tensor parallelism splits
     F_e: the experts' partial outputs are all-reduced on the buffer (forward; again under full
     remat) and so are the input gradients of their column-parallel matrices (backward: one
-    per input matrix, SwiGLU's two merged by XLA into one op of twice the bytes)."""
+    per input matrix, SwiGLU's two merged by XLA into one op of twice the bytes).
+    Folded (MoE parallel folding, expert_tensor=1: the group is expert × tensor, each expert
+    whole) each tensor device sends its 1/t of the slots (`folded_terms`)."""
     sizes, grid, conv = step.sizes, step.grid, step.conv
     if not sizes.moe:
         return []
     full = 1 if step.remat == "full" else 0
     m_l = grid.microbatches * grid.stage_layers
     buffer = grid.b * dispatch_slots(sizes, grid) * sizes.D / grid.seq * step.act_bytes
-    tp = (grid.tensor > 1) * 1.0
+    folded = grid.fold > 1
+    tp = ((grid.tensor > 1) & ~folded) * 1.0
     beside = conv.overlaps_tp_backward
     return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT,),
-                 (4 + 2 * full) * m_l * (grid.expert > 1), buffer),
+                 (4 + 2 * full) * m_l * (grid.expert > 1) * ~folded, buffer),
             Term("tp", "all-reduce", (Axis.TENSOR,), (1 + full) * m_l * tp, buffer),
             Term("tp-beside-wgrad" if beside else "tp", "all-reduce", (Axis.TENSOR,),
-                 sizes.n_mlp_in * m_l * tp, buffer)]
+                 sizes.n_mlp_in * m_l * tp, buffer)] + folded_terms(step, folded, buffer)
+
+
+def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Term]:
+    """MoE parallel folding (Liu et al. 2025, arXiv:2504.14960), per block and microbatch: the
+    dispatch buffer's C slots are split over tensor, whose devices hold the same tokens, so
+    each sends buffer/t by all-to-all over expert × tensor (four, six under full remat, as
+    unfolded). The dispatch and combine einsums then contract a C split over tensor, so their
+    token-sized results are all-reduced over it (parex.model.moe.layer's SLOTS and MASKS): the
+    combine's output b·T/s·D in the forward (not again under full remat: the backward needs
+    the experts' output, not the combined tokens, so XLA drops that sum), and in the backward the
+    dispatch's input gradient with the gates' (b·T/s·k, float32: routing runs in float32),
+    which XLA merges into one op. The ideal program (Megatron-Core's, which runs MoE with
+    tensor parallelism only under SP) sends each tensor device's own tokens: under sp=on they
+    are the sequence shard it holds, so nothing more moves; without SP the tokens' shares are
+    all-gathered after the combine (reduce-scattered in the backward)."""
+    sizes, grid = step.sizes, step.grid
+    full = 1 if step.remat == "full" else 0
+    m_l = grid.microbatches * grid.stage_layers * folded
+    x = grid.b * grid.T / grid.seq * sizes.D * step.act_bytes  # the block's tokens (b, T/s, D)
+    dense, ideal = m_l * grid.executor, m_l * np.logical_not(grid.executor) * (grid.sp == 0)
+    return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT, Axis.TENSOR), (4 + 2 * full) * m_l,
+                 buffer / grid.fold),
+            Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense, x),
+            Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense,
+                 x + grid.b * grid.T / grid.seq * sizes.k * 4),
+            Term("moe-combine", "all-gather", (Axis.TENSOR,), 1.0 * ideal, x),
+            Term("moe-combine", "reduce-scatter", (Axis.TENSOR,), 1.0 * ideal, x)]
 
 
 def bytes_by_kind(all_terms: list[Term], n: int) -> dict[str, np.ndarray]:

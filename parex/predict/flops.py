@@ -136,7 +136,8 @@ def moe_forward(model: ModelConfig, grid: Grid) -> dict:
     split by tensor), "experts" the routed experts on b·slots slots (F_e split by tensor; parex
     pads every expert to its capacity, E·C slots per sequence, where the ideal program runs
     the k·T assignments), "dispatch" and "combine" parex's dense-dispatch einsums, each
-    2·b·T·E·C·D (none in the ideal program, which permutes tokens instead)."""
+    2·b·T·E·C·D, C split over the tensor devices folded into the expert group (none in the
+    ideal program, which permutes tokens instead)."""
     sizes = model_sizes(model)
     layer = forward_per_token(model, grid.T)[0] + masked_attention(model, grid)
     n_mat = sizes.n_mlp_in + 1
@@ -144,7 +145,7 @@ def moe_forward(model: ModelConfig, grid: Grid) -> dict:
     router = 2 * sizes.D * sizes.E
     tokens, t = grid.tokens, grid.tensor
     slots = grid.b * dispatch_slots(sizes, grid) / grid.seq
-    einsum = 2 * tokens * sizes.E * sizes.capacity(grid.T) * sizes.D * grid.executor
+    einsum = 2 * tokens * sizes.E * sizes.capacity(grid.T) / grid.fold * sizes.D * grid.executor
     shared_out = 2 * sizes.shared_F * sizes.D  # per token, apart: full remat skips it
     return {"dense": (layer - active - router - shared_out) * tokens / t,
             "shared_out": shared_out * tokens / t,

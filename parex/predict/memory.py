@@ -120,11 +120,12 @@ def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed) -> np.ndarr
     for (e, t, l), n in zip(GROUPS, sizes.groups):
         if n and l:
             total = total + n / ((embed if e else 1) * (grid.tensor if t else 1) * grid.stage)
-    # a mixture of experts' routed experts: W_in[E_expert, D_embed-shards, F_e,tensor]
+    # a mixture of experts' routed experts: W_in[E_EP, D_embed-shards, F_e,ETP] (EP the expert
+    # group, ETP tensor or, folded, 1: W_in[E_expert·tensor, D, F_e])
     for (e, t), n in zip(ROUTED_GROUPS, sizes.routed):
         if n:
-            total = total + n / ((embed if e else 1) * (grid.tensor if t else 1) * grid.stage
-                                 * grid.expert)
+            total = total + n / ((embed if e else 1) * (grid.expert_tensor if t else 1)
+                                 * grid.stage * grid.ep)
     return total + head_state_elements(sizes, grid, embed)
 
 
@@ -210,9 +211,11 @@ def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     and combine masks (T, E, C) twice, the slots on both sides of the all-to-all (E, C, D)
     twice, and the experts' hidden terms as the dense MLP's, 6·(E, C, F_e/t); plus the
     shared experts' (a dense MLP, 6·S·F_e/t per token) and the router's logits and
-    probabilities (2·E per token)."""
+    probabilities (2·E per token). Folded (expert_tensor=1) the tensor devices split C and hold
+    whole experts: every (E, C) term over fold = tensor, the hidden terms F_e over ETP = 1."""
     t, E, C = grid.tensor, sizes.E, sizes.capacity(grid.T)
-    per_sequence = E * C * ((sizes.k + 2) * grid.T + 2 * sizes.D + 6 * sizes.Fe / t)
+    per_sequence = E * C / grid.fold * ((sizes.k + 2) * grid.T + 2 * sizes.D
+                                        + 6 * sizes.Fe / grid.expert_tensor)
     return per_sequence / grid.T + 6 * sizes.shared_F / t + 2 * E
 
 

@@ -163,6 +163,8 @@ class Grid:
     partition_min: np.ndarray  # its smallest entry (0 without one)
     partition_sum: np.ndarray  # the layers it covers (0 without one)
     partition_max: np.ndarray  # its largest entry (0 without one)
+    expert_tensor: np.ndarray  # ETP, the devices that split one expert's F_e: tensor, or 1 when
+    # the tensor axis is folded into the expert group (Layout.folds_experts)
     B: int  # global batch (sequences per step)
     T: int  # tokens per sequence
     executor: bool = True  # the program parex's executor compiles (xla-cpu), not the ideal one
@@ -175,6 +177,16 @@ class Grid:
     def dp(self) -> np.ndarray:
         """Replicas that each see a different slice of the batch."""
         return self.data * self.fsdp * self.expert
+
+    @property
+    def fold(self) -> np.ndarray:
+        """The tensor devices folded into the expert group: tensor / ETP (1: unfolded)."""
+        return self.tensor // self.expert_tensor
+
+    @property
+    def ep(self) -> np.ndarray:
+        """EP, the expert group's size (Layout.expert_parallel): expert × the folded tensor."""
+        return self.expert * self.fold
 
     @property
     def n_devices(self) -> np.ndarray:
@@ -211,6 +223,7 @@ class Grid:
             value = columns.get(name, getattr(default, name))
             cols[name] = np.broadcast_to(np.asarray(value, dtype=np.int64), (n,))
         cols["sp"] = np.broadcast_to(np.asarray(columns.get("sp", 0), dtype=np.int64), (n,))
+        cols["expert_tensor"] = _expert_tensor(columns.get("expert_tensor"), cols["tensor"], n)
         cols["cp"] = _codes(columns.get("cp", "none"), _CP_CODE, n)
         cols["schedule"] = _schedule_codes(columns.get("schedule"), cols["stage"], n)
         cols["microbatches"] = resolved_microbatches(cols["microbatches"],
@@ -237,6 +250,8 @@ class Grid:
         columns = {name: [getattr(l, name) for l in layouts] for name in _INT_FIELDS}
         columns["microbatches"] = [l.microbatches for l in layouts]
         columns["sp"] = [int(l.sp) for l in layouts]
+        columns["expert_tensor"] = [l.tensor if l.expert_tensor is None else l.expert_tensor
+                                    for l in layouts]
         columns["cp"] = [_CP_CODE.get(l.cp, -1) for l in layouts]
         columns["schedule"] = [l.schedule for l in layouts]
         columns["partition"] = [l.layers_per_stage for l in layouts]
@@ -247,6 +262,18 @@ class Grid:
         return dataclasses.replace(self, **{f.name: getattr(self, f.name)[i:i + 1]
                                             for f in dataclasses.fields(self)
                                             if isinstance(getattr(self, f.name), np.ndarray)})
+
+
+def _expert_tensor(value, tensor: np.ndarray, n: int) -> np.ndarray:
+    """The ETP column: given, with None entries (a Layout's default) read as tensor (unfolded)."""
+    if value is None:
+        return tensor.copy()
+    values = np.asarray(value)
+    if values.dtype != object:  # sizes already (Grid.from_layouts resolves them)
+        return np.broadcast_to(values.astype(np.int64), (n,)).copy()
+    values = np.broadcast_to(values, (n,))
+    unset = np.equal(values, None)
+    return np.where(unset, tensor, np.where(unset, 1, values)).astype(np.int64)
 
 
 def _codes(value, table: dict, n: int) -> np.ndarray:

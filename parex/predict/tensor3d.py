@@ -203,7 +203,7 @@ def axes_grid(grid: Grid, layout) -> AxesGrid:
     n, s = len(grid), Sizes3D.of(layout)
     cols = {f.name: getattr(grid, f.name) for f in dataclasses.fields(grid)}
     sizes = {"data": s.data, "fsdp": s.fsdp, "tensor": s.tensor, "tensor_y": s.tensor_y,
-             "tensor_z": s.tensor_z}
+             "tensor_z": s.tensor_z, "expert_tensor": s.tensor}  # no expert folding in 3D
     return AxesGrid(**(cols | {k: np.broadcast_to(v, (n,)).astype(np.int64)
                                for k, v in sizes.items()}))
 

@@ -48,8 +48,12 @@ class LayoutValues:
                      "virtual_stages"):
             setattr(self, name, getattr(layout, name))
         self.sp = int(layout.sp)
+        self.expert_tensor = layout.tensor if layout.expert_tensor is None else layout.expert_tensor
+        self.fold = self.tensor // max(self.expert_tensor, 1)
+        self.ep = self.expert * self.fold  # as Grid.fold and Grid.ep
         if layout.tensor3d:  # Megatron's tensor and SP rules do not apply: tensor3d_problem's do
             self.tensor, self.sp = 1, 0
+            self.expert_tensor, self.fold, self.ep = 1, 1, self.expert  # tensor3d_problem's
         self.cp = CP_MODES.index(layout.cp) if layout.cp in CP_MODES else -1
         if layout.schedule is None and layout.stage > 1:
             raise ValueError(UNRESOLVED_SCHEDULE)

@@ -30,6 +30,7 @@ from ..layout import (
     example_partition,
     num_microbatches,
 )
+from ..model.moe import routing
 from ..parallel.schedules import ALL_SCHEDULES, LOCAL, LOOPING, SCHEDULES, VEE, check_schedule
 
 INTERLEAVED, LOOPING_CODES = SCHEDULES.index("interleaved"), [SCHEDULES.index(s) for s in LOOPING]
@@ -334,10 +335,23 @@ for _name in ("heads", "kv_heads"):
 
 # --- mixtures of experts (parex.model.moe) and the expert axis -----------------------------------------
 _MOE_PRESETS = "tiny-moe, mixtral-8x7b, deepseek-v3"
-_rule(RULES, "expert-needs-experts", lambda g, c: (g.expert == 1) | c.model.moe,
-      lambda l, c: (f"expert={l.expert} on a dense model: {c.model.name} has no experts to "
+_rule(RULES, "expert-tensor-whole", lambda g, c: (g.expert_tensor == g.tensor)
+      | ((g.expert_tensor == 1) & (g.tensor > 1)),
+      lambda l, c: (f"expert_tensor={l.expert_tensor} with tensor={l.tensor}: parex folds the "
+                    f"whole tensor axis into the expert group or none of it; write "
+                    f"expert_tensor=1 (each expert whole, EP = expert × tensor) with tensor > 1, "
+                    f"or drop expert_tensor (F_e split over tensor)"))
+_rule(RULES, "expert-needs-experts", lambda g, c: (g.ep == 1) | c.model.moe,
+      lambda l, c: (f"expert_tensor={l.expert_tensor} on a dense model: {c.model.name} has no "
+                    f"experts to fold the tensor axis over; drop expert_tensor, or use a "
+                    f"mixture of experts ({_MOE_PRESETS})" if l.expert == 1 else
+                    f"expert={l.expert} on a dense model: {c.model.name} has no experts to "
                     f"split; fold the expert devices into data (data={l.data * l.expert}), or "
                     f"use a mixture of experts ({_MOE_PRESETS})"))
+_rule(RULES, "expert-fold-seq", lambda g, c: (g.fold == 1) | (g.seq == 1),
+      lambda l, c: (f"expert_tensor=1 with seq={l.seq}: parex folds only the tensor axis into "
+                    f"the expert group, not context parallelism's; drop expert_tensor or use "
+                    f"seq=1"))
 _rule(RULES, "moe-top-k", lambda g, c: not c.model.moe or 1 <= c.model.top_k <= c.model.experts,
       lambda l, c: (f"top_k={c.model.top_k} with {c.model.experts} experts: each token goes to "
                     f"between 1 and experts={c.model.experts} experts"))
@@ -346,11 +360,14 @@ _rule(RULES, "moe-capacity",
       or c.model.capacity_factor > 0,
       lambda l, c: (f"capacity_factor={c.model.capacity_factor}: an expert's capacity "
                     f"ceil(cf·k·T/E) needs cf > 0 (1.0 to 2.0 is usual), or None for dropless"))
-_rule(RULES, "moe-experts-over-expert", lambda g, c: c.model.experts % g.expert == 0,
+_rule(RULES, "moe-experts-over-expert", lambda g, c: c.model.experts % g.ep == 0,
       lambda l, c: (f"experts={c.model.experts} is not divisible by expert={l.expert}: expert "
                     f"parallelism gives every device experts/expert whole experts; choose "
-                    f"expert from {divisors(c.model.experts)}"))
-_rule(RULES, "moe-expert-ffn-tensor", lambda g, c: c.model.expert_ffn % g.tensor == 0,
+                    f"expert from {divisors(c.model.experts)}" if not l.folds_experts else
+                    f"experts={c.model.experts} is not divisible by EP = expert × tensor = "
+                    f"{l.expert_parallel} (expert_tensor=1 folds tensor into the expert group); "
+                    f"choose expert × tensor from {divisors(c.model.experts)}"))
+_rule(RULES, "moe-expert-ffn-tensor", lambda g, c: c.model.expert_ffn % g.expert_tensor == 0,
       lambda l, c: (f"expert_ffn={c.model.expert_ffn} is not divisible by tensor={l.tensor}: "
                     f"each expert's MLP width is split over the tensor axis; choose tensor from "
                     f"{divisors(c.model.expert_ffn)}"))
@@ -414,6 +431,12 @@ _rule(LIMITS, "moe-composes", lambda g, c: not c.model.moe or (g.stage == 1),
       lambda l, c: ("parex's executor runs a mixture of experts with data, fsdp, ZeRO, tensor, "
                     "sp, seq and expert axes, not yet inside pipeline stages (the predictor "
                     "covers them)"))
+_rule(LIMITS, "moe-fold-capacity",
+      lambda g, c: not c.model.moe or (routing.capacity(c.model, c.T) % g.fold == 0),
+      lambda l, c: (f"capacity C = {routing.capacity(c.model, c.T)} slots per expert and sequence "
+                    f"is not divisible by tensor={l.tensor}: folded (expert_tensor=1) each "
+                    f"tensor device sends C/tensor of the slots; change the capacity factor or "
+                    f"the sequence length so that tensor divides C"))
 EXECUTOR_LIMITS = tuple(LIMITS)
 
 
@@ -425,6 +448,10 @@ EXECUTOR_LIMITS = tuple(LIMITS)
 def tensor3d_problem(l: Layout, c: Context) -> str | None:
     """Why a 3D layout is not a real program for this model and batch (None: it is)."""
     X, Y, Z, m = l.tensor, l.tensor_y, l.tensor_z, c.model
+    if l.folds_experts:
+        return (f"expert_tensor={l.expert_tensor} with tensor={X}x{Y}x{Z}: parex folds Megatron's "
+                f"1D tensor axis into the expert group, which a 3D split does not have; drop "
+                f"expert_tensor")
     if l.sp:
         return (f"sp=on with tensor={X}x{Y}x{Z}: AxoNN's 3D split keeps no sequence-parallel "
                 f"region (Z already splits the batch); the nearest layout that runs is "

@@ -37,3 +37,20 @@ def test_expert_on_a_dense_model_is_refused_with_the_fix():
               "schedule": "gpipe", "virtual": 1, "hardware": "cpu-local"}
     with pytest.raises(LayoutError, match="dense model"):
         resolve(values)
+
+
+def test_a_folded_layout_loads_with_its_fold_and_the_guide_can_set_it():
+    """MoE parallel folding (expert_tensor=1) is the 'experts over tensor too' checkbox."""
+    folded = Layout.parse("expert=4,tensor=2,expert_tensor=1")
+    explorer = Explorer(model="tiny-moe", n_devices=8, global_batch=16, steps=2)
+    explorer.load_layout(str(folded))
+    assert explorer.values["expert_fold"] is True and layout_of(explorer.values) == folded
+    want = predict(model_preset("tiny-moe"), TrainConfig(global_batch=16, steps=2, remat="none"),
+                   folded, "cpu-local")
+    assert explorer.prediction.layout == str(folded)
+    assert explorer.prediction.comm_bytes_per_device["all-to-all"] == pytest.approx(
+        want.comm_bytes_per_device["all-to-all"])
+    values = {"devices": 8, "tensor": 2, "tensor_y": 1, "tensor_z": 1, "fsdp": 1, "expert": 4,
+              "seq": 1, "stage": 1, "zero": 0, "sp": False, "cp": "none", "microbatches": 1,
+              "schedule": "gpipe", "virtual": 1, "remat": "none"}
+    assert controls_of(values, folded, "none") == {"expert_fold": True}

@@ -67,9 +67,16 @@ EXPECTED = {
              "ZB/1F1B measured step-time ratios scatter from run to run by as much as the "
              "effect on the 2 shared cores", sometimes=True)],
     "diloco": [
-        Miss("final eval loss", "ratio", 1.08, 1.25,
-             "after 100 steps from scratch DiLoCo's eval loss is above sync DP's; the paper's "
-             "parity is for long runs")],
+        Miss("/ sync DP", "ratio", 1.05, 1.25,
+             "warm-started, 8 workers of 2 sequences each take noisier inner steps than sync DP's "
+             "16-sequence steps, and 10 outer rounds leave their eval loss about 13 % above sync "
+             "DP's (the int4 and streaming runs with it); 2 workers of 8 sequences on the same "
+             "protocol match AllReduce (dilocox-mechanisms)")],
+    "dilocox-mechanisms": [
+        Miss("DiLoCoX (int4, one-step delay)", "ratio", 1.07, 1.25,
+             "parex's fixed int4 exchange with the one-step delay stalls the 2 clusters' loss "
+             "about 14 % above AllReduce's, where the same clusters exchanging f32 without the "
+             "delay match it; DiLoCoX's adaptive compression is not parex's int4")],
     "hexiscale": [
         Miss("10 Gb/s", "ratio", 0.55, 0.85,
              "parex's 1F1B critical path pays a cross-group hop of a 4096-token activation at "

@@ -76,3 +76,19 @@ def test_the_predictors_speed_in_the_docs_is_the_benchmarks_record():
     assert int(warm.replace(",", "")) == _two_figures(record["warm_per_s"])
     assert f"over {record['layouts']:,} layouts" in text
     assert record["layouts"] >= 100_000 and "predict_speed.py" in record["command"]
+
+
+def test_a_single_figure_merges_into_the_scoreboard_in_the_gallery_order(tmp_path):
+    """python -m parex.figures.docs A.json: A's figure replaces its namesake (or joins in the
+    gallery's order); the others keep their committed rows."""
+    board = tmp_path / "scoreboard.json"
+    data = json.loads(docs.SCOREBOARD.read_text())
+    first, *rest = data["figures"]
+    board.write_text(json.dumps({"figures": rest, "seconds": data["seconds"]}))
+    printed = first | {"notes": ["again"], "files": {"png": "somewhere/x.png"},
+                       "assumptions": "..."}
+    docs.merge(board, [printed])
+    merged = json.loads(board.read_text())["figures"]
+    assert [f["name"] for f in merged] == [f["name"] for f in data["figures"]]
+    assert merged[0]["notes"] == ["again"] and merged[0]["files"] == {"png": "x.png"}
+    assert "assumptions" not in merged[0] and merged[1:] == rest

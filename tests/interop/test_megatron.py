@@ -298,3 +298,25 @@ def test_any_data_parallel_size_is_predicted_with_the_padded_distributed_optimiz
     padded = run.predict("h100-sxm").memory_bytes_per_device["optimizer"]
     # float32 training: Adam's two moments, 8 bytes a parameter, and its 8 bytes of counters
     assert padded == math.ceil(run.model.n_params / 6) * 8 + 8
+
+
+def test_moe_parallel_folding_round_trips_as_expert_tensor_parallel_size_1():
+    """MoE parallel folding (issue 43): parex's expert=4,tensor=2,expert_tensor=1 is Megatron's
+    TP 2, EP 8, ETP 1 (the expert group over all 8 ranks), and reads back to the same Setting;
+    an ETP that folds part of the tensor ranks is refused in one line."""
+    model = parex.model_preset("tiny-moe")
+    train = TrainConfig(global_batch=16, microbatch=4)  # b = 16 / data-parallel 4
+    layout = Layout.parse("expert=4,tensor=2,expert_tensor=1,sp=on")
+    command = to_megatron(model, train, layout, HARDWARE)
+    assert "--expert-model-parallel-size 8" in command
+    assert "--expert-tensor-parallel-size 1" in command
+    setting = from_megatron(command, name=model.name).setting(HARDWARE)
+    expected = resolve(model, train, layout, HARDWARE)
+    assert (setting.layout, setting.train, setting.model) == (expected.layout, expected.train,
+                                                              expected.model)
+    with pytest.raises(parex.InputError, match="--expert-tensor-parallel-size 2: parex folds"):
+        from_megatron(command.replace("--tensor-model-parallel-size 2",
+                                      "--tensor-model-parallel-size 4")
+                      .replace("--expert-tensor-parallel-size 1",
+                               "--expert-tensor-parallel-size 2"),
+                      name=model.name)

@@ -29,9 +29,10 @@ def compare(spec, model=TINY_MOE, remat="none"):
             compiled_stats(compiled, step))
 
 
-# the five layouts of issue 32, about 4 s of compiling each
+# the five layouts of issue 32, about 4 s of compiling each; MoE parallel folding (issue 43):
+# DeepSeek-V3's in small, attention data=4 × tensor=2, the experts over all 8 devices
 LAYOUTS = ["data=2,expert=4", "expert=8", "fsdp=2,expert=4", "data=2,expert=2,tensor=2",
-           "data=2,expert=4,zero=1"]
+           "data=2,expert=4,zero=1", "expert=4,tensor=2,expert_tensor=1"]
 
 
 @pytest.mark.parametrize("spec", LAYOUTS)
@@ -55,7 +56,14 @@ def test_collectives_memory_and_flops_match_the_compiled_step(spec):
     ("data=2,expert=2,tensor=2,sp=on", {}, "none"), ("data=2,expert=2,tensor=2,sp=on", {}, "full"),
     ("expert=4,tensor=2,sp=on", {"shared_experts": 1}, "none"),
     ("data=2,expert=2,microbatches=2", {}, "none"),  # reduced per microbatch (step.py)
-    ("data=2,expert=2,microbatches=2", {"bias_rate": 0.01}, "none")])  # + the load's sums
+    ("data=2,expert=2,microbatches=2", {"bias_rate": 0.01}, "none"),  # + the load's sums
+    # folded: the expert group over tensor only (EDP = 4), with ZeRO-1, SP, full remat (the
+    # combine's sum not recomputed) and a capacity (C = 40, 20 per tensor device)
+    ("data=4,tensor=2,expert_tensor=1", {}, "none"),
+    ("data=2,expert=2,tensor=2,expert_tensor=1,zero=1", {}, "none"),
+    ("expert=4,tensor=2,expert_tensor=1,sp=on", {}, "none"),
+    ("expert=4,tensor=2,expert_tensor=1", {}, "full"),
+    ("expert=4,tensor=2,expert_tensor=1", {"capacity_factor": 1.25}, "none")])
 def test_more_moe_steps_match(spec, changes, remat):
     check(*compare(spec, TINY_MOE.replace(**changes), remat))
 
@@ -204,3 +212,59 @@ def test_mixtral_8x7b_at_megatron_lms_published_layout():
     print(f"mixtral-8x7b {layout}: {tflops:.0f} TFLOP/s per GPU predicted, 468 published; "
           f"{p.memory_bytes_per_device['total'] / 2**30:.1f} GiB per GPU")
     assert 0.6 < tflops / 468 < 1.3
+
+
+# --- MoE parallel folding (Liu et al. 2025, arXiv:2504.14960; issue 43, item 5) ------------------
+
+def test_folded_dispatch_and_its_tensor_sums_by_hand():
+    """expert=4,tensor=2,expert_tensor=1: b = 16/4 = 4 sequences per device, each tensor device
+    sends its C/2 = 64 slots of them over the 8 devices of the expert group; the dispatch's
+    and combine's sums over the split C are token-sized all-reduces over tensor (forward:
+    the combine's b·T·D; backward: the dispatch's input gradient with the gates', b·T·k
+    float32). The unfolded expert=4,tensor=2 moves the whole buffer and all-reduces it."""
+    b, T, D, k = 4, 128, 128, 2
+    _, terms = by_name("expert=4,tensor=2,expert_tensor=1")
+    assert ("moe-dispatch", "all-to-all", ("expert", "tensor"), 16.0, b * SLOTS // 2) in terms
+    assert ("moe-combine", "all-reduce", ("tensor",), 4.0, b * T * D * 4) in terms
+    assert ("moe-combine", "all-reduce", ("tensor",), 4.0, b * T * (D + k) * 4) in terms
+    _, unfolded = by_name("expert=4,tensor=2")
+    assert ("moe-dispatch", "all-to-all", ("expert",), 16.0, b * SLOTS) in unfolded
+    assert not [t for t in unfolded if t[0] == "moe-combine"]
+
+
+def test_folded_routed_state_is_whole_experts_over_the_group():
+    """The same bytes per device as E over expert and F_e over tensor: 1 whole expert each."""
+    folded, _ = by_name("expert=4,tensor=2,expert_tensor=1")
+    unfolded, _ = by_name("expert=4,tensor=2")
+    assert folded.memory_bytes_per_device["params"] == unfolded.memory_bytes_per_device["params"]
+
+
+DEEPSEEK_TRAIN = TrainConfig(global_batch=15360, microbatch=1, seq_len=4096)
+PARTITION = "partition=4*13:3*3"  # 61 blocks over 16 stages
+
+
+def test_deepseek_v3_folding_at_scale():
+    """DeepSeek-V3 (arXiv:2412.19437 §3.2: PP 16, EP 64 over 8 nodes, ZeRO-1 data parallel;
+    batch 15,360 sequences of 4,096 tokens at its largest) with its 64-way expert parallelism
+    folded over 2 × 32 ranks of a stage: attention tensor=2 × data-parallel 32, the experts
+    over all 64 (ETP 1), 1,024 H100s. The ideal program's dispatch moves each tensor device's
+    half of the b·k·T routed tokens (bf16) over the 64 devices; unfolded (expert=32: EP 32,
+    F_e split over tensor) every device sends all of them, so its all-to-all takes longer."""
+    model = model_preset("deepseek-v3")
+    layout = Layout.parse(f"expert=32,tensor=2,expert_tensor=1,stage=16,zero=1,"
+                          f"schedule=1f1b,{PARTITION}")
+    assert layout.n_devices == 1024 and layout.expert_parallel == 64
+    p = predict(model, DEEPSEEK_TRAIN, layout, "h100-sxm")
+    assert not p.executable  # the executor runs no mixture of experts inside stages yet
+    a2a = next(c for c in p.collectives if c["name"] == "moe-dispatch")
+    m = 15360 // 32  # microbatches of one sequence
+    assert tuple(a2a["axes"]) == ("expert", "tensor") and a2a["count"] == 4 * 4 * m
+    assert a2a["bytes_per_op"] == 1 * 8 * 4096 * 7168 * 2 / 2  # b·k·T·D bf16, over tensor
+    unfolded = predict(model, DEEPSEEK_TRAIN, layout.replace(expert_tensor=None), "h100-sxm")
+    a2a_unfolded = next(c for c in unfolded.collectives if c["name"] == "moe-dispatch")
+    assert a2a_unfolded["bytes_per_op"] == 2 * a2a["bytes_per_op"]
+    assert a2a["seconds"] < 0.6 * a2a_unfolded["seconds"]
+    tokens = DEEPSEEK_TRAIN.global_batch * 4096 / p.step_time_s["total"] / layout.n_devices
+    print(f"deepseek-v3 {layout}: {tokens:.0f} tokens/s per GPU predicted, all-to-all "
+          f"{a2a['seconds']:.1f} s per step (unfolded {a2a_unfolded['seconds']:.1f} s); "
+          f"{p.memory_bytes_per_device['total'] / 2**30:.1f} GiB per GPU")

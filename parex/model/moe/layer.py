@@ -4,7 +4,8 @@
     dispatch    x_e[B, E, C, D] = Σ_t dispatch[B, T, E, C] · x[B, T, D]         (local: B is split)
     experts     ops.experts: under expert parallelism an all-to-all over `expert` sends slot block
                 e of every sequence to the device holding expert e (x_e[B_ep·, E/ep, C, D]), each
-                device runs its E/ep experts, and a second all-to-all returns the outputs
+                device runs its E/ep experts, and a second all-to-all returns the outputs;
+                folded (expert_tensor=1) over expert × tensor, C split over tensor (`capacity`)
     combine     y[B, T, D] = Σ_{e,c} combine[B, T, E, C] · y_e[B, E, C, D]
 
 Per block and microbatch the forward moves two all-to-alls of the dispatch buffer, each
@@ -30,8 +31,8 @@ EXPERT_DIMS = {"w_in": ("experts", "expert_embed", "expert_mlp"),
                "b_in": ("experts", "expert_mlp"),
                "w_out": ("experts", "expert_mlp", "expert_embed"),
                "b_out": ("experts", "hidden")}
-SLOTS = ("batch", None, None, "hidden")  # the dispatch buffer x_e[B, E, C, D]
-MASKS = ("batch", "seq", None, None)  # dispatch and combine (B, T, E, C)
+SLOTS = ("batch", None, "capacity", "hidden")  # the dispatch buffer x_e[B, E, C, D]
+MASKS = ("batch", "seq", None, "capacity")  # dispatch and combine (B, T, E, C)
 TOKENS = ("batch", "seq", "hidden")  # the layer's input and output (B, T, D), whole sequences
 
 
