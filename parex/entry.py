@@ -17,18 +17,20 @@ from .setting import resolve
 
 
 def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=None,
-            data: str = "corpus", warmup: int = 1, progress: bool = False) -> Measurement:
+            data: str = "corpus", warmup: int = 1, progress: bool = False,
+            checkpoint=None) -> Measurement:
     """Compile and run `train.steps` steps of `layout` on this machine's devices (the first
     `warmup` not timed): parex.measure.measure, or DiLoCo's replicas and their outer
-    synchronisations (parex.lowcomm.measure)."""
+    synchronisations (parex.lowcomm.measure). `checkpoint`: a CheckpointPlan
+    (parex.executor.checkpoint) to save and resume the run."""
     options = {"devices": devices, "data": data, "warmup": warmup, "progress": progress}
     if layout.diloco:
         from .lowcomm.measure import measure_diloco
 
-        return measure_diloco(model, train, layout, **options)
+        return measure_diloco(model, train, layout, checkpoint=checkpoint, **options)
     from .measure import measure as measure_synchronous
 
-    return measure_synchronous(model, train, layout, **options)
+    return measure_synchronous(model, train, layout, checkpoint=checkpoint, **options)
 
 
 def predict(model: ModelConfig, train: TrainConfig, layout: Layout, hardware, *,

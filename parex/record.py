@@ -87,6 +87,8 @@ class Measurement:
     # outer_bytes_per_sync, inner_bytes_per_device_per_step, ... (parex.lowcomm.measure)
     moe: dict | None = None  # mixtures of experts, per step: dropped_fraction, expert_load
     # (each expert's share of the assignments), balance_loss (parex.measure.router)
+    checkpoint: dict | None = None  # runs with --checkpoint: saves, bytes_per_device,
+    # save_blocking_s, resumed_from_step (parex.executor.checkpoint)
 
     @property
     def tokens_per_s(self) -> float:

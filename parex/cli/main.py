@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..calibrate.local import hold_notices, release_notices
 from ..errors import InputError, UsageError, one_line
@@ -50,8 +51,10 @@ def cmd_run(args) -> int:
                       platform=jax.devices()[0].platform)
 
     m = measure(model, train, layout, devices=jax.devices()[:n], data=args.data,
-                progress=not args.json)
+                progress=not args.json, checkpoint=checkpoint_plan(args))
     print(m.dumps() if args.json else measurement_report(m, model.n_params))
+    if m.checkpoint and not args.json:
+        print(checkpoint_report(m.checkpoint, model, train, layout))
     if m.diloco and not args.json:
         from .lowcomm import diloco_report
 
@@ -59,6 +62,41 @@ def cmd_run(args) -> int:
     if m.moe and not args.json:
         print(router_report(m.moe))
     return 0
+
+
+def checkpoint_plan(args):
+    """The run's CheckpointPlan, or None; --every and --resume need --checkpoint."""
+    from ..executor.checkpoint import CheckpointPlan
+
+    if args.checkpoint is None:
+        if args.resume:
+            raise UsageError("parex run: --resume needs --checkpoint DIR (where the run was "
+                             "saved)")
+        return None
+    return CheckpointPlan(Path(args.checkpoint), args.every, args.resume)
+
+
+def checkpoint_report(block: dict, model, train, layout) -> str:
+    """The checkpoint line: bytes per device against the predictor's (parameters + optimizer
+    state, parex.predict on the reference CPU profile: bytes do not depend on the chip)."""
+    from ..entry import predict
+    from ..measure.report import human_bytes
+    from ..units import format_seconds
+
+    if layout.diloco:  # the replicas' states and the outer state: no one-step prediction
+        predicted = ""
+    else:
+        p = predict(model, train, layout, "cpu-reference", convention="xla-cpu")
+        memory = p.memory_bytes_per_device
+        predicted = f" (predicted {human_bytes(memory['params'] + memory['optimizer'])})"
+    resumed = (f"resumed after step {block['resumed_from_step']} · "
+               if block["resumed_from_step"] is not None else "")
+    blocking = block["save_blocking_s"]
+    return (f"checkpoint   {block['directory']} · {resumed}{block['saves']} saves every "
+            f"{block['every']} steps · {human_bytes(block['bytes_per_device'])}/device"
+            f"{predicted} · save "
+            f"{format_seconds(blocking) if blocking is not None else '-'} blocking, then "
+            f"written in the background")
 
 
 def add_run(sub) -> None:
@@ -70,6 +108,14 @@ def add_run(sub) -> None:
     p.add_argument("--steps", type=at_least(1), default=20)
     p.add_argument("--data", default="corpus", choices=["corpus", "synthetic"])
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="save the sharded train state, data position and losses in DIR "
+                        "(Orbax, asynchronously)")
+    p.add_argument("--every", type=at_least(1), default=10, metavar="N",
+                   help="with --checkpoint: save after every N steps and the last (default 10)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --checkpoint: continue from DIR's latest checkpoint, on this "
+                        "layout (resharded when it differs)")
     p.add_argument("--study", choices=["long-sequence"], default=None,
                    help="instead of one layout, print the long-sequence study (see seqstudy)")
     p.add_argument("--lengths", type=positive_list, default=None,

@@ -16,6 +16,7 @@ from ..calibrate.local import ready
 from ..config import FAMILIES, REMAT_POLICIES
 from ..defaults import MODEL
 from ..errors import InputError
+from ..plan.rank import OBJECTIVES
 from ..units import format_seconds
 from .args import (DIMS, GLOBAL_BATCH_HELP, add_hardware_arg, at_least, defaulted,
                    hardware_of, is_model_file, model_from_args, positive_number)
@@ -51,6 +52,10 @@ def cmd_plan(args) -> int:
     out = plan_json(result)
     if not args.json:
         print(plan_report(result, defaulted(args)))
+    if args.objective == "time-to-train":  # the job sizes, failures included
+        from .goodput import time_to_train_plan
+
+        out["time_to_train"] = time_to_train_plan(args, result, show=not args.json)
     if args.allow_local:  # ranked beside, never picked: they change the optimisation
         from ..plan.local import local_alternatives, local_report
 
@@ -77,6 +82,9 @@ VERIFY_STEPS = 5  # steps per measured layout of --verify
 
 def refuse_unused(args) -> None:
     """Flags this plan cannot use are errors that say why, never silently ignored."""
+    if args.objective != "time-to-train" and (args.tokens is not None or args.price is not None):
+        raise InputError("--tokens and --price size the run of --objective time-to-train; add "
+                         "it or drop them")
     if not args.verify:
         for flag, value in (("--steps", args.steps), ("--verify-out", args.verify_out)):
             if value is not None:
@@ -130,7 +138,14 @@ def add_plan(sub) -> None:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=letter)
     p.add_argument("--memory-cap", type=positive_number, default=None,
                    help="GB (1e9 bytes) per device a layout may use (default: the chip's HBM)")
-    p.add_argument("--objective", default="time", choices=["time", "mfu", "memory"])
+    p.add_argument("--objective", default="time", choices=OBJECTIVES,
+                   help="rank by step time, MFU, memory per device, or time-to-train: the "
+                   "cluster and its halves down to an eighth, failures and checkpoints "
+                   "included (see --tokens)")
+    from .goodput import add_run_length_args
+
+    add_run_length_args(p, steps=False, tokens_help=" with --objective time-to-train "
+                        "(default: 20 per parameter, Chinchilla)")
     p.add_argument("--top", type=int, default=5, help="layouts to print (default 5)")
     p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
                    help="bytes of model state: parex (fp32) or mixed (ZeRO's 2 + 2 + 12); "

@@ -103,7 +103,7 @@ def cmd_predict(args) -> int:
         return 0
     p = predict(model, train, layout, cluster, wan=wan_from_args(args), **keywords)
     alts = [] if p.fits or p.diloco else fits_instead(p, setting)
-    explained = _explained(args, p, setting)
+    explained = _explained(args, p, setting) | _time_to_train(args, p, setting)
     run = getattr(args, "imported", None)  # --from: what the import ignored and assumed
     if args.json:
         out = p.to_json() | ({"fits_instead": [alt.to_json() for alt in alts]}
@@ -112,6 +112,8 @@ def cmd_predict(args) -> int:
             out["imported"] = {"framework": run.framework, "version": run.version,
                                "ignored": list(run.ignored), "assumed": list(run.assumed),
                                "approximated": list(run.approximated)}
+        if "time_to_train" in explained:
+            explained["time_to_train"] = explained["time_to_train"].to_json()
         print(json.dumps(out | explained, indent=2))
     else:
         if run is not None:
@@ -122,10 +124,14 @@ def cmd_predict(args) -> int:
         print(prediction_report(p, setting.model, setting.cluster, said))
         if not p.fits:
             print(fits_instead_text(alts, p))
-        if explained:
+        if "explain" in explained:
             from ..predict.explain import explain_text
 
             print("\n" + explain_text(explained["explain"]))
+        if "time_to_train" in explained:
+            from .goodput import time_to_train_report
+
+            print("\n" + time_to_train_report(explained["time_to_train"]))
     if p.diloco and not args.json:
         print(diloco_report(p.diloco))
     return 0
@@ -145,6 +151,25 @@ def _explained(args, p, setting) -> dict:
     result = setting_breakdown(setting)
     return {"explain": {"parts": result["parts"], "tiers": result["tiers"],
                         "overlaps": result["overlaps"]}}
+
+
+def _time_to_train(args, p, setting) -> dict:
+    """{"time_to_train": TimeToTrain} with --tokens or --steps (parex.predict.goodput)."""
+    from ..errors import InputError
+    from ..predict.goodput import of_prediction
+    from .goodput import reliability_from_args, run_length
+
+    length = run_length(args, setting.model)
+    if not length:
+        if args.price is not None:
+            raise InputError("--price needs the run's length: add --tokens or --steps")
+        return {}
+    if p.diloco:
+        raise InputError("time to train of DiLoCo's replicas is not modelled; drop --tokens "
+                         "and --steps, or predict a synchronous layout")
+    return {"time_to_train": of_prediction(p, setting.model, setting.cluster, **length,
+                                           reliability=reliability_from_args(args),
+                                           price_per_gpu_hour=args.price)}
 
 
 def _predict_inputs(args):
@@ -257,6 +282,9 @@ def add_predict(sub) -> None:
 
     add_wan_args(p)
     add_overlap_args(p)
+    from .goodput import add_run_length_args
+
+    add_run_length_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--explain", action="store_true",
                    help="break the step down by effect: ideal compute, kernel efficiency and "

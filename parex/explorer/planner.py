@@ -57,7 +57,10 @@ class Planner:
                                                 description="cap GB (0=HBM)",
                                                 style={"description_width": "90px"},
                                                 layout=w.Layout(width="210px")),
-            "objective": dropdown("objective", OBJECTIVES, objective),
+            # one cluster size: time-to-train ranks as time there (the size search, parex
+            # plan --objective time-to-train, and the Explorer's time-to-train tab show the rest)
+            "objective": dropdown("objective", [o for o in OBJECTIVES if o != "time-to-train"],
+                                  objective),
             "top": int_text("top K", top),
         }
         for control in c.values():  # the rows below are the last plan's until Plan is pressed

@@ -45,6 +45,7 @@ from .measure_panel import MeasurePanel
 from .state import (CONVENTIONS, DIMS, RECIPES, SPLIT_AXES, cli_command, control_defaults,
                     model_of, resolve, setting_of, train_of, values_of)
 from .sweep_store import StoreView
+from .time_panel import TimeToTrainPanel
 from .view import (
     GPU_FOR_BUBBLE,
     STYLE,
@@ -59,10 +60,11 @@ from .view import (
 )
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
-PANELS = ("overview", "pipeline and mesh", "compare", "sweep", "measured", "explain")
+PANELS = ("overview", "pipeline and mesh", "compare", "sweep", "measured", "explain",
+          "time to train")
 
 
-class Explorer(LivePanel, MeasurePanel, ComparePanel):
+class Explorer(LivePanel, MeasurePanel, ComparePanel, TimeToTrainPanel):
     """Controls → (model, train config, layout) → validation → prediction → status, guidance
     and charts; Measure → real step → pooled history."""
 
@@ -149,6 +151,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         self.sweep_measure_button = w.Button(description="Measure the sweep", icon="play")
         self.sweep_measure_button.on_click(lambda _: threading.Thread(
             target=self.measure_sweep, daemon=True).start())
+        self._build_time_views()
 
     def _assemble(self) -> w.VBox:
         c = self.controls
@@ -171,7 +174,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
         self.stale_views = [pane(self.chart), pane(self.pictures),
                             pane(self.compare_note, self.compare_chart),
                             pane(self.sweep_note, self.sweep_chart), pane(self.explain_table),
-                            self.data_label, self.cli_line]
+                            self.data_label, self.cli_line, self.time_view]
         overview, pictures, compare, sweep, explained = self.stale_views[:5]
         self.store_view = StoreView()  # a sweep's results, read into the measured panel
         self.tabs = w.Tab(children=[
@@ -181,7 +184,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
                     sweep]),
             w.VBox([self.history_note, self.history_table, self.history_chart,
                     w.HTML("<b>A sweep's store</b> (<code>parex sweep --out</code>): its runs "
-                           "beside their predictions"), self.store_view.widget]), explained])
+                           "beside their predictions"), self.store_view.widget]), explained,
+            self.time_panel()])
         for i, title in enumerate(PANELS):
             self.tabs.set_title(i, title)
         self.tabs.observe(lambda _: self._draw_visible(), "selected_index")
@@ -376,7 +380,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel):
                 self._drawn.add(name)
                 {"overview": self._show_live, "pipeline and mesh": self._show_pictures,
                  "compare": self._show_compare, "sweep": self.sweep,
-                 "measured": self._show_history, "explain": self._show_explain}[name]()
+                 "measured": self._show_history, "explain": self._show_explain,
+                 "time to train": self._show_time_to_train}[name]()
 
     def _redraw(self, *panels: str) -> None:
         self._drawn -= set(panels)

@@ -16,7 +16,7 @@ papers' tables beside parex's predictions, as DataFrames (paper, parex, ratio): 
 
 from __future__ import annotations
 
-from . import (axonn, hetero, lowcomm, moe, pipeline_memory, pipelines,  # noqa: F401
+from . import (axonn, goodput, hetero, lowcomm, moe, pipeline_memory, pipelines,  # noqa: F401
                roofline, sequence, tables, training)
 from .ppll import eval_batches, local_vs_1f1b, loss_run, losing_frame  # noqa: F401 (PPLL)
 from ..predict.published import korthikanti_table, megatron_table1, zero_table1

@@ -18,7 +18,8 @@ from .core import REGISTRY, FigureResult, Spec, from_json, run
 
 ORDER = ("zero-table1", "korthikanti-table2", "korthikanti-measured", "megatron-table1",
          "pipeline-bubble", "pipeline-memory", "zero-bubble", "interleaved-bubble",
-         "ring-ulysses", "diloco", "dilocox", "dilocox-mechanisms", "hexiscale", "scaling-book-roofline", "axonn", "ppll", "moe")
+         "ring-ulysses", "diloco", "dilocox", "dilocox-mechanisms", "hexiscale",
+         "scaling-book-roofline", "axonn", "ppll", "moe", "llama3-goodput")
 
 
 def ordered_specs() -> list[Spec]:

@@ -97,14 +97,27 @@ def diloco_block(dl: DiLoCo, inner_cols, outer_cols: dict, outer_times=(),
             "outer_memory_bytes_per_device": outer_memory, "syncs": len(outer_times)}
 
 
-def run_rounds(dl: DiLoCo, inner: dict, outer: dict, data: str, progress: bool):
+def run_rounds(dl: DiLoCo, inner: dict, outer: dict, data: str, progress: bool,
+               checkpoints=None):
     """Train `train.steps` inner steps with their synchronisations. Returns (mean loss over the
-    replicas per step, inner step seconds, outer step seconds, the run)."""
+    replicas per step, inner step seconds, outer step seconds, the run). `checkpoints`
+    (parex.executor.checkpoint.RunCheckpoints): save every replica's train state and the outer
+    state (θ_sync, the Nesterov momentum, overlap's pending mean) after the steps it names, and
+    resume from its latest save."""
     model, train = dl.model, dl.train
     batches = Batches(data, train.global_batch, dl.inner[0].seq_len, model.vocab, train.seed)
     run = dl.start(inner, outer)
-    losses, times, outer_times = [], [], []
-    for t in tqdm(range(1, train.steps + 1), desc=f"{model.name} {dl.layout}",
+    losses, times, outer_times, start_at = [], [], [], 0
+    if checkpoints is not None:
+        def state():
+            return {"replicas": {str(r): s for r, s in run.states.items()}, "outer": run.outer}
+
+        shardings = {"replicas": {str(r): dl.inner[r].train_state_shardings()
+                                  for r in run.states}, "outer": dl.outer_shardings()}
+        saved, start_at, losses = checkpoints.restore_or(state, shardings)
+        run.states = {int(r): s for r, s in saved["replicas"].items()}
+        run.outer = saved["outer"]
+    for t in tqdm(range(start_at + 1, train.steps + 1), desc=f"{model.name} {dl.layout}",
                   disable=not progress, leave=False):
         batch = batches[t - 1]
         start = time.perf_counter()
@@ -116,6 +129,8 @@ def run_rounds(dl: DiLoCo, inner: dict, outer: dict, data: str, progress: bool):
         if run.sync_due(t):
             jax.block_until_ready(run.outer)
             outer_times.append(time.perf_counter() - start)
+        if checkpoints is not None:  # after the sync: the state at the end of step t
+            checkpoints.after_step(t - 1, state(), losses)
     return replica_mean_losses(np.array(losses)), times, outer_times, run
 
 
@@ -130,15 +145,24 @@ def replica_mean_losses(local: np.ndarray) -> list[float]:
 
 
 def measure_diloco(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=None,
-                   data: str = "corpus", warmup: int = 1, progress: bool = False) -> Measurement:
-    """Compile and run a DiLoCo layout for `train.steps` inner steps (see the module doc)."""
+                   data: str = "corpus", warmup: int = 1, progress: bool = False,
+                   checkpoint=None) -> Measurement:
+    """Compile and run a DiLoCo layout for `train.steps` inner steps (see the module doc);
+    `checkpoint`: a CheckpointPlan (parex.executor.checkpoint) to save and resume it."""
     dl, inner, outer, inner_compile, outer_compile = compile_diloco(model, train, layout, devices)
     inner_cols, outer_cols = check_isolated(dl, inner, outer)
-    losses, times, outer_times, _ = run_rounds(dl, inner, outer, data, progress)
+    saves = None
+    if checkpoint is not None:
+        from ..executor.checkpoint import RunCheckpoints
+
+        saves = RunCheckpoints(checkpoint, dl.inner[dl.local[0]], data,
+                               extra={"diloco": str(dl.layout)})
+    losses, times, outer_times, _ = run_rounds(dl, inner, outer, data, progress, saves)
     r0 = dl.local[0]
     stats = compiled_stats(inner[r0], dl.inner[r0])
     block = diloco_block(dl, inner_cols, outer_cols, outer_times,
                          memory_stats(outer[0])["total"])
     block["outer_compile_time_s"] = outer_compile
     return measurement_of(model, train, layout, dl.mesh, losses, times,
-                          inner_compile + outer_compile, stats, warmup, diloco=block)
+                          inner_compile + outer_compile, stats, warmup, diloco=block,
+                          checkpoint=saves.finish() if saves else None)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from ..errors import InputError
+from ..executor.checkpoint import CheckpointPlan, RunCheckpoints
 from ..layout import Layout
 from ..record import Measurement
 from .compiled import compile_layout, compiled_stats, measurement_of, time_steps
@@ -21,20 +22,28 @@ from .router import RouterProbe
 
 
 def measure(model: ModelConfig, train: TrainConfig, layout: Layout, *, devices=None,
-            data: str = "corpus", warmup: int = 1, progress: bool = False) -> Measurement:
-    """Compile and run `train.steps` steps of `layout`; the first `warmup` are not timed. A
-    DiLoCo layout's replicas are parex.measure (parex.entry)'s, which dispatches them to
-    parex.lowcomm."""
+            data: str = "corpus", warmup: int = 1, progress: bool = False,
+            checkpoint: CheckpointPlan | None = None) -> Measurement:
+    """Compile and run `train.steps` steps of `layout`; the first `warmup` are not timed. With
+    `checkpoint`, save the run every `checkpoint.every` steps and, resuming, continue from the
+    latest save (parex.executor.checkpoint). A DiLoCo layout's replicas are parex.measure
+    (parex.entry)'s, which dispatches them to parex.lowcomm."""
     if layout.diloco:
         raise InputError(f"layout {layout} has DiLoCo replicas: measure it with parex.measure "
                          f"(parex.entry), which runs their outer synchronisations")
-    step, compiled, compile_time = compile_layout(model, train, layout, devices)
+    opened = []  # the run's checkpoints, opened (and a resume checked) before compiling
+    step, compiled, compile_time = compile_layout(
+        model, train, layout, devices,
+        before=(lambda step: opened.append(RunCheckpoints(checkpoint, step, data)))
+        if checkpoint else None)
     model, train, layout = step.model, step.train, step.layout  # resolved (parex.setting)
     probe = RouterProbe(step) if model.moe else None
-    losses, times = time_steps(step, compiled, data, progress, probe=probe)
+    saves = opened[0] if opened else None
+    losses, times = time_steps(step, compiled, data, progress, probe=probe, checkpoints=saves)
+    block = saves.finish() if saves else None
     return measurement_of(model, train, layout, step.mesh, losses, times, compile_time,
                           compiled_stats(compiled, step), warmup,
-                          moe=probe.block() if probe else None)
+                          moe=probe.block() if probe else None, checkpoint=block)
 
 
 def relative_error(tree, reference) -> float:

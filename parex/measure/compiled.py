@@ -67,14 +67,17 @@ def _host_memory_bytes() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None):
+def compile_layout(model: ModelConfig, train: TrainConfig, layout: Layout, devices=None,
+                   before=None):
     """(TrainStep, compiled step, seconds spent lowering and compiling). Validation errors
-    raise here, before anything is traced."""
+    raise here, before anything is traced; so do `before(step)`'s (called before lowering)."""
     platform = (devices[0] if devices else jax.devices()[0]).platform
     layout = validate(layout, model, train, layout.n_devices if devices is None else len(devices),
                       platform=platform)
     check_fits_host(model, layout, devices)
     step = TrainStep(model, train, layout, make_mesh(layout, devices))
+    if before is not None:
+        before(step)
     start = time.perf_counter()
     compiled = step.lower().compile()
     return step, compiled, time.perf_counter() - start
@@ -100,15 +103,20 @@ def compiled_stats(compiled, step: TrainStep) -> dict:
 
 
 def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=None,
-               on_step=None, probe=None) -> tuple[list, list]:
+               on_step=None, probe=None, checkpoints=None) -> tuple[list, list]:
     """(losses, seconds) for `train.steps` steps from `state` (default: the initial state);
-    `on_step(i)` is called after step i, `probe(state, batch)` before it, untimed."""
+    `on_step(i)` is called after step i, `probe(state, batch)` before it, untimed. With
+    `checkpoints` (executor.checkpoint.RunCheckpoints) the run starts from the latest checkpoint
+    when resuming (the losses returned then include the restored ones; the seconds only this
+    process's steps) and saves after the steps it names, untimed."""
     train, model = step.train, step.model
     batches = Batches(data, train.global_batch, step.seq_len, model.vocab, train.seed)
-    state = step.init_state() if state is None else state
-    losses, times = [], []
-    for i in tqdm(range(train.steps), desc=f"{model.name} {step.layout}", disable=not progress,
-                  leave=False):
+    init = step.init_state if state is None else (lambda: state)
+    state, start_at, losses = (checkpoints.restore_or(init) if checkpoints is not None
+                               else (init(), 0, []))
+    times = []
+    for i in tqdm(range(start_at, train.steps), desc=f"{model.name} {step.layout}",
+                  disable=not progress, leave=False):
         batch = batches.on_mesh(i, step.batch_sharding)
         if probe is not None:
             probe(state, batch)
@@ -117,6 +125,8 @@ def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=No
         jax.block_until_ready(loss)
         times.append(time.perf_counter() - start)
         losses.append(float(loss))
+        if checkpoints is not None:
+            checkpoints.after_step(i, state, losses)
         if on_step is not None:
             on_step(i)
     return losses, times

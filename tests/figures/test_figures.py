@@ -38,7 +38,7 @@ def test_the_gallery_has_the_issue_figures_in_order():
     assert {"zero-table1", "korthikanti-table2", "korthikanti-measured", "megatron-table1",
             "pipeline-bubble", "pipeline-memory", "zero-bubble", "interleaved-bubble",
             "ring-ulysses", "diloco", "dilocox", "dilocox-mechanisms", "hexiscale",
-            "scaling-book-roofline", "axonn", "ppll", "moe"} == set(FIGURES)
+            "scaling-book-roofline", "axonn", "ppll", "moe", "llama3-goodput"} == set(FIGURES)
     for s in FIGURES.values():  # every figure names its paper and how far it may be off
         assert "arXiv" in s.source or "scaling book" in s.source.lower(), s.source
         assert 0 <= s.tolerance.lo <= 1 <= s.tolerance.hi and s.tolerance.rule
