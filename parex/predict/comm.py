@@ -23,6 +23,9 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     seq-grads     xla-cpu, ring attention: the blocks' weight gradients, held split over seq
                   in the backward (each slice reduced over data), gathered for the update
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
+                  (the projections' in FP8, 1 byte, under tensor-scaled FP8 recipes: predict.fp8)
+    fp8-amax      FP8 recipes: one float32 amax per FP8 tensor, all-reduced (TE's delayed
+                  scaling on a GPU: one buffer per microbatch)
     tp            Megatron: 2 per block forward (after W_o, W_out), 2 backward, 1 more per block
                   under full remat (the recomputed W_out is dead code; 2 in Megatron-LM's block,
                   Convention.megatron_block), + embedding and head; under SP each becomes an
