@@ -96,10 +96,12 @@ def test_fsdp_gathers_fp8_weights_and_the_predictor_says_so_to_the_byte():
         projections = sum(c["bytes"] for c in predicted.collectives
                           if c["name"] == "fsdp-gather" and c["count"] == 2 * model.layers)
         assert measured[0] == predicted.memory_bytes_per_device["argument"], name
-        assert measured[2] == projections, name
-        out[name] = measured, predicted
-    (bf16, p_bf16), (fp8, p_fp8) = out["bf16"], out["fp8-delayed"]
-    assert fp8[2] * 4 == bf16[2]  # 1 byte per weight against float32's 4
+        out[name] = measured, predicted, projections
+    (bf16, p_bf16, _), (fp8, p_fp8, fp8_projections) = out["bf16"], out["fp8-delayed"]
+    # the FP8 (uint8) gathers of the blocks' weights, 2·L of each; XLA merges bf16's float32
+    # QKV gathers with the head's gather of the same size, so only the totals compare there
+    assert fp8[2] == fp8_projections
+    assert fp8_projections * 4 == out["bf16"][2]  # 1 byte per weight against float32's 4
     assert fp8[1] - bf16[1] == (p_fp8.comm_bytes_per_device["all-gather"]
                                 - p_bf16.comm_bytes_per_device["all-gather"])
     assert fp8[0] - bf16[0] == 3 * 1024 * 4 * 5 * model.layers  # the histories
