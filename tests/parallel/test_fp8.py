@@ -28,6 +28,7 @@ from parex.setting import resolve
 
 LOSS_TOLERANCE = 1e-5
 GRAD_TOLERANCE = 2.5e-2
+TRAINING_BOUND = 0.01  # FP8's last-20-step mean loss / bf16's - 1 after 200 steps (measured 0.0023)
 TRAIN = TrainConfig(global_batch=16, seq_len=64)
 
 
@@ -115,3 +116,22 @@ def test_the_executor_refuses_fp8_where_amaxes_would_be_local(text, what):
         TrainStep(model_preset("tiny-llama"), TRAIN.replace(precision="fp8-current"), layout,
                   make_mesh(layout))
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.slow
+def test_200_steps_of_fp8_train_as_bf16_does():
+    """The issue's run: tiny-llama, fsdp=4,tensor=2, 200 steps of the corpus. FP8's mean loss
+    over the last 20 steps within TRAINING_BOUND of bf16's (docs/precision.md: FP8's rounding
+    is noise of a few percent per element that the optimizer averages out)."""
+    from parex.executor.data import Batches  # noqa: F401 (the corpus the runs read)
+    from parex.measure.compiled import time_steps
+
+    layout = Layout.parse("fsdp=4,tensor=2")
+    model = model_preset("tiny-llama").replace(dtype="bfloat16")
+    tails = {}
+    for name in ("bf16", "fp8-delayed"):
+        step = TrainStep(model, TrainConfig(steps=200, precision=name), layout,
+                         make_mesh(layout))
+        losses, _ = time_steps(step, step.lower().compile(), "corpus", False)
+        tails[name] = sum(losses[-20:]) / 20
+    assert abs(tails["fp8-delayed"] - tails["bf16"]) <= TRAINING_BOUND * tails["bf16"], tails
