@@ -102,8 +102,9 @@ class Setting:
 
     @property
     def precision(self) -> Precision:
-        """The matmul recipe (parex.precision): the blocks' projections in FP8 or not."""
-        return precision(self.train.precision)
+        """The matmul recipe (parex.precision): the blocks' projections in FP8 or not (none
+        for a dtype without a precision, which validation refuses)."""
+        return precision(self.train.precision or "fp32")
 
     @property
     def flash(self) -> bool:
@@ -254,7 +255,7 @@ def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, rec
 
 
 def _dtype_and_precision(model: ModelConfig, name: str | None, dtype: str | None,
-                         own: bool) -> tuple[str, str]:
+                         own: bool) -> tuple[str, str | None]:
     """(compute dtype, precision name). No precision named: the dtype's default
     (parex.defaults) and its own precision (fp32, bf16). An FP8 recipe where parex runs the
     model (the emulated mesh, an execution) computes the rest in the model's own dtype (the CLI
@@ -262,7 +263,7 @@ def _dtype_and_precision(model: ModelConfig, name: str | None, dtype: str | None
     given dtype where the precision allows it."""
     if name is None:
         dtype = dtype or defaults.default_dtype(model, own)
-        return dtype, DTYPE_PRECISION[dtype] if dtype in DTYPE_PRECISION else dtype
+        return dtype, DTYPE_PRECISION.get(dtype)  # None: a dtype validation refuses
     if precision(name).fp8 and own:
         return dtype or model.dtype, name
     return compute_dtype(name, dtype), name
