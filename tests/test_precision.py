@@ -170,3 +170,12 @@ def test_the_state_table_has_a_history_per_projection_and_layer():
     table = gpt.fp8_state_table(model, 16)
     leaves = jax.tree.leaves(table)
     assert len(leaves) == 3 * 5 and all(a.shape == (model.layers, 16) for a in leaves)
+
+
+def test_fp8_layouts_the_executor_cannot_run_are_predicted_and_flagged():
+    """The executor's limit (validation rule fp8-global-amax) reaches predict's `executable`."""
+    model, train = model_preset("tiny-llama"), TrainConfig(precision="fp8-current")
+    piped = predict_setting(resolve(model, train, Layout.parse("stage=2,data=4"), "h100-sxm"))
+    assert not piped.executable and "not with stage" in piped.executable_reason
+    assert predict_setting(resolve(model, train, Layout.parse("fsdp=4,tensor=2"),
+                                   "h100-sxm")).executable

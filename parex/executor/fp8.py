@@ -1,5 +1,5 @@
-"""The train step's FP8 part: which layouts the executor runs an FP8 recipe on, and delayed
-scaling's state (amax histories) as train state.
+"""The train step's FP8 part: delayed scaling's state (amax histories) as train state. Which
+layouts the executor runs an FP8 recipe on is parex.validation's rule `fp8-global-amax`.
 
 The state lives beside the parameters, {"params", "opt", "fp8"}, replicated on every device as
 Transformer Engine keeps its per-rank copies (after its amax all-reduce they are equal): for each
@@ -13,31 +13,8 @@ from __future__ import annotations
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..errors import InputError
 from ..model import transformer as gpt
 from ..precision import Precision
-
-
-def refuse_unsupported(precision: Precision, layout, model, microbatches: int) -> None:
-    """One line where the executor cannot run `precision` on this layout. Its amaxes must be
-    global (the same scale on every shard): XLA reduces them over the axes it partitions
-    automatically (data, fsdp, tensor, ZeRO), but not inside parex's manual regions (pipeline
-    stages, context parallelism, sequence parallelism's collectives, expert dispatch, the
-    per-replica accumulation loop), and delayed scaling's once-per-step history update assumes
-    one microbatch. Those layouts are predicted, not executed, in FP8."""
-    if not precision.fp8:
-        return
-    manual = [name for name, on in (
-        ("stage", layout.stage > 1), ("seq", layout.seq > 1), ("sp", bool(layout.sp)),
-        ("expert", layout.expert > 1), ("microbatches", microbatches > 1),
-        ("diloco", bool(layout.diloco)), ("a 3D tensor split", layout.tensor3d))
-        if on]
-    if model.moe or manual:
-        what = "a mixture of experts" if model.moe else ", ".join(manual)
-        raise InputError(f"precision {precision.name}: the executor runs FP8 on data, fsdp, "
-                         f"tensor and ZeRO layouts of dense models with one microbatch, not "
-                         f"with {what}; run it with --precision bf16, or predict it "
-                         f"(parex predict --precision {precision.name})")
 
 
 def init_state(model, precision: Precision):

@@ -85,7 +85,6 @@ class TrainStep:
         self.microbatches = num_microbatches(self.layout, self.train)
         self.attention = self.setting.attention
         self.precision = self.setting.precision  # FP8 recipes: parex.model.fp8, executor.fp8
-        fp8.refuse_unsupported(self.precision, self.layout, self.model, self.microbatches)
         self.ops = mesh_ops(self.layout, self.mesh).with_kernel(self.attention).with_precision(
             self.precision)  # tensor3d too
         self.seq_len = self.train.seq_len or self.model.seq_len

@@ -18,10 +18,9 @@ import pytest
 from parity import Reference
 
 from parex.config import TrainConfig, model_preset
-from parex.errors import InputError
 from parex.executor.mesh import make_mesh
 from parex.executor.step import TrainStep
-from parex.layout import Layout
+from parex.layout import Layout, LayoutError
 from parex.measure import hlo, relative_error
 from parex.predict.core import predict_setting
 from parex.setting import resolve
@@ -112,7 +111,7 @@ def test_fsdp_gathers_fp8_weights_and_the_predictor_says_so_to_the_byte():
                                         ("data=2,tensor=4,sp=on", "sp")])
 def test_the_executor_refuses_fp8_where_amaxes_would_be_local(text, what):
     layout = Layout.parse(text)
-    with pytest.raises(InputError, match=f"not with {what}") as error:
+    with pytest.raises(LayoutError, match=f"not with {what}") as error:
         TrainStep(model_preset("tiny-llama"), TRAIN.replace(precision="fp8-current"), layout,
                   make_mesh(layout))
     assert "\n" not in str(error.value)
