@@ -29,8 +29,3 @@ def state_shardings(model, precision: Precision, mesh):
     replicated = NamedSharding(mesh, PartitionSpec())
     return jax.tree.map(lambda _: replicated, shapes)
 
-
-def state_bytes(model, precision: Precision) -> int:
-    """Bytes of the state per device: what the predictor counts (parex.predict.fp8)."""
-    shapes = jax.eval_shape(lambda: init_state(model, precision))
-    return sum(s.size * s.dtype.itemsize for s in jax.tree.leaves(shapes))
