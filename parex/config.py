@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .errors import InputError, unknown
+from .precision import PRECISION_NAMES
 
 FAMILIES = ("gpt", "llama")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}  # compute dtypes and the bytes of one element
@@ -145,10 +146,13 @@ class TrainConfig:
     # (blocks); None: the regime's default (parex.defaults.default_remat)
     attention: str | None = None  # "flash" or "naive" (parex.model.attention); None: the
     # regime's default (parex.defaults.default_attention)
+    precision: str | None = None  # the matmul recipe (parex.precision): fp32, bf16 or an FP8
+    # recipe; None: the compute dtype's (fp32 or bf16)
 
     def __post_init__(self):
         for what, value, known in (("attention kernel", self.attention, ATTENTION_KERNELS),
-                                   ("remat policy", self.remat, REMAT_POLICIES)):
+                                   ("remat policy", self.remat, REMAT_POLICIES),
+                                   ("precision", self.precision, PRECISION_NAMES)):
             if value is not None and value not in known:
                 raise InputError(unknown(what, value, known))
         for name in ("global_batch", "microbatch"):

@@ -28,6 +28,7 @@ from .config import DTYPE_BYTES, DTYPES, ModelConfig, TrainConfig
 from .errors import InputError, unknown
 from .hardware import Chip, Cluster, load_chip
 from .layout import Layout, num_microbatches
+from .precision import DTYPE_PRECISION, Precision, check_chip, compute_dtype, precision
 from .stacks import OVERLAPS, STACKS, overlap_flags, parse_overlaps
 
 EMULATED, ACCELERATOR = "emulated", "accelerator"
@@ -103,6 +104,12 @@ class Setting:
         return self.train.attention
 
     @property
+    def precision(self) -> Precision:
+        """The matmul recipe (parex.precision): the blocks' projections in FP8 or not (none
+        for a dtype without a precision, which validation refuses)."""
+        return precision(self.train.precision or "fp32")
+
+    @property
     def flash(self) -> bool:
         return self.train.attention == "flash"
 
@@ -159,7 +166,7 @@ class Setting:
                 "microbatch": self.microbatch,
                 "schedule": (self.layout.schedule if self.layout is not None
                              and self.layout.stage > 1 else self.schedule),
-                "attention": self.attention,
+                "attention": self.attention, "precision": self.train.precision,
                 "expert_imbalance": self.expert_imbalance if self.model.moe else None} | (
                     {"overlaps": dict(self.overlaps)} if self.overlaps else {}) | (
                     {"stack": self.stack} if self.stack else {})
@@ -178,6 +185,7 @@ def describe(stated: dict) -> str:
             f"convention {s['convention']} · global batch {s['global_batch']} × "
             f"{s['seq_len']} tokens{micro} · remat {s['remat']} · schedule {s['schedule']}"
             + (f" · attention {s['attention']}" if s.get("attention") else "")
+            + (f" · precision {s['precision']}" if s.get("precision") else "")
             + (f" · expert imbalance {s['expert_imbalance']:g}"
                if s.get("expert_imbalance") is not None else "")
             + (f" · stack {s['stack']}" if s.get("stack") else "")
@@ -215,6 +223,7 @@ def resolve(model: ModelConfig, train: TrainConfig, layout: Layout | None = None
                          "nothing: drop --stack/--overlap, or use --convention gpu")
     setting = setting.replace(cluster=cluster, stack=stack,
                               overlaps=tuple(sorted((overlaps or {}).items())))
+    check_chip(setting.train.precision, cluster.chip)
     return setting if layout is None else setting.with_layout(layout)
 
 
@@ -250,8 +259,8 @@ def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, rec
               ) -> Setting:
     """A Setting without a layout: parex.defaults for every None of the train config and the
     keywords, checked. `runs`: an execution, which runs the model in its own dtype."""
-    dtype_given = dtype
-    dtype = dtype or defaults.default_dtype(model, regime == EMULATED or runs)
+    dtype_given, own = dtype, regime == EMULATED or runs
+    dtype, precision_name = _dtype_and_precision(model, train.precision, dtype, own)
     if dtype != model.dtype:  # the model's own is validation's to judge (its "dtype" rule)
         _check(dtype, DTYPES, "dtype")
     model = model if model.dtype == dtype else model.replace(dtype=dtype)
@@ -265,9 +274,10 @@ def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, rec
                          "dtype float32 use recipe 'parex' (float32 state), or dtype bfloat16")
     local = regime == EMULATED
     seq_len = train.seq_len or model.seq_len
-    given = {name: getattr(train, name) for name in ("global_batch", "remat", "attention")}
+    given = {name: getattr(train, name) for name in ("global_batch", "remat", "attention",
+                                                     "precision")}
     attention = train.attention or defaults.default_attention(local)
-    train = train.replace(
+    train = train.replace(precision=precision_name,
         global_batch=train.global_batch or defaults.default_global_batch(model, seq_len,
                                                                           n_devices, local),
         attention=attention, remat=train.remat or defaults.default_remat(model, local,
@@ -279,6 +289,21 @@ def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, rec
                                      else float(expert_imbalance)),
                    defaulted=tuple(name for name, value in (given | said).items()
                                    if value is None))
+
+
+def _dtype_and_precision(model: ModelConfig, name: str | None, dtype: str | None,
+                         own: bool) -> tuple[str, str | None]:
+    """(compute dtype, precision name). No precision named: the dtype's default
+    (parex.defaults) and its own precision (fp32, bf16). An FP8 recipe where parex runs the
+    model (the emulated mesh, an execution) computes the rest in the model's own dtype (the CLI
+    sets it by parex.precision.compute_dtype); elsewhere the precision's compute dtype, or the
+    given dtype where the precision allows it."""
+    if name is None:
+        dtype = dtype or defaults.default_dtype(model, own)
+        return dtype, DTYPE_PRECISION.get(dtype)  # None: a dtype validation refuses
+    if precision(name).fp8 and own:
+        return dtype or model.dtype, name
+    return compute_dtype(name, dtype), name
 
 
 def _scheduled(layout: Layout, default: str) -> Layout:

@@ -10,8 +10,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "parex"
 # parex's rooms from the ground floor up: a room imports only rooms listed before it
 ROOMS = (
     # values: what everything reads
-    "errors", "units", "files", "machine", "config", "layout", "record", "network", "nodes",
-    "hardware", "cluster", "defaults", "stacks", "setting",
+    "errors", "units", "files", "machine", "precision", "config", "layout", "record", "network",
+    "nodes", "hardware", "cluster", "defaults", "stacks", "setting",
     # the model, and the executor that runs it on a mesh
     "model", "parallel", "validation", "executor", "launch",
     # what a layout does: measured, predicted, calibrated, studied

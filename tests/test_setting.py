@@ -17,7 +17,7 @@ from parex.setting import resolve, resolve_run
 
 KEYS = {"hardware", "nodes", "n_devices", "regime", "dtype", "recipe", "convention",
         "global_batch", "seq_len", "remat", "microbatch", "schedule", "attention",
-        "expert_imbalance"}
+        "expert_imbalance", "precision"}
 LLAMA_FLAGS = ["--model", "llama2-7b", "--hardware", "h100-sxm", "--nodes", "4",
                "--global-batch", "256", "--seq", "4096"]
 

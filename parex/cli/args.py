@@ -11,6 +11,7 @@ from ..defaults import DEVICES as DEFAULT_DEVICES
 from ..defaults import HARDWARE, LOCAL_GLOBAL_BATCH, MODEL
 from ..errors import InputError, UsageError, did_you_mean
 from ..layout import LAYOUT_PRESETS, Layout
+from ..precision import PRECISION_NAMES, compute_dtype
 from ..setting import describe
 from ..stacks import OVERLAPS, STACKS
 
@@ -133,6 +134,26 @@ def add_attention_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--attention", default=None, choices=ATTENTION_KERNELS, help=ATTENTION_HELP)
 
 
+PRECISION_HELP = ("matmul precision recipe (parex.precision): fp32, bf16, fp8-delayed (Transformer "
+                  "Engine), fp8-current (torchao tensorwise), fp8-rowwise (torchao), "
+                  "fp8-blockwise (DeepSeek-V3); an FP8 recipe computes the rest in bfloat16 "
+                  "unless --dtype says otherwise; default: the dtype's")
+
+
+def add_precision_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", default=None, choices=PRECISION_NAMES, help=PRECISION_HELP)
+
+
+def with_precision_dtype(model: ModelConfig, args) -> ModelConfig:
+    """The model in the compute dtype --precision implies where --dtype is not given
+    (parex.precision.compute_dtype: bfloat16 under FP8 recipes)."""
+    name = getattr(args, "precision", None)
+    if name is None:
+        return model
+    dtype = compute_dtype(name, args.dtype)
+    return model if model.dtype == dtype else model.replace(dtype=dtype)
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=MODEL,
                    help=f"model preset (default {MODEL}) or a Hugging Face config.json's path")
@@ -143,6 +164,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--remat", default=None, choices=REMATS, help=REMAT_HELP)
     add_attention_arg(p)
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"])
+    add_precision_arg(p)
     add_moe_args(p)
     add_shape_args(p)
 
@@ -234,14 +256,15 @@ def configs_from_args(args):
     if args.seq and args.seq > model.seq_len:  # a longer context: GPT's position table grows
         star = "*" if model.family == "gpt" else ""  # Llama's RoPE has no table: same model
         model = model.replace(name=f"{model.name}{star}", seq_len=args.seq)
-    return model, _train_from_args(args)
+    return with_precision_dtype(model, args), _train_from_args(args)
 
 
 def _train_from_args(args) -> TrainConfig:
     """The TrainConfig of the flags, None where a flag was not given."""
     given = {"global_batch": args.global_batch, "microbatch": getattr(args, "microbatch", None),
              "seq_len": args.seq, "steps": getattr(args, "steps", None),
-             "remat": getattr(args, "remat", None), "attention": getattr(args, "attention", None)}
+             "remat": getattr(args, "remat", None), "attention": getattr(args, "attention", None),
+             "precision": getattr(args, "precision", None)}
     return TrainConfig(**{name: value for name, value in given.items() if value is not None})
 
 
@@ -306,6 +329,7 @@ def add_predict_model_args(p) -> None:
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                    help="compute dtype (default: bfloat16 on an accelerator profile, the "
                    "preset's on cpu-local; bfloat16 for a bare family)")
+    add_precision_arg(p)
     for name, letter in DIMS:
         p.add_argument(f"--{name.replace('_', '-')}", type=at_least(1), default=None,
                        help=f"{letter}: overrides the preset's, required for a bare family"
@@ -334,6 +358,6 @@ def model_from_args(args) -> tuple[ModelConfig, TrainConfig]:
                                   **dims)
         if args.dtype:
             model = model.replace(dtype=args.dtype)
-    model = with_shape_args(with_moe_args(model, args), args)
+    model = with_precision_dtype(with_shape_args(with_moe_args(model, args), args), args)
     return model, _train_from_args(args)
 

@@ -18,7 +18,8 @@ from ..defaults import MODEL
 from ..errors import InputError
 from ..plan.rank import OBJECTIVES
 from ..units import format_seconds
-from .args import (DIMS, GLOBAL_BATCH_HELP, add_hardware_arg, at_least, defaulted,
+from ..precision import PRECISION_NAMES
+from .args import (DIMS, GLOBAL_BATCH_HELP, add_hardware_arg, at_least, choice_list, defaulted,
                    hardware_of, is_model_file, model_from_args, positive_number)
 
 # --- parex plan ---------------------------------------------------------------------------------
@@ -38,12 +39,16 @@ def cmd_plan(args) -> int:
     hardware = hardware_of(args)
     ready(hardware, progress=not args.json)
     cluster = cluster_of(hardware, args.nodes or 1)
-    model, train = model_from_args(args)
     cap = None if args.memory_cap is None else args.memory_cap * 1e9
     remats = (args.remat,) if args.remat else REMAT_POLICIES
-    result = plan(model, train.replace(remat=None), cluster, memory_cap=cap,
-                  objective=args.objective, top=args.top, recipe=args.recipe,
-                  convention=args.convention, dtype=args.dtype, remats=remats)
+    results = []
+    for name in (args.precision.split(",") if args.precision else [None]):
+        args.precision = name  # each recipe its own search: its rates, bytes and memory
+        model, train = model_from_args(args)
+        results.append(plan(model, train.replace(remat=None), cluster, memory_cap=cap,
+                            objective=args.objective, top=args.top, recipe=args.recipe,
+                            convention=args.convention, dtype=args.dtype, remats=remats))
+    result = _best_precision(results, args.json)
     if args.emit:  # the best row's options for another framework, instead of the report
         from .interop import plan_emitted
 
@@ -78,6 +83,28 @@ def cmd_plan(args) -> int:
 
 
 VERIFY_STEPS = 5  # steps per measured layout of --verify
+
+
+def _best_precision(results: list, quiet: bool):
+    """The plan of the precision whose best row wins the objective; with several precisions
+    searched, one line per precision first (its best row's step time)."""
+    if len(results) == 1:
+        return results[0]
+    column, sign = {"time": ("step_time_s", 1), "mfu": ("mfu", -1),
+                    "memory": ("memory_total_bytes", 1)}[results[0].objective]
+
+    def best(result):
+        row = result.top[0] if result.top else None
+        return (float("inf") if row is None else sign * result.columns[column][row]), row
+
+    if not quiet:
+        for result in results:
+            score, row = best(result)
+            where = "nothing fits" if row is None else (
+                f"best {result.layout(row)}: {result.columns['step_time_s'][row]:.3f} s/step")
+            print(f"precision {result.setting.train.precision:<14} {where}")
+        print()
+    return min(results, key=lambda r: best(r)[0])
 
 
 def refuse_unused(args) -> None:
@@ -134,6 +161,9 @@ def add_plan(sub) -> None:
                    "preset's on cpu-local)")
     p.add_argument("--remat", default=None, choices=REMAT_POLICIES,
                    help="plan with this remat policy only (default: search every policy)")
+    p.add_argument("--precision", default=None, type=choice_list(PRECISION_NAMES),
+                   help="matmul precision recipe(s): one, or a comma list to search them all "
+                        "and keep the best (e.g. bf16,fp8-delayed); default: the dtype's")
     for name, letter in DIMS:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=letter)
     p.add_argument("--memory-cap", type=positive_number, default=None,

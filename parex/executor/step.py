@@ -21,8 +21,10 @@ from ..config import ModelConfig, TrainConfig
 from ..layout import Axis, Layout, grads_split_over_seq, is_dims, num_microbatches
 from ..model.moe.routing import rebalance
 from ..parallel.tensor3d import mesh_ops
+from ..precision import precision
 from ..setting import resolve_run
 from ..validation import check_layout
+from . import fp8
 
 
 def make_optimizer(train: TrainConfig, model: ModelConfig, clip: bool = True,
@@ -82,7 +84,9 @@ class TrainStep:
                                         clip=not self.grads_sharded_over_seq)
         self.microbatches = num_microbatches(self.layout, self.train)
         self.attention = self.setting.attention
-        self.ops = mesh_ops(self.layout, self.mesh).with_kernel(self.attention)  # tensor3d too
+        self.precision = self.setting.precision  # FP8 recipes: parex.model.fp8, executor.fp8
+        self.ops = mesh_ops(self.layout, self.mesh).with_kernel(self.attention).with_precision(
+            self.precision)  # tensor3d too
         self.seq_len = self.train.seq_len or self.model.seq_len
         self.local = None  # schedule=local: its own state and step (parex.parallel.local)
         if self.layout.schedule == "local":
@@ -155,7 +159,12 @@ class TrainStep:
         opt = optax.tree_map_params(self.optimizer, lambda _, s: s, opt_shape,
                                     self.state_shardings("opt"),
                                     transform_non_params=lambda _: replicated)
-        return {"params": self.state_shardings("param"), "opt": opt}
+        return {"params": self.state_shardings("param"), "opt": opt} | self._with_fp8(
+            lambda: fp8.state_shardings(self.model, self.precision, self.mesh))
+
+    def _with_fp8(self, make) -> dict:
+        """{"fp8": make()} where the precision keeps state (delayed scaling), else {}."""
+        return {"fp8": make()} if self.precision.delayed else {}
 
     # --- the blocks' storage order ------------------------------------------------------------
     @property
@@ -196,12 +205,21 @@ class TrainStep:
 
         def init(key):
             params = self.to_storage(gpt.init_params(self.model, key))
-            return {"params": params, "opt": self.optimizer.init(params)}
+            return {"params": params, "opt": self.optimizer.init(params)} | self._with_fp8(
+                lambda: fp8.init_state(self.model, self.precision))
 
         return jax.jit(init, out_shardings=self.train_state_shardings())(key)
 
-    def _loss(self, params, batch, ops=None):
-        return gpt.loss_fn(params, batch, self.model, ops or self.ops, self.train.remat)
+    def _loss(self, params, batch, ops=None, fp8_state=None):
+        return gpt.loss_fn(params, batch, self.model, ops or self.ops, self.train.remat,
+                           fp8_state)
+
+    def fp8_loss_and_grads(self, params, fp8_state, batch):
+        """(loss, gradients, the next delayed-scaling state): the state's cotangent is its
+        histories rolled with this step's amaxes (parex.model.fp8)."""
+        loss, (grads, new_state) = jax.value_and_grad(self._loss, argnums=(0, 3))(
+            params, batch, self.ops, fp8_state)
+        return loss, self._hold_grads(grads), new_state
 
     def _loss_and_nothing(self, params, batch, ops):
         return self._loss(params, batch, ops), ()
@@ -303,9 +321,12 @@ class TrainStep:
     def _step(self, state, batch):
         if self.local is not None:
             return self.local.step(state, batch)
+        fp8_state = state.get("fp8")
         if self.rebalances:
             loss, grads, load = self._loss_grads_and_aux(state["params"], batch,
                                                          self._loss_and_load)
+        elif fp8_state is not None:
+            loss, grads, fp8_state = self.fp8_loss_and_grads(state["params"], fp8_state, batch)
         else:
             loss, grads = self.loss_and_grads(state["params"], batch)
         if self.grads_sharded_over_seq:  # clipped on the slices: no whole copy for the norm
@@ -315,7 +336,7 @@ class TrainStep:
         params = optax.apply_updates(state["params"], updates)
         if self.rebalances:
             params = self._rebalanced(params, load)
-        return {"params": params, "opt": opt}, loss
+        return {"params": params, "opt": opt} | self._with_fp8(lambda: fp8_state), loss
 
     def jitted_step(self):
         """The train step, state donated: (state, batch) -> (state, loss)."""
@@ -329,7 +350,11 @@ class TrainStep:
         """(params, batch) -> (loss, grads), both trees in the model's layer order (what the
         parity tests compare; the train step itself works in `block_order`)."""
         def run(params, batch):
-            loss, grads = self.loss_and_grads(self.to_storage(params), batch)
+            if self.precision.delayed:  # from the first step's state (scale 1)
+                fresh = fp8.init_state(self.model, self.precision)
+                loss, grads, _ = self.fp8_loss_and_grads(self.to_storage(params), fresh, batch)
+            else:
+                loss, grads = self.loss_and_grads(self.to_storage(params), batch)
             return loss, self.natural_params(grads)
 
         batch = {"inputs": self.batch_sharding, "targets": self.batch_sharding}
@@ -349,6 +374,10 @@ class TrainStep:
 
 def reference_loss_and_grads(model: ModelConfig, train: TrainConfig, params, batch):
     """The single-device reference every layout must reproduce (no mesh, no constraints; the
-    remat policy changes what is stored, never a value)."""
-    fn = partial(gpt.loss_fn, cfg=model, remat=train.remat or "none")
+    remat policy changes what is stored, never a value); under an FP8 precision the same
+    recipe on one device (delayed scaling from its first step's state)."""
+    recipe = precision(train.precision or "fp32")
+    fn = partial(gpt.loss_fn, cfg=model, remat=train.remat or "none",
+                 ops=gpt.Ops().with_precision(recipe),
+                 fp8_state=fp8.init_state(model, recipe))
     return jax.jit(jax.value_and_grad(fn))(params, batch)

@@ -13,6 +13,7 @@ import shlex
 
 from ..config import ModelConfig, TrainConfig, model_preset
 from ..layout import Axis, Layout, LayoutError
+from ..precision import PRECISION_NAMES, PRECISIONS
 from ..predict import CONVENTIONS, RECIPES, predict_setting
 from ..setting import Setting
 from ..setting import resolve as resolve_setting
@@ -25,6 +26,8 @@ from ..validation import validate
 SPLIT_AXES = (Axis.FSDP, Axis.EXPERT, Axis.TENSOR, Axis.TENSOR_Y, Axis.TENSOR_Z, Axis.SEQ,
               Axis.STAGE)
 DIMS = ("layers", "hidden", "heads", "seq_len")
+DTYPE_OWN = "dtype's"  # the precision control's first choice: no FP8, the dtype's own matmuls
+PRECISION_CHOICES = (DTYPE_OWN, *(n for n in PRECISION_NAMES if PRECISIONS[n].fp8))
 
 
 def control_defaults(hardware: str, model: ModelConfig, n_devices: int) -> dict:
@@ -90,8 +93,10 @@ def train_of(values: dict) -> TrainConfig:
     size: parex.setting)."""
     preset = model_preset(values["model"])
     seq = values["seq_len"] if values["seq_len"] != preset.seq_len else None
+    precision = values.get("precision", DTYPE_OWN)
     return TrainConfig(global_batch=values["global_batch"], steps=values["steps"],
-                       remat=values["remat"], seq_len=seq, warmup_steps=1)
+                       remat=values["remat"], seq_len=seq, warmup_steps=1,
+                       precision=None if precision == DTYPE_OWN else precision)
 
 
 def values_of(model: str, layout: Layout, n_devices: int, hardware: str, **settings) -> dict:
@@ -147,6 +152,8 @@ def cli_command(values: dict) -> str:
             "--hardware", values["hardware"], "--remat", train.remat, "--dtype", model.dtype]
     if train.global_batch is not None:  # else the default, which the command resolves too
         args += ["--global-batch", str(train.global_batch)]
+    if train.precision is not None:  # an FP8 recipe; else the dtype's own
+        args += ["--precision", train.precision]
     for name in ("recipe", "convention"):
         if name in values:
             args += [f"--{name}", values[name]]

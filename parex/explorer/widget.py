@@ -42,8 +42,9 @@ from .explain import explain
 from .guide import MICROBATCHES, fit_fixes, ways_out
 from .live_panel import LivePanel
 from .measure_panel import MeasurePanel
-from .state import (CONVENTIONS, DIMS, RECIPES, SPLIT_AXES, cli_command, control_defaults,
-                    model_of, resolve, setting_of, train_of, values_of)
+from .state import (CONVENTIONS, DIMS, DTYPE_OWN, PRECISION_CHOICES, RECIPES, SPLIT_AXES,
+                    cli_command, control_defaults, model_of, resolve, setting_of, train_of,
+                    values_of)
 from .sweep_store import StoreView
 from .time_panel import TimeToTrainPanel
 from .view import (
@@ -86,6 +87,8 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel, TimeToTrainPanel):
             "model": dropdown("model", preset_names(), model),
             **{dim: int_text(dim, getattr(preset, dim)) for dim in DIMS},
             "dtype": dropdown("dtype", DTYPES, real["dtype"]),
+            # the matmul recipe: the dtype's own, or an FP8 one (parex.precision)
+            "precision": dropdown("precision", PRECISION_CHOICES, DTYPE_OWN),
             "global_batch": self.batch.widget,
             "devices": dropdown("devices", sorted({*DEVICE_COUNTS, n_devices}), n_devices),
             **{a.value: dropdown(a.value, divisors(n_devices), 1) for a in SPLIT_AXES},
@@ -160,7 +163,7 @@ class Explorer(LivePanel, MeasurePanel, ComparePanel, TimeToTrainPanel):
             return w.VBox([w.HTML(f"<b>{title}</b>")] + [c[n] for n in names])
 
         controls = w.HBox([
-            column("model", ["model", *DIMS, "dtype", "global_batch", "remat"]),
+            column("model", ["model", *DIMS, "dtype", "precision", "global_batch", "remat"]),
             column("mesh", ["devices", *[a.value for a in SPLIT_AXES]]),
             column("technique", ["zero", "sp", "cp", "schedule", "microbatches", "virtual",
                                  "expert_fold"]),

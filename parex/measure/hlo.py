@@ -32,13 +32,14 @@ import numpy as np
 from ..record import KINDS, Collective
 
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
-               "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
+               "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+               "f8e4m3fn": 1, "f8e5m2": 1}
 
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\{\s*$")
 _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(?P<shape>\(.*?\)|\S+)\s+"
     r"(?P<op>all-reduce|all-gather|reduce-scatter|collective-permute|all-to-all)(?P<start>-start)?\(")
-_ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
+_ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")  # f32[..], f8e4m3fn[..]
 _CALLEE = re.compile(r"\b(?:body|condition|calls|true_computation|false_computation)=%?([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
@@ -212,7 +213,7 @@ _DEFINITION = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\(.*?\)|\S+)\s+([\w\-]+)\((.*)$")
 # an operand, with the shape GPU modules print before it or without: "f32[8,4]{1,0} %x" or "%x"
 _OPERAND = re.compile(
-    r"^\s*(?:(?P<shape>[a-z]+\d*\[[\d,]*\])(?:\{[^}]*\})?\s+)?%?(?P<name>[\w.\-]+)")
+    r"^\s*(?:(?P<shape>[a-z][a-z0-9]*\[[\d,]*\])(?:\{[^}]*\})?\s+)?%?(?P<name>[\w.\-]+)")
 
 
 def _dims(shape: str) -> list[int]:

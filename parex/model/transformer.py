@@ -25,6 +25,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from . import fp8
 from .attention import attention as attention_kernel
 from .attention import naive_attention as attention_core  # noqa: F401 (its old home)
 from ..config import ModelConfig
@@ -37,6 +38,30 @@ class Ops:
     them for a mesh."""
 
     kernel = "naive"  # the attention kernel (parex.model.attention): naive or flash
+    precision = None  # the FP8 recipe of the blocks' projections (parex.precision), or None
+
+    def with_precision(self, precision) -> "Ops":
+        """These ops with the blocks' projections in `precision` (FP8 recipes only)."""
+        ops = copy.copy(self)
+        ops.precision = precision if precision is not None and precision.fp8 else None
+        return ops
+
+    def matmul(self, eq, x, w, w_dims, state=None):
+        """einsum(eq, x, w): in FP8 under an FP8 precision (parex.model.fp8, `state` its
+        delayed-scaling histories), the weight gathered as the layout gathers it."""
+        if self.precision is None:
+            return jnp.einsum(eq, x, w)
+        if not self.precision.gathers_fp8:
+            w = self.weight_whole(w, w_dims)  # gathered in the compute dtype, then quantised
+        return fp8.einsum(eq, x, w, self.precision, state, self.fp8_gather(w_dims))
+
+    def weight_whole(self, w, w_dims):
+        """The weight as the matmul uses it (one device: as it is)."""
+        return w
+
+    def fp8_gather(self, w_dims):
+        """The all-gather of an FP8 weight's shards, or None where it is whole."""
+        return None
 
     def with_kernel(self, kernel: str) -> "Ops":
         """These ops with attention by `kernel`."""
@@ -64,13 +89,15 @@ class Ops:
         """The mean loss of logits as the ops produce them (`cross_entropy`)."""
         return cross_entropy(logits, targets)
 
-    def column_parallel(self, eq, x, ws, w_dims, out_dims):
-        """einsum(eq, x, w) for each w in ws; x comes from the residual region (B, T, D)."""
-        return tuple(jnp.einsum(eq, x, w) for w in ws)
+    def column_parallel(self, eq, x, ws, w_dims, out_dims, states=None):
+        """einsum(eq, x, w) for each w in ws; x comes from the residual region (B, T, D);
+        `states`: each w's FP8 scaling state (parex.model.fp8), or None."""
+        states = states or (None,) * len(ws)
+        return tuple(self.matmul(eq, x, w, w_dims, st) for w, st in zip(ws, states))
 
-    def row_parallel(self, eq, u, w, u_dims, w_dims):
+    def row_parallel(self, eq, u, w, u_dims, w_dims, state=None):
         """einsum(eq, u, w), contracting the split dim: the result returns to the residual."""
-        return jnp.einsum(eq, u, w)
+        return self.matmul(eq, u, w, w_dims, state)
 
     def seq_order(self, x, axis: int = 1):
         """x with its sequence dim in the order the layout stores positions."""
@@ -162,6 +189,15 @@ def _moe_table(cfg: ModelConfig, layer, dense: dict) -> dict:
     return table
 
 
+def fp8_state_table(cfg: ModelConfig, history: int) -> dict:
+    """Delayed scaling's state: for each FP8 projection of the blocks, the amax histories of
+    its x, W and dY, (L, history) float32 each (parex.model.fp8.history_state)."""
+    mlp = ("w_in",) if cfg.family == "gpt" else ("w_gate", "w_up")
+    state = partial(fp8.history_state, cfg.layers, history)
+    return {"blocks": {"attn": {"wqkv": state(), "wo": state()},
+                       "mlp": {name: state() for name in mlp + ("w_out",)}}}
+
+
 def _is_entry(x) -> bool:
     return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], tuple)
 
@@ -219,20 +255,22 @@ def _rope(x, positions):
     return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).astype(x.dtype)
 
 
-def _qkv_projection(x, w, ops):
+def _qkv_projection(x, w, ops, fp8_state=None):
     # (B, T, K, G + 2, Dh), column-parallel
-    qkv, = ops.column_parallel("btd,dkgh->btkgh", x, (w["wqkv"],), _QKV_W, _QKV)
+    qkv, = ops.column_parallel("btd,dkgh->btkgh", x, (w["wqkv"],), _QKV_W, _QKV,
+                               fp8_state and (fp8_state["wqkv"],))
     return qkv + w["bqkv"] if "bqkv" in w else qkv
 
 
-def _out_projection(u, w, ops, eq, u_dims, w_dims):
-    y = ops.row_parallel(eq, u, w["w"], u_dims, w_dims)  # TP reduces here
+def _out_projection(u, w, ops, eq, u_dims, w_dims, fp8_state=None):
+    y = ops.row_parallel(eq, u, w["w"], u_dims, w_dims, fp8_state)  # TP reduces here
     return y + w["b"] if "b" in w else y
 
 
-def _mlp_in(x, w, ops):
+def _mlp_in(x, w, ops, fp8_state=None):
     names = [n for n in ("w_in", "w_gate", "w_up") if n in w]
-    us = ops.column_parallel("btd,df->btf", x, tuple(w[n] for n in names), _MLP_W, _MLP)
+    us = ops.column_parallel("btd,df->btf", x, tuple(w[n] for n in names), _MLP_W, _MLP,
+                             fp8_state and tuple(fp8_state[n] for n in names))
     return (us[0] + w["b_in"],) if "b_in" in w else us
 
 
@@ -241,8 +279,10 @@ def _params(p, **names):
     return {short: p[long] for short, long in names.items() if long in p}
 
 
-def _attention(x, p, cfg, ops, remat):
-    qkv = ops.weighted(partial(_qkv_projection, ops=ops), x,
+def _attention(x, p, cfg, ops, remat, fp8_state=None):
+    """`fp8_state`: delayed scaling's histories of this block's projections (fp8_state_table)."""
+    fs = fp8_state or {}
+    qkv = ops.weighted(partial(_qkv_projection, ops=ops, fp8_state=fp8_state), x,
                        _params(p, wqkv="wqkv", bqkv="bqkv"))
     B, T, K, G2, Dh = qkv.shape
     q = qkv[:, :, :, :-2].reshape(B, T, K * (G2 - 2), Dh)  # (B, T, H, Dh), head = kv·G + g
@@ -257,11 +297,13 @@ def _attention(x, p, cfg, ops, remat):
     core = jax.checkpoint(core) if remat == "selective" else core
     out = ops.constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
     return ops.weighted(partial(_out_projection, ops=ops, eq="bthk,hkd->btd", u_dims=_HEADS,
-                                w_dims=_HEADS_W), out, _params(p, w="wo", b="bo"))
+                                w_dims=_HEADS_W, fp8_state=fs.get("wo")), out,
+                        _params(p, w="wo", b="bo"))
 
 
-def _mlp(x, p, cfg, ops):
-    us = ops.weighted(partial(_mlp_in, ops=ops), x,
+def _mlp(x, p, cfg, ops, fp8_state=None):
+    fs = fp8_state or {}
+    us = ops.weighted(partial(_mlp_in, ops=ops, fp8_state=fp8_state), x,
                       _params(p, w_in="w_in", b_in="b_in", w_gate="w_gate", w_up="w_up"))
     if cfg.family == "gpt":
         u = jax.nn.gelu(us[0])
@@ -269,7 +311,8 @@ def _mlp(x, p, cfg, ops):
         u = jax.nn.silu(us[0]) * us[1]
     u = ops.constrain(u, _MLP)  # (B, T, F), column-parallel
     return ops.weighted(partial(_out_projection, ops=ops, eq="btf,fd->btd", u_dims=_MLP,
-                                w_dims=_MLP_OUT_W), u, _params(p, w="w_out", b="b_out"))
+                                w_dims=_MLP_OUT_W, fp8_state=fs.get("w_out")), u,
+                        _params(p, w="w_out", b="b_out"))
 
 
 # Dims of the tensor-parallel matmuls' operands: weights W_in[D, F_tensor], W_out[F_tensor, D].
@@ -287,21 +330,24 @@ def block(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none")
     return block_with_stats(x, p, cfg, ops, remat)[0]
 
 
-def block_with_stats(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none"):
+def block_with_stats(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: str = "none",
+                     fp8_state=None):
     """(block(x), its router statistics: parex.model.moe.routing.aux_stats, {} for a dense MLP).
     Sequential: x + attn(norm1(x)), then + mlp(norm2(·)). Parallel (cfg.parallel_block, GPT-J,
-    PaLM): x + attn(norm1(x)) + mlp(norm1(x)), both branches reading one normalised input."""
+    PaLM): x + attn(norm1(x)) + mlp(norm1(x)), both branches reading one normalised input.
+    `fp8_state`: this block's delayed-scaling histories (fp8_state_table), or None."""
     res = ("batch", "seq_res", "hidden")  # sequence-parallel region under SP
     norm = partial(_norm, family=cfg.family)
+    fs = fp8_state or {}
     h = ops.weighted(norm, ops.constrain(x, res), p["norm1"])
-    attended = _attention(h, p["attn"], cfg, ops, remat)
+    attended = _attention(h, p["attn"], cfg, ops, remat, fs.get("attn"))
     if cfg.parallel_block:
         x = x + attended
     else:
         x = ops.constrain(x + attended, res)
         h = ops.weighted(norm, x, p["norm2"])
     if not cfg.moe:
-        return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops), res), {}
+        return ops.constrain(x + _mlp(h, p["mlp"], cfg, ops, fs.get("mlp")), res), {}
     shared = _mlp(h, p["mlp"]["shared"], cfg, ops) if "shared" in p["mlp"] else 0.0
     # routing needs whole sequences: under SP they are gathered over tensor first (Megatron's
     # all-gather before the MoE layer; its output, the same on every tensor device, is sliced)
@@ -309,15 +355,18 @@ def block_with_stats(x, p, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat: st
     return ops.constrain(x + y + shared, res), stats
 
 
-def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none", with_stats=False):
+def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none", with_stats=False,
+               fp8_blocks=None):
     """Scan the stacked blocks over x; `full` remat keeps only each block's input. With
-    `with_stats`: (x, the router statistics stacked over layers)."""
-    def body(h, p):
-        return block_with_stats(h, p, cfg, ops, remat)
+    `with_stats`: (x, the router statistics stacked over layers). `fp8_blocks`: the blocks'
+    delayed-scaling histories, stacked over layers as the blocks are."""
+    def body(h, p_and_state):
+        p, state = p_and_state
+        return block_with_stats(h, p, cfg, ops, remat, state)
 
     if remat == "full":
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.nothing_saveable)
-    x, stats = jax.lax.scan(body, x, blocks)
+    x, stats = jax.lax.scan(body, x, (blocks, fp8_blocks))
     return (x, stats) if with_stats else x
 
 
@@ -330,12 +379,13 @@ def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
 
 def unembed(params, x, cfg, ops: Ops = SINGLE_DEVICE):
     x = _norm(x, params["final_norm"], cfg.family)
+    head = ops.with_precision(None)  # every FP8 recipe keeps the output head in 16 bits
     if cfg.tied_embeddings:  # logits = x·Eᵀ from the token table E[V_tensor, D]
-        logits, = ops.column_parallel("btd,vd->btv", x, (params["tokens"],), ("vocab", "embed"),
-                                      ("batch", "seq", "vocab"))
+        logits, = head.column_parallel("btd,vd->btv", x, (params["tokens"],),
+                                       ("vocab", "embed"), ("batch", "seq", "vocab"))
     else:
-        logits, = ops.column_parallel("btd,dv->btv", x, (params["unembed"],), ("embed", "vocab"),
-                                      ("batch", "seq", "vocab"))  # vocab-parallel logits
+        logits, = head.column_parallel("btd,dv->btv", x, (params["unembed"],),
+                                       ("embed", "vocab"), ("batch", "seq", "vocab"))
     return ops.constrain(logits, ("batch", "seq", "vocab"))
 
 
@@ -345,12 +395,14 @@ def cast(params, dtype):
 
 
 def forward(params, tokens, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none",
-            with_stats=False):
+            with_stats=False, fp8_state=None):
     """Logits (B, T, V) for tokens (B, T), both in ops.seq_order (natural on one device); with
-    `with_stats`, (logits, the router statistics per layer)."""
+    `with_stats`, (logits, the router statistics per layer). `fp8_state`: delayed scaling's
+    histories (fp8_state_table's shapes) under ops.precision, else None."""
     params = cast(params, jnp.dtype(cfg.dtype))
     x = embed(params, tokens, cfg, ops)
-    x, stats = run_blocks(x, params["blocks"], cfg, ops, remat, with_stats=True)
+    x, stats = run_blocks(x, params["blocks"], cfg, ops, remat, with_stats=True,
+                          fp8_blocks=fp8_state and fp8_state["blocks"])
     logits = unembed(params, x, cfg, ops)
     return (logits, stats) if with_stats else logits
 
@@ -363,10 +415,12 @@ def cross_entropy(logits, targets):
     return jnp.mean(jax.nn.logsumexp(logits, -1) - target_logit)
 
 
-def loss_fn(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none"):
+def loss_fn(params, batch, cfg: ModelConfig, ops: Ops = SINGLE_DEVICE, remat="none",
+            fp8_state=None):
     """batch = {"inputs": (B, T) int32, "targets": (B, T) int32}. The mean loss does not depend
     on the order of positions, so both are put in the layout's ops.seq_order."""
-    logits, stats = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat, True)
+    logits, stats = forward(params, ops.seq_order(batch["inputs"]), cfg, ops, remat, True,
+                            fp8_state)
     loss = cross_entropy(logits, ops.seq_order(batch["targets"]))
     return loss + routing.aux_loss(stats, cfg) if cfg.moe else loss
 

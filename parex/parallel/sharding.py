@@ -111,6 +111,31 @@ class MeshOps(Ops):
                 w = jax.lax.all_gather(w, entry, axis=i, tiled=True)
         return w
 
+    # --- FP8 weights (parex.model.fp8) ----------------------------------------------------------
+    def weight_whole(self, w, w_dims):
+        """A row- or block-scaled weight gathered in the compute dtype before it is quantised
+        (torchao all-gathers those in bfloat16)."""
+        return self.constrain(w, w_dims)
+
+    def fp8_gather(self, w_dims):
+        """FSDP's FP8 all-gather of a tensor-scaled weight cast on its shards: the FP8 bytes,
+        as uint8, gathered over the axes that only the parameter sharding splits (XLA:CPU would
+        otherwise widen an FP8 all-gather to 16 or 32 bits); None where the weight is whole."""
+        param, act = self.layout.spec(w_dims, "param"), self.layout.spec(w_dims)
+        if param == act:
+            return None
+
+        def local(bits):
+            for i, (entry, used) in enumerate(zip(param, act)):
+                if entry != used:  # only `embed` differs: split over the batch axes, used whole
+                    bits = jax.lax.all_gather(bits, entry, axis=i, tiled=True)
+            return bits
+
+        gather = jax.shard_map(local, mesh=self.mesh, in_specs=param, out_specs=act,
+                               check_vma=False)
+        return lambda w8: jax.lax.bitcast_convert_type(
+            gather(jax.lax.bitcast_convert_type(w8, jnp.uint8)), w8.dtype)
+
     def gathers_weights(self, w_dims) -> bool:
         return self.layout.spec(w_dims, "param") != self.layout.spec(w_dims)
 
@@ -127,9 +152,9 @@ class MeshOps(Ops):
     # does: again in the backward, their gradients reduce-scattered, never kept gathered. The
     # lookup's backward needs only the token ids, so it saves nothing gathered.
 
-    def column_parallel(self, eq, x, ws, w_dims, out_dims):
+    def column_parallel(self, eq, x, ws, w_dims, out_dims, states=None):
         if not self.layout.sp:
-            return super().column_parallel(eq, x, ws, w_dims, out_dims)
+            return super().column_parallel(eq, x, ws, w_dims, out_dims, states)
         tensor = Axis.TENSOR.value
 
         @jax.checkpoint  # residuals: x (B, T/(s·t), D) and the weights' shards
@@ -159,9 +184,9 @@ class MeshOps(Ops):
 
         return self.manual(local, (Weight(dims), ("batch", "seq")), RESIDUAL)(table, tokens)
 
-    def row_parallel(self, eq, u, w, u_dims, w_dims):
+    def row_parallel(self, eq, u, w, u_dims, w_dims, state=None):
         if not self.layout.sp:
-            return super().row_parallel(eq, u, w, u_dims, w_dims)
+            return super().row_parallel(eq, u, w, u_dims, w_dims, state)
         tensor = Axis.TENSOR.value
 
         def local(u, w):  # partial sums (B, T/s, D) -> summed and scattered (B, T/(s·t), D)

@@ -168,7 +168,7 @@ class Tensor3DOps(MeshOps):
         return jax.shard_map(jax.checkpoint(fn), mesh=self.mesh, in_specs=in_specs,
                              out_specs=out_specs)
 
-    def column_parallel(self, eq, x, ws, w_dims, out_dims):
+    def column_parallel(self, eq, x, ws, w_dims, out_dims, states=None):
         """First of a pair: x[B, T, D_X] @ W[D_X(Z), out_Y] -> all-reduce over X."""
         def local(x, *ws):
             x = self._enter(x)
@@ -183,7 +183,7 @@ class Tensor3DOps(MeshOps):
                              (out,) * len(ws))
         return fn(x, *ws)
 
-    def row_parallel(self, eq, u, w, u_dims, w_dims):
+    def row_parallel(self, eq, u, w, u_dims, w_dims, state=None):
         """Second of a pair, transposed: u[.., in_Y] @ W[in_Y, D_X(Z)] -> all-reduce over Y;
         the result D_X returns to the residual stream (an all-gather over X)."""
         def local(u, w):

@@ -66,6 +66,9 @@ OPTIMIZER_BYTES = 28  # per optimizer-state parameter: read p, g, m, v (16), wri
 # gradient norm for clipping (read 4), Adam on p, g, m, v (28), copy the fp32 weights back to
 # the 16-bit model (read 4, write 2)
 MEGATRON_OPTIMIZER_BYTES = 6 + 8 + 4 + OPTIMIZER_BYTES + 6
+# matmul_shapes' GEMMs an FP8 recipe runs in FP8: QKV, W_o, the MLP's input(s) and output, and a
+# mixture's routed experts (DeepSeek-V3's FP8 experts); QKᵀ, PV and the router stay 16-bit
+FP8_GEMMS = (0, 1, 2, 3, 7, 8)
 FLASH_BACKWARD = 2.5  # the fused kernel's backward FLOPs / its forward's (5 GEMMs to 2)
 FLASH_PASSES = ("forward", "backward", "forward_backward")
 FLASH_FALLBACK = "a100-80gb"  # a profile without a flash_attention table is assumed like it
@@ -195,14 +198,19 @@ def flash_seconds(sizes: ModelSizes, grid: Grid, peak: float, table: dict) -> tu
 
 def layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, rate: float, bandwidth: float,
                   act_bytes: int, megatron: bool, imbalance: float = 1.0,
-                  flash: tuple | None = None, gemm: dict | None = None) -> np.ndarray:
+                  flash: tuple | None = None, gemm: dict | None = None,
+                  fp8: tuple | None = None) -> np.ndarray:
     """One block per microbatch on one device: forward, backward and any recompute, at the
     kernels' own rates (`gemm`: the chip's tile geometry, kernels.quantization). Under
     grid.flash the attention core is the fused kernel, `flash` = (dense peak FLOP/s, the chip's
     flash_table); otherwise QKᵀ and PV are roofline GEMMs and the softmax moves the (s, s)
-    scores."""
+    scores. `fp8` = (FP8 FLOP/s, the casts' bytes per token): the projections and the routed
+    experts (FP8_GEMMS) run there on 1-byte operands (parex.predict.fp8)."""
+    shapes = matmul_shapes(sizes, grid, imbalance)
     gemms = [gemm_seconds(M, K, N, c, rate, bandwidth, act_bytes, gemm)
-             for M, K, N, c in matmul_shapes(sizes, grid, imbalance)]
+             if fp8 is None or i not in FP8_GEMMS else
+             gemm_seconds(M, K, N, c, fp8[0], bandwidth, 1, gemm)
+             for i, (M, K, N, c) in enumerate(shapes)]
     forward, core, w_out = sum(gemms), gemms[4] + gemms[5], gemms[3]
     full, selective = recompute_layers(grid, remat)
     # selective remat recomputes the attention core; full remat the whole block, except its
@@ -219,23 +227,24 @@ def layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, rate: float, bandwi
     else:
         matmuls = 3 * forward + full * recomputed + selective * core
         moved = elements * (1 + BACKWARD_BYTES + full) + selective * core_elements
-    return matmuls + moved * grid.tokens * act_bytes / bandwidth
+    casts = 0.0 if fp8 is None else fp8[1] * grid.tokens * (1 + full)
+    return matmuls + (moved * grid.tokens * act_bytes + casts) / bandwidth
 
 
 def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, dtype: str,
                         act_bytes: int, opt_elements, megatron: bool = False,
-                        imbalance: float = 1.0) -> dict:
+                        imbalance: float = 1.0, fp8: tuple | None = None) -> dict:
     """Seconds per step on a GPU/TPU: the block's and the head's kernels per microbatch and the
     optimizer's memory traffic (Megatron-LM's mixed-precision step under `megatron`), divided
     by the step efficiency the profile states, and the spread of device speeds the step's
     stragglers come from (`speed_sigma`, stragglers.py). `megatron`: Megatron-LM's block
     (dropout, whole-block recompute) rather than parex's compiled one; `imbalance`: a mixture
-    of experts' most-loaded expert over the mean (`expert_slots`)."""
+    of experts' most-loaded expert over the mean (`expert_slots`); `fp8`: layer_seconds'."""
     rate = chip.peak(dtype) * chip.matmul_efficiency
     bandwidth = chip.hbm_bandwidth
     flash = (chip.peak(dtype), flash_table(chip)) if grid.flash else None
     layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron, imbalance,
-                          flash, chip.gemm)
+                          flash, chip.gemm, fp8)
     # the head: (M, D) @ (D, V/t) forward and its two gradients, and Megatron-LM's loss on the
     # (M, V/t) logits
     logits = grid.tokens * sizes.V / grid.tensor

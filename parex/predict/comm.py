@@ -23,6 +23,9 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     seq-grads     xla-cpu, ring attention: the blocks' weight gradients, held split over seq
                   in the backward (each slice reduced over data), gathered for the update
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
+                  (the projections' in FP8, 1 byte, under tensor-scaled FP8 recipes: predict.fp8)
+    fp8-amax      FP8 recipes: one float32 amax per FP8 tensor, all-reduced (TE's delayed
+                  scaling on a GPU: one buffer per microbatch)
     tp            Megatron: 2 per block forward (after W_o, W_out), 2 backward, 1 more per block
                   under full remat (the recomputed W_out is dead code; 2 in Megatron-LM's block,
                   Convention.megatron_block), + embedding and head; under SP each becomes an
@@ -79,6 +82,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..layout import CP_MODES, Axis, fsdp_by_hand, grads_split_over_seq
+from ..precision import PRECISIONS, Precision
+from . import fp8
 from ..record import KINDS
 from ..parallel.schedules import SCHEDULES, SPLIT, VEE
 from .schedule_stats import table_columns
@@ -164,13 +169,15 @@ def routed_elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None) ->
 
 
 def terms(sizes: ModelSizes, grid: Grid, remat: str, conv: Convention, act_bytes: int,
-          param_bytes: float, grad_bytes: float) -> list[Term]:
+          param_bytes: float, grad_bytes: float, precision=None) -> list[Term]:
     """Every collective family of one step, as columns (count 0 where a layout has none), in
     this order: the gradient reduction, the parameter gathers, tensor, context and pipeline
     parallelism's. Each family states the ideal program's terms first; what parex's compiled
     program does instead (xla-cpu) is a correction in a function of its own."""
-    step = _Step(sizes, grid, remat, conv, act_bytes, param_bytes, grad_bytes)
+    step = _Step(sizes, grid, remat, conv, act_bytes, param_bytes, grad_bytes,
+                 precision or PRECISIONS["fp32"])
     return (_grad_reduce_terms(step) + _gather_terms(step) + _tied_table_terms(step)
+            + _fp8_terms(step)
             + _tensor_terms(sizes, grid, remat, conv, act_bytes, grad_bytes, step.x_bytes)
             + moe_terms(step)
             + _context_terms(sizes, grid, remat, conv, act_bytes)
@@ -188,6 +195,7 @@ class _Step:
     act_bytes: int
     param_bytes: float
     grad_bytes: float
+    precision: Precision  # FP8 recipes gather their projections' weights in FP8 (predict.fp8)
 
     @property
     def x_bytes(self) -> np.ndarray:
@@ -438,6 +446,8 @@ def _gather_terms(step: _Step) -> list[Term]:
     out = [Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12, gathered)]
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
     layer_w = param_bytes * _elements(sizes, grid, embed=True, layers=True) / grid.stage_layers
+    layer_w = layer_w + (fp8.gathered_layer_bytes(sizes, grid, step.precision, param_bytes)
+                         - param_bytes * fp8.projection_elements(sizes, grid.tensor))
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP),
                     2 * grid.microbatches * grid.stage_layers * fsdp, layer_w))
     # a mixture of experts' routed experts (E/expert of them); xla-cpu gathers them once per
@@ -450,6 +460,13 @@ def _gather_terms(step: _Step) -> list[Term]:
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp,
                     _head_gather_bytes(step)))
     return out + _xla_cpu_table_terms(step, fsdp)
+
+
+def _fp8_terms(step: _Step) -> list[Term]:
+    """FP8 recipes: the amaxes' all-reduces, one float32 scalar per FP8 tensor (predict.fp8)."""
+    count, each = fp8.amax_reduces(step.sizes, step.grid, step.precision,
+                                   fused=step.conv.name != "xla-cpu")
+    return [Term("fp8-amax", "all-reduce", (Axis.DATA, Axis.FSDP, Axis.TENSOR), count, each)]
 
 
 def _head_gather_bytes(step: _Step) -> np.ndarray:

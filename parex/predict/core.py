@@ -15,7 +15,7 @@ from ..parallel.schedules import SCHEDULES
 from ..record import KINDS, PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..setting import Setting, resolve
 from ..validation.checks import check_valid, executable_columns, executable_reason, valid_columns
-from . import (alpha_beta, comm, flops, memory, overlap, stash, tensor3d, tensor3d_stages,
+from . import (alpha_beta, comm, flops, fp8, memory, overlap, stash, tensor3d, tensor3d_stages,
                ticks, time)
 from .comm import Convention
 from .memory import Recipe
@@ -44,10 +44,12 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
     # (not in parex's compiled program, whose collectives xla-cpu counts)
     megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"
     conv = dataclasses.replace(conv, megatron_block=megatron)
-    act = setting.act_bytes
+    act, precision = setting.act_bytes, setting.precision
     mem = (memory.memory_parts(sizes, grid, remat, rec, act, act) if layout3d is None else
            tensor3d.memory_parts(sizes, grid, layout3d, remat, rec, act, act))
-    terms, on_axes = comm_terms(sizes, grid, remat, conv, act, rec, layout3d)
+    histories = fp8.state_bytes(sizes, grid, precision)  # delayed scaling's, replicated
+    mem["argument"], mem["total"] = mem["argument"] + histories, mem["total"] + histories
+    terms, on_axes = comm_terms(sizes, grid, remat, conv, act, rec, layout3d, precision)
     seconds: dict = {}
     for term in terms:  # a 3D family is timed as the 1D family it resembles (time.py)
         family = tensor3d.TIME_FAMILY.get(term.name, term.name)
@@ -59,9 +61,12 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
                                    chip.hbm_bandwidth, opt_elements)
         compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     else:
+        casts = (chip.peak("float8") * chip.matmul_efficiency,
+                 fp8.cast_bytes_per_token(sizes, grid, precision, act)) if precision.fp8 \
+            else None
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
                                            opt_elements, rec.activations == "korthikanti",
-                                           setting.expert_imbalance)
+                                           setting.expert_imbalance, casts)
     hidden: dict = {}
     if layout3d is not None and conv.axonn_overlaps and not emulated:  # AxoNN's overlaps
         seconds, hidden = tensor3d.with_overlaps(seconds, terms, on_axes, chip, sizes, grid,
@@ -104,10 +109,11 @@ def program(setting: Setting) -> Convention:
 
 
 def comm_terms(sizes, grid: Grid, remat: str, conv: Convention, act: int, rec: Recipe,
-               layout3d: Layout | None = None) -> tuple[list, Grid]:
+               layout3d: Layout | None = None, precision=None) -> tuple[list, Grid]:
     """(collective terms, the grid their axes are sized by): comm's, or a 3D tensor layout's."""
     if layout3d is None:
-        return comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes), grid
+        return comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes,
+                          precision), grid
     if np.any(grid.stage > 1):  # a grid of 3D layouts all inside stages, or none
         if not np.all(grid.stage > 1):
             raise ValueError("3D layouts with and without pipeline stages in one grid: "

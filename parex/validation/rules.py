@@ -32,6 +32,7 @@ from ..layout import (
 )
 from ..model.moe import routing
 from ..parallel.schedules import ALL_SCHEDULES, LOCAL, LOOPING, SCHEDULES, VEE, check_schedule
+from ..precision import PRECISIONS
 
 INTERLEAVED, LOOPING_CODES = SCHEDULES.index("interleaved"), [SCHEDULES.index(s) for s in LOOPING]
 VEE_CODES = [SCHEDULES.index(s) for s in VEE]  # two chunks per device, placed V-wise
@@ -437,6 +438,28 @@ _rule(LIMITS, "moe-fold-capacity",
                     f"is not divisible by tensor={l.tensor}: folded (expert_tensor=1) each "
                     f"tensor device sends C/tensor of the slots; change the capacity factor or "
                     f"the sequence length so that tensor divides C"))
+
+
+def _fp8(c) -> bool:
+    return c.train.precision is not None and PRECISIONS[c.train.precision].fp8
+
+
+def _fp8_unsupported(l: Layout, c) -> str:
+    return ", ".join(k for k, on in (("a mixture of experts", c.model.moe), ("stage", l.stage > 1),
+                                     ("seq", l.seq > 1), ("sp", l.sp), ("expert", l.expert > 1),
+                                     ("microbatches", l.microbatches > 1)) if on)
+
+
+# an FP8 recipe's amaxes must be global (the same scale on every shard, parex.model.fp8): XLA
+# reduces them over the axes it partitions (data, fsdp, tensor, ZeRO), not inside parex's manual
+# regions (pipeline stages, ring/Ulysses, SP's collectives, expert dispatch, the per-replica
+# accumulation loop); delayed scaling updates its histories once per step, from one microbatch
+_rule(LIMITS, "fp8-global-amax",
+      lambda g, c: not _fp8(c) or ((g.stage == 1) & (g.seq == 1) & (g.sp == 0) & (g.expert == 1)
+                                   & (g.microbatches == 1) & (not c.model.moe)),
+      lambda l, c: (f"precision {c.train.precision}: parex's executor runs FP8 on data, fsdp, "
+                    f"tensor and ZeRO layouts of dense models with one microbatch, not with "
+                    f"{_fp8_unsupported(l, c)}; run it with --precision bf16, or predict it"))
 EXECUTOR_LIMITS = tuple(LIMITS)
 
 

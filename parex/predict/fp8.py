@@ -1,0 +1,92 @@
+"""What an FP8 precision recipe (parex.precision) changes in a prediction, as columns.
+
+Per block, the FP8 projections are QKV, W_o, the MLP's input(s) and output (`projection_elements`:
+D·(q + 2·kv) + q·D + (n_in + 1)·D·F weights per layer, split over tensor). Four things move:
+
+    time     their GEMMs at the chip's FP8 peak (x matmul_efficiency, the chip's bf16 GEMM
+             benchmark's: no FP8 benchmark is in the profiles, so the same fraction of the
+             doubled peak is assumed), with 1-byte operands on the roofline's memory side; plus
+             the casts' memory traffic (`cast_bytes_per_token`)
+    memory   delayed scaling's amax histories: 3 · history · 4 bytes per projection per layer,
+             replicated (argument memory); the weights' FP8 copies are transients of one layer
+    comm     FSDP / ZeRO-3's all-gathers of the projections' weights in FP8 (1 byte), for the
+             recipes that gather FP8 (tensor scaling: torchao's float8 all-gather, Megatron-Core's
+             --fp8-param-gather); the amaxes' all-reduces, one float32 scalar per FP8 tensor
+    refusal  a chip without FP8 matmul units (parex.precision.check_chip)
+
+Casts (Transformer Engine's cast-transpose kernels; torchao's fused casts): each FP8 operand is
+read in the compute dtype and written in FP8 twice (itself and its transpose for the other GEMM of
+the backward) (read a, write 2 bytes per element) and, where the scale comes from the tensor's
+own amax (current, row, block scaling), read once more for the amax first. Delayed scaling reads
+its scale from the history, which is why TE defaults to it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..precision import Precision
+
+AMAX_BYTES = 4  # one float32 amax per FP8 tensor (TE reduces them in one buffer per step)
+HISTORY_BYTES = 4  # float32 amax history entries
+
+
+def projections(sizes) -> int:
+    """FP8 projections per block: QKV, W_o, the MLP's input matrices and its output."""
+    return 3 + sizes.n_mlp_in
+
+
+def projection_elements(sizes, tensor) -> np.ndarray:
+    """Weights of one block's FP8 projections on one device (split over tensor)."""
+    q, kv = sizes.H * sizes.Dh, sizes.K * sizes.Dh
+    F = sizes.shared_F if sizes.moe else sizes.F
+    return (sizes.D * (q + 2 * kv) + q * sizes.D + (sizes.n_mlp_in + 1) * sizes.D * F) / tensor
+
+
+def state_bytes(sizes, grid, precision: Precision) -> np.ndarray:
+    """Delayed scaling's histories on one device: x, W and dY per projection of its layers."""
+    if not precision.delayed:
+        return np.zeros(len(grid))
+    per_layer = 3 * precision.history * HISTORY_BYTES * projections(sizes)
+    return per_layer * grid.stage_layers * np.ones(len(grid))
+
+
+def gathered_layer_bytes(sizes, grid, precision: Precision, param_bytes: float) -> np.ndarray:
+    """Bytes FSDP gathers of one layer's projections: FP8 where the recipe gathers FP8, else
+    the stored parameters' bytes (the other weights of a layer are gathered as they are)."""
+    per_element = 1.0 if precision.gathers_fp8 else param_bytes
+    return per_element * projection_elements(sizes, grid.tensor)
+
+
+def amax_reduces(sizes, grid, precision: Precision, fused: bool) -> tuple:
+    """(all-reduces per step, bytes each) of the amaxes where a layout shards the tensors
+    (n_devices > 1): per projection per layer its x, W and dY, float32 scalars (row and block
+    scaling reduce a vector over the contraction's shards, priced as the same scalars).
+    `fused`: delayed scaling on a GPU, where Transformer Engine reduces every amax of a
+    microbatch in one buffer; otherwise one all-reduce per tensor (torchao's, parex's)."""
+    n = np.ones(len(grid))
+    if not precision.fp8:
+        return 0 * n, AMAX_BYTES * n
+    tensors = 3.0 * projections(sizes) * grid.stage_layers * (grid.n_devices > 1)
+    if fused and precision.delayed:
+        return grid.microbatches * (tensors > 0), AMAX_BYTES * np.maximum(tensors, 1)
+    return tensors * grid.microbatches, AMAX_BYTES * n
+
+
+def cast_bytes_per_token(sizes, grid, precision: Precision, act_bytes: int) -> np.ndarray:
+    """Bytes one token moves per block for the casts (module docstring): the projections'
+    inputs (D for QKV and the MLP's inputs, q/t and F/t for W_o and W_out) in the forward and
+    their outputs' gradients in the backward."""
+    if not precision.fp8:
+        return np.zeros(len(grid))
+    t = grid.tensor
+    q, kv = sizes.H * sizes.Dh, sizes.K * sizes.Dh
+    F = sizes.shared_F if sizes.moe else sizes.F
+    inputs = 2 * sizes.D + q / t + F / t  # QKV's and the MLP's (shared by its matrices) x
+    grads = (q + 2 * kv) / t + 2 * sizes.D + sizes.n_mlp_in * F / t
+    per_element = act_bytes + 2 + (0 if precision.delayed else act_bytes)
+    return (inputs + grads) * per_element
+
+
+__all__ = ["AMAX_BYTES", "amax_reduces", "cast_bytes_per_token", "gathered_layer_bytes",
+           "projection_elements", "projections", "state_bytes"]
