@@ -19,7 +19,7 @@ import pytest
 from parex.config import TrainConfig, model_preset
 from parex.launch import launch_local
 from parex.layout import Layout
-from parex.measure import measure
+from parex.entry import measure
 
 PYTHON = sys.executable
 ENV = os.environ | {"PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -333,7 +333,7 @@ def test_parex_run_on_a_diloco_layout_reports_inner_and_outer_bytes(capsys):
 def test_diloco_losses_do_not_depend_on_the_inner_layout(inner):
     """Replicas of a pipeline, of FSDP × TP + SP, of ring attention: the same losses (1e-5) as
     replicas of one device each, through two rounds of streaming syncs."""
-    from parex.measure import measure
+    from parex.entry import measure
 
     train, text = TRAIN.replace(steps=4), "replica=2,inner_steps=2,fragments=2"
     ref = measure(MODEL, train, Layout.parse(text), devices=jax.devices()[:2])
