@@ -99,8 +99,8 @@ parex.format_frame(bubbles, units={"(p−1)/(m+p−1)": "percent"})
 # %%
 medium, medium_train = parex.model_preset("gpt2-medium"), parex.TrainConfig(global_batch=m)
 piped = parex.Layout(stage=p, schedule="1f1b", microbatches=m)
-timed = gantt_costs(parex.predict(medium, medium_train, piped, "h100-sxm"), medium,
-                    medium_train, piped, parex.load_chip("h100-sxm"))
+setting = parex.resolve(medium, medium_train, piped, "h100-sxm")
+timed = gantt_costs(parex.predict(medium, medium_train, piped, "h100-sxm"), setting)
 charts.gantt_chart(timed[0], timed[1], width=560, subtitle=timed[2])
 
 # %% [markdown]

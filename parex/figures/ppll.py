@@ -34,6 +34,7 @@ from ..config import TrainConfig, model_preset
 from ..layout import Layout
 from ..predict.local_stages import backprop_partition, losing_frame, race, unit_costs
 from ..predict.references import read_reference
+from ..setting import resolve_run
 from .core import Figure, Row, Tolerance, figure
 from .tables import evaluate_formula
 
@@ -175,7 +176,9 @@ def local_vs_1f1b(model, train, layout: str = MEASURED, objectives=("ce", "recon
 
     from ..record import bytes_by_kind
 
-    base, evals = Layout.parse(layout), eval_batches(model, train)
+    base = Layout.parse(layout)
+    train = resolve_run(model, train, base, "cpu").train  # the batch it leaves unnamed, resolved
+    evals = eval_batches(model, train)
     specs = [("1f1b", "1f1b", "ce")] + [(f"local {o}", "local", o) for o in objectives]
     runs = {name: loss_run(model, train, base.replace(schedule=s, local_loss=o), every, evals)
             for name, s, o in specs}

@@ -40,6 +40,7 @@ from ..config import ModelConfig, TrainConfig
 from ..layout import MESH_AXES, Axis, Layout, inner_layout, spec_axes
 from ..executor.mesh import make_mesh
 from ..executor.step import TrainStep
+from ..setting import resolve_run
 from ..validation import validate
 from .exchange import replica_mean
 from .rounds import fragment_of, syncs_after
@@ -70,6 +71,10 @@ class DiLoCo:
 
     def __post_init__(self):
         validate(self.layout, self.model, self.train, self.mesh.size)
+        # what the run leaves unnamed (its global batch, ...) resolved for this platform, as
+        # TrainStep does (parex.setting.resolve_run), before the batch is split over replicas
+        platform = self.mesh.devices.flat[0].platform
+        self.train = resolve_run(self.model, self.train, self.layout, platform).train
         lay, R = self.layout, self.layout.replica
         self.R, self.H, self.P = R, lay.inner_steps, lay.fragments
         self.inner_layout = inner_layout(lay)

@@ -163,6 +163,6 @@ def measure_diloco(model: ModelConfig, train: TrainConfig, layout: Layout, *, de
     block = diloco_block(dl, inner_cols, outer_cols, outer_times,
                          memory_stats(outer[0])["total"])
     block["outer_compile_time_s"] = outer_compile
-    return measurement_of(model, train, layout, dl.mesh, losses, times,
+    return measurement_of(model, dl.train, layout, dl.mesh, losses, times,
                           inner_compile + outer_compile, stats, warmup, diloco=block,
                           checkpoint=saves.finish() if saves else None)
