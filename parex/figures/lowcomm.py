@@ -69,20 +69,28 @@ def diloco_rows(gaps, h: int = DILOCO_H, fragments: int = FRAGMENTS) -> list[Row
         source="Douillard et al. 2023, DiLoCo (arXiv:2311.08105), abstract and §3; Streaming "
                "DiLoCo (arXiv:2501.18512)",
         tolerance=LOSS_TOLERANCE, evidence="measurement", slow=True, devices=8)
-def diloco() -> Figure:
+def warm_started(runs, steps: int, warm: int, eval_every: int, layout=None):
+    """(the runs' final loss gaps, a chart of their eval losses): `warm` synchronous steps of
+    the tiny model on `layout` (None: data over the devices), then every run of `runs` for
+    `steps` steps of 16 × 64 corpus tokens from that state (parex.lowcomm.studies)."""
     from ..lowcomm.studies import final_gaps, loss_study, warm_up
 
     model = model_preset("tiny")
-    train = TrainConfig(global_batch=16, seq_len=64, steps=STEPS)
-    start = warm_up(model, train, WARM)
-    frame = loss_study(model, train, diloco_runs(), eval_every=STEPS // 4, progress=False,
-                       start=start, offset=WARM)
+    train = TrainConfig(global_batch=16, seq_len=64, steps=steps)
+    start = warm_up(model, train, warm, layout=layout)
+    frame = loss_study(model, train, runs, eval_every=eval_every, progress=False,
+                       start=start, offset=warm)
 
     def chart():
         from ..charts.lowcomm import loss_chart
 
         return loss_chart(frame, title="")
-    return Figure(diloco_rows(final_gaps(frame)), chart, [
+    return final_gaps(frame), chart
+
+
+def diloco() -> Figure:
+    gaps, chart = warm_started(diloco_runs(), STEPS, WARM, eval_every=STEPS // 4)
+    return Figure(diloco_rows(gaps), chart, [
         f"scaled protocol: tiny model, {WARM} sync-DP steps (data = {WORKERS}), then from that "
         f"checkpoint {STEPS} steps of 16 × 64 corpus tokens: DiLoCo's {WORKERS} workers (one "
         f"device each, 2 sequences per inner step, H = {DILOCO_H}: {STEPS // DILOCO_H} outer "
@@ -194,20 +202,12 @@ def mechanism_rows(gaps, h: int = MECH_H) -> list[Row]:
         tolerance=Tolerance(0.95, 1.05, "'negligible degradation': within 5 %"),
         evidence="measurement", slow=True, devices=8)
 def dilocox_mechanisms() -> Figure:
-    from ..lowcomm.studies import final_gaps, loss_study, warm_up
     from ..layout import Layout
 
-    model = model_preset("tiny")
-    train = TrainConfig(global_batch=16, seq_len=64, steps=MECH_STEPS)
-    start = warm_up(model, train, MECH_WARM, layout=Layout(stage=2, data=4, microbatches=2))
-    frame = loss_study(model, train, mechanism_runs(), eval_every=MECH_STEPS // 2,
-                       progress=False, start=start, offset=MECH_WARM)
-
-    def chart():
-        from ..charts.lowcomm import loss_chart
-
-        return loss_chart(frame, title="")
-    return Figure(mechanism_rows(final_gaps(frame)), chart, [
+    gaps, chart = warm_started(mechanism_runs(), MECH_STEPS, MECH_WARM,
+                               eval_every=MECH_STEPS // 2,
+                               layout=Layout(stage=2, data=4, microbatches=2))
+    return Figure(mechanism_rows(gaps), chart, [
         f"tiny model; {MECH_WARM} AllReduce steps (stage = 2 × data = 4), then from that "
         f"checkpoint {MECH_STEPS} steps of 16 × 64 corpus tokens: AllReduce on all 8 devices, "
         f"and 2 clusters (replicas) of stage = 2 × data = 2 with H = {MECH_H}, exchanging in "
