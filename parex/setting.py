@@ -29,7 +29,7 @@ from .errors import InputError, unknown
 from .hardware import Chip, Cluster, load_chip
 from .layout import Layout, num_microbatches
 from .precision import DTYPE_PRECISION, Precision, check_chip, compute_dtype, precision
-from .stacks import OVERLAPS, STACKS, overlap_flags, parse_overlaps
+from .stacks import OVERLAPS, STACKS, overlap_flags
 
 EMULATED, ACCELERATOR = "emulated", "accelerator"
 REGIMES = (EMULATED, ACCELERATOR)
@@ -214,7 +214,7 @@ def resolve(model: ModelConfig, train: TrainConfig, layout: Layout | None = None
         overlaps = {f: getattr(convention, f) for f in OVERLAP_FLAGS} | (overlaps or {})
     named = stack is not None or (overlaps is not None and not isinstance(overlaps, dict))
     if named:
-        overlaps = stack_flags(stack, overlaps)
+        overlaps = overlap_flags(stack, overlaps)
     setting = _resolved(model, train, regime, dtype=dtype, recipe=recipe,
                         convention=convention, n_devices=cluster.n_devices,
                         expert_imbalance=expert_imbalance)
@@ -225,13 +225,6 @@ def resolve(model: ModelConfig, train: TrainConfig, layout: Layout | None = None
                               overlaps=tuple(sorted((overlaps or {}).items())))
     check_chip(setting.train.precision, cluster.chip)
     return setting if layout is None else setting.with_layout(layout)
-
-
-def stack_flags(stack: str | None, overlaps) -> dict:
-    """Convention flags of a stack (parex.stacks) and an overlap list replacing its own."""
-    if isinstance(overlaps, str):
-        overlaps = parse_overlaps(overlaps)
-    return overlap_flags(stack, overlaps)
 
 
 def resolve_run(model: ModelConfig, train: TrainConfig, layout: Layout,

@@ -107,7 +107,10 @@ def check_overlaps(names) -> tuple[str, ...]:
 
 def overlap_flags(stack_name: str | None, overlaps=None) -> dict:
     """The Convention flags of a stack (parex's own when None) with `overlaps` (names) replacing
-    its list where given; {} when neither is given (the convention's own flags stand)."""
+    its list where given (a list of names, or `--overlap`'s text); {} when neither is given
+    (the convention's own flags stand)."""
+    if isinstance(overlaps, str):
+        overlaps = parse_overlaps(overlaps)
     if stack_name is None and overlaps is None:
         return {}
     return stack(stack_name or "parex").flags(None if overlaps is None

@@ -11,7 +11,7 @@ from parex import TrainConfig, model_preset
 from parex.cli.main import main
 from parex.interop import from_megatron
 from parex.plan import plan
-from parex.setting import stack_flags
+from parex.stacks import overlap_flags
 
 from test_megatron import GPT3_LAUNCH, GPT3_LAYOUT
 
@@ -103,7 +103,7 @@ def test_plan_emit_megatron_round_trips_to_the_plans_top_row(capsys):
     assert "--overlap-grad-reduce" in text.split()
     expected = result.setting_of(row).replace(
         stack="megatron-core",
-        overlaps=tuple(sorted(stack_flags("megatron-core",
+        overlaps=tuple(sorted(overlap_flags("megatron-core",
                                           ("tp-backward", "grad-reduce")).items())))
     assert run.setting(result.cluster).replace(defaulted=()) == expected.replace(defaulted=())
 
@@ -154,5 +154,5 @@ def test_plan_emit_round_trips_for_torchtitan_and_maxtext(capsys, framework):
     # backward) are the plan's parex program's
     assert run.stack == framework and run.overlaps == expected.overlap_names
     expected = expected.replace(stack=framework, overlaps=tuple(sorted(
-        stack_flags(framework, None).items())))
+        overlap_flags(framework, None).items())))
     assert run.setting(result.cluster).replace(defaulted=()) == expected.replace(defaulted=())
