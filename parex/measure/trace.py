@@ -34,7 +34,7 @@ import pandas as pd
 
 WAIT_EVENT = "Rendezvous"  # XLA:CPU collectives wait for their peers in it
 COLLECTIVES = ("ppermute", "collective-permute", "all-reduce", "all-gather", "reduce-scatter",
-               "all-to-all")  # hlo_op name prefixes
+               "all-to-all")  # hlo_op name prefixes (XLA spells some with "_": all_gather.3)
 
 
 def load_trace(directory: str | Path) -> dict:
@@ -89,7 +89,7 @@ def _union(intervals: list[tuple[float, float]]) -> float:
 
 
 def _is_collective(event: dict) -> bool:
-    return event.get("args", {}).get("hlo_op", "").startswith(COLLECTIVES)
+    return event.get("args", {}).get("hlo_op", "").replace("_", "-").startswith(COLLECTIVES)
 
 
 def device_table(trace: dict) -> pd.DataFrame:
