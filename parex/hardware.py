@@ -53,9 +53,6 @@ class Calibration:
     """Measured on this machine's emulated mesh by `parex calibrate` (cpu-local only)."""
 
     matmul_curve: tuple[tuple[float, float], ...] = ()  # (FLOPs per matmul, FLOP/s per device)
-    matmul_grid: tuple[tuple[float, float, float, float], ...] = ()  # (rows, K, N, FLOP/s per
-    #   device) of a linear layer's forward and backward by shape (calibrate.run.LINEAR_GRID);
-    #   empty in profiles calibrated before it (the square curve, by intensity, stands in)
     collectives: dict = field(default_factory=dict)  # kind -> {"alpha": s, "beta": s/B, "group": n}
     step_overhead_s: float = 0.0  # fixed cost of one jitted step call (dispatch, synchronisation)
     parallel_devices: float = 1.0  # a step's throughput with all devices busy / one device alone
@@ -142,8 +139,7 @@ class Chip:
             out["speed_variation"] = self.speed_variation
         if self.calibration:  # a cpu-local profile's measurements
             cal = vars(self.calibration) | {
-                "matmul_curve": [list(p) for p in self.calibration.matmul_curve],
-                "matmul_grid": [list(p) for p in self.calibration.matmul_grid]}
+                "matmul_curve": [list(p) for p in self.calibration.matmul_curve]}
             out["calibration"] = cal
         return out
 
@@ -151,9 +147,7 @@ class Chip:
 def chip_from_json(data: dict) -> Chip:
     cal = data.get("calibration")
     if cal is not None:
-        cal = Calibration(**(cal | {"matmul_curve": tuple(tuple(p) for p in cal["matmul_curve"]),
-                                    "matmul_grid": tuple(tuple(p) for p in
-                                                         cal.get("matmul_grid", ()))}))
+        cal = Calibration(**(cal | {"matmul_curve": tuple(tuple(p) for p in cal["matmul_curve"])}))
         missing = [k for k in COLLECTIVE_KINDS if not cal.collectives.get(k)]
         if "pipeline_tick_s" not in data["calibration"]:  # profiles calibrated before it
             missing.append("the pipeline executor's tick cost")

@@ -59,7 +59,6 @@ def test_cluster_counts_devices_and_picks_the_link_level():
 
 def _test_chip(kinds=COLLECTIVE_KINDS) -> Chip:
     cal = Calibration(matmul_curve=((1e6, 1e9), (1e8, 4e9)),
-                      matmul_grid=((128, 16, 128, 1e9), (128, 16, 512, 2e9)),
                       collectives={k: {"8": {"alpha": 1e-4, "beta": 1e-9}} for k in kinds},
                       step_overhead_s=1e-3, parallel_devices=1.5, elementwise_rate=2e9)
     return Chip("test-chip", "a test", {"float32": 4e9}, 1e9, 1e9, Link(1e9, 1e-5, "shm"),
@@ -93,28 +92,6 @@ def test_calibration_interpolates_the_matmul_curve_in_log_size():
     assert math.isclose(cal.matmul_rate(1e7), 2e9)  # halfway in log size
 
 
-def test_a_linear_layer_is_priced_by_its_shape_on_the_calibrated_grid():
-    import itertools
-
-    from parex.predict.time import cpu_matmul_rate
-
-    axes = calibrate.LINEAR_GRID
-    rate = {s: 1e9 * s[1] / 16 * (1 + s[0] / 2048) for s in itertools.product(*axes)}
-    cal = Calibration(matmul_curve=((1e6, 1e9), (1e8, 3e9)),
-                      matmul_grid=tuple(s + (r,) for s, r in rate.items()))
-    for (M, K, N), r in rate.items():  # exact at the grid's points, whichever side is narrow
-        assert cpu_matmul_rate(M, K, N, cal) == pytest.approx(r)
-        assert cpu_matmul_rate(M, N, K, cal) == pytest.approx(r)
-    # between points: linear in log shape; beyond the edges: the edge's rate
-    between = cpu_matmul_rate(512, math.sqrt(16 * 48), 128, cal)
-    assert between == pytest.approx(math.sqrt(rate[(512, 16, 128)] * rate[(512, 48, 128)]))
-    assert cpu_matmul_rate(8192, 4, 128, cal) == pytest.approx(rate[(2048, 16, 128)])
-    shapes = cpu_matmul_rate(np.array([128, 2048]), 16, np.array([128, 512]), cal)  # vectorised
-    assert shapes == pytest.approx([rate[(128, 16, 128)], rate[(2048, 16, 512)]])
-    without = Calibration(matmul_curve=cal.matmul_curve)  # an older profile: by intensity
-    assert cpu_matmul_rate(2048, 16, 128, without) != pytest.approx(rate[(2048, 16, 128)])
-
-
 def test_alpha_beta_fit_recovers_a_line():
     sizes = np.array([1e4, 1e5, 1e6, 4e6])
     fit = calibrate.fit_alpha_beta(sizes, 2e-4 + 5e-10 * sizes)
@@ -127,7 +104,6 @@ def test_alpha_beta_fit_recovers_a_line():
 
 def test_calibration_kernels_run_on_the_emulated_mesh():
     assert calibrate.matmul_rate(64, 8) > 1e6  # FLOP/s per device, all devices busy
-    assert calibrate.linear_rate(128, 16, 128, 8) > 1e6
     seconds = calibrate.collective_seconds("all-reduce", 8, 64 * 1024, 8)
     assert 0 < seconds < 1.0
     fn, args = calibrate.block_step(8)

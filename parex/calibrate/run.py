@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import os
 import statistics
 import time
@@ -33,11 +32,6 @@ from ..errors import InputError
 from ..hardware import Calibration, Chip, Link, save_chip
 
 MATMUL_SIZES = (32, 64, 128, 192, 256, 384, 512, 768)
-# A linear layer's shapes (rows M, K, N) measured forward and backward: the narrow widths of a
-# tensor-parallel shard (D/t, F/t) or an attention head run far below the square matmuls of
-# equal arithmetic intensity on XLA:CPU (about a third at M = 2048, N = 48), so a block is priced
-# by its shapes, interpolated on this grid, not by intensity (docs/results/2026-12-emulated-step.md)
-LINEAR_GRID = ((128, 512, 2048), (16, 48, 128), (128, 512))  # rows, narrow ≤ wide width
 COLLECTIVE_BYTES = (16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 CHAIN = 8  # collectives per timed loop
@@ -88,32 +82,6 @@ def matmul_rate(n: int, devices: int, dtype: str = "float32") -> float:
         return jax.lax.fori_loop(0, reps, body, a)
 
     return reps * 2 * n ** 3 / _timed(run, a)
-
-
-def linear_rate(M: int, K: int, N: int, devices: int) -> float:
-    """FLOP/s per device of a linear pair y = (x @ B) @ C, x: (M, K), B: (K, N), C: (N, K),
-    forward and backward (the six matmuls a block's linear layers run per step: 12·M·K·N
-    FLOPs), on each of `devices` devices at once; chained in a loop that updates x, B and C so
-    that nothing is hoisted or dead."""
-    import jax
-    import jax.numpy as jnp
-
-    mesh = _mesh((devices,), ("d",))
-    x, b, c = (_sharded(mesh, (devices,) + shape, ("d",)) for shape in ((M, K), (K, N), (N, K)))
-    flops = 12 * M * K * N
-    reps = max(1, int(4e7 // flops))
-
-    def loss(x, b, c):
-        return jnp.sum(jnp.einsum("dmn,dnk->dmk", jnp.einsum("dmk,dkn->dmn", x, b), c) * x)
-
-    @jax.jit
-    def run(x, b, c):
-        def body(_, xbc):
-            grads = jax.grad(loss, argnums=(0, 1, 2))(*xbc)
-            return tuple(v - 1e-6 * g for v, g in zip(xbc, grads))
-        return jax.lax.fori_loop(0, reps, body, (x, b, c))
-
-    return reps * flops / _timed(run, x, b, c)
 
 
 def elementwise_rate(devices: int, tokens: int = 512, width: int = 512) -> tuple[float, float]:
@@ -285,21 +253,17 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
         raise InputError(f"calibration needs {devices} devices, JAX has {len(jax.devices())}: "
                          f"call parex.emulate_devices({devices}) first")
     tasks = ([("matmul", n) for n in MATMUL_SIZES]
-             + [("linear", shape) for shape in itertools.product(*LINEAR_GRID)]
              + [("bf16", 256), ("elementwise", 0), ("overhead", 0), ("optimizer", 0),
                 ("blocks", devices), ("blocks", 1), ("pipeline", devices)]
              + [("coll", (k, g, s)) for k in KINDS for g in (2, devices)
                 for s in COLLECTIVE_BYTES])
-    results: dict = {"matmul": [], "linear": [], "coll": {},
-                     "load": os.getloadavg()[0]}  # others' work
+    results: dict = {"matmul": [], "coll": {}, "load": os.getloadavg()[0]}  # others' work
     _empty_loop_seconds.cache_clear()  # baselines are timed afresh in every calibration
     for done, (name, arg) in enumerate(tqdm(tasks, desc="calibrating", disable=not progress)):
         if on_task is not None:
             on_task(done, len(tasks))
         if name == "matmul":
             results["matmul"].append((2.0 * arg ** 3, matmul_rate(arg, devices)))
-        elif name == "linear":
-            results["linear"].append(arg + (linear_rate(*arg, devices),))
         elif name == "blocks":
             fn, args = block_step(arg)
             results[f"blocks{arg}"] = _timed(fn, *args, repeats=7)
@@ -332,8 +296,7 @@ def _profile(results: dict, devices: int) -> Chip:
     ew_rate, bandwidth = results["elementwise"]
     from ..machine import fingerprint, machine_description
 
-    cal = Calibration(matmul_curve=curve, matmul_grid=tuple(results["linear"]),
-                      collectives=collectives,
+    cal = Calibration(matmul_curve=curve, collectives=collectives,
                       step_overhead_s=results["overhead"], elementwise_rate=ew_rate,
                       optimizer_s_per_param=results["optimizer"],
                       pipeline_tick_s=results["pipeline"], n_devices=devices,

@@ -34,7 +34,8 @@ import pandas as pd
 
 WAIT_EVENT = "Rendezvous"  # XLA:CPU collectives wait for their peers in it
 COLLECTIVES = ("ppermute", "collective-permute", "all-reduce", "all-gather", "reduce-scatter",
-               "all-to-all")  # hlo_op name prefixes (XLA spells some with "_": all_gather.3)
+               "all-to-all", "psum")  # hlo_op name prefixes, "_" read as "-" (XLA writes
+#   all_gather.3, reduce_scatter.5, psum_invariant.8 and all_gather_invariant.2 as well)
 
 
 def load_trace(directory: str | Path) -> dict:

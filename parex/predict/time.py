@@ -74,45 +74,21 @@ def cpu_rate_scale(grid: Grid, n_calibrated: int, parallel: float) -> np.ndarray
     return n_calibrated / parallel * np.minimum(n, parallel) / n
 
 
-def cpu_matmul_rate(M, K, N, cal) -> np.ndarray:
-    """FLOP/s of an (M, K) @ (K, N) matmul on the calibrated CPU, all devices busy: interpolated
-    in log shape on the measured grid of linear layers (rows, narrow width, wide width; clamped
-    at its edges); from a profile without that grid, the square matmuls matched by arithmetic
-    intensity (FLOPs per float32 byte moved: a square n³ matmul has n/6)."""
-    if cal.matmul_grid:
-        return _grid_rate(np.array(cal.matmul_grid), M, np.minimum(K, N), np.maximum(K, N))
-    curve = np.array(cal.matmul_curve)
+def cpu_matmul_rate(M, K, N, curve) -> np.ndarray:
+    """FLOP/s of an (M, K) @ (K, N) matmul from the calibrated square ones, matched by
+    arithmetic intensity (FLOPs per float32 byte moved): a square n³ matmul has n/6."""
     intensity = np.maximum(2 * M * K * N / (4 * (M * K + K * N + M * N)), 1e-9)  # (count-0
     #   shapes, a mixture of experts' absent shared experts, have a zero width)
     square = (curve[:, 0] / 2) ** (1 / 3) / 6
     return np.interp(np.log(intensity), np.log(square), curve[:, 1])
 
 
-def _grid_rate(grid: np.ndarray, *point) -> np.ndarray:
-    """Multilinear interpolation in log coordinates of the rates grid[:, -1] measured on the
-    full product of the axes in grid[:, :-1] (itertools.product order)."""
-    axes = [np.unique(grid[:, i]) for i in range(grid.shape[1] - 1)]
-    rates = np.log(grid[:, -1]).reshape([len(a) for a in axes])
-    result, corners = 0.0, []
-    for a, x in zip(axes, np.broadcast_arrays(*(np.asarray(p, float) for p in point))):
-        logs, x = np.log(a), np.log(np.clip(np.maximum(x, 1e-9), a[0], a[-1]))
-        i = np.clip(np.searchsorted(logs, x) - 1, 0, len(a) - 2)
-        w = (x - logs[i]) / (logs[i + 1] - logs[i])
-        corners.append(((i, 1 - w), (i + 1, w)))
-    for choice in np.ndindex(*(2,) * len(axes)):
-        index = tuple(corners[k][c][0] for k, c in enumerate(choice))
-        weight = 1.0
-        for k, c in enumerate(choice):
-            weight = weight * corners[k][c][1]
-        result = result + weight * rates[index]
-    return np.exp(result)
-
-
 def cpu_layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth: float):
     """One block per microbatch on one device at the calibrated kernel rates (all devices busy,
     efficiency 1): matmuls by shape, elementwise FLOPs, activation traffic."""
+    curve = np.array(cal.matmul_curve)
     passes = passes_per_layer(grid, remat)
-    matmuls = sum(count * 2 * M * K * N / cpu_matmul_rate(M, K, N, cal)
+    matmuls = sum(count * 2 * M * K * N / cpu_matmul_rate(M, K, N, curve)
                   for M, K, N, count in matmul_shapes(sizes, grid))
     elementwise = elementwise_flops(sizes, grid, remat)["layer"] / cal.elementwise_rate
     return matmuls * passes + elementwise + layer_traffic(sizes, grid, remat, 4) / bandwidth
@@ -125,7 +101,7 @@ def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth
     scale = cpu_rate_scale(grid, cal.n_devices, cal.parallel_devices)
     layer = cpu_layer_seconds(sizes, grid, remat, cal, bandwidth)
     M, V = grid.tokens, sizes.V / grid.tensor  # the head: (M, D) @ (D, V/t), three passes
-    head = 3 * 2 * M * sizes.D * V / cpu_matmul_rate(M, sizes.D, V, cal)
+    head = 3 * 2 * M * sizes.D * V / cpu_matmul_rate(M, sizes.D, V, np.array(cal.matmul_curve))
     head = head + elementwise_flops(sizes, grid, remat)["head"] / cal.elementwise_rate
     speed = scale * cal.step_efficiency
     per_micro = (layer * grid.stage_layers + head) / speed

@@ -58,6 +58,15 @@ def test_trace_table_splits_each_device_step_into_compute_wait_and_other():
     assert summary["bubble_max"] == pytest.approx(0.75)
 
 
+@pytest.mark.parametrize("name", ["all_gather.3", "reduce_scatter.5", "psum_invariant.8",
+                                  "all_gather_invariant.2", "all-reduce.1"])
+def test_every_spelling_xla_gives_a_collective_counts_as_waiting(name):
+    # a collective thunk [0,60) with no Rendezvous traced in it, then a fusion [60,100)
+    trace = {"traceEvents": [_op(1, 0, 60, name), _op(1, 60, 40, "fusion.1")]}
+    row = device_table(trace).iloc[0]
+    assert (row.wait_s, row.compute_s) == pytest.approx((60e-6, 40e-6))
+
+
 def test_load_trace_reads_the_profilers_file_and_names_the_fix_when_absent(tmp_path):
     with pytest.raises(FileNotFoundError, match="jax.profiler.trace"):
         load_trace(tmp_path)
