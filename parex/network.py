@@ -26,7 +26,9 @@ network file in data/networks/ (a profile's "network", or a cluster file's) name
 library and adds the fabric above the node: each [[tiers]] entry is one more domain (span,
 oversubscription against the tier below, extra hop latency). Without a network file the NIC tier
 spans the whole machine: a full-bisection network of one switch hop, as parex modelled every
-cluster before.
+cluster before. A network file may also give its library's measured stalls (`stall_chunk_kib`,
+`stall_ranks`, `stall_ms`: the mean seconds a multi-node ring of small chunks per rank adds, by
+ring size; parex.predict.collectives prices them).
 """
 
 from __future__ import annotations
