@@ -13,9 +13,14 @@ network step latency α, the bytes at the node's NICs' bus bandwidth B:
     t = (n − 1)·α + (n − 1)/n · S / B,    nic_efficiency = B / (the node's NICs: 4 × 25 GB/s)
 
 Rows fitted: multi-node rings inside one dragonfly group (n ≤ 256; the group's links, not the
-global ones), that reached 5 GB/s of bus bandwidth. The others are reported, not modelled: on
-Frontier RCCL all-gathers of 1-64 MB run at a few hundred MB/s (a protocol stall of ~0.2 s the
-α-β form has no term for).
+global ones), that reached 5 GB/s of bus bandwidth.
+
+The stalls (`stall_*` in data/networks/frontier.toml): on Frontier, every multi-node RCCL ring
+whose chunk per rank S/n is 256 KiB or less ran at a few hundred MB/s in some of its calls
+(512 KiB and more: never), while NCCL on Perlmutter's Slingshot never did. The mean over the
+rows of such a chunk, minus the α-β time above, is the stall a call adds on average, by ring
+size: `stall_ms` at `stall_ranks` (the whole heavy tail counted, as a step's sum of many
+collectives sees it).
 """
 
 from __future__ import annotations
@@ -72,12 +77,34 @@ def report(frame, system: str, one_node: bool, rate: float, what: str) -> None:
           f"below 5 GB/s left out")
 
 
+STALL_CHUNK = 384 * 1024  # bytes per rank: between the largest slow chunk (256 KiB) and the
+# smallest chunk never slow (512 KiB) in the logs
+
+
+def stalls(frame, system: str) -> list[tuple[int, float]]:
+    """(ring size, mean measured − α-β seconds) of the multi-node rings with chunks below
+    STALL_CHUNK, per ring size, with α and B fitted as above."""
+    rows, _ = fitted_rows(frame, system)
+    alpha, bandwidth = fit(rows)
+    mine = frame[(frame.system == system) & (frame.gpus > PER_NODE[system])]
+    small = mine[mine.buffer_bytes / mine.gpus < STALL_CHUNK]
+    out = []
+    for n, group in small.groupby("gpus"):
+        excess = group.time_s - model_seconds(alpha, bandwidth, n, group.buffer_bytes)
+        out.append((int(n), float(excess.mean())))
+    return out
+
+
 def main() -> int:
     frame = read_reference("collectives_pccl")
     for system in ("frontier", "perlmutter"):
         report(frame, system, False, NIC_BYTES_PER_S[system], "across nodes (the NICs)")
     # one Frontier node: the two Infinity Fabric rings' 100 GB/s per GCD
     report(frame, "frontier", True, 100e9, "in one node")
+    for system in ("frontier", "perlmutter"):
+        table = stalls(frame, system)
+        print(f"{system} stalls (chunks below {STALL_CHUNK // 1024} KiB per rank): "
+              + ", ".join(f"{n}: {s * 1e3:.1f} ms" for n, s in table))
     return 0
 
 

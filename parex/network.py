@@ -26,7 +26,9 @@ network file in data/networks/ (a profile's "network", or a cluster file's) name
 library and adds the fabric above the node: each [[tiers]] entry is one more domain (span,
 oversubscription against the tier below, extra hop latency). Without a network file the NIC tier
 spans the whole machine: a full-bisection network of one switch hop, as parex modelled every
-cluster before.
+cluster before. A network file may also give its library's measured stalls (`stall_chunk_kib`,
+`stall_ranks`, `stall_ms`: the mean seconds a multi-node ring of small chunks per rank adds, by
+ring size; parex.predict.collectives prices them).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ LIBRARIES = ("nccl", "rccl", "ici")  # parex.predict.collectives.LIBRARY_CONSTAN
 FABRIC_KEYS = {"name", "span", "oversubscription", "hop_latency_us", "note"}
 NETWORK_KEYS = {"name", "description", "library", "sources", "tiers", "intra_efficiency",
                 "nic_efficiency", "net_step_latency_us", "intra_step_latency_us",
-                "nvls_busbw_gbs", "torus"}
+                "nvls_busbw_gbs", "torus", "stall_chunk_kib", "stall_ranks", "stall_ms"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class Network:
     intra_step_latency: float | None = None  # s per step inside a node, measured
     nvls_busbw: float = 0.0  # B/s bus bandwidth of NVLS all-reduce in the node, 0: none
     torus: tuple[int, ...] = ()  # a TPU pod's torus, fastest dimension first
+    stall_chunk: float = 0.0  # bytes per rank below which a multi-node ring stalls; 0: never
+    stall: tuple[tuple[int, float], ...] = ()  # (ring size, mean stall s per call), measured
     description: str = ""
     sources: tuple[str, ...] = ()
 
@@ -159,7 +163,18 @@ def network_from_table(data: dict, name: str = "network") -> Network:
                    data.get("nic_efficiency"), _seconds(data.get("net_step_latency_us")),
                    _seconds(data.get("intra_step_latency_us")),
                    data.get("nvls_busbw_gbs", 0.0) * 1e9, tuple(data.get("torus", ())),
+                   *_stalls(f"network {name}", data),
                    data.get("description", ""), tuple(data.get("sources", ())))
+
+
+def _stalls(where: str, data: dict) -> tuple[float, tuple]:
+    """(chunk bytes, ((ring size, seconds), ...)) of a network file's measured stalls."""
+    ranks, ms = data.get("stall_ranks", []), data.get("stall_ms", [])
+    chunk = data.get("stall_chunk_kib", 0)
+    if len(ranks) != len(ms) or (chunk > 0) != bool(ranks) or list(ranks) != sorted(ranks):
+        raise InputError(f"{where}: give stall_chunk_kib with stall_ranks (growing) and "
+                         f"stall_ms of one length each, or none of them")
+    return chunk * 1024.0, tuple((int(n), t * 1e-3) for n, t in zip(ranks, ms))
 
 
 def _seconds(micro) -> float | None:

@@ -288,7 +288,7 @@ def add_predict(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--explain", action="store_true",
                    help="break the step down by effect: ideal compute, kernel efficiency and "
-                   "shapes, communication and congestion, stragglers, bubble "
+                   "shapes, communication (congestion, library stalls), stragglers, bubble "
                    "(parex.predict.explain)")
     p.set_defaults(func=cmd_predict)
 

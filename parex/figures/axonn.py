@@ -35,8 +35,9 @@ SETTINGS = {"convention": "gpu", "recipe": "mixed", "dtype": "bfloat16"}
 SPEED = Tolerance(0.8, 1.25, "a predicted ratio of step times on 1,024 GPUs: within 25 %")
 BATCH_80B = 2048  # sequences of 2,048 tokens: AxoNN's run scripts' GLOBAL_BATCH_SIZE (an input)
 PER_DEVICE = (1, 2, 4)  # sequences per GPU the brackets span (not published)
-UNMODELLED = ("parex's α-β model has no network contention at scale and prices collectives, "
-              "not AxoNN's tuned BLAS kernels or the Megatron-LM baseline's measured "
+UNMODELLED = ("the models, batches and layouts of the Frontier runs (the brackets span them), "
+              "how many gradient all-reduces AxoNN issues (RCCL's measured stalls are paid per "
+              "call), AxoNN's tuned BLAS kernels, the Megatron-LM baseline's measured "
               "inefficiencies")
 
 def axonn_model(name: str) -> ModelConfig:

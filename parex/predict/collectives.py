@@ -29,8 +29,16 @@ src/graph/tuning.cc of github.com/NVIDIA/nccl, 2026, and github.com/ROCm/rccl), 
 per-size correction factors. TPUs ("ici") run rings on the torus at the links' own latency, one
 ring per torus dimension the group spans, in parallel.
 
-Every candidate is `latency + S · seconds per byte`, both fixed by the group's placement alone:
-they are computed once per distinct (group size, stride) and spread over the rows.
+Stalls. Where a network file gives them (Frontier's RCCL: data/networks/frontier.toml, fitted by
+benchmarks/fit_collectives.py on the logs of Singh et al.'s PCCL study, arXiv 2504.18658), a
+multi-node ring whose chunk per rank S/g is below `stall_chunk` adds the mean stall measured for
+rings of its size (interpolated in log2 g, held beyond the sizes measured), once per pass: an
+all-reduce's ring is a reduce-scatter pass then an all-gather pass of the same chunks. The
+stall is the transport's, so every algorithm and protocol pays it.
+
+Every candidate is `latency + S · seconds per byte` (+ the stall below its byte limit), all fixed
+by the group's placement alone: they are computed once per distinct (group size, stride) and
+spread over the rows.
 """
 
 from __future__ import annotations
@@ -109,6 +117,7 @@ class Candidate:
     latency: np.ndarray
     per_byte: np.ndarray
     correction: tuple | None = None
+    stall: tuple | None = None  # (bytes below which it stalls, mean stall seconds), per group
 
 
 def placement(g, stride, tiers: tuple[Tier, ...]) -> Placement:
@@ -165,9 +174,30 @@ def _ring_latency(lib: Library, at: Placement, tiers, net: Network, p: int) -> n
     return sum(at.hops) * slowest
 
 
+def stalls(kind: str, at: Placement, net: Network) -> tuple | None:
+    """(bytes below which a call stalls, its mean stall seconds) per group, from the network
+    file's measured stalls (module doc); None where it gives none."""
+    if not net.stall or kind not in ("all-gather", "reduce-scatter", "all-reduce"):
+        return None
+    g = at.members[-1]
+    ranks, seconds = (np.array(v, dtype=np.float64) for v in zip(*net.stall))
+    per_pass = np.interp(np.log2(g), np.log2(ranks), seconds)  # held beyond the ends
+    passes = 2.0 if kind == "all-reduce" else 1.0
+    multi_node = at.members[0] < g
+    return net.stall_chunk * g, np.where(multi_node, passes * per_pass, 0.0)
+
+
 def library_candidates(kind: str, at: Placement, tiers, net: Network,
                        lib: Library) -> list[Candidate]:
-    """Every (algorithm, protocol) NCCL/RCCL could run for this op (module doc)."""
+    """Every (algorithm, protocol) NCCL/RCCL could run for this op (module doc), each with the
+    network's stalls."""
+    stall = stalls(kind, at, net)
+    return [Candidate(c.latency, c.per_byte, c.correction, stall)
+            for c in _algorithms(kind, at, tiers, net, lib)]
+
+
+def _algorithms(kind: str, at: Placement, tiers, net: Network, lib: Library) -> list[Candidate]:
+    """Every (algorithm, protocol) NCCL/RCCL could run for this op, without stalls."""
     ring = _slowest([v / t.rate for v, t in zip(volumes(kind, at), tiers)])
     passes = 2.0 if kind == "all-reduce" else 1.0
     multi_node = at.members[0] < at.members[-1]
@@ -251,10 +281,13 @@ def fastest(candidates: list[Candidate], inverse, nbytes) -> np.ndarray:
                 bucket = np.minimum(np.log2(np.maximum(S / 64, 1.0)).astype(np.int64), 21)
             t = t / np.asarray(c.correction)[bucket]
         t = t + c.latency[inverse]
+        if c.stall is not None:
+            limit, stall = c.stall
+            t = t + np.where(S < limit[inverse], stall[inverse], 0.0)
         best = t if best is None else np.minimum(best, t)
     return best
 
 
 __all__ = ["Candidate", "LIBRARY_CONSTANTS", "Library", "NCCL", "PROTOCOLS", "Placement", "RCCL",
            "fastest", "ici_candidate", "library_candidates", "permute_candidate", "placement",
-           "volumes"]
+           "stalls", "volumes"]

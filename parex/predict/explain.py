@@ -9,7 +9,9 @@ The parts add up to the predicted step time:
     kernel shapes       the GEMMs' tile and wave quantization (predict.kernels)
     communication       the exposed collective seconds (predict.time's overlap model), of which
                         congestion: what the network's oversubscribed tiers add (the same step
-                        with every tier at its NIC's rate); each overlap of the stack
+                        with every tier at its NIC's rate), and stalls: what the library's
+                        measured small-chunk stalls add (predict.collectives; the same step
+                        without them); each overlap of the stack
                         (predict.overlap: chunked TP communication, bucketed gradient reduce
                         and parameter gather) with its collective's seconds, the remainder it
                         leaves exposed and the GEMMs' loss beside it
@@ -57,12 +59,14 @@ def setting_breakdown(setting: Setting) -> dict:
     steady = step(dataclasses.replace(chip, speed_variation=0.0))
     plain = step(dataclasses.replace(chip, speed_variation=0.0, gemm={}))
     flat = step(dataclasses.replace(chip, speed_variation=0.0, network=_untapered(chip)))
+    smooth = step(dataclasses.replace(chip, speed_variation=0.0, network=_unstalled(chip)))
     p = full["p"]
     ideal = p.hardware_flops_per_device / chip.peak(setting.dtype)
     parts = {"ideal compute": ideal, "kernel efficiency": plain["compute"] - ideal,
              "kernel shapes": steady["compute"] - plain["compute"],
              "communication": steady["exposed_comm"],
              "congestion": steady["exposed_comm"] - flat["exposed_comm"],
+             "stalls": steady["exposed_comm"] - smooth["exposed_comm"],
              "stragglers": full["total"] - steady["total"], "bubble": steady["bubble"],
              "total": full["total"]}
     return {"parts": parts, "tiers": tier_seconds(p, setting), "prediction": p,
@@ -108,6 +112,12 @@ def _untapered(chip):
     return dataclasses.replace(net, tiers=tiers)
 
 
+def _unstalled(chip):
+    """The chip's network without the library's measured stalls."""
+    net = chip.network
+    return None if net is None else dataclasses.replace(net, stall=(), stall_chunk=0.0)
+
+
 def tier_seconds(p, setting: Setting) -> dict:
     """{tier name: seconds} the step's collectives keep each tier busy (bytes over the tier's
     rate, before overlap), and "latency": the rest of their time."""
@@ -140,6 +150,7 @@ def explain_text(result: dict) -> str:
             ("kernel shapes", "tile and wave quantization of the GEMMs"),
             ("communication", "exposed collectives"),
             ("congestion", "  of which: oversubscribed network tiers"),
+            ("stalls", "  of which: the library's small-chunk stalls (measured)"),
             ("stragglers", "the slowest of the step's devices"),
             ("bubble", "pipeline fill and drain")]
     lines = ["step breakdown (parex.predict.explain)"]

@@ -89,3 +89,19 @@ def test_efficiency_chart_draws_both_panels():
     rows = scaling_curve(MODEL, train, layout, "a100-80gb", [8, 64, 512], "weak")
     spec = efficiency_chart(rows).to_dict()
     assert len(spec["hconcat"]) == 2
+
+
+def test_stalls_are_what_rccls_measured_small_chunk_stalls_add():
+    """AxoNN's 5B GPT on 512 Frontier nodes as 1x1x32 × data 128: the gradients' all-reduces
+    over 128 ranks carry chunks of a few kB per rank, under RCCL's measured 384 KiB, so each
+    pays the stall measured for its ring size; on Perlmutter (NCCL) nothing stalls."""
+    from parex.figures.axonn import axonn_model
+
+    model, train = axonn_model("gpt-5b"), TrainConfig(global_batch=4096, seq_len=2048)
+    layout = Layout.parse("data=128,tensor=1x1x32")
+    kw = {"convention": "gpu", "dtype": "bfloat16", "recipe": "mixed"}
+    frontier = breakdown(model, train, layout, "frontier", **kw)
+    parts = frontier["parts"]
+    assert parts["communication"] >= parts["stalls"] > 0.5 * parts["total"]
+    assert "small-chunk stalls" in explain_text(frontier)
+    assert breakdown(model, train, layout, "perlmutter", **kw)["parts"]["stalls"] == 0

@@ -157,3 +157,40 @@ def test_single_ranks_cost_nothing():
     chip = load_chip("h100-sxm")
     for kind in ("all-reduce", "all-gather", "all-to-all", "collective-permute"):
         assert seconds(kind, 1, 1, S, chip) == 0.0
+
+
+def test_rccl_stalls_below_its_measured_chunk_on_frontier_only():
+    chip = load_chip("frontier")
+    net = chip.network
+    assert net.stall_chunk == 384 * 1024 and dict(net.stall)[256] == pytest.approx(0.1179)
+    stall = {n: t for n, t in net.stall}
+    # 256 ranks on 32 nodes: a 128 KiB chunk per rank stalls (the mean measured at 256 ranks
+    # on top of the α-β time), a 1 MiB chunk does not
+    small, large = 256 * 128 * 1024, 256 * 1024 * 1024
+    plain = dataclasses.replace(chip, network=dataclasses.replace(net, stall=(), stall_chunk=0))
+    for kind, passes in (("all-gather", 1), ("reduce-scatter", 1), ("all-reduce", 2)):
+        assert seconds(kind, 256, 1, small, chip) == pytest.approx(
+            seconds(kind, 256, 1, small, plain) + passes * stall[256])
+        assert seconds(kind, 256, 1, large, chip) == seconds(kind, 256, 1, large, plain)
+    # inside one node (8 GCDs) nothing stalls; beyond the sizes measured the last one holds;
+    # between them the stall is interpolated in log2 of the ring size
+    assert seconds("all-gather", 8, 1, 8 * 1024, chip) == seconds("all-gather", 8, 1, 8 * 1024,
+                                                                   plain)
+    beyond = seconds("all-gather", 4096, 1, 4096 * 1024, chip)
+    assert beyond - seconds("all-gather", 4096, 1, 4096 * 1024, plain) == pytest.approx(
+        stall[1024])
+    mid = seconds("all-gather", 362, 1, 362 * 1024, chip) - seconds(
+        "all-gather", 362, 1, 362 * 1024, plain)
+    assert stall[256] < mid < stall[512]
+    # NCCL on Perlmutter's Slingshot never stalled in the same study: no stall table
+    assert load_chip("perlmutter").network.stall == ()
+
+
+def test_bad_stall_tables_name_the_problem():
+    with pytest.raises(InputError, match="stall_chunk_kib with stall_ranks"):
+        network_from_table({"stall_chunk_kib": 384, "stall_ranks": [16, 32], "stall_ms": [1.0]})
+    with pytest.raises(InputError, match="stall_chunk_kib with stall_ranks"):
+        network_from_table({"stall_ranks": [16], "stall_ms": [1.0]})
+    with pytest.raises(InputError, match="stall_chunk_kib with stall_ranks"):
+        network_from_table({"stall_chunk_kib": 384, "stall_ranks": [32, 16],
+                            "stall_ms": [1.0, 2.0]})
