@@ -230,6 +230,10 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "llama2-7b": lambda: _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
     "llama2-13b": lambda: _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
     "llama2-70b": lambda: _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+    # LLaMA 30B (Touvron et al. 2023, arXiv:2302.13971, Table 2: 60 layers, D = 6656, 52 heads,
+    # 2048 tokens; SwiGLU width 2/3·4D rounded up to a multiple of 256 = 17920, as its params.json's
+    # multiple_of = 256 gives). HexiScale trains it at 4096 tokens.
+    "llama-30b": lambda: _llama("llama-30b", 60, 6656, 52, 52, 17920, 32000, 2048),
     "llama3-8b": lambda: _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
     "llama3-70b": lambda: _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
     "llama3-405b": lambda: _llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192),

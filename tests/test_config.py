@@ -28,7 +28,7 @@ def test_parameter_count_equals_table_for_every_preset(name):
 @pytest.mark.parametrize("name, billions", [
     ("gpt2-small", 0.124), ("gpt2-medium", 0.355), ("gpt2-large", 0.774), ("gpt2-xl", 1.558),
     ("gpt3-175b", 175), ("llama2-7b", 6.74), ("llama2-13b", 13.0), ("llama2-70b", 69.0),
-    ("llama3-8b", 8.03), ("llama3-70b", 70.6), ("llama3-405b", 405.9),
+    ("llama-30b", 32.5), ("llama3-8b", 8.03), ("llama3-70b", 70.6), ("llama3-405b", 405.9),
     ("megatron-145.6b", 145.6), ("megatron-1008b", 1008)])
 def test_published_sizes(name, billions):
     """Within 3% of the published count. GPT-2 and the GPT-3/Megatron models tie the unembedding to
