@@ -12,6 +12,7 @@ from parex.executor.data import IMAGE_NOISE, Images, batch_shapes, batches_for
 from parex.layout import Layout, LayoutError
 from parex.model import transformer as gpt
 from parex.model.vision import patchify
+from parex.setting import resolve
 from parex.validation import validate
 
 VIT = ModelConfig("vit-test", layers=2, hidden=32, heads=2, vocab=5, image=8, patch=4)
@@ -98,9 +99,18 @@ def test_bad_vits_get_one_line(config, words):
 @pytest.mark.parametrize("text, train, words", [
     ("seq=2,cp=ring", TrainConfig(global_batch=8), "set seq=1 and sp=off"),
     ("tensor=2,sp=on", TrainConfig(global_batch=8), "set seq=1 and sp=off"),
-    ("data=2", TrainConfig(global_batch=8, seq_len=3), "leave seq_len unset")])
+    ("data=2", TrainConfig(global_batch=8, seq_len=3), "leave seq_len unset"),
+    ("data=2", TrainConfig(global_batch=8, attention="flash"), "use attention=naive")])
 def test_layouts_that_split_a_vits_sequence_are_refused(text, train, words):
     model = VIT.replace(vocab=4)
     layout = Layout.parse(text)
     with pytest.raises(LayoutError, match=words):
         validate(layout, model, train, layout.n_devices)
+
+
+def test_a_vit_resolves_to_the_kernel_that_runs_it():
+    """Not causal: the naive kernel on an accelerator too (the blockwise one is causal only)."""
+    setting = resolve(ppll_vit(), TrainConfig(global_batch=128), Layout(data=8), "a100-80gb")
+    assert setting.train.attention == "naive"
+    gpt2 = resolve(model_preset("gpt2-small"), TrainConfig(), Layout(data=8), "a100-80gb")
+    assert gpt2.train.attention == "flash"
