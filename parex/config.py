@@ -60,7 +60,7 @@ class ModelConfig:
     # (Press & Wolf 2017): no separate unembedding matrix
     sliding_window: int | None = None  # W, each query sees itself and the W − 1 positions
     # before it (Mistral, Gemma 2); None: all earlier positions
-    # --- a vision transformer (parex.model.vision); vocab is then its number of classes ------------
+    # --- a vision transformer (parex.model.vision); vocab is then its number of classes ----------
     image: int = 0  # the side of a square image in pixels; 0: a language model
     patch: int = 4  # P, the side of a square patch in pixels (ViT's "/P")
     channels: int = 3  # C, colour channels of a pixel

@@ -27,8 +27,8 @@ performance" (data/reference/ppll.csv). parex's rows (schedule=local against sch
 
 Tolerances state a direction and a band. Speed where local wins: 1 < speed ≤ (m + p − 1)/m =
 1.375 at m = 8, the most a pipeline without a flush can gain over one with a bubble of
-(p−1)/(m+p−1): parex/paper in [0.8, 1.1]. A bracket hits when it contains 1.25. Memory: within a factor 1.5 of 1/p (the
-heads' logits and the queue move it). Loss: "comparable", within 10 %.
+(p−1)/(m+p−1): parex/paper in [0.8, 1.1]; a bracket hits when it contains 1.25. Memory: within
+a factor 1.5 of 1/p (the heads' logits and the queue move it). Loss: "comparable", within 10 %.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from .tables import evaluate_formula
 P, M = 4, 8
 HARDWARE, PREDICTED_BATCH = "a100-80gb", 128  # images per step: 8 microbatches of 16
 AUX_BLOCKS = (0, 1)  # a local head: the classifier alone, or one block before it
-MEASURED = "data=2,stage=4,microbatches=8"  # tiny on the 8 emulated devices
+MEASURED = "data=2,stage=4,microbatches=8"  # tiny and tiny-vit on the 8 emulated devices
 STEPS, EVAL_EVERY, EVAL_BATCHES = 100, 50, 8
 VIT_STEPS, VIT_IMAGES = 20, 128  # tiny-vit's runs: 8 microbatches of 16 images, as predicted
 WINS = Tolerance(0.8, 1.1, "local faster (speed > 1) and at most the flush-free bound "

@@ -3,7 +3,7 @@
 import math
 
 from parex.figures import FIGURES, scoring
-from parex.figures.ppll import measured_rows, paper, predicted_rows
+from parex.figures.ppll import measured_rows, paper, predicted_rows, vit_speed_row
 
 
 def test_ppll_is_registered_with_its_paper_values():
@@ -43,3 +43,10 @@ def test_measured_rows_are_all_scored_whatever_they_say():
     assert math.isclose(rows["loss local recon/1F1B · step 100, equal tokens"].parex, 2.3 / 2.0)
     temporaries = rows["temporaries local/1F1B · compiled step, tiny"]
     assert temporaries.parex == 0.25 and temporaries.evidence == "wiring"
+
+
+def test_the_vits_measured_speed_is_scored_against_the_papers_vit():
+    row = vit_speed_row({"1f1b": _run(0.9, 0.3, 10), "local ce": _run(0.75, 0.4, 3)}, 128)
+    assert row.kind == "measured" and row.paper == 1.25 and row.scope is None
+    assert row.parex == 0.9 / 0.75 and row.tolerance.holds(row.ratio)
+    assert "128 synthetic images" in row.note and "0.300 (1F1B)" in row.note
