@@ -265,7 +265,8 @@ def ppll() -> Figure:
     measured = (f"measured: tiny, {MEASURED}, {STEPS} steps × {train.global_batch} × "
                 f"{model.seq_len} tokens of the corpus, eval on {EVAL_BATCHES} held-out "
                 f"batches, step times alternated; load average {load:.1f} on {os.cpu_count()} "
-                "cores; the longer study is docs/results/2026-12-local-learning.md")
+                "cores; the longer study is docs/results/2026-12-local-learning.md; tiny-vit: "
+                f"{VIT_STEPS} steps × {VIT_IMAGES} synthetic images each way, then alternated")
     predicted = ("predicted speeds time compute (parex.predict.local_stages) or the whole "
                  "step (parex predict), both pipelines asynchronous as on separate GPUs, on "
                  "the paper's model: a ViT (parex.config.ppll_vit); ResNet out of scope: "
