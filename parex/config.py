@@ -23,7 +23,11 @@ ATTENTION_KERNELS = ("flash", "naive")  # parex.model.attention: blockwise (no s
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer. GPT: LayerNorm, learned positions, GELU MLP, biases.
-    Llama: RMSNorm, RoPE, SwiGLU MLP, grouped-query attention, no biases."""
+    Llama: RMSNorm, RoPE, SwiGLU MLP, grouped-query attention, no biases.
+    With `image` > 0, a vision transformer (ViT, Dosovitskiy et al. 2021, arXiv:2010.11929) on
+    GPT's blocks: the (image/patch)² patches of an image, flattened, enter through a linear map,
+    a class token is prepended, attention is not causal, and the head classifies the class
+    token's output into `vocab` classes (parex.model.vision)."""
 
     name: str = "custom"  # preset name, for reports
     family: str = "gpt"  # "gpt" or "llama"
@@ -56,8 +60,16 @@ class ModelConfig:
     # (Press & Wolf 2017): no separate unembedding matrix
     sliding_window: int | None = None  # W, each query sees itself and the W − 1 positions
     # before it (Mistral, Gemma 2); None: all earlier positions
+    # --- a vision transformer (parex.model.vision); vocab is then its number of classes ----------
+    image: int = 0  # the side of a square image in pixels; 0: a language model
+    patch: int = 4  # P, the side of a square patch in pixels (ViT's "/P")
+    channels: int = 3  # C, colour channels of a pixel
 
     def __post_init__(self):
+        if self.image:
+            self._check_vision()
+            # T = N + 1: the N = (image/P)² patches and the class token
+            object.__setattr__(self, "seq_len", self.patches + 1)
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.ffn is None:
@@ -69,6 +81,35 @@ class ModelConfig:
         if self.sliding_window is not None and self.sliding_window < 1:
             raise InputError(f"ModelConfig(sliding_window={self.sliding_window}): a window sees "
                              f"at least its own position; give 1 or more, or None for none")
+
+    def _check_vision(self):
+        if self.image % self.patch:
+            raise InputError(f"ModelConfig(image={self.image}, patch={self.patch}): the patches "
+                             f"must tile the image; give an image side divisible by the patch")
+        if self.family != "gpt" or self.experts or self.tied_embeddings or self.sliding_window:
+            raise InputError("ModelConfig(image=...): a vision transformer is built on GPT's "
+                             "dense blocks; give family='gpt' without experts, tied embeddings "
+                             "or a sliding window")
+
+    @property
+    def vision(self) -> bool:
+        """Whether this is a vision transformer (image > 0): inputs are images, not tokens."""
+        return self.image > 0
+
+    @property
+    def patches(self) -> int:
+        """N = (image / P)², the patches of one image (0 for a language model)."""
+        return (self.image // self.patch) ** 2 if self.vision else 0
+
+    @property
+    def patch_dim(self) -> int:
+        """P²·C, the length of one flattened patch: the patch embedding's input width."""
+        return self.patch * self.patch * self.channels
+
+    @property
+    def causal(self) -> bool:
+        """Whether a query sees only earlier positions: a language model's; a ViT's sees all."""
+        return not self.vision
 
     @property
     def moe(self) -> bool:
@@ -105,6 +146,10 @@ class ModelConfig:
         mlp = self._block_mlp_params(experts)
         norms = 1 if self.parallel_block else 2  # a parallel block's one norm feeds both
         unembed = 0 if self.tied_embeddings else D * V
+        if self.vision:  # patch map W[P²C, D] and its bias, the class token, positions
+            read_in = self.patch_dim * D + 2 * D + T * D
+            block = D * q + q + 2 * (D * kv + kv) + q * D + D + mlp + 2 * 2 * D
+            return read_in + self.layers * block + 2 * D + unembed
         if self.family == "gpt":
             attn = D * q + q + 2 * (D * kv + kv) + q * D + D  # QKV and output, with biases
             block = attn + mlp + norms * 2 * D  # LayerNorms, scale and bias
@@ -209,6 +254,28 @@ def tiny_moe() -> ModelConfig:
     return tiny_llama().replace(name="tiny-moe", experts=8, top_k=2, expert_ffn=128)
 
 
+def tiny_vit() -> ModelConfig:
+    """A ViT for the emulated mesh: 16×16×3 synthetic images in 4×4 patches (16 patches and the
+    class token, T = 17), 4 blocks of width 64, 10 classes; ~0.2M parameters."""
+    return ModelConfig("tiny-vit", layers=4, hidden=64, heads=4, vocab=10, image=16, patch=4)
+
+
+# PPLL's ViT (Guo et al. 2024, arXiv:2411.12780) trains on CIFAR-10, SVHN and STL-10 on 4 GPUs,
+# one block of the network per GPU (abstract). CIFAR-10's images are 32×32×3 in 10 classes
+# (Krizhevsky 2009). The depth and widths below are DeiT's ViT-S (Touvron et al. 2021,
+# arXiv:2012.12877, Table 1: 12 blocks, D = 384, 6 heads) with the 4×4 patches usual on 32×32
+# images: an assumption, not the paper's statement; parex.figures.ppll brackets the width over
+# DeiT's Ti, S and B (192, 384, 768).
+PPLL_VIT_WIDTHS = {"ti": (192, 3), "s": (384, 6), "b": (768, 12)}  # D, heads (DeiT, Table 1)
+
+
+def ppll_vit(width: str = "s") -> ModelConfig:
+    """A 12-block ViT on CIFAR-10 (32×32×3, 4×4 patches: T = 65, 10 classes), DeiT's widths."""
+    hidden, heads = PPLL_VIT_WIDTHS[width]
+    return ModelConfig("ppll-vit" if width == "s" else f"ppll-vit-{width}", layers=12,
+                       hidden=hidden, heads=heads, vocab=10, image=32, patch=4)
+
+
 def _gpt(name, layers, hidden, heads, vocab=50304, seq_len=1024):
     return ModelConfig(name, "gpt", layers, hidden, heads, vocab=vocab, seq_len=seq_len)
 
@@ -222,6 +289,8 @@ _PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "small": small,
     "tiny-llama": tiny_llama,
     "tiny-moe": tiny_moe,
+    "tiny-vit": tiny_vit,
+    "ppll-vit": ppll_vit,
     "gpt2-small": lambda: _gpt("gpt2-small", 12, 768, 12),
     "gpt2-medium": lambda: _gpt("gpt2-medium", 24, 1024, 16),
     "gpt2-large": lambda: _gpt("gpt2-large", 36, 1280, 20),

@@ -77,8 +77,11 @@ def default_convention(local: bool) -> str:
     return "xla-cpu" if local else "gpu"
 
 
-def default_attention(local: bool) -> str:
-    """flash on an accelerator, naive on the emulated CPU mesh."""
+def default_attention(local: bool, causal: bool = True) -> str:
+    """flash on an accelerator, naive on the emulated CPU mesh; naive for attention that is not
+    causal (a ViT's), which parex's blockwise kernel does not run (parex.model.attention)."""
+    if not causal:
+        return "naive"
     return ATTENTION_LOCAL if local else ATTENTION_ACCELERATOR
 
 

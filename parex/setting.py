@@ -269,7 +269,7 @@ def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, rec
     seq_len = train.seq_len or model.seq_len
     given = {name: getattr(train, name) for name in ("global_batch", "remat", "attention",
                                                      "precision")}
-    attention = train.attention or defaults.default_attention(local)
+    attention = train.attention or defaults.default_attention(local, model.causal)
     train = train.replace(precision=precision_name,
         global_batch=train.global_batch or defaults.default_global_batch(model, seq_len,
                                                                           n_devices, local),

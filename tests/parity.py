@@ -6,7 +6,7 @@ import pytest
 
 from parex.model import transformer as gpt
 from parex.config import TrainConfig, model_preset
-from parex.executor.data import Batches
+from parex.executor.data import batches_for
 from parex.layout import Layout
 from parex.measure import relative_error
 from parex.executor.mesh import make_mesh
@@ -25,7 +25,7 @@ class Reference:
         self.train = train
         self.params = gpt.init_params(self.model, jax.random.key(0))
         seq = train.seq_len or self.model.seq_len
-        self.batch = Batches("corpus", train.global_batch, seq, self.model.vocab)[0]
+        self.batch = batches_for(self.model, "corpus", train.global_batch, seq)[0]
         self.cache = {}
 
     def loss_and_grads(self, train: TrainConfig):

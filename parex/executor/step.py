@@ -25,6 +25,7 @@ from ..precision import precision
 from ..setting import resolve_run
 from ..validation import check_layout
 from . import fp8
+from .data import batch_shapes
 
 
 def make_optimizer(train: TrainConfig, model: ModelConfig, clip: bool = True,
@@ -361,9 +362,9 @@ class TrainStep:
         return jax.jit(run, in_shardings=(self.state_shardings("param"), batch))
 
     def abstract_batch(self):
-        shape = jax.ShapeDtypeStruct((self.train.global_batch, self.seq_len), jnp.int32,
-                                     sharding=self.batch_sharding)
-        return {"inputs": shape, "targets": shape}
+        return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
+                for k, (shape, dtype) in batch_shapes(self.model, self.train.global_batch,
+                                                      self.seq_len).items()}
 
     def lower(self):
         """Lower the step for abstract inputs (no arrays are created)."""

@@ -11,7 +11,7 @@ import jax
 from tqdm.auto import tqdm
 
 from ..config import ModelConfig, TrainConfig
-from ..executor.data import Batches
+from ..executor.data import batches_for
 from ..layout import Layout, LayoutError
 from ..record import Measurement
 from ..setting import EMULATED, platform_regime
@@ -110,7 +110,7 @@ def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=No
     when resuming (the losses returned then include the restored ones; the seconds only this
     process's steps) and saves after the steps it names, untimed."""
     train, model = step.train, step.model
-    batches = Batches(data, train.global_batch, step.seq_len, model.vocab, train.seed)
+    batches = batches_for(model, data, train.global_batch, step.seq_len, train.seed)
     init = step.init_state if state is None else (lambda: state)
     state, start_at, losses = (checkpoints.restore_or(init) if checkpoints is not None
                                else (init(), 0, []))

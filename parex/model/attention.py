@@ -36,7 +36,7 @@ BLOCK = 128  # rows per block of the blockwise kernel (queries and keys)
 
 # --- naive: the scores materialised ----------------------------------------------------------
 
-def naive_attention(q, k, v, window: int | None = None):
+def naive_attention(q, k, v, window: int | None = None, causal: bool = True):
     """Causal softmax(QKᵀ/√Dh)V. q (B, T, H, Dh); k, v (B, T, K, Dh); each KV head serves H/K
     query heads. The (B, H, T, T) scores are what selective recompute drops; a sliding window
     only masks them (all T² are computed)."""
@@ -46,7 +46,8 @@ def naive_attention(q, k, v, window: int | None = None):
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) / math.sqrt(Dh)
     # an additive mask: its backward needs no (T, T) residual, unlike jnp.where's
     rows = jnp.arange(T)
-    scores = scores + jnp.where(visible(rows, rows, window), 0.0, NEG_INF)
+    if causal:
+        scores = scores + jnp.where(visible(rows, rows, window), 0.0, NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(B, T, H, Dh)
 
@@ -258,9 +259,13 @@ def flash_attention(q, k, v, window: int | None = None):
     return blockwise_attention(q, k, v, window=window) if out is None else out
 
 
-def attention(q, k, v, kernel: str = "naive", window: int | None = None):
+def attention(q, k, v, kernel: str = "naive", window: int | None = None, causal: bool = True):
     """Causal attention with the named kernel (parex.config.ATTENTION_KERNELS), each query
-    seeing at most `window` positions (None: all earlier ones)."""
+    seeing at most `window` positions (None: all earlier ones). Not causal (a ViT: every query
+    sees every key) the scores are materialised whatever the kernel: the blockwise kernel's
+    block pairs are the causal ones, and a ViT's sequences are short (T = 65 on CIFAR)."""
+    if not causal:
+        return naive_attention(q, k, v, causal=False)
     if kernel == "flash":
         return flash_attention(q, k, v, window)
     return naive_attention(q, k, v, window)

@@ -25,7 +25,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from . import fp8
+from . import fp8, vision
 from .attention import attention as attention_kernel
 from .attention import naive_attention as attention_core  # noqa: F401 (its old home)
 from ..config import ModelConfig
@@ -72,9 +72,10 @@ class Ops:
     def constrain(self, x, dims: tuple):
         return x
 
-    def attention(self, q, k, v, window=None):
-        """Causal attention, each query seeing at most `window` positions (None: all)."""
-        return attention_kernel(q, k, v, self.kernel, window)
+    def attention(self, q, k, v, window=None, causal=True):
+        """Causal attention, each query seeing at most `window` positions (None: all); with
+        `causal` False (a ViT), every query sees every key."""
+        return attention_kernel(q, k, v, self.kernel, window, causal)
 
     def lookup(self, table, tokens):
         """Rows of the embedding table (V, D) for token ids (B, T): (B, T, D)."""
@@ -156,8 +157,11 @@ def param_table(cfg: ModelConfig) -> dict:
                "w_out": layer((F, "mlp"), (D, "embed"))}
     if cfg.moe:
         mlp = _moe_table(cfg, layer, mlp)
-    table = {"tokens": ((V, D), ("vocab", "embed"))}
-    if gpt:
+    if cfg.vision:  # the patch map, the class token and positions (parex.model.vision)
+        table = vision.read_in_table(cfg)
+    else:
+        table = {"tokens": ((V, D), ("vocab", "embed"))}
+    if gpt and not cfg.vision:
         table["positions"] = ((cfg.seq_len, D), (None, "embed"))
     norms = {"norm1": norm(True)} if cfg.parallel_block else {"norm1": norm(True),
                                                               "norm2": norm(True)}
@@ -229,7 +233,7 @@ def init_params(cfg: ModelConfig, key: jax.Array) -> dict:
     return jax.tree.unflatten(treedef, leaves)
 
 
-_BIASES = ("bias", "bqkv", "bo", "b_in", "b_out", "router_bias")
+_BIASES = ("bias", "bqkv", "bo", "b_in", "b_out", "router_bias", "patch_bias")
 
 
 # --- layers ------------------------------------------------------------------------------------
@@ -293,7 +297,7 @@ def _attention(x, p, cfg, ops, remat, fp8_state=None):
     q = ops.constrain(q, ("batch", "seq", "heads", "head_dim"))
     k = ops.constrain(k, ("batch", "seq", "kv_heads", "head_dim"))
     v = ops.constrain(v, ("batch", "seq", "kv_heads", "head_dim"))
-    core = partial(ops.attention, window=cfg.sliding_window)
+    core = partial(ops.attention, window=cfg.sliding_window, causal=cfg.causal)
     core = jax.checkpoint(core) if remat == "selective" else core
     out = ops.constrain(core(q, k, v), ("batch", "seq", "heads", "head_dim"))
     return ops.weighted(partial(_out_projection, ops=ops, eq="bthk,hkd->btd", u_dims=_HEADS,
@@ -371,6 +375,9 @@ def run_blocks(x, blocks, cfg, ops: Ops = SINGLE_DEVICE, remat="none", with_stat
 
 
 def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
+    """The read-in: token ids (B, T), or a ViT's patches (B, N, P²C), to (B, T, D)."""
+    if cfg.vision:
+        return vision.embed(params, tokens, cfg, ops)
     x = ops.lookup(params["tokens"], tokens)  # (B, T, D), from the vocab-split table
     if cfg.family == "gpt":  # tokens arrive in ops.seq_order, so their positions must too
         x = x + ops.seq_order(params["positions"][: tokens.shape[1]], 0)
@@ -378,6 +385,9 @@ def embed(params, tokens, cfg, ops: Ops = SINGLE_DEVICE):
 
 
 def unembed(params, x, cfg, ops: Ops = SINGLE_DEVICE):
+    """Logits (B, T, V); a ViT's of its class token alone, (B, 1, V)."""
+    if cfg.vision:
+        x = vision.class_token(x)
     x = _norm(x, params["final_norm"], cfg.family)
     head = ops.with_precision(None)  # every FP8 recipe keeps the output head in 16 bits
     if cfg.tied_embeddings:  # logits = x·Eᵀ from the token table E[V_tensor, D]
@@ -387,6 +397,26 @@ def unembed(params, x, cfg, ops: Ops = SINGLE_DEVICE):
         logits, = head.column_parallel("btd,dv->btv", x, (params["unembed"],),
                                        ("embed", "vocab"), ("batch", "seq", "vocab"))
     return ops.constrain(logits, ("batch", "seq", "vocab"))
+
+
+TOKEN_READ_IN = ("tokens", "positions")  # a language model's read-in (GPT's positions too)
+
+
+def read_in_names(cfg: ModelConfig) -> tuple:
+    """The parameters a pipeline's first stage reads the inputs with: the token (and position)
+    table, or a ViT's patch map, class token and positions (parex.model.vision)."""
+    return vision.READ_IN if cfg.vision else TOKEN_READ_IN
+
+
+def positions_of(cfg: ModelConfig, inputs) -> int:
+    """T, the sequence an input batch (..., B, T) becomes: its tokens, or a ViT's patches
+    (..., B, N, P²C) and the class token."""
+    return cfg.seq_len if cfg.vision else inputs.shape[-1]
+
+
+def labels_per_sequence(cfg: ModelConfig, T: int) -> int:
+    """Targets of one sequence: every position's next token, or a ViT's one class per image."""
+    return 1 if cfg.vision else T
 
 
 def cast(params, dtype):
@@ -448,7 +478,21 @@ def flops_per_token(cfg: ModelConfig, seq_len: int | None = None) -> float:
     as its W keys per query (cfg.attended_keys): 6N + 12·L·H·Dh·T. Tied embeddings count the
     output layer's V·D once more: the lookup is free, the logits matmul is not."""
     T = seq_len or cfg.seq_len
+    if cfg.vision:
+        return _vision_flops_per_token(cfg)
     positions = cfg.seq_len * cfg.hidden if cfg.family == "gpt" else 0
     output = cfg.vocab * cfg.hidden if cfg.tied_embeddings else 0
     non_embedding = cfg.n_active_params - cfg.vocab * cfg.hidden - positions + output
     return 6 * non_embedding + 12 * cfg.layers * cfg.heads * cfg.head_dim * cfg.attended_keys(T)
+
+
+def _vision_flops_per_token(cfg: ModelConfig) -> float:
+    """A ViT's model FLOPs per token (of T = N + 1), forward + backward: the blocks' matmuls
+    (6 per parameter and token) and attention over all T keys (12·L·H·Dh·T, not causal), the
+    patch map on the N patch tokens (6·P²C·D each) and the classifier on the class token alone
+    (6·D·V per image, so per token / T)."""
+    T, D = cfg.seq_len, cfg.hidden
+    read_in = cfg.patch_dim * D + 2 * D + T * D
+    blocks = cfg.n_params - read_in - D * cfg.vocab
+    per_image = 6 * (blocks * T + cfg.patch_dim * D * cfg.patches + D * cfg.vocab)
+    return per_image / T + 12 * cfg.layers * cfg.heads * cfg.head_dim * T

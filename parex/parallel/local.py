@@ -68,7 +68,7 @@ from .fsdp_stage import ChunkShards
 from .stash import vary
 
 STAGE, DATA, FSDP = Axis.STAGE.value, Axis.DATA.value, Axis.FSDP.value
-EMBEDDING, HEAD = ("tokens", "positions"), ("final_norm", "unembed")
+HEAD = ("final_norm", "unembed")
 RECON_WEIGHT = 1.0  # the reconstruction term's weight beside the cross-entropy (`recon`)
 
 
@@ -81,7 +81,7 @@ def stage_dims(model, layout) -> dict:
         return jax.tree.map(lambda d: ("stage", *d), tree, is_leaf=is_dims)
 
     tree = {"blocks": staged(dims["blocks"]),
-            "readin": staged({k: dims[k] for k in EMBEDDING if k in dims}),
+            "readin": staged({k: dims[k] for k in gpt.read_in_names(model) if k in dims}),
             "readout": staged({k: dims[k] for k in HEAD})}
     if layout.local_loss == "recon":
         tree["decoder"] = ("stage", "embed", "hidden")
@@ -159,7 +159,8 @@ class LocalPipeline:
             return jnp.broadcast_to(w, (p, *w.shape))
 
         tree = {"blocks": jax.tree.map(lambda w: w.reshape(p, -1, *w.shape[1:]), full["blocks"]),
-                "readin": {k: copies(full[k]) for k in EMBEDDING if k in full},
+                "readin": {k: copies(full[k]) for k in gpt.read_in_names(self.owner.model)
+                           if k in full},
                 "readout": jax.tree.map(copies, {k: full[k] for k in HEAD})}
         if self.owner.layout.local_loss == "recon":
             D = self.owner.model.hidden
@@ -194,7 +195,8 @@ class LocalPipeline:
             stages = self._stage_params(key)
             return {"stages": stages, "opt": self.optimizer.init(stages),
                     "queue": jnp.zeros((p, self.q, self.rows, T, D), jnp.dtype(step.model.dtype)),
-                    "targets": jnp.zeros((self.history * self.m, self.rows, T), jnp.int32),
+                    "targets": jnp.zeros((self.history * self.m, self.rows,
+                                          gpt.labels_per_sequence(step.model, T)), jnp.int32),
                     "steps": jnp.zeros((), jnp.int32),
                     "local_losses": jnp.zeros((p,), jnp.float32)}
 

@@ -60,7 +60,6 @@ from .split import BlockTaps, tapped_layers, weight_grads
 from .stash import Residuals, Stash, vary, varying_axes
 
 STAGE, DATA = Axis.STAGE.value, Axis.DATA.value
-EMBEDDING = ("tokens", "positions")  # read by the first virtual stage
 HEAD = ("final_norm", "unembed")  # read by the last
 
 
@@ -294,7 +293,7 @@ def _switch_outputs(timetable: Timetable, ctx: _Context, stashes: dict, accumula
     for k, g in g_blocks.items():
         outputs += leaf_outputs("blocks." + k, g, producers(ctx.grad_kind(k)))
     for k, g in g_head.items():
-        role = "first" if k in EMBEDDING else "last"
+        role = "first" if k in gpt.read_in_names(ctx.cfg) else "last"
         outputs += leaf_outputs("head_grads." + k, g, producers("head_grads", role),
                                 drop_leading=False)
     return Positions.plan(outputs, share)
@@ -392,7 +391,7 @@ def _context(timetable: Timetable, cfg, ops, remat, seed, axes: ManualAxes, inpu
     blocks, mask, head, tokens, targets = inputs
     compute = jnp.dtype(cfg.dtype)
     shards = fsdp_stage.ChunkShards.of(cfg, ops) if axes.fsdp > 1 else None
-    b, T = tokens.shape[1:]
+    b, T = tokens.shape[1], gpt.positions_of(cfg, tokens)
     act = vary(jnp.zeros((b, T, cfg.hidden), compute), axes.varying)  # an activation or its
     # cotangent: a 3D group's X and Y devices hold the same one, so it is invariant over them
     # the chunks' layers in one dim (chunk i at rows i·Lmax) behind a unit dim, as the stage
@@ -403,7 +402,8 @@ def _context(timetable: Timetable, cfg, ops, remat, seed, axes: ManualAxes, inpu
     lmax = jax.tree.leaves(blocks)[0].shape[1]
     flat = jax.tree.map(lambda a: a.reshape(1, -1, *a.shape[2:]), gpt.cast(blocks, compute))
     cast_head = gpt.cast(head, compute)
-    ctx = _Context(flat, lmax, mask, {k: cast_head[k] for k in EMBEDDING if k in cast_head},
+    read_in = gpt.read_in_names(cfg)
+    ctx = _Context(flat, lmax, mask, {k: cast_head[k] for k in read_in if k in cast_head},
                    {k: cast_head[k] for k in HEAD}, tokens, targets, cfg, ops, remat, seed,
                    axes.varying, None, shards)
     if timetable.schedule.split_backward:

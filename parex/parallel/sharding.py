@@ -91,7 +91,9 @@ class MeshOps(Ops):
 
     def stage_tables(self, params: dict, length: int) -> dict:
         """The token table with its FSDP/ZeRO-3 shards gathered (vocab stays split over
-        tensor), as a pipeline's first stage uses it."""
+        tensor), as a pipeline's first stage uses it; a ViT's read-in as it is."""
+        if "tokens" not in params:
+            return params
         return params | {"tokens": self.constrain(params["tokens"], ("vocab", "embed"))}
 
     def gather_weight(self, w, dims):
@@ -227,7 +229,7 @@ class MeshOps(Ops):
 
     # --- context parallelism on the seq axis ----------------------------------------------------
 
-    def attention(self, q, k, v, window=None):
+    def attention(self, q, k, v, window=None, causal=True):
         cp, seq = self.layout.cp, Axis.SEQ.value
         if cp == "ring":  # no window: validation's sliding-window-ring refuses one
             core = partial(ring_attention, axis_name=seq, s=self.layout.seq,
@@ -235,7 +237,7 @@ class MeshOps(Ops):
         elif cp == "ulysses":
             core = partial(ulysses_attention, axis_name=seq, kernel=self.kernel, window=window)
         else:
-            return super().attention(q, k, v, window)
+            return super().attention(q, k, v, window, causal)
         return self.manual(core, (QUERY, KEY_VALUE, KEY_VALUE), QUERY)(q, k, v)
 
     def seq_order(self, x, axis: int = 1):

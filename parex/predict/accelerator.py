@@ -246,9 +246,10 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
     layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron, imbalance,
                           flash, chip.gemm, fp8)
     # the head: (M, D) @ (D, V/t) forward and its two gradients, and Megatron-LM's loss on the
-    # (M, V/t) logits
-    logits = grid.tokens * sizes.V / grid.tensor
-    head = 3 * gemm_seconds(grid.tokens, sizes.D, sizes.V / grid.tensor, 1, rate, bandwidth,
+    # (M, V/t) logits; M every token, or a ViT's class tokens (one row per image)
+    rows = grid.tokens if not sizes.readout_rows else grid.tokens / grid.T * sizes.readout_rows
+    logits = rows * sizes.V / grid.tensor
+    head = 3 * gemm_seconds(rows, sizes.D, sizes.V / grid.tensor, 1, rate, bandwidth,
                             act_bytes, chip.gemm) + (CROSS_ENTROPY_BYTES * logits / bandwidth
                                                      if megatron else 0.0)
     sustained = chip.step_efficiency

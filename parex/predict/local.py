@@ -162,8 +162,9 @@ def _memory(model, sizes, grid: Grid, layout: Layout, train, act: int, m: int, r
     batch = 2 * 4 * b * m * T
     layers = sizes.L // layout.stage
     acts = float(memory.layer_bytes(sizes, grid, train.remat, rec, act)[0]) * layers  # one mb
-    logits = 3 * 4 * b * T * sizes.V / layout.tensor  # the readout's logits, softmax and their
-    # gradient (f32, vocab split over tensor)
+    rows = sizes.readout_rows or T  # a ViT reads its class token out, a language model every token
+    logits = 3 * 4 * b * rows * sizes.V / layout.tensor  # the readout's logits, softmax and
+    # their gradient (f32, vocab split over tensor)
     gathered = rec.param_bytes * P["held"] if layout.fsdp > 1 else 0.0  # fsdp: W whole
     temp = logits + grads + gathered  # beyond the state, the saved activations and the
     # gradients' sum: the readout's buffers and the tick's own gradient before it is added (as

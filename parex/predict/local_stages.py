@@ -17,7 +17,10 @@ Per step of m microbatches, with stage s holding n_s layers:
     local           = m · max_s (n_s·(t_F + t_B) + t_head)        no fill after the first step
 
 so local stops winning roughly where m·t_head > (p − 1)·c: heads costlier than the bubble they
-remove. Both sides time compute only, from the predictor's per-layer and head costs for the
+remove. A ViT's head classifies one token per image (parex.model.vision), about a tenth of a
+block's work, where a language model's projects every token onto the vocabulary (GPT-2 small:
+about nine blocks' work); PPLL's local stages may read their output through an auxiliary net
+before the classifier, `aux_blocks` blocks of the model's own shape (`auxiliary_race`). Both sides time compute only, from the predictor's per-layer and head costs for the
 layout's mesh (parex.predict.time or .accelerator); the sends (forward only for local, both
 ways for 1F1B) and the optimizer are left out of this comparison, as in the table above. Both
 pipelines are run asynchronously, each stage as soon as its inputs are there, as PPLL's queues
@@ -74,15 +77,32 @@ def async_makespan(name: str, m: int, forward, backward) -> float:
     return float(free.max())
 
 
-def race(forward: float, backward: float, head: float, partition, m: int) -> dict:
+def race(forward: float, backward: float, head: float, partition, m: int,
+         local_head: float | None = None) -> dict:
     """Compute seconds per step of 1F1B and of the local pipeline for `partition` (layers per
-    stage), and speed = 1F1B's / local's (module docstring)."""
+    stage), and speed = 1F1B's / local's (module docstring). `local_head`: the readout of every
+    local stage but the last (an auxiliary net), if it costs other than the model's head."""
     n = np.asarray(partition, float)
     last = np.arange(len(n)) == len(n) - 1
     backprop = async_makespan("1f1b", m, n * forward + last * head / 3,
                               n * backward + last * 2 * head / 3)
-    local = m * float(np.max(n * (forward + backward) + head))
+    heads = np.where(last, head, head if local_head is None else local_head)
+    local = m * float(np.max(n * (forward + backward) + heads))
     return {"backprop": backprop, "local": local, "speed": backprop / local}
+
+
+def auxiliary_race(model, train, layout: Layout, hardware, aux_blocks: int = 0,
+                   **settings) -> dict:
+    """race() with the layers split evenly and every local stage but the last reading its
+    output through an auxiliary net of `aux_blocks` blocks shaped as the model's, then the
+    classifier (the last stage: the model's head alone), as local-learning methods on vision
+    models build them (InfoPro, Wang et al. 2021; AugLocal, Ma et al. 2024, arXiv:2402.17318)."""
+    forward, backward, head = unit_costs(model, train, layout, hardware, **settings)
+    aux = head + aux_blocks * (forward + backward)
+    parts = example_partition(model.layers, layout.stage)
+    return race(forward, backward, head, parts, layout.microbatches, aux) | {
+        "partition": parts, "block_s": forward + backward,
+        "head_over_layer": head / (forward + backward)}
 
 
 def backprop_partition(forward: float, backward: float, head: float, layers: int, p: int,
@@ -117,5 +137,5 @@ def losing_frame(model, train, layout: Layout, hardware, head_scales=HEAD_SCALES
     return pd.DataFrame(rows)
 
 
-__all__ = ["HEAD_SCALES", "async_makespan", "backprop_partition", "losing_frame", "race",
-           "unit_costs"]
+__all__ = ["HEAD_SCALES", "async_makespan", "auxiliary_race", "backprop_partition",
+           "losing_frame", "race", "unit_costs"]

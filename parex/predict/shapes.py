@@ -60,6 +60,9 @@ class ModelSizes:
     tied: bool = False  # the output layer reads the token table (ModelConfig.tied_embeddings)
     parallel: bool = False  # attention and MLP side by side (ModelConfig.parallel_block)
     window: int | None = None  # W, ModelConfig.sliding_window
+    causal: bool = True  # a query sees only earlier keys (a ViT's sees all: ModelConfig.causal)
+    readout_rows: int = 0  # rows of one sequence the head reads: 0 all T (a language model's
+    # next-token logits), 1 for a ViT (its class token)
     # --- a mixture of experts (parex.model.moe); all 0 for a dense model -------------------------
     E: int = 0  # routed experts per block
     k: int = 0  # experts per token
@@ -84,8 +87,10 @@ class ModelSizes:
 
     def visible_keys(self, T) -> np.ndarray:
         """Keys a query sees on average under the causal mask: (T + 1)/2 ≈ T/2; under a window
-        W ≤ T, Σ_t min(W, t + 1) / T = W − W(W − 1)/(2T). What a fused kernel that skips the
-        masked blocks computes."""
+        W ≤ T, Σ_t min(W, t + 1) / T = W − W(W − 1)/(2T); not causal (a ViT), all T. What a
+        fused kernel that skips the masked blocks computes."""
+        if not self.causal:
+            return np.asarray(T) * 1.0
         if self.window is None:
             return np.asarray(T) / 2
         W = np.minimum(self.window, T)
@@ -121,6 +126,7 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
         hidden += n if key[:2] == (0, 0) else 0
     V, D = model.vocab, model.hidden
     positions = model.seq_len * D if model.family == "gpt" else 0
+    read_in = model.patch_dim * D + 2 * D if model.vision else V * D  # ViT: E, e_b, x_cls
     final_norm = (2 if model.family == "gpt" else 1) * D
     moe = {"E": model.experts, "k": model.top_k, "Fe": model.expert_ffn,
            "shared_F": model.shared_experts * model.expert_ffn,
@@ -130,10 +136,11 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
                       model.head_dim, model.ffn, model.vocab,
                       sum(groups.values()) + sum(routed.values()),
                       tuple(groups[g] for g in GROUPS), len(entries), layer, hidden,
-                      model.seq_len, (V * D, positions),
+                      model.seq_len, (read_in, positions),
                       (0 if model.tied_embeddings else D * V, final_norm),
                       tied=model.tied_embeddings, parallel=model.parallel_block,
-                      window=model.sliding_window, **moe)
+                      window=model.sliding_window, causal=model.causal,
+                      readout_rows=1 if model.vision else 0, **moe)
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.

@@ -29,7 +29,7 @@ import jax
 import pandas as pd
 
 from ..config import ModelConfig, TrainConfig
-from ..executor.data import Batches
+from ..executor.data import batches_for
 from ..layout import Layout
 from ..measure.compiled import compile_layout
 from ..parallel.schedules import LOOPING, VEE, make_schedule
@@ -52,7 +52,7 @@ def table_bubbles(schedule: str, p: int, m: int) -> tuple[float, float]:
 def _timer(model, train, layout, devices):
     """A function that runs one step of `layout` and returns its seconds."""
     step, compiled, _ = compile_layout(model, train, layout, devices)
-    batches = Batches("corpus", train.global_batch, step.seq_len, model.vocab, train.seed)
+    batches = batches_for(model, "corpus", train.global_batch, step.seq_len, train.seed)
     state = {"state": step.init_state(), "batch": batches.on_mesh(0, step.batch_sharding)}
 
     def run() -> float:

@@ -137,6 +137,18 @@ _rule(RULES, "seq-range", lambda g, c: 1 <= c.T <= c.model.seq_len,
                     f"seq_len={c.model.seq_len}"))
 _rule(RULES, "global-batch", lambda g, c: c.train.global_batch >= 1,
       lambda l, c: f"global batch {c.train.global_batch}: a step needs at least one sequence")
+_rule(RULES, "vision-sequence", lambda g, c: not c.model.vision or c.T == c.model.seq_len,
+      lambda l, c: (f"sequence length {c.T}: a ViT's sequence is its {c.model.patches} patches "
+                    f"and the class token, T = {c.model.seq_len}; leave seq_len unset"))
+_rule(RULES, "vision-attention",
+      lambda g, c: not c.model.vision or c.train.attention != "flash",
+      lambda l, c: ("attention=flash: a ViT's attention is not causal and parex's blockwise "
+                    "kernel runs causal attention only; use attention=naive (the default)"))
+_rule(RULES, "vision-whole-sequence",
+      lambda g, c: not c.model.vision or ((g.seq == 1) & (g.sp == 0)),
+      lambda l, c: (f"a ViT's sequence is short (T = {c.model.seq_len}) and read out by its "
+                    f"class token: seq={l.seq}, sp={'on' if l.sp else 'off'} split it, which "
+                    f"parex runs for language models only; set seq=1 and sp=off"))
 
 # --- tensor parallelism -------------------------------------------------------------------------
 for _name in ("heads", "kv_heads", "ffn", "vocab"):

@@ -15,6 +15,7 @@ from parex.layout import Layout, LayoutError
 from parex.measure import relative_error
 from parex.measure.compiled import compile_layout, compiled_stats
 from parex.record import bytes_by_kind
+from parex.executor.data import Images
 from parex.executor.mesh import make_mesh
 from parex.parallel.local import local_grads, model_params
 from parex.parallel.schedules import make_schedule
@@ -22,21 +23,24 @@ from parex.executor.step import TrainStep
 from parex.validation import validate
 
 MODEL = ModelConfig("local-test", layers=4, hidden=32, heads=2, vocab=64, seq_len=8)
+VIT = ModelConfig("local-vit", layers=4, hidden=32, heads=2, vocab=8, image=8, patch=4)
 TOL = 1e-5
 
 
 def _batch(i, train, model=MODEL):
+    if model.vision:  # synthetic labelled images (parex.executor.data.Images)
+        return {k: jnp.asarray(v) for k, v in Images(model, train.global_batch, 100)[i].items()}
     tokens = jax.random.randint(jax.random.key(100 + i), (train.global_batch, model.seq_len), 0,
                                 model.vocab)
     return {"inputs": tokens, "targets": jnp.roll(tokens, -1, axis=1)}
 
 
-def _reference_loss(params, x_in, tokens, targets, first, recon):
+def _reference_loss(params, x_in, tokens, targets, first, recon, model=MODEL):
     """One stage's local loss on one device, from the model's own functions; `recon` adds
     ‖h·W − x‖² / ‖x‖² per sequence, averaged, with the stage's input x as a constant target."""
-    x = gpt.embed(params["readin"], tokens, MODEL) if first else x_in
-    h = gpt.run_blocks(x, params["blocks"], MODEL)
-    loss = gpt.cross_entropy(gpt.unembed(params["readout"], h, MODEL), targets)
+    x = gpt.embed(params["readin"], tokens, model) if first else x_in
+    h = gpt.run_blocks(x, params["blocks"], model)
+    loss = gpt.cross_entropy(gpt.unembed(params["readout"], h, model), targets)
     if recon:
         target = jax.lax.stop_gradient(x)
         loss = loss + jnp.mean(jnp.sum((h @ params["decoder"] - target) ** 2, axis=(1, 2))
@@ -44,11 +48,12 @@ def _reference_loss(params, x_in, tokens, targets, first, recon):
     return loss, h
 
 
-def _reference(stages, queue, tokens, known, steps, p, q, m, history, objective="ce"):
+def _reference(stages, queue, tokens, known, steps, p, q, m, history, objective="ce",
+               model=MODEL):
     """Tick by tick on one device: each stage's mean gradient over the microbatches it really
     holds, the queue after the step, and each stage's mean loss."""
     stages, queue = jax.device_get(stages), [list(np.asarray(queue)[s]) for s in range(p)]
-    grad = jax.jit(jax.value_and_grad(_reference_loss, has_aux=True), static_argnums=(4, 5))
+    grad = jax.jit(jax.value_and_grad(_reference_loss, has_aux=True), static_argnums=(4, 5, 6))
     sums = [None] * p
     counts, losses = [0] * p, [0.0] * p
     for t in range(m):
@@ -57,7 +62,7 @@ def _reference(stages, queue, tokens, known, steps, p, q, m, history, objective=
             params = jax.tree.map(lambda a, s=s: a[s], stages)
             target = known[history * m + t - s * q]
             (loss, h), g = grad(params, queue[s][0], tokens[t], target, s == 0,
-                                objective == "recon" and s < p - 1)
+                                objective == "recon" and s < p - 1, model)
             outputs.append(h)
             if steps * m + t - s * q >= 0:
                 sums[s] = g if sums[s] is None else jax.tree.map(jnp.add, sums[s], g)
@@ -73,15 +78,17 @@ def _reference(stages, queue, tokens, known, steps, p, q, m, history, objective=
 
 
 @pytest.mark.slow  # two compiles and a reference tick by tick: ~25 s
-@pytest.mark.parametrize("layout_text", [
-    "data=2,stage=4,schedule=local,microbatches=4",
-    "data=4,stage=2,schedule=local,microbatches=2,queue=3",
-    "data=2,stage=4,schedule=local,microbatches=4,local_loss=recon",
-    "stage=2,tensor=2,data=2,schedule=local,microbatches=4",
-    "stage=2,fsdp=2,data=2,schedule=local,microbatches=4,local_loss=recon",
-    "stage=2,tensor=2,fsdp=2,schedule=local,microbatches=2,queue=2",
-    "stage=2,data=4,zero=1,schedule=local,microbatches=4"])
-def test_each_stage_learns_from_its_own_loss_only(layout_text):
+@pytest.mark.parametrize("layout_text, model", [
+    ("data=2,stage=4,schedule=local,microbatches=4", MODEL),
+    ("data=4,stage=2,schedule=local,microbatches=2,queue=3", MODEL),
+    ("data=2,stage=4,schedule=local,microbatches=4,local_loss=recon", MODEL),
+    ("stage=2,tensor=2,data=2,schedule=local,microbatches=4", MODEL),
+    ("stage=2,fsdp=2,data=2,schedule=local,microbatches=4,local_loss=recon", MODEL),
+    ("stage=2,tensor=2,fsdp=2,schedule=local,microbatches=2,queue=2", MODEL),
+    ("stage=2,data=4,zero=1,schedule=local,microbatches=4", MODEL),
+    ("data=2,stage=4,schedule=local,microbatches=4,queue=2", VIT)], ids=lambda x: getattr(
+        x, "name", x))
+def test_each_stage_learns_from_its_own_loss_only(layout_text, model):
     """First step and after three (the queue holds activations of the previous step, and with
     queue=3 > m the targets of two steps back; with recon, a decoder that has trained):
     gradients, queue and losses match. Each stage
@@ -89,20 +96,22 @@ def test_each_stage_learns_from_its_own_loss_only(layout_text):
     read, no weight decay here) do not; the model's parameters come back whole."""
     train = TrainConfig(global_batch=16, weight_decay=0.0)
     layout = Layout.parse(layout_text)
-    step = TrainStep(MODEL, train, layout, make_mesh(layout))
+    step = TrainStep(model, train, layout, make_mesh(layout))
     pipe, run = step.local, step.jitted_step()
+    read_in = gpt.read_in_names(model)[0]  # stage 0's token table, or a ViT's patch map
     grads_of = jax.jit(lambda state, t, k: local_grads(pipe, state, t, k))
     state = step.init_state()
     for i in range(4):
-        batch = jax.device_put(_batch(i, train), {k: step.batch_sharding for k in ("inputs",
-                                                                                    "targets")})
+        batch = jax.device_put(_batch(i, train, model), {k: step.batch_sharding
+                                                         for k in ("inputs", "targets")})
         if i in (0, 3):
             tokens, targets = pipe.split(batch["inputs"]), pipe.split(batch["targets"])
             known = jnp.concatenate([state["targets"], targets])
             grads, queue, losses, last = grads_of(state, tokens, known)
             ref_grads, ref_queue, ref_losses = _reference(
                 state["stages"], state["queue"], np.asarray(tokens), np.asarray(known),
-                int(state["steps"]), pipe.p, pipe.q, pipe.m, pipe.history, layout.local_loss)
+                int(state["steps"]), pipe.p, pipe.q, pipe.m, pipe.history, layout.local_loss,
+                model)
             for s in range(pipe.p):
                 mine = jax.tree.map(lambda a, s=s: a[s], grads)
                 if np.isnan(ref_losses[s]):  # held nothing yet: no gradient at all
@@ -113,13 +122,13 @@ def test_each_stage_learns_from_its_own_loss_only(layout_text):
             np.testing.assert_allclose(np.asarray(losses), ref_losses, rtol=TOL)
             np.testing.assert_allclose(float(last), ref_losses[-1], rtol=TOL)
         if i == 0:
-            before = np.asarray(state["stages"]["readin"]["tokens"])
+            before = np.asarray(state["stages"]["readin"][read_in])
         state, _ = run(state, batch)
-    after = np.asarray(state["stages"]["readin"]["tokens"])
+    after = np.asarray(state["stages"]["readin"][read_in])
     assert not np.allclose(after[0], before[0])
     np.testing.assert_array_equal(after[1:], before[1:])
     shapes = jax.tree.map(np.shape, model_params(state))
-    assert shapes == jax.tree.map(lambda s: s.shape, gpt.param_shapes(MODEL))
+    assert shapes == jax.tree.map(lambda s: s.shape, gpt.param_shapes(model))
 
 
 @pytest.mark.slow

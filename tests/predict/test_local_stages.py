@@ -5,11 +5,12 @@ backprop balances around its one head."""
 import numpy as np
 import pytest
 
-from parex.config import TrainConfig, model_preset
+from parex.config import TrainConfig, model_preset, ppll_vit
 from parex.layout import Layout
 from parex.parallel.schedules import make_schedule
 from parex.predict.local_stages import (
     async_makespan,
+    auxiliary_race,
     backprop_partition,
     losing_frame,
     race,
@@ -64,3 +65,26 @@ def test_losing_frame_reads_the_predictor():
     assert (df[df.partition == "even"].speed > 1).all()
     tuned = df[df.partition == "tuned for backprop"].set_index("head_scale")
     assert tuned.speed[0.01] > 1 > tuned.speed[1.0]  # cheap heads win, gpt2's head loses
+
+
+def test_an_auxiliary_net_on_every_local_stage_but_the_last():
+    """A local head of one block before the classifier: every stage but the last does one
+    block's work more per microbatch; with no head at all, the bound (m + p − 1)/m."""
+    base = race(1.0, 2.0, 0.0, (3, 3, 3, 3), m=8, local_head=3.0)
+    assert base["local"] == 8 * (3 * 3 + 3) and base["backprop"] == pytest.approx(11 * 9)
+
+
+def test_a_vits_head_is_a_small_part_of_a_block_where_gpt2s_is_many():
+    """The paper's ViT classifies one token per image; GPT-2 projects every token onto 50k
+    words: the head that decides whether local learning wins (module docstring)."""
+    train, layout = TrainConfig(global_batch=128), Layout(stage=4, microbatches=8,
+                                                         schedule="local")
+    vit = auxiliary_race(ppll_vit(), train, layout, "a100-80gb", 0)
+    assert vit["partition"] == (3, 3, 3, 3) and vit["head_over_layer"] < 0.2
+    f, b, head = unit_costs(model_preset("gpt2-small"), train.replace(global_batch=32), layout,
+                            "a100-80gb")
+    assert head / (f + b) > 5
+    assert 1.3 < vit["speed"] <= 11 / 8  # near the flush-free bound
+    aux = auxiliary_race(ppll_vit(), train, layout, "a100-80gb", 1)
+    assert aux["block_s"] == pytest.approx(vit["block_s"])
+    assert 1 < aux["speed"] < vit["speed"]  # a block more per local head: about 4/3 the tick
