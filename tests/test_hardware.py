@@ -10,12 +10,19 @@ import pytest
 from parex import machine
 from parex.calibrate import local as local_profile, run as calibrate
 from parex.errors import InputError
+from parex.precision import check_chip
 from parex.hardware import (COLLECTIVE_KINDS, HARDWARE_DIR, Calibration, Chip, Cluster, Link,
                             chip_from_json, known_hardware, load_chip, load_cluster, load_local,
                             save_chip)
 
 CHIPS = ("a100-80gb", "h100-sxm", "h200", "b200", "mi300x", "tpu-v4p", "tpu-v5e", "tpu-v5p",
          "tpu-v6e")
+# which chips have FP8 matmul units, by their vendors' datasheets: Hopper, Ada, Blackwell and
+# CDNA 3 do; Ampere stops at int8, and Google's TPUs up to v6e list bf16 and int8 only
+FP8_CHIPS = ("h100-sxm", "h100-sxm-500w", "h100-pcie", "h100-nvl", "h200", "h800", "b200",
+             "gb200-nvl72", "mi300x", "l40s", "rtx-4090", "alps")  # alps: GH200's Hopper
+NO_FP8_CHIPS = ("a100-80gb", "a100-pcie-80gb", "perlmutter", "rtx-3090", "rtx-3080ti",
+                "frontier", "tpu-v4p", "tpu-v5e", "tpu-v5p", "tpu-v6e")  # frontier: MI250X
 
 
 @pytest.mark.parametrize("name", CHIPS)
@@ -36,6 +43,41 @@ def test_published_reference_numbers_are_the_profiles():
     assert load_chip("h200").hbm_bytes == 141e9
     assert load_chip("b200").intra_node.bandwidth == 900e9
     assert load_chip("a100-80gb").inter_node.bandwidth == 25e9  # 200 Gb/s HDR per GPU
+
+
+def test_every_shipped_chip_is_listed_here_with_or_without_fp8():
+    """A new profile must be named in FP8_CHIPS or NO_FP8_CHIPS, so the test below checks it."""
+    shipped = {name for name in known_hardware() if not name.startswith("cpu-")}
+    assert shipped == set(FP8_CHIPS) | set(NO_FP8_CHIPS)
+
+
+@pytest.mark.parametrize("name", FP8_CHIPS + NO_FP8_CHIPS)
+def test_each_profile_loads_with_sourced_numbers_and_its_fp8_support(name):
+    chip = load_chip(name)
+    assert chip.name == name and chip.sources
+    assert 1e13 < chip.peak("bfloat16") < 1e16 and 1e10 < chip.hbm_bytes < 1e12  # RTX 3080 Ti..
+    assert 0 < chip.intra_node.bandwidth and 0 < chip.inter_node.bandwidth
+    assert chip.scaleup_domain >= chip.devices_per_node
+    if name in FP8_CHIPS:  # dense FP8 is twice dense bf16 on every chip that has it (L40S's
+        # datasheet rounds 362.05 and 733: 2.02)
+        assert chip.peak_flops["float8"] == pytest.approx(2 * chip.peak("bfloat16"), rel=0.02)
+    else:
+        assert "float8" not in chip.peak_flops
+        with pytest.raises(InputError, match=f"precision fp8-delayed: {name} has no FP8"):
+            check_chip("fp8-delayed", chip)
+
+
+def test_the_new_chips_are_their_datasheets():
+    nvl, grand_teton, nvl72 = (load_chip(n) for n in ("h100-nvl", "h100-sxm-500w",
+                                                      "gb200-nvl72"))
+    assert (nvl.hbm_bytes, nvl.hbm_bandwidth, nvl.peak_flops["float8"]) == (94e9, 3.9e12,
+                                                                            1670.5e12)
+    assert (grand_teton.hbm_bytes, grand_teton.hbm_bandwidth) == (96e9, 2.4e12)
+    assert nvl72.scaleup_domain == 72 and nvl72.peak_flops["float8"] == 5e15
+    rack = load_cluster("gb200-nvl72", nodes=18)  # 18 trays of 4: one rack on NVLink
+    assert rack.link(72) == nvl72.intra_node and rack.link(144) == nvl72.inter_node
+    assert load_chip("tpu-v5e").hbm_bandwidth == 819e9  # Google's 819 GB/s
+    assert load_chip("b200").hbm_bytes == 180e9  # DGX B200: 1,440 GB over 8 GPUs
 
 
 def test_unknown_hardware_lists_the_known_ones():

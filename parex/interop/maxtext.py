@@ -24,6 +24,8 @@ The mapping (docs/interop.md has the table):
     gradient_accumulation_steps x num_pipeline_microbatches          microbatches
     remat_policy full | minimal                            remat full | selective
     dtype, attention                                       dtype; flash | naive (dot_product)
+    quantization fp8 | nanoo_fp8                           precision fp8-delayed
+                                                           (parex.interop.fp8)
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
 from ..stacks import stack
+from . import fp8
 from .result import (Imported, divide, option_list, refuse, refuse_parex_only,
                      unknown_option)
 
@@ -208,7 +211,6 @@ class _Reader:
         v = self.v
         checks = (("global_parameter_scale", 1, "global_parameter_scale=1 (give the dims)"),
                   ("num_experts", 1, "num_experts=1 (parex reads MaxText's dense models)"),
-                  ("quantization", "", "no quantization (bfloat16)"),
                   ("weight_dtype", "float32", "weight_dtype=float32 (the mixed recipe)"),
                   ("pipeline_parallel_layers", -1, "pipeline_parallel_layers=-1 (every layer)"))
         for key, want, fix in checks:
@@ -332,6 +334,15 @@ class _Reader:
                       cp="ring" if seq > 1 else "none", stage=stage, schedule=schedule,
                       virtual_stages=virtual)
 
+    def precision(self) -> str | None:
+        """The FP8 recipe of `quantization` (parex.interop.fp8); None: the dtype's."""
+        name = fp8.maxtext_precision(self.v["quantization"], self.notes["approximated"])
+        if name is not None and self.v["dtype"] != "bfloat16":
+            raise InputError(f"quantization={self.v['quantization']} with dtype="
+                             f"{self.v['dtype']}: parex prices FP8 over bfloat16; give "
+                             f"dtype=bfloat16")
+        return name
+
     def batch(self, layout: Layout) -> tuple[TrainConfig, Layout]:
         v = self.v
         world, per_device = layout.n_devices, v["per_device_batch_size"]
@@ -368,7 +379,7 @@ class _Reader:
         if v["attention"] == "autoselected":
             self.notes["assumed"].append("attention 'autoselected' as a flash kernel")
         train = TrainConfig(global_batch=B, microbatch=b if m == 1 else None, remat=remat,
-                            attention=attention)
+                            attention=attention, precision=self.precision())
         return train, layout.replace(microbatches=m)
 
 
@@ -409,6 +420,8 @@ def maxtext_overrides(setting: Setting) -> list[str]:
               "weight_dtype": "float32",
               "remat_policy": {v: k for k, v in REMAT.items()}[train.remat],
               "attention": "flash" if setting.attention == "flash" else "dot_product"}
+    if quantization := fp8.maxtext_quantization(setting.precision.name):
+        words["quantization"] = quantization
     if layout.stage > 1:
         words |= {"num_pipeline_microbatches": pipeline_m,
                   "num_layers_per_pipeline_stage": model.layers // (layout.stage

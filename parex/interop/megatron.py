@@ -28,6 +28,9 @@ The mapping, one option per parex field (docs/interop.md has the table):
     --bf16 | --fp16 | neither                                    dtype bfloat16 (fp16 as
                                                                  bfloat16: same bytes) | float32
     --use-flash-attn, --attention-backend                        attention flash | naive
+    --fp8-format, --fp8-recipe, --fp8-amax-*, --fp8-param-gather precision fp8-delayed |
+                                                                 fp8-current | fp8-blockwise
+                                                                 (parex.interop.fp8)
     --tp-comm-overlap, --overlap-grad-reduce,                    stack megatron-core, overlaps
     --overlap-param-gather                                       tp-comm, grad-reduce,
                                                                  param-gather (+ tp-backward)
@@ -44,6 +47,7 @@ from ..errors import InputError
 from ..stacks import stack
 from ..layout import Layout
 from ..setting import Setting, resolve
+from . import fp8
 from .result import (Imported, divide, option_list, refuse, refuse_parex_only, unknown_option,
                      whole)
 
@@ -76,7 +80,6 @@ REFUSED = {
     "--account-for-embedding-in-pipeline-split": "an uneven pipeline split; drop it",
     "--account-for-loss-in-pipeline-split": "an uneven pipeline split; drop it",
     "--multi-latent-attention": "multi-latent attention; drop it to predict multi-head attention",
-    "--fp8-format": "FP8 training; use --bf16",
     "--fp4-format": "FP4 training; use --bf16",
     "--num-experts-per-layer": "experts differing by layer; give --num-experts",
     "--moe-layer-freq": "dense layers between MoE layers; drop it (every layer MoE)",
@@ -118,7 +121,7 @@ IGNORED_REASONS = (
 OVERLAP_OPTIONS = {"--tp-comm-overlap": "tp-comm", "--overlap-grad-reduce": "grad-reduce",
                    "--overlap-param-gather": "param-gather"}
 # the options this module maps to parex fields (the rest are refused or ignored)
-MAPPED = set(OVERLAP_OPTIONS) | {
+MAPPED = set(OVERLAP_OPTIONS) | set(fp8.MEGATRON_OPTIONS) | {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
     "--group-query-attention", "--num-query-groups", "--kv-channels", "--seq-length",
     "--max-position-embeddings", "--vocab-size", "--padded-vocab-size",
@@ -534,8 +537,17 @@ class _Reader:
                    f"give a multiple of --micro-batch-size x data-parallel size = {b * dp}")
         train = TrainConfig(global_batch=B, microbatch=b if m == 1 else None,
                             seq_len=self.seq_len, remat=self.remat(),
-                            attention=self.attention())
+                            attention=self.attention(), precision=self.precision())
         return train, layout.replace(microbatches=m)
+
+    def precision(self) -> str | None:
+        """The FP8 recipe of the --fp8-* options (parex.interop.fp8); None: the dtype's."""
+        name = fp8.megatron_precision(self.given, self.approximated)
+        if name is not None and not self.has("--bf16"):
+            raise InputError(f"--fp8-format {self.given['--fp8-format']} without --bf16: "
+                             f"parex prices FP8 over bfloat16 weights, as Megatron-Core's FP8 "
+                             f"recipes run; add --bf16")
+        return name
 
     def remat(self) -> str:
         if self.has("--recompute-activations"):
@@ -663,6 +675,7 @@ def megatron_options(setting: Setting) -> list[str]:
                        "--recompute-num-layers", 1]}[train.remat]
     if setting.dtype == "bfloat16":
         words += ["--bf16"]
+    words += fp8.megatron_options(setting.precision.name, layout.zero >= 1 or layout.fsdp > 1)
     words += ["--attention-backend", ATTENTION_BACKEND[setting.attention]]
     words += _overlap_options(setting)
     return [str(w) for w in words]

@@ -24,6 +24,8 @@ The mapping (docs/interop.md has the table):
                   mixed_precision_param                dtype
     [activation_checkpoint] mode, selective_ac_option  remat
     [parallelism] enable_async_tensor_parallel         stack torchtitan, overlap async-tp
+    [model] converters, [quantize.linear.float8]       precision fp8-current | fp8-rowwise
+                                                       (parex.interop.fp8)
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..errors import InputError
 from ..layout import Layout
 from ..setting import Setting, resolve
 from ..stacks import stack
+from . import fp8
 from .result import Imported, divide, option_list, refuse, refuse_parex_only
 
 FRAMEWORK = "torchtitan"
@@ -82,6 +85,8 @@ MAPPED = {
                     "module_fqns_per_model_part", "pipeline_parallel_schedule_csv",
                     "enable_async_tensor_parallel"},
     "activation_checkpoint": {"mode", "selective_ac_option"},
+    fp8.TORCHTITAN_TABLE: {"recipe_name", "enable_fsdp_float8_all_gather",
+                           "precompute_float8_dynamic_scale_for_fsdp", "emulate"},
 }
 
 
@@ -115,7 +120,8 @@ def from_torchtitan(source, world_size: int | None = None, name: str | None = No
            f"data-parallel degree = {local * dp}")
     m = divide(B, b * dp, f"global_batch_size {B}", f"give a multiple of {b * dp}")
     train = TrainConfig(global_batch=B, microbatch=b if m == 1 else None,
-                        remat=_remat(get, notes), attention="flash")
+                        remat=_remat(get, notes), attention="flash",
+                        precision=_precision(job, get, layout, dtype, notes))
     notes["assumed"].append("attention by scaled_dot_product_attention (a fused kernel that "
                             "keeps no scores: flash)")
     # torchtitan's overlaps (parex.stacks): FSDP2's, and micro-pipelined TP where asked
@@ -125,6 +131,17 @@ def from_torchtitan(source, world_size: int | None = None, name: str | None = No
                     ignored=tuple(notes["ignored"]), assumed=tuple(notes["assumed"]),
                     approximated=tuple(notes["approximated"]), stack="torchtitan",
                     overlaps=stack("torchtitan").overlaps + (("async-tp",) if async_tp else ()))
+
+
+def _precision(job: dict, get, layout: Layout, dtype: str, notes) -> str | None:
+    """The FP8 recipe of model.converters and [quantize.linear.float8] (parex.interop.fp8)."""
+    table = job.get("quantize", {}).get("linear", {}).get("float8", {})
+    name = fp8.torchtitan_precision(get("model", "converters", []), table, layout.fsdp > 1,
+                                    notes["approximated"])
+    if name is not None and dtype != "bfloat16":
+        raise InputError(f"float8 linears over {dtype}: parex prices FP8 over bfloat16, as "
+                         f"torchtitan's float8 runs; set mixed_precision_param = \"bfloat16\"")
+    return name
 
 
 def _load(source) -> dict:
@@ -200,9 +217,6 @@ def _model(get, notes, name) -> ModelConfig:
         known = [*FLAVORS, *FLAVOR_ALIASES]
         raise InputError(f"model.flavor {flavor!r}: not a llama3 flavor of torchtitan "
                          f"{VERSION}; use one of {', '.join(known)}")
-    if get("model", "converters", []):
-        raise InputError(f"model.converters {get('model', 'converters', [])}: parex predicts "
-                         f"bfloat16 matmuls, not float8 or MX; drop the converters")
     dim, layers, heads, kv, vocab, multiplier, multiple_of = shape
     seq = get("training", "seq_len", 2048, note=True)
     return ModelConfig(name or f"llama3-{flavor}", "llama", layers, dim, heads, kv or heads,
@@ -364,6 +378,9 @@ def torchtitan_toml(setting: Setting) -> str:
              f"context_parallel_degree = {layout.seq}"]
     if "async-tp" in setting.overlap_names and layout.tensor > 1:
         lines.append("enable_async_tensor_parallel = true")
+    float8 = fp8.torchtitan_table(setting.precision.name, layout.fsdp > 1)
+    if float8 is not None:  # the converter goes in [model], its table after the others
+        lines.insert(lines.index('[training]') - 1, f'converters = ["{fp8.TORCHTITAN_CONVERTER}"]')
     if layout.stage > 1:
         lines += [f'pipeline_parallel_schedule = "{schedule}"',
                   f"pipeline_parallel_microbatch_size = {setting.microbatch}",
@@ -376,7 +393,14 @@ def torchtitan_toml(setting: Setting) -> str:
     lines += ["", "[activation_checkpoint]", f"mode = {mode[0]}"]
     if mode[1]:
         lines.append(f"selective_ac_option = {mode[1]}")
+    if float8 is not None:
+        lines += ["", f"[{fp8.TORCHTITAN_TABLE}]"] + [
+            f"{key} = {_toml_value(value)}" for key, value in float8.items()]
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else f'"{value}"'
 
 
 def _local_batch(setting: Setting) -> int:

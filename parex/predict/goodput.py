@@ -50,6 +50,9 @@ DEFAULT_FAILURES = "meta-rsc"
 BOARD_POWER_W = {
     "h100-sxm": (700, "NVIDIA H100 Tensor Core GPU datasheet: SXM up to 700 W"),
     "h100-pcie": (350, "NVIDIA H100 Tensor Core GPU datasheet: PCIe 300-350 W"),
+    "h100-nvl": (400, "NVIDIA H100 Tensor Core GPU datasheet: H100 NVL 350-400 W"),
+    "h100-sxm-500w": (500, "torchtitan docs/performance.md: its H100s' default 500 W limit"),
+    "gb200-nvl72": (1200, "NVIDIA GB200 NVL72 specifications: up to 1,200 W per GPU"),
     "h200": (700, "NVIDIA H200 Tensor Core GPU datasheet: SXM up to 700 W"),
     "a100-80gb": (400, "NVIDIA A100 Tensor Core GPU datasheet: SXM 400 W"),
     "a100-pcie-80gb": (300, "NVIDIA A100 Tensor Core GPU datasheet: PCIe 300 W"),

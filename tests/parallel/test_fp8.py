@@ -13,8 +13,13 @@ Measured against predicted: the FSDP all-gathers of the projections' FP8 weights
 scaling's histories in argument memory, to the byte.
 """
 
+import json
+import subprocess
+import sys
+
 import jax
 import pytest
+from conftest import timed_env
 from parity import Reference
 
 from parex.config import TrainConfig, model_preset
@@ -27,7 +32,10 @@ from parex.setting import resolve
 
 LOSS_TOLERANCE = 1e-5
 GRAD_TOLERANCE = 2.5e-2
-TRAINING_BOUND = 0.01  # FP8's last-20-step mean loss / bf16's - 1 after 200 steps (measured 0.0023)
+# bf16's seed-to-seed spread after 200 steps of the Done-when run: the standard deviation over
+# seeds 0, 1, 2 of the final loss (0.4508, 0.4290, 0.4443) and of the last-20 mean (0.4440,
+# 0.4374, 0.4454), relative to their mean (docs/precision.md has FP8's gaps on the same seeds)
+SEED_SPREAD = {"final": 0.025, "last-20 mean": 0.0097}
 TRAIN = TrainConfig(global_batch=16, seq_len=64)
 
 
@@ -117,20 +125,27 @@ def test_the_executor_refuses_fp8_where_amaxes_would_be_local(text, what):
     assert "\n" not in str(error.value)
 
 
+def _cli_losses(precision: str) -> list[float]:
+    """The losses of the Done-when command, `parex run ... --json`, run as a user runs it: in
+    its own process with the CLI's XLA flags. (In this process conftest compiles at -O0,
+    whose float32 rounding differs; 200 steps of training carry such a difference to a
+    different end: bf16's last-20 mean is 0.4420 at -O0 and 0.4440 as the CLI runs it.)"""
+    words = ["run", "--model", "tiny-llama", "--layout", "fsdp=4,tensor=2", "--precision",
+             precision, "--steps", "200", "--json"]
+    result = subprocess.run([sys.executable, "-m", "parex.cli", *words], capture_output=True,
+                            text=True, env=timed_env(), timeout=1800, check=True)
+    return json.loads(result.stdout)["losses"]
+
+
 @pytest.mark.slow
 def test_200_steps_of_fp8_train_as_bf16_does():
-    """The issue's run: tiny-llama, fsdp=4,tensor=2, 200 steps of the corpus. FP8's mean loss
-    over the last 20 steps within TRAINING_BOUND of bf16's (docs/precision.md: FP8's rounding
-    is noise of a few percent per element that the optimizer averages out)."""
-    from parex.executor.data import Batches  # noqa: F401 (the corpus the runs read)
-    from parex.measure.compiled import time_steps
-
-    layout = Layout.parse("fsdp=4,tensor=2")
-    model = model_preset("tiny-llama").replace(dtype="bfloat16")
-    tails = {}
-    for name in ("bf16", "fp8-delayed"):
-        step = TrainStep(model, TrainConfig(steps=200, precision=name), layout,
-                         make_mesh(layout))
-        losses, _ = time_steps(step, step.lower().compile(), "corpus", False)
-        tails[name] = sum(losses[-20:]) / 20
-    assert abs(tails["fp8-delayed"] - tails["bf16"]) <= TRAINING_BOUND * tails["bf16"], tails
+    """The issue's run, `parex run --model tiny-llama --layout fsdp=4,tensor=2 --precision
+    fp8-delayed --steps 200`, against its --precision bf16 twin (same seed, same batches):
+    the final loss the CLI prints, and the mean of the last 20, differ from bf16's by less
+    than bf16's own seed-to-seed spread (SEED_SPREAD: FP8 moves training less than a new
+    seed does; docs/precision.md has the runs)."""
+    fp8, bf16 = _cli_losses("fp8-delayed"), _cli_losses("bf16")
+    assert len(fp8) == len(bf16) == 200
+    for what, a, b in (("final", fp8[-1], bf16[-1]),
+                       ("last-20 mean", sum(fp8[-20:]) / 20, sum(bf16[-20:]) / 20)):
+        assert abs(a / b - 1) <= SEED_SPREAD[what], (what, a, b)
