@@ -100,7 +100,8 @@ def test_bad_vits_get_one_line(config, words):
     ("seq=2,cp=ring", TrainConfig(global_batch=8), "set seq=1 and sp=off"),
     ("tensor=2,sp=on", TrainConfig(global_batch=8), "set seq=1 and sp=off"),
     ("data=2", TrainConfig(global_batch=8, seq_len=3), "leave seq_len unset"),
-    ("data=2", TrainConfig(global_batch=8, attention="flash"), "use attention=naive")])
+    ("data=2", TrainConfig(global_batch=8, attention="flash"), "use attention=naive"),
+    ("tensor=1x2x2", TrainConfig(global_batch=8), r"use tensor=4 \(Megatron's split\)")])
 def test_layouts_that_split_a_vits_sequence_are_refused(text, train, words):
     model = VIT.replace(vocab=4)
     layout = Layout.parse(text)

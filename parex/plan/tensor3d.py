@@ -37,8 +37,8 @@ def rows_3d(setting, predicted: tuple, layout_columns: tuple) -> list[dict]:
     each (none where there is none)."""
     model, train, cluster, remat = (setting.model, setting.train, setting.cluster,
                                     setting.train.remat)
-    if model.moe:  # parex's 3D split has no expert axis (validation refuses the two together)
-        return []
+    if model.moe or model.vision:  # parex's 3D split has no expert axis and splits only a
+        return []  # language model's read-in and head (validation refuses both)
     flat = configurations(model, train, cluster.n_devices)
     out = []
     for sizes, pipeline in ((flat, None),

@@ -483,6 +483,10 @@ EXECUTOR_LIMITS = tuple(LIMITS)
 def tensor3d_problem(l: Layout, c: Context) -> str | None:
     """Why a 3D layout is not a real program for this model and batch (None: it is)."""
     X, Y, Z, m = l.tensor, l.tensor_y, l.tensor_z, c.model
+    if m.vision:
+        return (f"tensor={X}x{Y}x{Z} on the vision transformer {m.name}: parex's 3D tensor "
+                f"program and its predictor split a language model's read-in and head only; use "
+                f"tensor={X * Y * Z} (Megatron's split) or data/fsdp")
     if l.folds_experts:
         return (f"expert_tensor={l.expert_tensor} with tensor={X}x{Y}x{Z}: parex folds Megatron's "
                 f"1D tensor axis into the expert group, which a 3D split does not have; drop "
