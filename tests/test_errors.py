@@ -62,7 +62,7 @@ def test_unknown_lists_every_known_name_after_the_suggestion():
     (["predict", "--hardware", "a100-80gb", "--layout", "fsd"], "did you mean 'fsdp'"),
     (["predict", "--hardware", "a100-80gb", "--layout", "zero4"], "'zero2'"),
     (["predict", "--model", "llama2-7", "--hardware", "a100-80gb"], "did you mean 'llama2-7b'"),
-    (["predict", "--model", "llama2-7b", "--hardware", "h100"], "did you mean 'h100-sxm'"),
+    (["predict", "--model", "llama2-7b", "--hardware", "h100-sxn"], "did you mean 'h100-sxm'"),
     (["predict", "--model", "llama2-7b", "--hardware", "a100-80gb", "--layout",
       "data=2,stage=4,schedule=1fb1,microbatches=8"], "did you mean '1f1b'?"),
     (["predict", "--remat", "ful"], "did you mean 'full'?"),
