@@ -116,13 +116,12 @@ def test_calibration_stores_the_probed_tick(monkeypatch):
     replaced by a stand-in here: the probe itself is the slow test below)."""
     from parex.calibrate import run as calibrate, pipeline as calibrate_pipeline
 
-    monkeypatch.setattr(calibrate, "matmul_rate", lambda n, d, dtype="float32": 1e10 + n)
-    monkeypatch.setattr(calibrate, "elementwise_rate", lambda d: (1e9, 1e9))
+    monkeypatch.setattr(calibrate, "kernel_timings", lambda d: {
+        "matmul": [(2.0 * n ** 3, 1e10 + n) for n in calibrate.MATMUL_SIZES], "bf16": 2e10,
+        "elementwise": (1e9, 1e9), "blocks8": 0.05, "blocks1": 0.05, "in_step": (0.01, 0.02)})
     monkeypatch.setattr(calibrate, "optimizer_seconds", lambda d: 1e-8)
     monkeypatch.setattr(calibrate, "step_overhead", lambda d: 1e-4)
     monkeypatch.setattr(calibrate, "collective_seconds", lambda k, g, s, d: 1e-4 + s * 1e-9)
-    monkeypatch.setattr(calibrate, "block_step", lambda n: (None, ()))
-    monkeypatch.setattr(calibrate, "_timed", lambda fn, *a, repeats=5: 0.05)
     monkeypatch.setattr(calibrate_pipeline, "tick_seconds", lambda d: 1.25e-3)
     chip = calibrate.calibrate(8, progress=False)
     assert chip.calibration.pipeline_tick_s == 1.25e-3
