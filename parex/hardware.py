@@ -60,6 +60,7 @@ class Calibration:
     step_efficiency: float = 1.0  # a real step's speed / what the kernel rates above predict
     optimizer_s_per_param: float = 0.0  # clipping + AdamW update, per parameter, all devices busy
     pipeline_tick_s: float = 0.0  # the pipeline executor's fixed cost per tick (switch, rendezvous)
+    collective_in_step: float = 1.0  # a collective between matmuls / its chained α + β·S
     n_devices: int = 8  # emulated devices the calibration ran on
     cores: int = 1  # CPU cores seen
     machine: str = ""  # parex.machine.fingerprint() of the machine measured
@@ -151,6 +152,8 @@ def chip_from_json(data: dict) -> Chip:
         missing = [k for k in COLLECTIVE_KINDS if not cal.collectives.get(k)]
         if "pipeline_tick_s" not in data["calibration"]:  # profiles calibrated before it
             missing.append("the pipeline executor's tick cost")
+        if "collective_in_step" not in data["calibration"]:
+            missing.append("a collective's cost between matmuls")
         if missing or not cal.matmul_curve:
             what = ", ".join(missing) or "matmul rates"
             raise InputError(f"the calibration of profile {data.get('name')!r} lacks {what}: "

@@ -153,6 +153,36 @@ def test_calibration_kernels_run_on_the_emulated_mesh():
     assert grads[1].shape == args[1].shape  # input gradients too: every matmul runs 3 times
 
 
+def test_in_step_probe_adds_one_all_reduce_per_matmul():
+    """The two loops run the same matmuls; the second all-reduces after each, so it returns
+    the mean over devices (equal rows everywhere) where the first does not."""
+    import numpy as np
+
+    (plain, args), (reduced, same) = calibrate.in_step_calls(8)
+    assert all(a is b for a, b in zip(same, args))  # the same activation and weights
+    a, b = np.asarray(plain(*args)), np.asarray(reduced(*args))
+    rows = calibrate.IN_STEP_ROWS
+    assert a.shape == b.shape == (8 * rows, 128)
+    assert not np.allclose(a[:rows], a[rows:2 * rows])  # each device its own rows
+    assert np.allclose(b[:rows], b[rows:2 * rows], atol=1e-6)  # averaged over the devices
+
+
+def test_in_step_factor_is_the_extra_seconds_per_all_reduce_over_the_chained_fit():
+    chain = calibrate.CHAIN
+    assert calibrate.in_step_factor(0.010, 0.010 + chain * 2e-3, 1e-3) == pytest.approx(2.0)
+    # never below the chained cost: a probe noisier than its difference reads as 1
+    assert calibrate.in_step_factor(0.010, 0.009, 1e-3) == 1.0
+
+
+def test_kernels_and_probes_are_timed_in_alternated_rounds(monkeypatch):
+    order = []
+    calls = {k: ((lambda k=k: order.append(k)), ()) for k in ("a", "b")}
+    monkeypatch.setattr("jax.block_until_ready", lambda x: x)
+    medians = calibrate.timed_alternately(calls, repeats=3)
+    assert order == ["a", "b"] + ["a", "b"] * 3  # a warm-up each, then one of each per round
+    assert set(medians) == {"a", "b"} and all(t >= 0 for t in medians.values())
+
+
 def test_recalibration_reads_efficiency_and_parallelism_off_block_timings():
     from parex.config import TrainConfig
     from parex.predict.shapes import Grid, model_sizes

@@ -13,8 +13,13 @@ What is measured (each a median over repeats, all devices busy at once, as in a 
   real blocks run against what the kernel rates above predict (`step_efficiency`, covering copies,
   layouts and skew between devices that kernel timings miss), and how many emulated devices
   really run at once (`parallel_devices`: one device alone already uses every core it can);
+- what an all-reduce costs between matmuls, as a tensor-parallel step runs it, against its chained
+  α + β·S (`collective_in_step`): 8 matmuls of a (2048, 128) activation with and without an
+  all-reduce of it after each (the copies compete with the other devices' matmuls for the cores);
 - the pipeline executor's fixed cost per tick, on a probe model (calibrate_pipeline.py).
-Takes well under two minutes on two cores.
+The kernels, the block probe and the in-step probe are timed in alternated rounds
+(`timed_alternately`), so that the machine's speed drifting during the calibration moves them
+alike: the block probe's efficiency is a ratio of their timings. Takes about 40 s on two cores.
 """
 
 from __future__ import annotations
@@ -66,14 +71,15 @@ def _sharded(mesh, shape, spec, dtype="float32"):
     return jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
 
 
-def matmul_rate(n: int, devices: int, dtype: str = "float32") -> float:
-    """FLOP/s per device for an (n, n) @ (n, n) matmul on each of `devices` devices at once."""
+def matmul_call(n: int, devices: int, dtype: str = "float32"):
+    """(jitted fn, its arguments, FLOPs per device per call): (n, n) @ (n, n) matmuls on each of
+    `devices` devices at once, enough of them per call to dwarf dispatch."""
     import jax
     import jax.numpy as jnp
 
     mesh = _mesh((devices,), ("d",))
     a = _sharded(mesh, (devices, n, n), ("d",), dtype)
-    reps = max(1, int(2e8 // (2 * n ** 3)))  # enough work per call to dwarf dispatch
+    reps = max(1, int(2e8 // (2 * n ** 3)))
 
     @jax.jit
     def run(a):
@@ -81,11 +87,18 @@ def matmul_rate(n: int, devices: int, dtype: str = "float32") -> float:
             return jnp.einsum("bij,bjk->bik", x, a) * (1.0 / n)
         return jax.lax.fori_loop(0, reps, body, a)
 
-    return reps * 2 * n ** 3 / _timed(run, a)
+    return run, (a,), reps * 2 * n ** 3
 
 
-def elementwise_rate(devices: int, tokens: int = 512, width: int = 512) -> tuple[float, float]:
-    """(elementwise FLOP/s per device as XLA counts them, copy bandwidth per device in B/s)."""
+def matmul_rate(n: int, devices: int, dtype: str = "float32") -> float:
+    """FLOP/s per device for an (n, n) @ (n, n) matmul on each of `devices` devices at once."""
+    fn, args, flops = matmul_call(n, devices, dtype)
+    return flops / _timed(fn, *args)
+
+
+def elementwise_calls(devices: int, tokens: int = 512, width: int = 512):
+    """((fn, args, elementwise FLOPs per device per call as XLA counts them), (fn, args, bytes
+    per device per call)): a fused norm-and-activation loop, and a large copy."""
     import jax
 
     mesh = _mesh((devices,), ("d",))
@@ -100,11 +113,15 @@ def elementwise_rate(devices: int, tokens: int = 512, width: int = 512) -> tuple
     run = jax.jit(lambda x: jax.lax.fori_loop(0, reps, lambda _, y: norm_gelu(y), x))
     flops = jax.jit(norm_gelu).lower(x).compile().cost_analysis()
     flops = (flops[0] if isinstance(flops, (list, tuple)) else flops)["flops"]  # per device
-    rate = reps * flops / _timed(run, x)
     big = _sharded(mesh, (devices, 2048, 2048), ("d",))
     copy = jax.jit(lambda x: x * 1.0001)
-    bandwidth = 2 * big.nbytes / devices / _timed(copy, big)
-    return rate, bandwidth
+    return (run, (x,), reps * flops), (copy, (big,), 2 * big.nbytes / devices)
+
+
+def elementwise_rate(devices: int, tokens: int = 512, width: int = 512) -> tuple[float, float]:
+    """(elementwise FLOP/s per device as XLA counts them, copy bandwidth per device in B/s)."""
+    (run, x, flops), (copy, big, moved) = elementwise_calls(devices, tokens, width)
+    return flops / _timed(run, *x), moved / _timed(copy, *big)
 
 
 def _collective_fn(kind: str, axis: str, group: int):
@@ -243,6 +260,83 @@ def step_overhead(devices: int) -> float:
     return _timed(jax.jit(lambda x: x + 1.0), x, repeats=20)
 
 
+IN_STEP_ROWS = 2048  # per device, of width 128: a 1 MiB float32 activation, as a tiny model's
+KERNEL_ROUNDS = 7  # alternated rounds of the kernels, the block probe and the in-step probe
+
+
+def in_step_calls(devices: int):
+    """Two jitted loops of CHAIN matmuls x = tanh(x @ W) on every device, the second with an
+    all-reduce of x over all devices after each, as a tensor-parallel step runs them:
+    ((fn, args) without, (fn, args) with). The difference is what an all-reduce costs between
+    matmuls, where every device's compute competes with the copies for the shared cores."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh((devices,), ("d",))
+    x = _sharded(mesh, (devices * IN_STEP_ROWS, 128), ("d",))
+    w = _sharded(mesh, (128, 128), (None, None)) * (1 / 128 ** 0.5)
+
+    def loop(reduce: bool):
+        def body(_, y, w):
+            y = jnp.tanh(y @ w)
+            return jax.lax.psum(y, "d") * (1.0 / devices) if reduce else y
+        chain = lambda x, w: jax.lax.fori_loop(0, CHAIN, lambda i, y: body(i, y, w), x)
+        return jax.jit(jax.shard_map(chain, mesh=mesh, in_specs=(P("d"), P()),
+                                     out_specs=P("d"), check_vma=False))
+
+    return (loop(False), (x, w)), (loop(True), (x, w))
+
+
+def timed_alternately(calls: dict, repeats: int = KERNEL_ROUNDS) -> dict:
+    """Median seconds of each (fn, args) in `calls`, one call of each per round after a warm-up
+    call, so that a change of the machine's speed during the calibration hits all alike (the
+    block probe's efficiency is a ratio of their timings)."""
+    import jax
+
+    for fn, args in calls.values():
+        jax.block_until_ready(fn(*args))
+    times: dict = {key: [] for key in calls}
+    for _ in range(repeats):
+        for key, (fn, args) in calls.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(t) for key, t in times.items()}
+
+
+def kernel_timings(devices: int) -> dict:
+    """The kernels whose rates price a step (matmuls by size, bf16, elementwise, copy), the
+    block probe on all devices and on one, and the in-step all-reduce probe, timed alternately
+    (`timed_alternately`): {"matmul": [(FLOPs, FLOP/s)], "bf16": FLOP/s, "elementwise":
+    (FLOP/s, B/s), "blocks<n>": s, "in_step": (s without, s with)}."""
+    calls, work = {}, {}
+    for n in MATMUL_SIZES:
+        fn, args, work[("matmul", n)] = matmul_call(n, devices)
+        calls[("matmul", n)] = (fn, args)
+    fn, args, work["bf16"] = matmul_call(256, devices, "bfloat16")
+    calls["bf16"] = (fn, args)
+    (ew, ew_args, work["norm"]), (copy, copy_args, work["copy"]) = elementwise_calls(devices)
+    calls |= {"norm": (ew, ew_args), "copy": (copy, copy_args)}
+    for n in (devices, 1):
+        calls[f"blocks{n}"] = block_step(n)
+    calls["plain"], calls["reduced"] = in_step_calls(devices)
+    t = timed_alternately(calls)
+    return {"matmul": [(2.0 * n ** 3, work[("matmul", n)] / t[("matmul", n)])
+                       for n in MATMUL_SIZES],
+            "bf16": work["bf16"] / t["bf16"],
+            "elementwise": (work["norm"] / t["norm"], work["copy"] / t["copy"]),
+            f"blocks{devices}": t[f"blocks{devices}"], "blocks1": t["blocks1"],
+            "in_step": (t["plain"], t["reduced"])}
+
+
+def in_step_factor(plain: float, reduced: float, chained_seconds: float) -> float:
+    """How many times its chained α + β·S an all-reduce costs between matmuls: the probe's
+    extra seconds per all-reduce over the chained fit's, at least 1 (a collective is never
+    cheaper than alone on the cores)."""
+    return float(max((reduced - plain) / CHAIN / max(chained_seconds, 1e-9), 1.0))
+
+
 def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
     """Measure everything and return the cpu-local Chip (not yet saved); `on_task(done,
     total)` is called after each measurement."""
@@ -252,25 +346,16 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
     if len(jax.devices()) < devices:
         raise InputError(f"calibration needs {devices} devices, JAX has {len(jax.devices())}: "
                          f"call parex.emulate_devices({devices}) first")
-    tasks = ([("matmul", n) for n in MATMUL_SIZES]
-             + [("bf16", 256), ("elementwise", 0), ("overhead", 0), ("optimizer", 0),
-                ("blocks", devices), ("blocks", 1), ("pipeline", devices)]
+    tasks = ([("kernels", devices), ("overhead", 0), ("optimizer", 0), ("pipeline", devices)]
              + [("coll", (k, g, s)) for k in KINDS for g in (2, devices)
                 for s in COLLECTIVE_BYTES])
-    results: dict = {"matmul": [], "coll": {}, "load": os.getloadavg()[0]}  # others' work
+    results: dict = {"coll": {}, "load": os.getloadavg()[0]}  # others' work
     _empty_loop_seconds.cache_clear()  # baselines are timed afresh in every calibration
     for done, (name, arg) in enumerate(tqdm(tasks, desc="calibrating", disable=not progress)):
         if on_task is not None:
             on_task(done, len(tasks))
-        if name == "matmul":
-            results["matmul"].append((2.0 * arg ** 3, matmul_rate(arg, devices)))
-        elif name == "blocks":
-            fn, args = block_step(arg)
-            results[f"blocks{arg}"] = _timed(fn, *args, repeats=7)
-        elif name == "bf16":
-            results["bf16"] = matmul_rate(arg, devices, "bfloat16")
-        elif name == "elementwise":
-            results["elementwise"] = elementwise_rate(devices)
+        if name == "kernels":
+            results |= kernel_timings(arg)
         elif name == "pipeline":
             from .pipeline import tick_seconds
 
@@ -294,12 +379,16 @@ def _profile(results: dict, devices: int) -> Chip:
     for (kind, group), points in results["coll"].items():
         collectives.setdefault(kind, {})[str(group)] = fit_alpha_beta(*zip(*points))
     ew_rate, bandwidth = results["elementwise"]
+    chained = fit_alpha_beta(*zip(*results["coll"][("all-reduce", devices)]))
+    in_step = in_step_factor(*results["in_step"],
+                             chained["alpha"] + chained["beta"] * IN_STEP_ROWS * 128 * 4)
     from ..machine import fingerprint, machine_description
 
     cal = Calibration(matmul_curve=curve, collectives=collectives,
                       step_overhead_s=results["overhead"], elementwise_rate=ew_rate,
                       optimizer_s_per_param=results["optimizer"],
-                      pipeline_tick_s=results["pipeline"], n_devices=devices,
+                      pipeline_tick_s=results["pipeline"], collective_in_step=in_step,
+                      n_devices=devices,
                       cores=os.cpu_count() or 1, machine=fingerprint(),
                       load_average=results.get("load"))
     peak = max(rate for _, rate in curve)
@@ -353,7 +442,8 @@ def summary(chip: Chip) -> str:
              f"step        {cal.step_overhead_s * 1e3:.2f} ms fixed · "
              f"{cal.parallel_devices:.2f} of {cal.n_devices} devices run at once · a step runs "
              f"at {cal.step_efficiency:.0%} of the kernel rates · a pipeline tick "
-             f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed"]
+             f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed · a collective between matmuls "
+             f"{cal.collective_in_step:.2f}× its chained time"]
     for kind, groups in cal.collectives.items():
         fits = ", ".join(f"g={g}: α {v['alpha'] * 1e6:.0f} µs, "
                          f"{1 / max(v['beta'], 1e-15) / 1e9:.2f} GB/s"

@@ -80,8 +80,17 @@ def bubble_rows(df: pd.DataFrame) -> list[Row]:
                         EXACT))
         rows.append(Row(f"{label} · measured", paper, r.bubble_measured, "measured",
                         note=f"{r.step_time_s * 1e3:.0f} ms pipelined, "
-                             f"{r.stage_alone_s * 1e3:.0f} ms one stage alone"))
+                             f"{r.stage_alone_s * 1e3:.0f} ms one stage alone; "
+                             + modelled_note(r)))
     return rows
+
+
+def modelled_note(r) -> str:
+    """What parex's model of its own executor on this machine predicts for a measured row:
+    the cause of a measured bubble above the paper's, in numbers (parex.studies.pipeline)."""
+    return (f"parex's model of its executor here: bubble {r.bubble_modelled:.2f} "
+            f"({r.step_time_modelled_s * 1e3:.0f} ms, {r.stage_alone_modelled_s * 1e3:.0f} ms: "
+            f"lockstep ticks, each copying its switch's outputs)")
 
 
 def _bubble_chart(df: pd.DataFrame):
@@ -134,16 +143,22 @@ def zero_bubble_rows(df: pd.DataFrame) -> list[Row]:
             label = f"{name}/1f1b step time · m={m}"
             rows.append(Row(f"{label} · table", paper_step, async_ / base_async, "predicted",
                             tol))
+            modelled = at.step_time_modelled_s[name] / at.step_time_modelled_s["1f1b"]
             rows.append(Row(f"{label} · measured", paper_step,
-                            at.step_time_s[name] / at.step_time_s["1f1b"], "measured"))
+                            at.step_time_s[name] / at.step_time_s["1f1b"], "measured",
+                            note=f"parex's model of its executor here: {modelled:.2f}"))
         paper_bubble = formula("zbh1_bubble_time", p=P, tf=1, tb=1, tw=1) / formula(
             "1f1b_bubble_time", p=P, tf=1, tb=1, tw=1)
         zb_async, _ = table_times("zbh1", P, m)
         rows.append(Row(f"zbh1/1f1b bubble time · m={m} · table", paper_bubble,
                         (zb_async - 3 * m) / (base_async - 3 * m), "predicted", EXACT))
         idle = {s: at.step_time_s[s] - at.stage_alone_s[s] for s in ("zbh1", "1f1b")}
+        modelled = {s: at.step_time_modelled_s[s] - at.stage_alone_modelled_s[s]
+                    for s in ("zbh1", "1f1b")}
         rows.append(Row(f"zbh1/1f1b bubble time · m={m} · measured", paper_bubble,
-                        idle["zbh1"] / idle["1f1b"], "measured"))
+                        idle["zbh1"] / idle["1f1b"], "measured",
+                        note=f"parex's model of its executor here: "
+                             f"{modelled['zbh1'] / modelled['1f1b']:.2f}"))
     return rows
 
 

@@ -4,7 +4,10 @@ On a GPU or TPU cluster each op is priced by parex.predict.collectives: the grou
 on the network's tiers (parex.network: scale-up links, NICs, the fabric's oversubscribed tiers
 above them), and the algorithm and protocol its library (NCCL, RCCL, XLA on ICI) would pick for
 that message and group size, each with its latency growing with the group. On the calibrated
-emulated mesh each kind costs the α + β·S that `parex calibrate` measured.
+emulated mesh each kind costs the α + β·S that `parex calibrate` measured in a chain of
+collectives, times what the same calibration measured an all-reduce to cost between matmuls
+against its chained time (`collective_in_step`: the copies compete with the other devices'
+compute for the shared cores).
 
 The mesh orders axes (replica,) stage, data, fsdp, seq, tensor, tensor innermost, so a group's
 stride is the product of the axes inside its innermost one: tensor groups sit inside a node, and
@@ -130,8 +133,9 @@ def calibrated_seconds(kind, g, S, calibration) -> np.ndarray:
 def term_seconds(term: Term, grid: Grid, chip) -> np.ndarray:
     """Seconds all ops of a term take per step on this chip's cluster."""
     g, stride = _shape_of(grid, term.axes)
-    if profile_regime(chip) == EMULATED:  # the α-β costs measured on this machine's mesh
-        per_op = calibrated_seconds(term.kind, g, term.bytes_per_op, chip.calibration)
+    if profile_regime(chip) == EMULATED:  # the α-β costs measured on this machine's mesh, at
+        cal = chip.calibration  # their cost between a step's matmuls (calibrate.in_step_calls)
+        per_op = cal.collective_in_step * calibrated_seconds(term.kind, g, term.bytes_per_op, cal)
     else:
         per_op = collective_seconds(term.kind, g, stride, term.bytes_per_op, chip)
     return term.count * per_op

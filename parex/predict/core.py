@@ -135,7 +135,11 @@ def _executor_ticks(sizes, grid: Grid, chip: Chip, remat: str, act: int, seconds
                                act, remat)["value"]
     copied = stash.window_bytes(sizes, grid, values)
     hops = seconds.get("pipeline", np.zeros(len(grid)))
-    fixed, sends = ticks.tick_seconds(grid, n_ticks, cal, copied, chip.hbm_bandwidth, hops)
+    # the copy bandwidth was measured with every device busy; fewer devices share the cores
+    # as their arithmetic does (time.cpu_rate_scale)
+    bandwidth = chip.hbm_bandwidth * time.cpu_rate_scale(grid, cal.n_devices,
+                                                         cal.parallel_devices)
+    fixed, sends = ticks.tick_seconds(grid, n_ticks, cal, copied, bandwidth, hops)
     return {"lockstep": lockstep, "busy": busy, "ticks": fixed, "sends": sends}
 
 

@@ -52,9 +52,10 @@ def tick_seconds(grid: Grid, ticks, cal, copied, bandwidth: float, hops
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(seconds per step of the `ticks` of the executor beyond their ops' arithmetic: the fixed cost
     of each tick and its copies, `copied` bytes per tick; of its two sends' bytes). `hops`: the
-    pipeline term's collective-permute seconds, α + β·S per send, of which the α is replaced by
-    tick_s."""
-    alpha = calibrated_seconds("collective-permute", grid.stage, np.zeros(len(grid)), cal)
+    pipeline term's collective-permute seconds, α + β·S per send at its in-step cost
+    (alpha_beta.term_seconds), of which the α is replaced by tick_s."""
+    alpha = cal.collective_in_step * calibrated_seconds("collective-permute", grid.stage,
+                                                        np.zeros(len(grid)), cal)  # as priced
     sends = np.maximum(hops - 2 * ticks * alpha, 0.0)
     per_tick = cal.pipeline_tick_s + 2 * copied / bandwidth
     piped = grid.stage > 1

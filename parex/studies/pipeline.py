@@ -16,8 +16,10 @@ embedding/head imbalance count in it too; the baseline's one gradient all-reduce
 Beside it: `bubble_table`, the schedule table timed with T_F = T_B = T_W (an unsplit backward
 2·T_F), 1 − m·3·T_F / makespan, which is (p−1)/(m+p−1) for GPipe and 1F1B; and `bubble_lockstep`,
 the same with every tick as long as its slowest op, as parex's tick-synchronous executor runs it.
-A `cpu-local` prediction includes neither (its devices share the cores); a GPU profile's
-prediction includes the table's.
+Beside them `bubble_modelled`: the same ratio from parex's model of its executor on this machine
+(predict() with the calibrated `cpu-local` profile: the lockstep ticks, each tick's copies around
+its switch and its sends, parex.predict.ticks), which says how much of the measured bubble the
+executor's per-tick costs account for. A GPU profile's prediction has the table's bubble.
 """
 
 from __future__ import annotations
@@ -65,6 +67,16 @@ def _timer(model, train, layout, devices):
     return run
 
 
+def modelled_seconds(model, train, layout) -> float:
+    """parex's predicted step time of `layout` on this machine (its cpu-local profile,
+    calibrated first if it has none)."""
+    from ..calibrate.local import ready
+    from ..predict import predict
+
+    ready("cpu-local", progress=False)
+    return predict(model, train, layout, "cpu-local").step_time_s["total"]
+
+
 def _traced(run) -> dict:
     from ..measure.trace import trace_steps
 
@@ -104,13 +116,17 @@ def bubble_study(model: ModelConfig, p: int = 2, ms=(2, 4, 8), schedules=("1f1b"
             for key, run in timers.items():
                 times[key].append(run())
         t_alone = statistics.median(times["alone"])
+        modelled_alone = modelled_seconds(alone_model, alone, Layout(data=p, microbatches=m))
         for name, piped in layouts.items():
             t_pipe = statistics.median(times[name])
+            modelled = modelled_seconds(model, train, piped)
             table, lockstep = table_bubbles(name, p, m)
             row = {"schedule": name, "p": p, "m": m, "layout": str(piped),
                    "step_time_s": t_pipe, "stage_alone_s": t_alone,
                    "bubble_measured": 1 - t_alone / t_pipe, "bubble_table": table,
-                   "bubble_lockstep": lockstep, "bubble_predicted": predicted_bubble(p, m)}
+                   "bubble_lockstep": lockstep, "bubble_predicted": predicted_bubble(p, m),
+                   "step_time_modelled_s": modelled, "stage_alone_modelled_s": modelled_alone,
+                   "bubble_modelled": 1 - modelled_alone / modelled}
             rows.append(row | (_traced(timers[name]) if trace else {}))
     return pd.DataFrame(rows)
 

@@ -1,16 +1,12 @@
 """The Explorer driven from Python, as a notebook user would through its controls."""
 
-import contextlib
 import html
-import io
-import json
 import re
-import shlex
 
 import pytest
+from cli_agreement import assert_cli_predicts_what_is_shown
 
 from parex.charts.style import format_bytes
-from parex.cli.main import main as parex_cli
 import parex
 from parex.explorer.explain import activation_bytes
 from parex.explorer.measuring import ratio_text
@@ -84,12 +80,7 @@ def test_prediction_updates_the_chart_in_place(explorer):
 def test_the_explorer_predicts_what_parex_predict_prints(explorer, controls):
     explorer.set(**controls)
     assert explorer.error is None
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert parex_cli(shlex.split(explorer.cli_command())[1:] + ["--json"]) == 0
-    cli, shown = json.loads(out.getvalue()), explorer.prediction.to_json()
-    for field in ("step_time_s", "memory_bytes_per_device", "comm_bytes_per_device"):
-        assert cli[field] == pytest.approx(shown[field]), field
+    cli, shown = assert_cli_predicts_what_is_shown(explorer)
     assert (cli["layout"], cli["hardware"], cli["fits"]) == (
         shown["layout"], shown["hardware"], shown["fits"])
 

@@ -31,8 +31,9 @@ class Miss:
         return self.lo <= row[self.on] <= self.hi
 
 
-TICKS = ("every tick of the tick-synchronous executor pays a rendezvous (a thread wake-up on the "
-         "2 shared cores) that one stage alone does not")
+TICKS = ("every tick of the tick-synchronous executor copies its switch's outputs and its stash "
+         "slots, about its compute again on a CPU, which one stage alone does not; parex's model "
+         "of its executor predicts most of it (each measured row's note)")
 EXPECTED = {
     "llama3-goodput": [
         Miss("unexpected", "ratio", 1.3, 1.4,

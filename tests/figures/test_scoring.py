@@ -84,12 +84,17 @@ def test_a_bubble_eight_times_the_papers_fails_the_figure():
     df = pd.DataFrame([{"schedule": s, "p": 2, "m": 2, "bubble_table": paper,
                         "bubble_lockstep": 8 * paper if s == "1f1b" else paper,
                         "bubble_measured": 8 * paper, "step_time_s": 1.0,
-                        "stage_alone_s": 0.5} for s in ("gpipe", "1f1b")])
+                        "stage_alone_s": 0.5, "bubble_modelled": 0.5, "step_time_modelled_s": 1.0,
+                        "stage_alone_modelled_s": 0.5} for s in ("gpipe", "1f1b")])
     result = _judged("pipeline-bubble", pipelines.bubble_rows(df))
     off = {r.quantity for r in result.rows if result.verdict(r) == "outside"}
     assert off == {"gpipe · m=2 · measured", "1f1b · m=2 · lockstep executor",
                    "1f1b · m=2 · measured"}
     assert result.status == "failed" and result.tally().out_of_scope == 0
+    # each measured row states parex's prediction of its own executor beside it
+    measured = [r for r in result.rows if r.quantity.endswith("measured")]
+    assert all("model of its executor here: bubble 0.50 (1000 ms, 500 ms" in r.note
+               for r in measured)
 
 
 @pytest.mark.parametrize("scale", [1.0, 8.0])

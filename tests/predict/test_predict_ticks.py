@@ -116,13 +116,12 @@ def test_calibration_stores_the_probed_tick(monkeypatch):
     replaced by a stand-in here: the probe itself is the slow test below)."""
     from parex.calibrate import run as calibrate, pipeline as calibrate_pipeline
 
-    monkeypatch.setattr(calibrate, "matmul_rate", lambda n, d, dtype="float32": 1e10 + n)
-    monkeypatch.setattr(calibrate, "elementwise_rate", lambda d: (1e9, 1e9))
+    monkeypatch.setattr(calibrate, "kernel_timings", lambda d: {
+        "matmul": [(2.0 * n ** 3, 1e10 + n) for n in calibrate.MATMUL_SIZES], "bf16": 2e10,
+        "elementwise": (1e9, 1e9), "blocks8": 0.05, "blocks1": 0.05, "in_step": (0.01, 0.02)})
     monkeypatch.setattr(calibrate, "optimizer_seconds", lambda d: 1e-8)
     monkeypatch.setattr(calibrate, "step_overhead", lambda d: 1e-4)
     monkeypatch.setattr(calibrate, "collective_seconds", lambda k, g, s, d: 1e-4 + s * 1e-9)
-    monkeypatch.setattr(calibrate, "block_step", lambda n: (None, ()))
-    monkeypatch.setattr(calibrate, "_timed", lambda fn, *a, repeats=5: 0.05)
     monkeypatch.setattr(calibrate_pipeline, "tick_seconds", lambda d: 1.25e-3)
     chip = calibrate.calibrate(8, progress=False)
     assert chip.calibration.pipeline_tick_s == 1.25e-3
@@ -135,3 +134,36 @@ def test_tick_probe_measures_a_positive_cost():
     from parex.calibrate.pipeline import tick_seconds
 
     assert 1e-5 < tick_seconds(8, repeats=3) < 0.1
+
+
+def test_fewer_devices_than_calibrated_copy_faster_around_each_tick():
+    """The calibration measured the copy bandwidth with all 8 devices busy; a pipeline on 2
+    devices (one per core) copies its ticks' switch outputs at the bandwidth its 2 devices get,
+    scaled as their arithmetic is (time.cpu_rate_scale), so its per-tick cost is the tick probe's
+    plus the copies at that faster rate."""
+    import importlib
+
+    from parex.predict import memory, stash, time
+    from parex.predict.shapes import model_sizes
+
+    core = importlib.import_module("parex.predict.core")
+    chip = load_chip("cpu-reference")
+    cal = chip.calibration
+    layout = Layout.parse("stage=2,schedule=gpipe,microbatches=8", 2)
+    train = TrainConfig(global_batch=8)
+    grid = Grid.from_layouts([layout], train, TINY)
+    sizes = model_sizes(TINY)
+    compute = {"layers_per_microbatch": np.array([0.01]), "head_per_microbatch": np.array([0.0])}
+    out = core._executor_ticks(sizes, grid, chip, "none", 4, {}, compute)
+    values = stash.stash_bytes(sizes, grid, memory.xla_layer_elements(sizes, grid, "none"), 4,
+                               "none")["value"]
+    copied = stash.window_bytes(sizes, grid, values)
+    scale = time.cpu_rate_scale(grid, cal.n_devices, cal.parallel_devices)
+    assert scale[0] > 1.5  # 2 devices share the cores with nobody else
+    n_ticks = table_columns(grid)[0]
+    expected = n_ticks * (cal.pipeline_tick_s + 2 * copied / (chip.hbm_bandwidth * scale))
+    assert out["ticks"] == pytest.approx(expected)
+    # on all 8 devices the calibrated bandwidth applies as measured
+    eight = Grid.from_layouts([Layout.parse("data=4,stage=2,schedule=gpipe,microbatches=4", 8)],
+                              TRAIN, TINY)
+    assert time.cpu_rate_scale(eight, cal.n_devices, cal.parallel_devices)[0] == pytest.approx(1)
