@@ -134,6 +134,34 @@ def weak_scaling(n: int) -> float:
     return at[n] / at[WEAK_BASE]
 
 
+def weak_curve() -> "pd.DataFrame":
+    """parex's weak-scaling efficiency at every doubling from 512 to 32,768 GCDs beside the
+    paper's three points (and its base, 1 by definition): rows (gcds, model, efficiency,
+    source)."""
+    import pandas as pd
+
+    gcds = [WEAK_BASE * 2 ** k for k in range(len(WEAK_MODELS))]
+    rows = [{"gcds": n, "model": weak_model(n), "efficiency": weak_scaling(n),
+             "source": "parex (predicted)"} for n in gcds]
+    rows += [{"gcds": n, "model": weak_model(n), "source": "AxoNN SC'24 (measured)",
+              "efficiency": 1.0 if n == WEAK_BASE else paper(f"frontier_weak_{n}")}
+             for n in (WEAK_BASE, 8192, 16384, 32768)]
+    return pd.DataFrame(rows)
+
+
+def _weak_chart():
+    import altair as alt
+
+    frame = weak_curve()
+    return alt.Chart(frame).mark_line(point=True).encode(
+        x=alt.X("gcds:Q", scale=alt.Scale(type="log", base=2), title="Frontier GCDs"),
+        y=alt.Y("efficiency:Q", title="weak-scaling efficiency vs 512 GCDs",
+                axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1.1])),
+        color=alt.Color("source:N", title=None),
+        tooltip=["gcds", "model", alt.Tooltip("efficiency:Q", format=".1%"), "source"],
+    ).properties(width=360, height=240)
+
+
 def sustained(chip_name: str, n: int) -> list[float]:
     """Sustained hardware FLOP/s of the best fitting 3D layout of each model of 40B and up that
     fits on n devices, at 1, 2 or 4 sequences per device."""
@@ -179,8 +207,8 @@ def axonn_figure() -> Figure:
               "checks: the papers' numbers (data/reference/axonn.csv)"),
              "share of peak counts recompute (hardware FLOPs), as the papers' FLOP formula does",
              f"not modelled: {UNMODELLED}"]
-    return Figure(rows, notes=notes)
+    return Figure(rows, _weak_chart, notes=notes)
 
 
-__all__ = ["axonn_figure", "axonn_model", "best_80b", "megatron_rows", "sustained",
-           "weak_scaling"]
+__all__ = ["WEAK_MODELS", "axonn_figure", "axonn_model", "best_80b", "megatron_rows",
+           "sustained", "weak_curve", "weak_model", "weak_scaling"]

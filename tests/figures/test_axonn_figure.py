@@ -57,3 +57,20 @@ def test_parex_figure_axonn_json_scores_points_and_brackets(capsys):
     assert speed["paper"] == 1.26 and 0.5 < speed["parex"] < 2
     reason = expected_failure("axonn", out["rows"])
     assert out["status"] == ("failed" if reason else "passed")
+
+
+@pytest.mark.slow
+def test_weak_curve_is_parex_at_every_doubling_beside_the_papers_points():
+    """The figure's chart: parex's efficiency on 512 ... 32,768 GCDs (GPT-5B ... 320B, 2,048
+    sequences per step) beside the paper's base and three points."""
+    from parex.figures.axonn import WEAK_MODELS, weak_curve
+
+    frame = weak_curve()
+    ours = frame[frame.source.str.startswith("parex")]
+    assert ours.gcds.tolist() == [512 * 2 ** k for k in range(7)]
+    assert ours.model.tolist() == list(WEAK_MODELS)
+    assert ours.efficiency.iloc[0] == 1.0
+    # from 4,096 GCDs on, where the batch forces tensor groups onto the NICs, it falls
+    assert ours.efficiency.iloc[3:].is_monotonic_decreasing
+    papers = frame[frame.source.str.startswith("AxoNN")]
+    assert papers.efficiency.tolist() == [1.0, 0.883, 0.79, 0.535]
