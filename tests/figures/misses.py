@@ -46,11 +46,6 @@ EXPECTED = {
              "parex holds more than ZeRO-3's 16Ψ/N_d where little is left per device: it keeps "
              "biases and norms replicated where ZeRO flattens and shards every parameter")],
     "axonn": [
-        Miss("best 3D ÷ best Megatron-LM", "ratio", 0.75, 0.8,
-             "parex predicts the best Megatron-LM layout (ZeRO-1 reducing its gradients by "
-             "reduce-scatter, as Megatron's distributed optimizer does) as fast as AxoNN's best "
-             "3D layout, 1.006x against the paper's 1.26x; the layouts and overlaps of the "
-             "paper's Megatron-LM baseline are not published"),
         Miss("Frontier weak-scaling efficiency · 8,192", "ratio", 0.85, 0.9,
              "0.777 against 0.883: parex's best 80B layout on 8,192 GCDs reduces 2.5 GB of "
              "float32 gradients per GCD over 128 replicas across the dragonfly's groups and "
