@@ -74,3 +74,13 @@ def test_weak_curve_is_parex_at_every_doubling_beside_the_papers_points():
     assert ours.efficiency.iloc[3:].is_monotonic_decreasing
     papers = frame[frame.source.str.startswith("AxoNN")]
     assert papers.efficiency.tolist() == [1.0, 0.883, 0.79, 0.535]
+
+
+def test_weak_scaling_takes_one_model_doubling_per_gcd_doubling():
+    """AxoNN's scripts: GPT-5B on 512 GCDs, the smallest tensor degree doubling with the model."""
+    from parex.figures.axonn import weak_model
+
+    assert [weak_model(512 * 2 ** k) for k in (0, 4, 5, 6)] == [
+        "gpt-5b", "gpt-80b", "gpt-160b", "gpt-320b"]
+    sizes = [axonn_model(weak_model(512 * 2 ** k)).n_params for k in range(7)]
+    assert all(1.6 < b / a < 2.6 for a, b in zip(sizes, sizes[1:]))  # about a doubling each
