@@ -65,6 +65,15 @@ def _zf_axes(layout: "Sizes3D") -> tuple:
 TIME_FAMILY = {"t3d-x": "tp", "t3d-y": "tp", "t3d-gather-x": "tp", "t3d-positions": "tp",
                "t3d-gather-z": "fsdp-gather", "t3d-scatter-z": "grad-reduce",
                "t3d-grads": "grad-reduce"}
+# AxoNN's data-parallel gradient all-reduce (gpu convention): Megatron-AxoNN's DDP keeps every
+# gradient in one contiguous buffer and all-reduces it in buckets of 40,000,000 elements
+# (github.com/axonn-ai/Megatron-AxoNN, megatron/model/distributed.py, DistributedDataParallel's
+# bucket_size default), not one call per layer: each call's chunk per rank is what decides
+# whether RCCL stalls on it (data/networks/frontier.toml)
+AXONN_GRAD_BUCKET = 40e6
+# ... in float32: Megatron-LM's arguments.py sets accumulate_allreduce_grads_in_fp32 for bf16
+# ("accumulate and all-reduce gradients in fp32 for bfloat16 data type"), Megatron-AxoNN's too
+AXONN_GRAD_BUFFER_BYTES = 4
 # AxoNN's overlaps (SC'24, arXiv 2502.08145), each with the family whose seconds it hides
 OVERLAPS = {"dx-y-beside-dw": "t3d-y", "scatter-z-deferred": "t3d-scatter-z",
             "gather-z-prefetched": "t3d-gather-z"}
@@ -301,7 +310,9 @@ def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Conventio
         term("t3d-positions", "all-gather", (X,), on[X], s.tok * sizes.D, a)
     layer_w = sum(k * w for k, w in weights.values())
     zf = layout.tensor_z * layout.fsdp
-    out += _grad_terms(s, L, layer_w, table, zf, zf_axes, on[DATA], a, grad_bytes, n)
+    bucket = 0.0 if xla else AXONN_GRAD_BUCKET  # XLA's program reduces per layer
+    out += _grad_terms(s, L, layer_w, table, zf, zf_axes, on[DATA], a, grad_bytes, n,
+                       bucket=bucket)
     zero1 = on[DATA] * (np.asarray(0 if layout.zero is None else layout.zero) >= 1)
     positions = sizes.T_max * s.Dx if gpt else 0  # GPT's whole table, D over X·Z
     shard = (L * layer_w + 2 * table + positions) / zf
@@ -311,12 +322,14 @@ def terms(sizes: ModelSizes, layout, B: int, T: int, remat: str, conv: Conventio
 
 
 def _grad_terms(s: _Shapes, L: int, layer_w, table, z, z_axes: tuple, data, a: int,
-                grad_bytes: float, n: int, once: bool = True) -> list[Term]:
+                grad_bytes: float, n: int, once: bool = True, bucket: float = 0.0
+                ) -> list[Term]:
     """t3d-grads: the weight shards (1/(Z·fsdp) of the blocks, z = Z·fsdp) over data; the norms
     and biases, and once the final norm, GPT's position rows and the loss (4 bytes), over
     data × fsdp × Z. Where Z·fsdp = 1 XLA's combiner puts both on one all-reduce over data.
     `once`: False inside pipeline stages, whose tables are summed over stages too
-    (predict.tensor3d_stages)."""
+    (predict.tensor3d_stages). `bucket` > 0: the reductions of a contiguous gradient buffer in
+    calls of `bucket` elements (`_bucketed`) instead of one per layer."""
     shards = {"layer": (L, layer_w * a / z)} | ({"once": (1, 2 * table * a / z)} if once else {})
     small = {"layer": s.small * grad_bytes, "once": s.once * grad_bytes + 4}
     alone = (np.asarray(z) == 1) * 1.0  # Z = 1: one all-reduce over data carries both
@@ -324,6 +337,8 @@ def _grad_terms(s: _Shapes, L: int, layer_w, table, z, z_axes: tuple, data, a: i
     def column(v):
         return np.broadcast_to(np.asarray(v, float), (n,))
 
+    if bucket > 0:
+        return _bucketed(shards, small, alone, z_axes, data, a, grad_bytes, bucket, column)
     out = []
     for key, (count, shard) in shards.items():
         out.append(Term("t3d-grads", "all-reduce", (DATA,), column(count * data),
@@ -331,6 +346,25 @@ def _grad_terms(s: _Shapes, L: int, layer_w, table, z, z_axes: tuple, data, a: i
         out.append(Term("t3d-grads", "all-reduce", (DATA,) + z_axes, column(count * (1 - alone)),
                         column(small[key])))
     return out
+
+
+def _bucketed(shards: dict, small: dict, alone, z_axes: tuple, data, a: int, grad_bytes: float,
+              bucket: float, column) -> list[Term]:
+    """t3d-grads as Megatron-AxoNN's data-parallel DDP issues them: every weight shard's
+    gradient in one contiguous buffer, all-reduced over data in ceil(E / bucket) equal calls
+    of E / calls elements (E: the buffer's elements per device); the norms' and biases'
+    gradients, reduced over data × Z, flattened into one call (where Z = 1 they ride the
+    buffer)."""
+    weights = sum(count * shard for count, shard in shards.values()) / a  # elements
+    norms = sum(count * small[key] for key, (count, _) in shards.items())  # bytes
+    alone = np.asarray(alone, float)
+    elements = weights + alone * norms / grad_bytes
+    calls = np.maximum(np.ceil(elements / bucket), 1.0)
+    unit = AXONN_GRAD_BUFFER_BYTES
+    return [Term("t3d-grads", "all-reduce", (DATA,), column(calls * data),
+                 column(elements * unit / calls)),
+            Term("t3d-grads", "all-reduce", (DATA,) + z_axes, column(1 - alone),
+                 column(norms))]
 
 
 def zero3_as_fsdp(layout: Layout) -> Layout:

@@ -92,13 +92,14 @@ def test_efficiency_chart_draws_both_panels():
 
 
 def test_stalls_are_what_rccls_measured_small_chunk_stalls_add():
-    """AxoNN's 5B GPT on 512 Frontier nodes as 1x1x32 × data 128: the gradients' all-reduces
-    over 128 ranks carry chunks of a few kB per rank, under RCCL's measured 384 KiB, so each
-    pays the stall measured for its ring size; on Perlmutter (NCCL) nothing stalls."""
+    """AxoNN's 5B GPT on 512 Frontier GCDs as its run script sets it up (Megatron-AxoNN,
+    examples/run_axonn_amd.sh: depth 512, 2,048 sequences): each layer's weight-gradient
+    reduce-scatter over 512 ranks carries about 200 kB per rank, under RCCL's measured 384 KiB,
+    so each pays the stall measured for its ring size; on Perlmutter (NCCL) nothing stalls."""
     from parex.figures.axonn import axonn_model
 
-    model, train = axonn_model("gpt-5b"), TrainConfig(global_batch=4096, seq_len=2048)
-    layout = Layout.parse("data=128,tensor=1x1x32")
+    model, train = axonn_model("gpt-5b"), TrainConfig(global_batch=2048, seq_len=2048)
+    layout = Layout.parse("tensor=1x1x512")
     kw = {"convention": "gpu", "dtype": "bfloat16", "recipe": "mixed"}
     frontier = breakdown(model, train, layout, "frontier", **kw)
     parts = frontier["parts"]
