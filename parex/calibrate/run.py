@@ -278,10 +278,12 @@ def in_step_calls(devices: int):
     w = _sharded(mesh, (128, 128), (None, None)) * (1 / 128 ** 0.5)
 
     def loop(reduce: bool):
-        def body(_, y, w):
+        def layer(y, w):
             y = jnp.tanh(y @ w)
             return jax.lax.psum(y, "d") * (1.0 / devices) if reduce else y
-        chain = lambda x, w: jax.lax.fori_loop(0, CHAIN, lambda i, y: body(i, y, w), x)
+
+        def chain(x, w):
+            return jax.lax.fori_loop(0, CHAIN, lambda _, y: layer(y, w), x)
         return jax.jit(jax.shard_map(chain, mesh=mesh, in_specs=(P("d"), P()),
                                      out_specs=P("d"), check_vma=False))
 
