@@ -22,6 +22,7 @@ from .core import Figure, Row, Tolerance, figure
 # steps (lr 0.7, momentum 0.9). Scaled to the mesh: 8 workers of one emulated device each, a
 # warm-up of WARM sync-DP steps, then STEPS steps with H = DILOCO_H, i.e. STEPS / H outer rounds.
 WORKERS, WARM, STEPS, DILOCO_H, FRAGMENTS = 8, 100, 100, 10, 2
+OUTER_LR = 0.7  # the paper's
 PAPER_PROTOCOL = ("Douillard et al. 2023 (arXiv:2311.08105), §3: warm start from a "
                   "synchronously pretrained model, k = 8 workers, H = 500")
 LOSS_TOLERANCE = Tolerance(0.97, 1.03, "'performs as well as fully synchronous': within 3 %")
@@ -29,16 +30,25 @@ BEATS_ONE = Tolerance(0.0, 1.0, "below one worker's loss: DiLoCo's k workers bea
                                 "worker that takes the same number of steps")
 
 
-def diloco_runs(workers: int = WORKERS, h: int = DILOCO_H, fragments: int = FRAGMENTS):
+def diloco_layout(h: int = DILOCO_H, outer_lr: float = OUTER_LR, **changes):
+    """WORKERS workers of one device each, H inner steps, the paper's outer momentum."""
+    from ..config import OuterOptimizer
+    from ..layout import Layout
+
+    return Layout(data=1, replica=WORKERS, inner_steps=h, outer=OuterOptimizer(lr=outer_lr),
+                  **changes)
+
+
+def diloco_runs(h: int = DILOCO_H, fragments: int = FRAGMENTS, outer_lr: float = OUTER_LR):
     from ..layout import Layout
     from ..lowcomm.studies import StudyRun
 
-    diloco = dict(data=1, replica=workers, inner_steps=h)
-    return [StudyRun("sync DP", Layout(data=workers)),
-            StudyRun("one worker", Layout(data=1), batch_split=workers, first_piece_only=True),
-            StudyRun(f"DiLoCo H={h}", Layout(**diloco)),
-            StudyRun(f"streaming H={h} P={fragments}", Layout(**diloco, fragments=fragments)),
-            StudyRun(f"int4 H={h}", Layout(**diloco, outer_dtype="int4"))]
+    return [StudyRun("sync DP", Layout(data=WORKERS)),
+            StudyRun("one worker", Layout(data=1), batch_split=WORKERS, first_piece_only=True),
+            StudyRun(f"DiLoCo H={h}", diloco_layout(h, outer_lr)),
+            StudyRun(f"streaming H={h} P={fragments}",
+                     diloco_layout(h, outer_lr, fragments=fragments)),
+            StudyRun(f"int4 H={h}", diloco_layout(h, outer_lr, outer_dtype="int4"))]
 
 
 def diloco_rows(gaps, h: int = DILOCO_H, fragments: int = FRAGMENTS) -> list[Row]:
@@ -64,19 +74,15 @@ def diloco_rows(gaps, h: int = DILOCO_H, fragments: int = FRAGMENTS) -> list[Row
     return rows
 
 
-@figure("diloco", title="DiLoCo as the paper ran it: warm-started, 8 workers, against sync DP "
-                        "and one worker",
-        source="Douillard et al. 2023, DiLoCo (arXiv:2311.08105), abstract and §3; Streaming "
-               "DiLoCo (arXiv:2501.18512)",
-        tolerance=LOSS_TOLERANCE, evidence="measurement", slow=True, devices=8)
-def warm_started(runs, steps: int, warm: int, eval_every: int, layout=None):
+def warm_started(runs, steps: int, warm: int, eval_every: int, layout=None, seed: int = 0):
     """(the runs' final loss gaps, a chart of their eval losses): `warm` synchronous steps of
     the tiny model on `layout` (None: data over the devices), then every run of `runs` for
-    `steps` steps of 16 × 64 corpus tokens from that state (parex.lowcomm.studies)."""
+    `steps` steps of 16 × 64 corpus tokens from that state (parex.lowcomm.studies); `seed`:
+    the parameters' and batches' (TrainConfig.seed)."""
     from ..lowcomm.studies import final_gaps, loss_study, warm_up
 
     model = model_preset("tiny")
-    train = TrainConfig(global_batch=16, seq_len=64, steps=steps)
+    train = TrainConfig(global_batch=16, seq_len=64, steps=steps, seed=seed)
     start = warm_up(model, train, warm, layout=layout)
     frame = loss_study(model, train, runs, eval_every=eval_every, progress=False,
                        start=start, offset=warm)
@@ -88,6 +94,11 @@ def warm_started(runs, steps: int, warm: int, eval_every: int, layout=None):
     return final_gaps(frame), chart
 
 
+@figure("diloco", title="DiLoCo as the paper ran it: warm-started, 8 workers, against sync DP "
+                        "and one worker",
+        source="Douillard et al. 2023, DiLoCo (arXiv:2311.08105), abstract and §3; Streaming "
+               "DiLoCo (arXiv:2501.18512)",
+        tolerance=LOSS_TOLERANCE, evidence="measurement", slow=True, devices=8)
 def diloco() -> Figure:
     gaps, chart = warm_started(diloco_runs(), STEPS, WARM, eval_every=STEPS // 4)
     return Figure(diloco_rows(gaps), chart, [
@@ -165,23 +176,26 @@ def mechanism_runs(h: int = MECH_H):
     clusters = dict(CLUSTER, replica=2, inner_steps=h)
     return [StudyRun("AllReduce", Layout(stage=2, data=4, microbatches=2)),
             StudyRun(f"DiLoCo f32 H={h}", Layout(**clusters)),
+            StudyRun(f"DiLoCo int4 H={h}", Layout(**clusters, outer_dtype="int4")),
             StudyRun(f"DiLoCoX int4+delay H={h}", Layout(**clusters, outer_dtype="int4",
                                                         overlap=True))]
 
 
 def mechanism_rows(gaps, h: int = MECH_H) -> list[Row]:
+    """Each mechanism alone, then both against AllReduce: the compression is int4 over f32
+    (no delay), the delay int4 + delay over int4."""
     from ..lowcomm.exchange import QUANT_BLOCK
     from ..lowcomm.rounds import exchange_bytes_per_element
 
     last = gaps.set_index("run")
     sync, plain = last.loc["AllReduce"], last.loc[f"DiLoCo f32 H={h}"]
-    x = last.loc[f"DiLoCoX int4+delay H={h}"]
+    int4, x = last.loc[f"DiLoCo int4 H={h}"], last.loc[f"DiLoCoX int4+delay H={h}"]
     # the quantised exchange moves two collectives' payloads (all-to-all + all-gather) where
     # f32 moves one all-reduce's: the same wire share 2(R-1)/R, so the ratio is per element
     formula = exchange_bytes_per_element("int4", QUANT_BLOCK) / exchange_bytes_per_element(
         "f32", QUANT_BLOCK)
     return [Row("bytes per sync · int4 / f32 (compiled outer programs)", formula,
-                x.cross_replica_bytes / plain.cross_replica_bytes, "measured",
+                int4.cross_replica_bytes / plain.cross_replica_bytes, "measured",
                 Tolerance(0.95, 1.05, "the compiled exchange carries what the format says"),
                 note="4 bits a value plus a float32 scale per 256 values, over 4 bytes",
                 evidence="wiring"),
@@ -189,11 +203,14 @@ def mechanism_rows(gaps, h: int = MECH_H) -> list[Row]:
                 plain.eval_loss / sync.eval_loss, "measured",
                 note="Douillard et al. 2023 (arXiv:2311.08105), abstract: DiLoCo performs as "
                      "well as fully synchronous optimization"),
+            Row("final eval loss · compression alone: int4 / f32 exchange", 1.0,
+                int4.eval_loss / plain.eval_loss, "measured",
+                note="the compression alone; " + DILOCOX_SOURCE),
+            Row("final eval loss · delay alone: int4 + one-step delay / int4", 1.0,
+                x.eval_loss / int4.eval_loss, "measured", note=DELAY_NOTE),
             Row("final eval loss · DiLoCoX (int4, one-step delay) / AllReduce", 1.0,
-                x.eval_loss / sync.eval_loss, "measured", note=DILOCOX_SOURCE),
-            Row("final eval loss · DiLoCoX (int4, one-step delay) / DiLoCo f32", 1.0,
-                x.eval_loss / plain.eval_loss, "measured",
-                note="the two mechanisms alone; " + DILOCOX_SOURCE)]
+                x.eval_loss / sync.eval_loss, "measured",
+                note=DILOCOX_SOURCE + "; " + DELAY_CAUSE)]
 
 
 @figure("dilocox-mechanisms", title="DiLoCoX's one-step delay and compressed exchange, "
