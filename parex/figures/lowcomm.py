@@ -59,7 +59,8 @@ WHY_BEHIND = ("behind sync DP: each worker's 2 sequences are about a quarter of 
               "parex.lowcomm.noise_scale), so its inner AdamW steps are noise-dominated where "
               "sync DP's 16 sequences are past it; the outer optimizer is not the cause (outer lr "
               "0.35, 1.0 and H = 5, 20 end further behind than the paper's 0.7 at H = 10); 2 "
-              "workers of 8 sequences match AllReduce (dilocox-mechanisms); "
+              "workers of 8 sequences match AllReduce (dilocox-mechanisms) and 8 workers of 8 "
+              "halve the gap (6.6 %, closing); "
               "docs/results/2026-12-diloco-protocol.md")
 BEATS_ONE = Tolerance(0.0, 1.0, "below one worker's loss: DiLoCo's k workers beat the one "
                                 "worker that takes the same number of steps")
