@@ -36,9 +36,10 @@ def spread_tolerance(finals: dict, what: str, k: float = 1.0) -> Tolerance:
     values = np.array(list(finals.values()), dtype=float)
     s = float(values.std(ddof=1) / values.mean())
     seeds = ", ".join(str(seed) for seed in finals)
+    plural = "" if k == 1 else "s"
     return Tolerance(1 - k * s, 1 + k * s,
-                     f"within {k:g} standard deviation{'' if k == 1 else 's'} of {what}'s final eval loss over seeds "
-                     f"{seeds} ({s:.2%} each; docs/results/2026-12-diloco-protocol.md)")
+                     f"within {k:g} standard deviation{plural} of {what}'s final eval loss over "
+                     f"seeds {seeds} ({s:.2%} each; docs/results/2026-12-diloco-protocol.md)")
 
 
 # sync DP's final eval loss at this figure's setting per seed (its own parameters, batches and
