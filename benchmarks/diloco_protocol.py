@@ -11,9 +11,10 @@ loss and DiLoCo's ratio to sync DP per seed, then sync DP's seed-to-seed spread 
 deviation / mean), the spread the figure's loss tolerance is built from; writes DIR/
 diloco_protocol.csv.
 
-Cost: per seed one warm-up and 2 + (outer lrs) runs of `--steps` steps; 3 seeds with one outer
-lr took about 20 minutes on 2 CPU cores shared with other jobs (docs/results/
-2026-12-diloco-protocol.md).
+Cost: per seed one warm-up and 2 + (outer lrs) runs of `--steps` steps: 2–3 minutes per seed
+on 2 CPU cores at light load, 5–8 minutes per seed (`--sync-only`) when shared with other jobs at
+load 10 (docs/results/2026-12-diloco-protocol.md). `--noise-scale`: B_simple at each seed's warm
+start, about a minute per seed.
 """
 
 from __future__ import annotations
