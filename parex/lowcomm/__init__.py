@@ -10,18 +10,23 @@ axis, each taking H inner steps between outer synchronisations.
     studies.py    loss against bytes exchanged: sync DP beside DiLoCo on the same tokens, from
                   a sync-DP warm start (warm_up) as DiLoCo's paper ran it
     dilocox.py    DiLoCoX's headline (107B, 2 clusters, 1 Gb/s) predicted against AllReduce
+    noise_scale.py  the gradient noise scale B_simple (McCandlish et al. 2018): a worker's
+                  batch against it says whether its inner steps are noise-dominated
 
     Layout.parse("replica=4,data=2,inner_steps=50")      measured and predicted as any layout
     frame = loss_study(model, train, default_runs(8, 4, (10, 50)))   final_gaps(frame)
     start = warm_up(model, train, 100); loss_study(..., start=start, offset=100)
     dilocox_speedups()          DiLoCoX's speed-up over AllReduce per unread setting
+    model_noise_scale(model, start["params"], seq_len=64).b_simple     in sequences
     wan_sweep(scale_models(), "h100-sxm", 2, [1, 10, 100], wan_link(1.0))   time over a WAN
 """
 
 from .diloco import DiLoCo
 from .dilocox import cases_frame as dilocox_speedups
+from .noise_scale import model_noise_scale, noise_scale
 from .predict import predict_diloco, scale_models, wan_link, wan_sweep
 from .studies import StudyRun, default_runs, final_gaps, loss_study, warm_up
 
 __all__ = ["DiLoCo", "StudyRun", "default_runs", "dilocox_speedups", "final_gaps", "loss_study",
-           "predict_diloco", "scale_models", "wan_link", "wan_sweep", "warm_up"]
+           "model_noise_scale", "noise_scale", "predict_diloco", "scale_models", "wan_link",
+           "wan_sweep", "warm_up"]
