@@ -74,8 +74,8 @@ EXPECTED = {
              "warm-started, each of 8 workers takes 2 sequences, a quarter of the tiny model's "
              "gradient noise scale (B_simple ≈ 9 sequences), so their inner steps are noise-"
              "dominated where sync DP's 16 are past it; 10 outer rounds leave DiLoCo about 13 % "
-             "above sync DP (int4 with it; streaming's 11 % falls just inside the 11 % seed "
-             "spread); the outer lr and H are not the cause (0.35, 1.0, H = 5, 20 end further "
+             "above sync DP (int4 and streaming with it), against a paired ratio's 1.8 % seed "
+             "spread; the outer lr and H are not the cause (0.35, 1.0, H = 5, 20 end further "
              "behind); 8 workers of 8 sequences halve the gap, 2 workers of 8 match AllReduce "
              "(dilocox-mechanisms)")],
     "dilocox-mechanisms": [

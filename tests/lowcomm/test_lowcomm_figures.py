@@ -57,5 +57,8 @@ def test_the_loss_tolerance_is_k_standard_deviations_of_the_seed_spread():
     s = 0.1  # sample standard deviation 0.1 over mean 1.0
     assert (tol.lo, tol.hi) == pytest.approx((1 - 2 * s, 1 + 2 * s))
     assert "seeds 0, 1, 2" in tol.rule and "10.00%" in tol.rule
-    # the figure's own: from three measured seeds, a band around 1
-    assert len(fig.SYNC_DP_FINALS) >= 3 and fig.LOSS_TOLERANCE.lo < 1 < fig.LOSS_TOLERANCE.hi
+    # the figure's own: a paired ratio's spread over three measured seeds, a band around 1
+    # far narrower than sync DP's unpaired spread
+    assert len(fig.PAIRED_RATIOS) >= 3 and fig.LOSS_TOLERANCE.lo < 1 < fig.LOSS_TOLERANCE.hi
+    unpaired = fig.spread_tolerance(fig.SYNC_DP_FINALS, "sync DP")
+    assert fig.LOSS_TOLERANCE.hi - 1 < (unpaired.hi - 1) / 4
