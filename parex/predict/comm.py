@@ -12,6 +12,7 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   sums the matmul weights over data × fsdp, then their shard over expert)
                   (xla-cpu, fsdp inside pipeline stages: each backward op reduce-scatters its
                   chunk's gradients over fsdp, parallel.fsdp_stage; the rest is summed after)
+                  (xla-cpu, sharded gradients: the global norm's partial sums, a float per leaf)
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
                   (every parameter in the ideal program; xla-cpu: those layout.STATE_DIMS split)
     seq-embedding xla-cpu, seq inside pipeline stages: per microbatch the embedding's backward
@@ -316,7 +317,20 @@ def _grad_reduce_terms(step: _Step) -> list[Term]:
     out.append(Term("grad-reduce", "reduce-scatter", reduction.axes, count * rs,
                     reduction.bytes))
     out += _fsdp_in_stages(step.sizes, step.grid, step.grad_bytes, step.fsdp_piped)
-    return out + _embedding_lookup_terms(step, reduction.axes) + _routed_grad_terms(step)
+    return (out + _embedding_lookup_terms(step, reduction.axes) + _routed_grad_terms(step)
+            + _norm_partial_terms(step))
+
+
+def _norm_partial_terms(step: _Step) -> list[Term]:
+    """xla-cpu, gradients sharded over the batch axes (fsdp, ZeRO-2/3): the clipping's global
+    norm sums each sharded leaf's squares on its shard, then all-reduces one float32 per leaf
+    (XLA fuses them into other reductions; tiny fsdp=8: 15 leaves, 60 bytes; tiny-llama: 10;
+    fsdp by hand in a pipeline too: tiny fsdp=2,tensor=2,stage=2)."""
+    grid = step.grid
+    on = step.conv.name == "xla-cpu" and step.sizes.split_leaves > 0
+    count = 1.0 * (on & step.grads_sharded) * np.ones(len(grid))
+    return [Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.FSDP), count,
+                 4.0 * step.sizes.split_leaves * np.ones(len(grid)))]
 
 
 def _ideal_grad_reduce(step: _Step) -> _Reduction:

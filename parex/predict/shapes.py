@@ -79,6 +79,7 @@ class ModelSizes:
     shared_F: int = 0  # the shared experts' MLP width, S·F_e (in `groups`, a dense MLP)
     capacity_factor: float | None = None  # None: dropless (C = T)
     routed: tuple[int, ...] = (0, 0, 0, 0)  # routed experts' parameters per ROUTED_GROUPS entry
+    split_leaves: int = 0  # parameter arrays with a dim the state axes split (layout.state_dim)
 
     @property
     def n_mlp_in(self) -> int:
@@ -122,13 +123,15 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
     groups = dict.fromkeys(GROUPS, 0)
     routed = dict.fromkeys(ROUTED_GROUPS, 0)
     layer = hidden = 0
-    vectors, vector_leaves = [0, 0], [0, 0]
+    vectors, vector_leaves, split_leaves = [0, 0], [0, 0], 0
     entries = jax.tree.leaves(param_table(model), is_leaf=_is_entry)
     for shape, dims in entries:
         n = int(np.prod(shape))
         if "experts" in dims:  # routed experts: stacked, E over expert; D split as state
+            split_leaves += state_dim(dims) is not None
             routed[(int(state_dim(dims) is not None), int("expert_mlp" in dims))] += n
             continue
+        split_leaves += state_dim(dims) is not None
         if "hidden" in dims:
             vectors["layers" not in dims] += n
             vector_leaves["layers" not in dims] += 1
@@ -154,7 +157,7 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
                       (0 if model.tied_embeddings else D * V, final_norm),
                       tied=model.tied_embeddings, parallel=model.parallel_block,
                       window=model.sliding_window, causal=model.causal,
-                      readout_rows=1 if model.vision else 0, **moe)
+                      readout_rows=1 if model.vision else 0, split_leaves=split_leaves, **moe)
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.
