@@ -54,6 +54,23 @@ OUTER_DTYPES = ("f32", "bf16", "int8", "int4")  # DiLoCo's exchange (int: per-bl
 LOCAL_LOSSES = ("ce", "recon")  # schedule=local's objectives (parex.parallel.local)
 # The ZeRO stage at which each kind of model state becomes sharded over the data axis.
 ZERO_STAGE_SHARDING = {"opt": 1, "grad": 2, "param": 3}
+# The dims along which model state is partitioned over the state axes (`Layout.state_axes`:
+# fsdp, and data as far as the ZeRO stage says): a weight's D (`embed`, a routed expert's
+# `expert_embed`) and the D of the norms' scales and the D-sized biases (`hidden`). ZeRO
+# (Rajbhandari et al. 2020, arXiv:1910.02054, §5) and PyTorch FSDP's flat parameters partition
+# every parameter, so the 1-D ones are split too; D is one size for all of them, and validation
+# already asks the state shards to divide it. The few leaves with none of these dims (GPT's
+# QKV and MLP-input biases, whose dims are split over tensor; a MoE router's bias) stay
+# replicated in parex's step (parex.predict.memory counts them so; the ideal program's flat
+# buffer partitions them too). AxoNN's 3D rules keep `hidden` whole, as AxoNN does.
+STATE_DIMS = ("embed", "expert_embed", "hidden")
+
+
+def state_dim(dims) -> int | None:
+    """The index of the dim along which the state axes split a leaf of dims `dims` (STATE_DIMS;
+    a leaf has at most one), or None for a leaf they leave whole."""
+    found = [i for i, d in enumerate(dims) if d in STATE_DIMS]
+    return found[0] if found else None
 
 
 def is_dims(x) -> bool:
@@ -217,7 +234,7 @@ class Layout:
             "batch": data_axes,
             "seq": (Axis.SEQ,),
             "seq_res": (Axis.SEQ,) + (tensor if self.sp else ()),  # residual / LayerNorm region
-            "hidden": (),
+            "hidden": self.state_axes(kind) if kind != "act" else (),  # norms, D-sized biases
             "embed": self.state_axes(kind) if kind != "act" else (),
             "heads": tensor,
             "kv_heads": tensor,
@@ -246,7 +263,7 @@ class Layout:
             "batch": (Axis.DATA, Axis.FSDP, Axis.TENSOR_Z),
             "seq": (Axis.SEQ,),
             "seq_res": (Axis.SEQ,),
-            "hidden": (),
+            "hidden": (),  # norms and D-sized biases: whole, as AxoNN keeps them
             # state: ZeRO's data axis (state_axes) after X and Z, as in the 1D rules
             "embed": (Axis.TENSOR, Axis.TENSOR_Z) + self.state_axes(kind) if kind != "act" else (),
             "heads": y,
@@ -260,10 +277,14 @@ class Layout:
 
     def spec(self, dims: tuple[str | None, ...], kind: str = "act") -> PartitionSpec:
         """PartitionSpec for a tensor whose dims are named `dims` (None = never sharded)."""
-        rules = self.rules(kind)
+        rules, used = self.rules(kind), set()
         entries = []
         for dim in dims:
-            axes = tuple(a.value for a in rules[dim] if self.axis_sizes()[a] > 1) if dim else ()
+            # an axis splits one dim of a leaf: the first of its STATE_DIMS (state_dim), where
+            # a leaf has two (local learning's recon decoder, W[D_embed, D_hidden])
+            axes = tuple(a.value for a in rules[dim]
+                         if self.axis_sizes()[a] > 1 and a.value not in used) if dim else ()
+            used.update(axes)
             entries.append(None if not axes else axes[0] if len(axes) == 1 else axes)
         return PartitionSpec(*entries)
 

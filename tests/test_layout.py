@@ -66,6 +66,27 @@ def test_zero_stages_shard_state_progressively():
             assert layout.spec(dims, kind) == expected, (zero, kind)
 
 
+def test_zero_partitions_the_norms_and_d_sized_biases_too():
+    """ZeRO (arXiv:1910.02054, section 5) partitions every parameter: a norm's scale or a
+    D-sized bias, (L, D), is split along D like a weight's embed dim, stage by stage, and used
+    whole; GPT's b_in (L, F), split over tensor, has no D and stays whole over the batch axes."""
+    norm = ("layers", "hidden")
+    for zero, sharded in [(0, set()), (1, {"opt"}), (2, {"opt", "grad"}),
+                          (3, {"opt", "grad", "param"})]:
+        layout = Layout(data=8, zero=zero)
+        for kind in ("param", "grad", "opt"):
+            expected = P(None, "data") if kind in sharded else P(None, None)
+            assert layout.spec(norm, kind) == expected, (zero, kind)
+    fsdp = Layout(fsdp=2, tensor=4)
+    assert fsdp.spec(norm, "param") == P(None, "fsdp")
+    assert fsdp.spec(norm) == P(None, None)  # used whole
+    assert fsdp.spec(("layers", "mlp"), "param") == P(None, "tensor")
+    # a leaf with two state dims (local learning's recon decoder) is split along the first
+    assert fsdp.spec(("embed", "hidden"), "param") == P("fsdp", None)
+    # AxoNN's 3D program keeps norms and biases whole, as AxoNN does
+    assert Layout.parse("fsdp=2,tensor=1x2x2").spec(norm, "param") == P(None, None)
+
+
 def test_megatron_tensor_parallel_specs():
     layout = Layout(tensor=4, sp=True)
     assert layout.spec(("embed", "mlp"), "param") == P(None, "tensor")  # column-parallel W_in

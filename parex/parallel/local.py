@@ -63,7 +63,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ..model import transformer as gpt
-from ..layout import Axis, LayoutError, is_dims
+from ..layout import Axis, LayoutError, is_dims, state_dim
 from .fsdp_stage import ChunkShards
 from .stash import vary
 
@@ -245,12 +245,12 @@ def _manual_only(spec, manual) -> PartitionSpec:
 
 
 def _stage_shards(cfg, ops, dims) -> ChunkShards:
-    """How this device's per-stage tree is split over a manual fsdp axis: each leaf's embed dim
-    (fsdp_stage.ChunkShards, over the whole stage rather than one pipeline chunk) and its
+    """How this device's per-stage tree is split over a manual fsdp axis: each leaf's dim that
+    fsdp splits (layout.state_dim: a weight's embed dim, a norm's or D-sized bias's D;
+    fsdp_stage.ChunkShards, over the whole stage rather than one pipeline chunk) and its
     tensor split, which the gathers and reduce-scatters keep (a shard_map over tensor)."""
     plain = jax.tree.map(_leaf_dims, dims, is_leaf=is_dims)
-    embed = jax.tree.map(lambda d: d.index("embed") if "embed" in d else None, plain,
-                         is_leaf=is_dims)
+    embed = jax.tree.map(state_dim, plain, is_leaf=is_dims)
     specs = jax.tree.map(lambda d: ops.layout.spec(d, "param"), plain, is_leaf=is_dims)
     base = ChunkShards.of(cfg, ops)  # its automatic axes and mesh; the trees are the stage's
     return ChunkShards(embed, specs, base.free, base.mesh)
@@ -301,7 +301,7 @@ def local_grads(pipe: LocalPipeline, state, tokens, known):
         (queue, grads, total), _ = lax.scan(tick, (queue[0], zeros, total), jnp.arange(m))
         count = m - jnp.clip(lag - steps * m, 0, m)  # valid ticks of this stage this step
         norm = pipe.replicas * jnp.maximum(count, 1)
-        if shards is not None:  # dW -> dW[D_fsdp]; the leaves without an embed dim summed
+        if shards is not None:  # dW -> dW[D_fsdp]; the leaves fsdp does not split summed
             grads = shards.sum_unsharded(shards.scatter(grads))
         if DATA in batch:
             grads = lax.psum(grads, DATA)

@@ -12,7 +12,9 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   sums the matmul weights over data × fsdp, then their shard over expert)
                   (xla-cpu, fsdp inside pipeline stages: each backward op reduce-scatters its
                   chunk's gradients over fsdp, parallel.fsdp_stage; the rest is summed after)
+                  (xla-cpu, sharded gradients: the global norm's partial sums, a float per leaf)
     zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
+                  (every parameter in the ideal program; xla-cpu: those layout.STATE_DIMS split)
     seq-embedding xla-cpu, seq inside pipeline stages: per microbatch the embedding's backward
                   gathers its token ids and output cotangent over seq (ring: the zig-zag
                   position rows' cotangent too), as the tables are whole on every seq device
@@ -23,6 +25,8 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     seq-grads     xla-cpu, ring attention: the blocks' weight gradients, held split over seq
                   in the backward (each slice reduced over data), gathered for the update
     fsdp-gather   ZeRO-3/fsdp: each layer's weights in forward and backward   all-gather
+                  (the ideal program: each layer's flat buffer, every parameter; xla-cpu: the
+                  matrices by layer, the norms' scales and D-sized biases whole once a step)
                   (the projections' in FP8, 1 byte, under tensor-scaled FP8 recipes: predict.fp8)
     fp8-amax      FP8 recipes: one float32 amax per FP8 tensor, all-reduced (TE's delayed
                   scaling on a GPU: one buffer per microbatch)
@@ -155,6 +159,23 @@ def _elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None, layers=N
         if n and (embed is None or e == embed) and (layers is None or l == layers):
             total = total + n / ((grid.tensor if t else 1) * (grid.stage if l else 1))
     return total
+
+
+def _vector_elements(sizes: ModelSizes, grid: Grid, layers=None) -> np.ndarray:
+    """The norms' scales and D-sized biases per device before any batch-axis sharding (their D
+    is split like an embed dim, layout.STATE_DIMS), those stacked over layers or not when asked."""
+    stacked, unstacked = sizes.vectors
+    return (stacked / grid.stage * (layers is not False)
+            + unstacked * (layers is not True) * np.ones(len(grid)))
+
+
+def _partitioned_elements(sizes: ModelSizes, grid: Grid, layers=None) -> np.ndarray:
+    """Parameters whose state the batch axes partition, before that split: in parex's step the
+    weights with an embed dim and the vectors; in the ideal program every parameter, as ZeRO's
+    and FSDP's flat buffers hold them (Rajbhandari et al. 2020, §5)."""
+    split = _elements(sizes, grid, embed=True, layers=layers) + _vector_elements(sizes, grid,
+                                                                               layers)
+    return np.where(grid.executor, split, _elements(sizes, grid, layers=layers))
 
 
 def routed_elements(sizes: ModelSizes, grid: Grid, embed: bool | None = None) -> np.ndarray:
@@ -296,7 +317,20 @@ def _grad_reduce_terms(step: _Step) -> list[Term]:
     out.append(Term("grad-reduce", "reduce-scatter", reduction.axes, count * rs,
                     reduction.bytes))
     out += _fsdp_in_stages(step.sizes, step.grid, step.grad_bytes, step.fsdp_piped)
-    return out + _embedding_lookup_terms(step, reduction.axes) + _routed_grad_terms(step)
+    return (out + _embedding_lookup_terms(step, reduction.axes) + _routed_grad_terms(step)
+            + _norm_partial_terms(step))
+
+
+def _norm_partial_terms(step: _Step) -> list[Term]:
+    """xla-cpu, gradients sharded over the batch axes (fsdp, ZeRO-2/3): the clipping's global
+    norm sums each sharded leaf's squares on its shard, then all-reduces one float32 per leaf
+    (XLA fuses them into other reductions; tiny fsdp=8: 15 leaves, 60 bytes; tiny-llama: 10;
+    fsdp by hand in a pipeline too: tiny fsdp=2,tensor=2,stage=2)."""
+    grid = step.grid
+    on = step.conv.name == "xla-cpu" and step.sizes.split_leaves > 0
+    count = 1.0 * (on & step.grads_sharded) * np.ones(len(grid))
+    return [Term("grad-reduce", "all-reduce", (Axis.DATA, Axis.FSDP), count,
+                 4.0 * step.sizes.split_leaves * np.ones(len(grid)))]
 
 
 def _ideal_grad_reduce(step: _Step) -> _Reduction:
@@ -441,11 +475,16 @@ def _gather_terms(step: _Step) -> list[Term]:
     gathers of a D-sharded token table under tensor parallelism (`_xla_cpu_table_terms`)."""
     sizes, grid, param_bytes = step.sizes, step.grid, step.param_bytes
     zero12 = (grid.zero >= 1) & (grid.zero <= 2) & (grid.data > 1)
-    gathered = param_bytes * (_elements(sizes, grid, embed=True)
+    gathered = param_bytes * (_partitioned_elements(sizes, grid)
                               + routed_elements(sizes, grid, embed=True)) / grid.fsdp
     out = [Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12, gathered)]
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
-    layer_w = param_bytes * _elements(sizes, grid, embed=True, layers=True) / grid.stage_layers
+    # the ideal program gathers each layer's flat buffer, vectors and all; parex's step its
+    # weights by layer and the vectors whole once per step (`_vector_gather_terms`)
+    by_layer = np.where(grid.executor,
+                        _elements(sizes, grid, embed=True, layers=True),
+                        _partitioned_elements(sizes, grid, layers=True))
+    layer_w = param_bytes * by_layer / grid.stage_layers
     layer_w = layer_w + (fp8.gathered_layer_bytes(sizes, grid, step.precision, param_bytes)
                          - param_bytes * fp8.projection_elements(sizes, grid.tensor))
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP),
@@ -459,7 +498,23 @@ def _gather_terms(step: _Step) -> list[Term]:
                     routed_w))
     out.append(Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), 1.0 * fsdp,
                     _head_gather_bytes(step)))
-    return out + _xla_cpu_table_terms(step, fsdp)
+    return out + _vector_gather_terms(step, fsdp) + _xla_cpu_table_terms(step, fsdp)
+
+
+def _vector_gather_terms(step: _Step, fsdp) -> list[Term]:
+    """xla-cpu, state partitioned over the batch axes: the vectors (norms' scales, D-sized
+    biases; the busiest stage's layers' in a pipeline) gathered whole once per step, one
+    all-gather per leaf, of their mean size here: before the layers
+    (parex.model.transformer.whole_vectors), hoisted by XLA out of the microbatch loop
+    (tiny-llama fsdp=8 at 2 microbatches), or as they enter a pipeline that runs fsdp by hand
+    (parallel.fsdp_stage gathers only the weights: tiny fsdp=2,stage=2,microbatches=2)."""
+    sizes, grid = step.sizes, step.grid
+    leaves = sum(sizes.vector_leaves)
+    on = fsdp & grid.executor & (leaves > 0)
+    stacked, unstacked = sizes.vectors
+    held = stacked * grid.stage_layers / sizes.L + unstacked
+    return [Term("fsdp-gather", "all-gather", (Axis.DATA, Axis.FSDP), leaves * on,
+                 step.param_bytes * held / max(leaves, 1))]
 
 
 def _fp8_terms(step: _Step) -> list[Term]:
@@ -474,7 +529,9 @@ def _head_gather_bytes(step: _Step) -> np.ndarray:
     gathers only GPT's T/(s·t) position rows under SP, and not the token table where its
     lookup's output moves instead (`_Step.xla_embed`)."""
     sizes, grid, param_bytes = step.sizes, step.grid, step.param_bytes
-    head_w = param_bytes * _elements(sizes, grid, embed=True, layers=False)
+    head_w = param_bytes * np.where(grid.executor, _elements(sizes, grid, embed=True,
+                                                             layers=False),
+                                    _partitioned_elements(sizes, grid, layers=False))
     if step.conv.xla_embedding and sizes.family == "gpt":
         held = grid.T / (grid.tensor * grid.seq)
         head_w = head_w - param_bytes * grid.sp.astype(bool) * sizes.D * (sizes.T_max - held)

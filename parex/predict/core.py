@@ -39,7 +39,8 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
     model, chip, remat = setting.model, setting.cluster.chip, setting.train.remat
     sizes, emulated = model_sizes(model), setting.emulated
     conv, rec = program(setting), memory.recipe(setting.recipe)
-    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu", flash=setting.flash)
+    grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu", flash=setting.flash,
+                               splits_vectors=layout3d is None)
     # Megatron-LM's block (the recipe's compute counts it): its full remat repeats the whole block
     # (not in parex's compiled program, whose collectives xla-cpu counts)
     megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"

@@ -38,7 +38,7 @@ import jax
 import numpy as np
 
 from ..model import transformer as gpt
-from ..layout import Axis, Layout
+from ..layout import Axis, Layout, state_dim
 from ..record import Prediction
 from . import alpha_beta, memory, time
 from .comm import Term
@@ -53,8 +53,9 @@ def stage_parameters(sizes, layout: Layout) -> int:
 
 
 def stage_leaves(model, layout: Layout) -> list[tuple[int, bool, bool]]:
-    """(elements, has an embed dim, has a tensor-split dim) of each leaf of one stage's tree
-    (parallel.local: its L/p layers, the read-in, the readout, recon's D × D decoder)."""
+    """(elements, split by the state axes (layout.state_dim: an embed dim, or a norm's or
+    D-sized bias's D), has a tensor-split dim) of each leaf of one stage's tree (parallel.local:
+    its L/p layers, the read-in, the readout, recon's D × D decoder)."""
     table = gpt.param_table(model)
     entries = [(shape[0] // layout.stage * math.prod(shape[1:]), dims)
                for shape, dims in jax.tree.leaves(table["blocks"], is_leaf=_is_entry)]
@@ -62,7 +63,8 @@ def stage_leaves(model, layout: Layout) -> list[tuple[int, bool, bool]]:
                 for shape, dims in jax.tree.leaves(v, is_leaf=_is_entry)]
     if layout.local_loss == "recon":
         entries.append((model.hidden * model.hidden, ("embed", "hidden")))
-    return [(n, "embed" in dims, any(d in TENSOR_DIMS for d in dims)) for n, dims in entries]
+    return [(n, state_dim(dims) is not None, any(d in TENSOR_DIMS for d in dims))
+            for n, dims in entries]
 
 
 def _is_entry(x) -> bool:
@@ -77,7 +79,7 @@ def local_terms(sizes, grid: Grid, layout: Layout, act_bytes: int, model) -> lis
                         (forward) and before W_qkv and W_in (backward); the vocab-split
                         embedding's lookup; the readout's input gradient        tensor
         cross-entropy   m · 3 of b·T floats: the vocab-split logits' max, sum, target
-        fsdp-gather     the stage's embed-dim leaves, whole, once per step     all-gather, fsdp
+        fsdp-gather     the stage's leaves fsdp splits, whole, once per step   all-gather, fsdp
         grad-reduce     their gradients reduce-scattered once (fsdp); the other leaves all-
                         reduced over fsdp; every shard all-reduced over data
         zero-gather     ZeRO-1: the updated parameters gathered from the data shards
@@ -143,8 +145,9 @@ def per_microbatch(setting, sizes, grid: Grid, elements=0) -> dict:
 
 def stage_counts(model, layout: Layout) -> dict:
     """Parameters per device of one stage's tree: "stored" (split over tensor, and over fsdp
-    along embed), "held" during the step (fsdp's gathered whole: the weights and the gradients'
-    sum), "opt" (ZeRO-1: the AdamW moments of embed-dim leaves split over data too)."""
+    along their state dim, layout.state_dim), "held" during the step (fsdp's gathered whole: the
+    weights and the gradients' sum), "opt" (ZeRO-1: those leaves' AdamW moments split over data
+    too)."""
     t, f, d = layout.tensor, layout.fsdp, layout.data if layout.zero >= 1 else 1
     leaves = [(n / (t if split else 1), e) for n, e, split in stage_leaves(model, layout)]
     return {"stored": sum(n / (f if e else 1) for n, e in leaves),

@@ -115,11 +115,18 @@ def padded_state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarra
 
 
 def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed) -> np.ndarray:
-    """state_elements with each weight's embed dim cut into `embed` shards."""
+    """state_elements with each weight's embed dim, and the norms' and D-sized biases' D, cut
+    into `embed` shards (layout.STATE_DIMS). The few leaves with neither (GPT's QKV and MLP-input
+    biases, a router's bias) stay whole in parex's step; the ideal program partitions them too,
+    as ZeRO's and FSDP's flat buffers partition every parameter (Rajbhandari et al. 2020, §5)."""
+    flat = np.where(grid.executor | (not grid.splits_vectors), 1, embed)
     total = np.zeros(len(grid))
     for (e, t, l), n in zip(GROUPS, sizes.groups):
         if n and l:
-            total = total + n / ((embed if e else 1) * (grid.tensor if t else 1) * grid.stage)
+            total = total + n / ((embed if e else flat) * (grid.tensor if t else 1) * grid.stage)
+    # parex's step: the vectors (in the groups without an embed dim) split along D
+    vectors = grid.executor & grid.splits_vectors
+    total = total + np.where(vectors, sizes.vectors[0] / grid.stage * (1 / embed - 1), 0)
     # a mixture of experts' routed experts: W_in[E_EP, D_embed-shards, F_e,ETP] (EP the expert
     # group, ETP tensor or, folded, 1: W_in[E_expert·tensor, D, F_e])
     for (e, t), n in zip(ROUTED_GROUPS, sizes.routed):
@@ -138,6 +145,8 @@ def head_state_elements(sizes: ModelSizes, grid: Grid, embed) -> np.ndarray:
     gradient all-reduced with the first's, comm.tied-embedding)."""
     tokens, positions = sizes.embedding
     unembed, final_norm = sizes.head
+    if grid.splits_vectors:
+        final_norm = final_norm / embed  # split along D like the tables (layout.STATE_DIMS)
     if sizes.tied:
         unembed = np.where(grid.stage > 1, tokens, 0)
     first = (tokens / grid.tensor + positions) / embed

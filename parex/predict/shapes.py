@@ -8,8 +8,11 @@ kinds of dim it has, and that decides how it is sharded (layout.rules):
     embed  -> fsdp, and data too once the ZeRO stage shards that kind of state   (W[D_fsdp, ...])
     tensor -> heads, kv_heads, mlp or vocab, split over the tensor axis           (W[..., F_tensor])
     layers -> the stacked blocks, split over pipeline stages
+The norms' scales and the D-sized biases have no embed dim but are split along their D (`hidden`)
+like one (layout.STATE_DIMS): `ModelSizes.vectors` counts them apart, inside the groups.
 A mixture of experts' routed experts (parex.model.moe) are counted apart, in `ModelSizes.routed`, by
-whether they have an expert_embed dim (sharded as embed) and an expert_mlp dim (over tensor); all
+whether they have a dim the state axes split (expert_embed, or a bias's D) and an expert_mlp dim
+(over tensor); all
 of them are stacked blocks and split E over the expert axis: W_in[E_expert, D_fsdp, F_e,tensor].
 Everything else in a MoE block (attention, norms, the router W_r[D_fsdp, E], shared experts) is
 in `groups`, replicated over expert like any dense weight.
@@ -25,7 +28,8 @@ import jax
 import numpy as np
 
 from ..config import ModelConfig, TrainConfig
-from ..layout import CP_MODES, UNRESOLVED_SCHEDULE, Layout, resolved_microbatches
+from ..layout import (CP_MODES, UNRESOLVED_SCHEDULE, Layout, resolved_microbatches,
+                      state_dim)
 from ..model.transformer import param_table
 from ..model.moe.routing import slots
 from ..parallel.schedules import ALL_SCHEDULES
@@ -54,6 +58,11 @@ class ModelSizes:
     layer_params: int  # parameters of one block (a mixture's routed experts: routed_layer)
     hidden_params: int  # parameters with neither an embed nor a tensor dim (norms, biases on D;
     #                     routed experts' apart)
+    # the norms' scales and D-sized biases (a `hidden` dim: the state axes split their D like
+    # a weight's embed dim, layout.STATE_DIMS), routed experts' apart: (stacked over layers,
+    # not) elements, and (stacked, not) leaves; the `groups` count them as unsharded
+    vectors: tuple[int, int]
+    vector_leaves: tuple[int, int]
     T_max: int  # the model's longest sequence (GPT's position table has T_max rows)
     embedding: tuple[int, int] = (0, 0)  # (token table, GPT's position table) parameters
     head: tuple[int, int] = (0, 0)  # (unembedding, final norm) parameters; tied: (0, norm)
@@ -70,6 +79,7 @@ class ModelSizes:
     shared_F: int = 0  # the shared experts' MLP width, S·F_e (in `groups`, a dense MLP)
     capacity_factor: float | None = None  # None: dropless (C = T)
     routed: tuple[int, ...] = (0, 0, 0, 0)  # routed experts' parameters per ROUTED_GROUPS entry
+    split_leaves: int = 0  # parameter arrays with a dim the state axes split (layout.state_dim)
 
     @property
     def n_mlp_in(self) -> int:
@@ -113,12 +123,18 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
     groups = dict.fromkeys(GROUPS, 0)
     routed = dict.fromkeys(ROUTED_GROUPS, 0)
     layer = hidden = 0
+    vectors, vector_leaves, split_leaves = [0, 0], [0, 0], 0
     entries = jax.tree.leaves(param_table(model), is_leaf=_is_entry)
     for shape, dims in entries:
         n = int(np.prod(shape))
-        if "experts" in dims:  # routed experts: stacked, E over expert
-            routed[(int("expert_embed" in dims), int("expert_mlp" in dims))] += n
+        if "experts" in dims:  # routed experts: stacked, E over expert; D split as state
+            split_leaves += state_dim(dims) is not None
+            routed[(int(state_dim(dims) is not None), int("expert_mlp" in dims))] += n
             continue
+        split_leaves += state_dim(dims) is not None
+        if "hidden" in dims:
+            vectors["layers" not in dims] += n
+            vector_leaves["layers" not in dims] += 1
         key = (int("embed" in dims), int(any(d in TENSOR_DIMS for d in dims)),
                int("layers" in dims))
         groups[key] += n
@@ -136,11 +152,12 @@ def model_sizes(model: ModelConfig) -> ModelSizes:
                       model.head_dim, model.ffn, model.vocab,
                       sum(groups.values()) + sum(routed.values()),
                       tuple(groups[g] for g in GROUPS), len(entries), layer, hidden,
+                      tuple(vectors), tuple(vector_leaves),
                       model.seq_len, (read_in, positions),
                       (0 if model.tied_embeddings else D * V, final_norm),
                       tied=model.tied_embeddings, parallel=model.parallel_block,
                       window=model.sliding_window, causal=model.causal,
-                      readout_rows=1 if model.vision else 0, **moe)
+                      readout_rows=1 if model.vision else 0, split_leaves=split_leaves, **moe)
 
 
 # Layout fields read as columns, and the integer codes of the string-valued ones.
@@ -175,6 +192,9 @@ class Grid:
     B: int  # global batch (sequences per step)
     T: int  # tokens per sequence
     executor: bool = True  # the program parex's executor compiles (xla-cpu), not the ideal one
+    splits_vectors: bool = True  # ZeRO's and FSDP's state axes split the norms and biases too
+    # (layout.STATE_DIMS; the ideal program: every parameter); False: AxoNN's 3D program, which
+    # keeps them whole (its 1D equivalent's grid, parex.predict.tensor3d.equivalent)
     flash: bool = False  # flash attention (parex.model.attention): no scores kept, lse per row
 
     def __len__(self) -> int:

@@ -33,23 +33,34 @@ def test_data_parallel_all_reduces_every_gradient_once():
 def test_zero_stages_by_convention():
     gpu, cpu = by_kind(Layout(data=8, zero=2), "gpu"), by_kind(Layout(data=8, zero=2), "xla-cpu")
     assert gpu["reduce-scatter"] == 4 * N + 4 and gpu["all-reduce"] == 0  # sharded gradients
-    assert gpu["all-gather"] == 4 * EMBED_PARAMS  # updated parameters back from their shards
+    # updated parameters back from their shards: every one (ZeRO's flat buffer)
+    assert gpu["all-gather"] == 4 * N
     assert cpu["reduce-scatter"] == 0  # the CPU compiler all-reduces, then slices
     # ... and moves the token-embedding gradient by all-to-all instead (its lookup output)
     assert cpu["all-to-all"] == 2 * T * D * 4
-    assert cpu["all-reduce"] + 256 * D * 4 == 4 * N + 4
+    # + the global norm's partial sums: one float per sharded leaf (7 matrices, 8 vectors)
+    assert cpu["all-reduce"] + 256 * D * 4 == 4 * N + 4 + 4 * 15
     # ZeRO-1 updates a shard too, so its gradients are reduce-scattered: data parallelism's
     # volume, as the ZeRO paper's P_os (Rajbhandari et al. 2020, section 7) and Megatron-Core's
     # distributed optimizer
     zero1 = by_kind(Layout(data=8, zero=1), "gpu")
     assert zero1["reduce-scatter"] == 4 * N + 4 and zero1["all-reduce"] == 0
-    assert zero1["all-gather"] == 4 * EMBED_PARAMS
+    assert zero1["all-gather"] == 4 * N
+    # parex's step shards the matrices and the vectors (norms' scales, D-sized biases) only:
+    # GPT's QKV and MLP-input biases, (3 + 4) · D per layer, stay whole
+    step = predict(TINY, TRAIN, Layout(data=8, zero=2), "a100-80gb", convention="xla-cpu",
+                   **FP32)
+    gathers = sum(c["bytes"] for c in step.collectives if c["name"] == "zero-gather")
+    assert gathers == 4 * (N - L * 7 * D)
 
 
 def test_fsdp_gathers_each_layer_forward_and_backward():
     kinds = by_kind(Layout(fsdp=8), "gpu")
-    layers = 4 * 786432  # the stacked matrices, float32, twice (forward and backward)
-    assert kinds["all-gather"] == 2 * layers + 4 * (65536 + 16384)
+    # each layer's flat buffer, every parameter, float32, twice (forward and backward): the
+    # stacked matrices and each block's biases and norms (3D + 4D + 6D); then the tables and
+    # the final norm once
+    layers = 4 * (786432 + L * 13 * D)
+    assert kinds["all-gather"] == 2 * layers + 4 * (65536 + 16384 + 2 * D)
     assert kinds["reduce-scatter"] == 4 * N + 4
 
 
@@ -61,8 +72,9 @@ def test_fsdp_under_sp_gathers_inside_the_manual_regions_and_reduce_scatters_the
     layer_w = 4 * 786432 / 4  # the stacked matrices, float32, split by tensor
     head = 4 * 65536 / 4 + 4 * T / 4 * D  # tokens and unembed, and the positions' T/t rows
     positions = 4 * T * D / 2  # SP: each tensor shard's position gradient, gathered
+    vectors = 4 * (6 * L + 2) * D  # norms' scales and D-sized biases, whole, once
     fsdp_gathers = cpu["all-gather"] - (6 * L + 2) * x - positions  # SP's activations
-    assert fsdp_gathers == 2 * layer_w + head  # each layer forward and backward
+    assert fsdp_gathers == 2 * layer_w + head + vectors  # each layer forward and backward
     matrices = 4 * (786432 + 65536) / 4  # every matrix but the position table
     assert cpu["reduce-scatter"] == matrices + (4 * L + 2) * x  # + SP's activations
     assert plain["reduce-scatter"] == 0  # left to XLA: all-reduce, then slice

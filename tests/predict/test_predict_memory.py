@@ -1,6 +1,7 @@
 """Memory formulas against hand-computed values (the compiled-step checks are in
 test_predict_compiled.py)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -35,22 +36,37 @@ def test_parameter_groups_add_up_to_the_model():
     assert sizes.layer_params == (MATRICES + HEAD_BIASES + HIDDEN) // 4
 
 
+# what ZeRO's state axes split in parex's step: every weight's embed dim, and the D of the
+# norms' scales and D-sized biases (layout.STATE_DIMS); b_qkv and b_in stay whole
+SPLIT = MATRICES + TABLES + POSITIONS + HIDDEN + FINAL
+
+
 @pytest.mark.parametrize("layout, param, grad, opt", [
     (Layout(data=8), N, N, N),
-    # ZeRO shards whatever has an embed dim over data, from stage 1 (opt), 2 (grad), 3 (param)
-    (Layout(data=8, zero=1), N, N, N - (MATRICES + TABLES + POSITIONS) * 7 / 8),
-    (Layout(data=8, zero=2), N, N - (MATRICES + TABLES + POSITIONS) * 7 / 8,
-     N - (MATRICES + TABLES + POSITIONS) * 7 / 8),
-    (Layout(fsdp=8), *[N - (MATRICES + TABLES + POSITIONS) * 7 / 8] * 3),
+    # ZeRO shards those over data, from stage 1 (opt), 2 (grad), 3 (param)
+    (Layout(data=8, zero=1), N, N, N - SPLIT * 7 / 8),
+    (Layout(data=8, zero=2), N, N - SPLIT * 7 / 8, N - SPLIT * 7 / 8),
+    (Layout(fsdp=8), *[N - SPLIT * 7 / 8] * 3),
     # TP splits everything with a heads / kv_heads / mlp / vocab dim: not norms, D-biases, positions
     (Layout(tensor=8), *[(MATRICES + HEAD_BIASES + TABLES) / 8 + HIDDEN + FINAL + POSITIONS] * 3),
     (Layout(fsdp=2, tensor=4), *[MATRICES / 8 + TABLES / 8 + POSITIONS / 2 + HEAD_BIASES / 4
-                                 + HIDDEN + FINAL] * 3),
+                                 + (HIDDEN + FINAL) / 2] * 3),
 ])
 def test_state_elements_per_zero_stage_by_hand(layout, param, grad, opt):
     assert elements(layout, "param") == pytest.approx(param)
     assert elements(layout, "grad") == pytest.approx(grad)
     assert elements(layout, "opt") == pytest.approx(opt)
+
+
+def test_the_ideal_program_partitions_every_parameter():
+    """ZeRO's and FSDP's flat buffers (Rajbhandari et al. 2020, section 5) split every
+    parameter over N_d, the biases parex's step keeps whole too: 16Ψ/N_d at ZeRO-3."""
+    ideal = dataclasses.replace(grid(Layout(fsdp=8)), executor=False)
+    for kind in ("param", "grad", "opt"):
+        assert M.state_elements(model_sizes(TINY), ideal, kind)[0] == pytest.approx(N / 8)
+    zero1 = dataclasses.replace(grid(Layout(data=8, zero=1)), executor=False)
+    assert M.state_elements(model_sizes(TINY), zero1, "opt")[0] == pytest.approx(N / 8)
+    assert M.state_elements(model_sizes(TINY), zero1, "grad")[0] == pytest.approx(N)
 
 
 def test_argument_is_params_optimizer_and_batch_by_hand():
