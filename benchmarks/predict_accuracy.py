@@ -248,8 +248,7 @@ def published_tables() -> None:
     ok = (zero.parex_gb - zero.gb_per_device).abs() <= np.maximum(0.01 * zero.gb_per_device,
                                                                   digits)
     print(f"ZeRO Table 1 through predict()'s state memory: {ok.sum()} of {len(zero)} entries "
-          f"within 1 % or the paper's rounding; the others (ZeRO-3, N_d >= 64) carry parex's "
-          f"replicated biases and norms:")
+          f"within 1 % or the paper's rounding; the others:")
     print(table([[r.model, r.n_d, r.stage, r.gb_per_device, f"{r.parex_gb:.4g}", f"{r.ratio:.3f}"]
                  for r in zero[~ok].itertuples()], ["model", "N_d", "stage", "paper GB",
                                                     "parex GB", "ratio"]))

@@ -39,10 +39,6 @@ EXPECTED = {
         Miss("unexpected", "ratio", 1.3, 1.4,
              "the failure rate pools Meta's A100 research clusters (arXiv 2410.21680); Llama 3's "
              "H100 fleet had fewer unexpected interruptions per node-day")],
-    "zero-table1": [
-        Miss("P_os+g+p", "ratio", 1.0, 1.25,
-             "parex holds more than ZeRO-3's 16Ψ/N_d where little is left per device: it keeps "
-             "biases and norms replicated where ZeRO flattens and shards every parameter")],
     "axonn": [
         Miss("Frontier weak-scaling efficiency · 8,192", "ratio", 0.85, 0.9,
              "0.777 against 0.883: parex's best 80B layout on 8,192 GCDs reduces 2.5 GB of "

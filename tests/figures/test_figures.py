@@ -58,16 +58,14 @@ def test_predicted_figures_are_within_their_tolerance_or_miss_as_expected(fast_r
 
 
 def test_zero_table1_scores_every_cell(fast_results):
-    """All 54 cells scored, none out of scope: the five ZeRO-3 cells where parex's replicated
-    biases and norms exceed 1 % of ZeRO's share fail, and say by how much."""
+    """All 54 cells scored, none out of scope, every one within: parex partitions the norms'
+    scales and biases under ZeRO-3 as ZeRO partitions every parameter (docs/layouts.md), so even
+    where little is left per device (N_d = 1024) parex holds ZeRO's 16Ψ/N_d."""
     result = fast_results["zero-table1"]
     assert len(result.rows) == 54 and result.tally().scored == 54
-    off = [r for r in result.rows if not result.within(r)]
-    assert {(r.quantity.split(" · ")[0], r.quantity.split(" · ")[1]) for r in off} == {
-        ("7.5B", "N_d=64"), ("7.5B", "N_d=256"), ("7.5B", "N_d=1024"), ("1T", "N_d=256"),
-        ("1T", "N_d=1024")}
-    assert all("P_os+g+p" in r.quantity and r.ratio > 1 and "over 16Ψ/N_d" in r.note
-               for r in off)
+    assert all(result.within(r) for r in result.rows)
+    far = [r for r in result.rows if "P_os+g+p" in r.quantity and "N_d=1024" in r.quantity]
+    assert far and all(abs(r.ratio - 1) < 0.05 for r in far)
 
 
 def test_megatron_is_leave_one_out_and_scored_as_tflops(fast_results):
