@@ -7,9 +7,9 @@ For each seed (parameters and batches, `TrainConfig.seed`): the gallery's warm-u
 data = 8), then from that checkpoint sync DP, one worker alone and DiLoCo's 8 workers (one
 emulated device each, 2 sequences per inner step, H inner steps) for every outer learning rate
 given, on the same tokens (parex.figures.lowcomm.warm_started). Prints each run's final eval
-loss and DiLoCo's ratio to sync DP per seed, then sync DP's seed-to-seed spread (standard
-deviation / mean), the spread the figure's loss tolerance is built from; writes DIR/
-diloco_protocol.csv.
+loss and its ratio to sync DP per seed, then each run's seed-to-seed spread (standard deviation
+/ mean) of both: the ratio's is the paired spread the figure's loss tolerance is built from
+(parex.figures.lowcomm.PAIRED_RATIOS); writes DIR/diloco_protocol.csv.
 
 Cost: per seed one warm-up and 2 + (outer lrs) runs of `--steps` steps: 2–3 minutes per seed
 on 2 CPU cores at light load, 5–8 minutes per seed (`--sync-only`) when shared with other jobs at
@@ -75,9 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     spread["std_over_mean"] = spread["std_eval"] / spread["mean_eval"]
     print("\nover seeds (std: sample standard deviation, n − 1)")
     print(spread.to_string())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "diloco_protocol.csv", index=False)
+    frame.to_csv(Path(args.out) / "diloco_protocol.csv", index=False)
     return 0
 
 

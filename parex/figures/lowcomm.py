@@ -67,10 +67,10 @@ WHY_BEHIND = ("behind sync DP: each worker's 2 sequences are about a quarter of 
               "workers of 8 sequences match AllReduce (dilocox-mechanisms) and 8 workers of 8 "
               "halve the gap (6.6 %, closing); "
               "docs/results/2026-12-diloco-protocol.md")
-# The same ratio on seeds 0, 1, 2 (paired: each seed's own start, tokens and held-out batches):
-# 1.127, 1.092, 1.095, spread 1.8 % (benchmarks/diloco_protocol.py --seeds 1,2, 2026-12-05).
-PAIRED = ("DiLoCo / sync DP is 1.127, 1.092, 1.095 on seeds 0, 1, 2, a paired spread of 1.8 %: "
-          "plain DiLoCo is behind on every seed, and this run behind it for the same reason")
+PAIRED = (f"DiLoCo / sync DP is {', '.join(f'{r:.3f}' for r in PAIRED_RATIOS.values())} on "
+          f"seeds {', '.join(map(str, PAIRED_RATIOS))}, a paired spread of "
+          f"{(LOSS_TOLERANCE.hi - 1) * 100:.1f} %: plain DiLoCo is behind on every seed, and this run "
+          f"behind it for the same reason")
 BEATS_ONE = Tolerance(0.0, 1.0, "below one worker's loss: DiLoCo's k workers beat the one "
                                 "worker that takes the same number of steps")
 
