@@ -246,11 +246,13 @@ class Layout:
             # (expert, and tensor when folded), their own D sharded as `embed` (the expert axis
             # already splits them), F_e over tensor unless it is folded into the group; folded,
             # the dispatch buffer's C slots are split over tensor (its devices hold the same
-            # tokens: each sends its share of the slots, as Megatron's SP splits the tokens)
+            # tokens: each sends its share of the slots, as Megatron's SP splits the tokens);
+            # under seq (never folded: validation) they are split over seq, each seq device
+            # running the experts on C/s of them (MeshOps.dispatch), not all s on all C
             "experts": self.expert_axes,
             "expert_embed": self.state_axes(kind) if kind != "act" else (),
             "expert_mlp": () if self.folds_experts else tensor,
-            "capacity": tensor if self.folds_experts else (),
+            "capacity": tensor if self.folds_experts else (Axis.SEQ,),
         }
 
     def _rules_3d(self, kind: str) -> dict[str, tuple[Axis, ...]]:

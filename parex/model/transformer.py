@@ -110,6 +110,15 @@ class Ops:
         the layout stores them in order."""
         return None
 
+    def dispatch(self, mask, x):
+        """A mixture of experts' dispatch buffer x_e[B, E, C, D] = Σ_t mask[B, T, E, C]·x[B, T, D]
+        (parex.model.moe.layer)."""
+        return jnp.einsum("btec,btd->becd", mask.astype(x.dtype), x)
+
+    def combine(self, mask, out):
+        """The experts' outputs back to the tokens: y[B, T, D] = Σ_{e,c} mask[B, T, E, C]·out[B, E, C, D]."""
+        return jnp.einsum("btec,becd->btd", mask.astype(out.dtype), out)
+
     def experts(self, ffn, slots, weights, dims):
         """A mixture of experts' expert MLPs, ffn(slots, weights, reduce), on the dispatch buffer
         (B, E, C, D); `dims` names the weights' dims (parex.model.moe.layer)."""

@@ -13,7 +13,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 
 from ..layout import Axis, Layout, is_dims, spec_axes
 from ..model.transformer import Ops
-from ..model.moe.layer import SLOTS
+from ..model.moe.layer import MASKS, SLOTS, TOKENS
 from .context import ring_attention, ulysses_attention, zigzag, zigzag_positions
 from .nested import nested_shard_map
 
@@ -200,6 +200,34 @@ class MeshOps(Ops):
         return self.manual(local, (u_dims, Weight(w_dims)), RESIDUAL)(u, w)
 
     # --- expert parallelism (parex.model.moe.layer) ---------------------------------------------------
+
+    def dispatch(self, mask, x):
+        """Under seq, each device holds T/s of the tokens and the slots are split over seq
+        (SLOTS' `capacity`): its partial sums of the whole buffer, reduce-scattered over seq,
+        leave it C/s of the slots, whose experts only it runs. XLA's partitioner would
+        all-reduce the partial sums and slice them instead (twice the bytes on the CPU)."""
+        if self.layout.seq == 1:
+            return super().dispatch(mask, x)
+        seq = Axis.SEQ.value
+
+        def local(mask, x):  # (b, T/s, E, C), (b, T/s, D) -> (b, E, C/s, D)
+            partial_slots = jnp.einsum("btec,btd->becd", mask.astype(x.dtype), x)
+            return jax.lax.psum_scatter(partial_slots, seq, scatter_dimension=2, tiled=True)
+
+        return self.manual(local, (MASKS, TOKENS), SLOTS)(mask, x)
+
+    def combine(self, mask, out):
+        """Under seq: the experts' outputs of all C slots gathered over seq, each device
+        combining them into its own T/s tokens (the backward reduce-scatters their gradient)."""
+        if self.layout.seq == 1:
+            return super().combine(mask, out)
+        seq = Axis.SEQ.value
+
+        def local(mask, out):  # (b, T/s, E, C), (b, E, C/s, D) -> (b, T/s, D)
+            whole = jax.lax.all_gather(out, seq, axis=2, tiled=True)
+            return jnp.einsum("btec,becd->btd", mask.astype(out.dtype), whole)
+
+        return self.manual(local, (MASKS, SLOTS), TOKENS)(mask, out)
 
     def experts(self, ffn, slots, weights, dims):
         """The dispatch buffer x_e[B, E, C, D] (B split over data, fsdp and expert) to the

@@ -919,7 +919,11 @@ def moe_terms(step: _Step) -> list[Term]:
     remat) and so are the input gradients of their column-parallel matrices (backward: one
     per input matrix, SwiGLU's two merged by XLA into one op of twice the bytes).
     Folded (MoE parallel folding, expert_tensor=1: the group is expert × tensor, each expert
-    whole) each tensor device sends its 1/t of the slots (`folded_terms`)."""
+    whole) each tensor device sends its 1/t of the slots (`folded_terms`). Under seq each device
+    holds T/s of the tokens and C/s of the slots (MeshOps.dispatch): its partial sums of the
+    whole buffer are reduce-scattered over seq, the outputs all-gathered back for the combine,
+    and the backward runs their transposes (full remat's forward both again); the ideal program
+    dispatches each seq device's own tokens and moves nothing over seq."""
     sizes, grid, conv = step.sizes, step.grid, step.conv
     if not sizes.moe:
         return []
@@ -929,11 +933,35 @@ def moe_terms(step: _Step) -> list[Term]:
     folded = grid.fold > 1
     tp = ((grid.tensor > 1) & ~folded) * 1.0
     beside = conv.overlaps_tp_backward
-    return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT,),
+    seq = (2 + full) * m_l * (grid.seq > 1) * grid.executor
+    whole = buffer * grid.seq  # the seq devices' partial sums of every slot
+    return [Term("moe-dispatch", "reduce-scatter", (Axis.SEQ,), seq, whole),
+            Term("moe-combine", "all-gather", (Axis.SEQ,), seq, whole)] + routing_terms(step) + [
+            Term("moe-dispatch", "all-to-all", (Axis.EXPERT,),
                  (4 + 2 * full) * m_l * (grid.expert > 1) * ~folded, buffer),
             Term("tp", "all-reduce", (Axis.TENSOR,), (1 + full) * m_l * tp, buffer),
             Term("tp-beside-wgrad" if beside else "tp", "all-reduce", (Axis.TENSOR,),
                  sizes.n_mlp_in * m_l * tp, buffer)] + folded_terms(step, folded, buffer)
+
+
+def routing_terms(step: _Step) -> list[Term]:
+    """The router's sums over a sequence split over seq, per block and microbatch, as XLA
+    partitions parex's routing (parex.model.moe.routing; read off tiny-moe's compiled steps,
+    b = 4-16, s = 2-8): the slots go by position over the whole sequence, so the int32 one-hot
+    choices (b, T, k, E) are gathered whole (all-gathered; all-reduced under ring attention,
+    whose zig-zag order is undone by a gather across the shards), again in full remat's
+    recomputed forward; the per-sequence load statistics (b·k·E counts and one scalar) are
+    all-reduced, and under full remat the router's mean probabilities (b·E) too."""
+    sizes, grid = step.sizes, step.grid
+    full = 1 if step.remat == "full" else 0
+    m_l = grid.microbatches * grid.stage_layers * (grid.seq > 1) * grid.executor
+    ring = grid.cp == CP_MODES.index("ring")
+    choices = grid.b * grid.T * sizes.k * sizes.E * 4
+    return [Term("moe-route", "all-reduce", (Axis.SEQ,), (1 + full) * m_l * ring, choices),
+            Term("moe-route", "all-gather", (Axis.SEQ,), (1 + full) * m_l * ~ring, choices),
+            Term("moe-route", "all-reduce", (Axis.SEQ,), 1.0 * m_l,
+                 (grid.b * sizes.k * sizes.E + 1) * 4),
+            Term("moe-route", "all-reduce", (Axis.SEQ,), full * m_l, grid.b * sizes.E * 4)]
 
 
 def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Term]:

@@ -221,11 +221,15 @@ def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     twice, and the experts' hidden terms as the dense MLP's, 6·(E, C, F_e/t); plus the
     shared experts' (a dense MLP, 6·S·F_e/t per token) and the router's logits and
     probabilities (2·E per token). Folded (expert_tensor=1) the tensor devices split C and hold
-    whole experts: every (E, C) term over fold = tensor, the hidden terms F_e over ETP = 1."""
+    whole experts: every (E, C) term over fold = tensor, the hidden terms F_e over ETP = 1.
+    Under seq a device holds T/s tokens and C/s slots, and the combine keeps the experts'
+    outputs of all C slots as it gathered them (MeshOps.combine: its mask's gradient needs
+    them), E·C·D more per sequence."""
     t, E, C = grid.tensor, sizes.E, sizes.capacity(grid.T)
     per_sequence = E * C / grid.fold * ((sizes.k + 2) * grid.T + 2 * sizes.D
                                         + 6 * sizes.Fe / grid.expert_tensor)
-    return per_sequence / grid.T + 6 * sizes.shared_F / t + 2 * E
+    gathered = np.where(grid.seq > 1, E * C * sizes.D * grid.seq, 0)
+    return (per_sequence + gathered) / grid.T + 6 * sizes.shared_F / t + 2 * E
 
 
 def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_bytes: int):

@@ -174,6 +174,27 @@ def test_dispatch_is_four_all_to_alls_per_block_over_expert():
         (("expert",), 4 * TINY_MOE.layers, b * E * routing.capacity(TINY_MOE, T) * D * 4)]
 
 
+def test_sequence_devices_split_the_slots_not_repeat_them():
+    """Under seq each device runs the experts on C/s of the slots, reduce-scattered from its
+    tokens' partial sums, so a seq=4 step does a data-parallel step's matmuls (before, every
+    seq device ran every expert on all C slots: 5x data=8's FLOPs at seq=8)."""
+    from parex.measure.compiled import compiled_stats
+
+    def stats(text):
+        step, compiled, _ = compile_layout(TINY_MOE, TRAIN, Layout.parse(text))
+        return compiled_stats(compiled, step)
+
+    dp, sp = stats("data=8"), stats("seq=4,cp=ulysses,data=2")
+    assert sp["matmul_flops_per_device"] / dp["matmul_flops_per_device"] == \
+        pytest.approx(1.0, abs=0.01)
+    split = {c.kind: c for c in sp["collectives"] if c.axes == ("seq",) and c.bytes > 2 ** 20}
+    b = TRAIN.global_batch // 2  # sequences per data replica
+    whole = b * TINY_MOE.experts * TINY_MOE.seq_len * TINY_MOE.hidden * 4  # b·E·C·D, C = T
+    assert (split["reduce-scatter"].count, split["reduce-scatter"].bytes) == \
+        (2 * TINY_MOE.layers, whole)  # the dispatch forward, the combine's transpose backward
+    assert (split["all-gather"].count, split["all-gather"].bytes) == (2 * TINY_MOE.layers, whole)
+
+
 @pytest.mark.slow  # a minute of compiles on 2 cores
 def test_expert_layout_trains_as_data_parallel_and_reports_its_router():
     """The issue's check: data=2,expert=4 gives data=8's losses over 3 steps (1e-5)."""

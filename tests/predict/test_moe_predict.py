@@ -32,7 +32,8 @@ def compare(spec, model=TINY_MOE, remat="none"):
 # the five layouts of issue 32, about 4 s of compiling each; MoE parallel folding (issue 43):
 # DeepSeek-V3's in small, attention data=4 × tensor=2, the experts over all 8 devices
 LAYOUTS = ["data=2,expert=4", "expert=8", "fsdp=2,expert=4", "data=2,expert=2,tensor=2",
-           "data=2,expert=4,zero=1", "expert=4,tensor=2,expert_tensor=1"]
+           "data=2,expert=4,zero=1", "expert=4,tensor=2,expert_tensor=1",
+           "seq=2,cp=ulysses,expert=4"]  # the slots split over seq (MeshOps.dispatch)
 
 
 @pytest.mark.parametrize("spec", LAYOUTS)
@@ -63,9 +64,27 @@ def test_collectives_memory_and_flops_match_the_compiled_step(spec):
     ("data=2,expert=2,tensor=2,expert_tensor=1,zero=1", {}, "none"),
     ("expert=4,tensor=2,expert_tensor=1,sp=on", {}, "none"),
     ("expert=4,tensor=2,expert_tensor=1", {}, "full"),
-    ("expert=4,tensor=2,expert_tensor=1", {"capacity_factor": 1.25}, "none")])
+    ("expert=4,tensor=2,expert_tensor=1", {"capacity_factor": 1.25}, "none"),
+    ("seq=4,cp=ulysses,data=2", {}, "none"), ("seq=2,cp=ulysses,expert=2,data=2", {}, "full"),
+    ("seq=2,cp=ulysses,expert=2,tensor=2", {"capacity_factor": 1.25}, "none")])
 def test_more_moe_steps_match(spec, changes, remat):
     check(*compare(spec, TINY_MOE.replace(**changes), remat))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, remat", [("seq=2,cp=ring,expert=4", "full"),
+                                         ("seq=8,cp=ring", "none")])
+def test_ring_attention_gathers_the_routing_by_all_reduce(spec, remat):
+    """Under ring attention the routing undoes the zig-zag order with a gather across the
+    shards, which XLA partitions as an all-reduce (comm.routing_terms); the slots are split
+    over seq as under Ulysses. (Ring attention's own matmul count is test_predict_flops'.)"""
+    p, measured = compare(spec, remat=remat)
+    assert p.memory_bytes_per_device["total"] / measured["memory_bytes_per_device"]["total"] \
+        == pytest.approx(1.0, abs=0.10)
+    kinds = bytes_by_kind(measured["collectives"])
+    for kind in KINDS:
+        assert p.comm_bytes_per_device[kind] == pytest.approx(kinds[kind], rel=1e-5,
+                                                              abs=128), kind
 
 
 @pytest.mark.slow

@@ -56,10 +56,9 @@ def moe_mlp(x, p, cfg: ModelConfig, ops):
     dispatch, combine = routing.dispatch_and_combine(gates, choice, cfg.experts, C,
                                                      ops.seq_positions(T))
     dispatch, combine = (ops.constrain(m, MASKS) for m in (dispatch, combine))
-    slots = jnp.einsum("btec,btd->becd", dispatch.astype(x.dtype), x)
-    slots = ops.constrain(slots, SLOTS)
+    slots = ops.constrain(ops.dispatch(dispatch, x), SLOTS)
     weights = {n: w for n, w in p["experts"].items()}
     out = ops.experts(lambda s, w, reduce: expert_ffn(s, w, reduce, cfg.family), slots, weights,
                       {n: EXPERT_DIMS[n] for n in weights})
-    y = jnp.einsum("btec,becd->btd", combine.astype(x.dtype), ops.constrain(out, SLOTS))
+    y = ops.combine(combine, ops.constrain(out, SLOTS))
     return ops.constrain(y, TOKENS), routing.aux_stats(choice, probs, logits, dispatch, cfg.experts)
