@@ -31,6 +31,7 @@ from .attention import naive_attention as attention_core  # noqa: F401 (its old 
 from ..config import ModelConfig
 from ..layout import is_dims
 from .moe import routing
+from .moe import layer as moe_layer
 from .moe.layer import moe_mlp
 
 
@@ -111,17 +112,17 @@ class Ops:
         return None
 
     def dispatch(self, mask, x):
-        """A mixture of experts' dispatch buffer x_e[B, E, C, D] = Σ_t mask[B, T, E, C]·x[B, T, D]
+        """A mixture of experts' dispatch buffer x_e[E, B, C, D] = Σ_t mask[B, T, E, C]·x[B, T, D]
         (parex.model.moe.layer)."""
-        return jnp.einsum("btec,btd->becd", mask.astype(x.dtype), x)
+        return jnp.einsum(moe_layer.DISPATCH, mask.astype(x.dtype), x)
 
     def combine(self, mask, out):
-        """The experts' outputs back to the tokens: y[B, T, D] = Σ_{e,c} mask[B, T, E, C]·out[B, E, C, D]."""
-        return jnp.einsum("btec,becd->btd", mask.astype(out.dtype), out)
+        """The experts' outputs back to the tokens: y[B, T, D] = Σ_{e,c} mask[B, T, E, C]·out[E, B, C, D]."""
+        return jnp.einsum(moe_layer.COMBINE, mask.astype(out.dtype), out)
 
     def experts(self, ffn, slots, weights, dims):
         """A mixture of experts' expert MLPs, ffn(slots, weights, reduce), on the dispatch buffer
-        (B, E, C, D); `dims` names the weights' dims (parex.model.moe.layer)."""
+        (E, B, C, D); `dims` names the weights' dims (parex.model.moe.layer)."""
         return ffn(slots, weights, lambda y: y)
 
     def weighted(self, fn, x, params):

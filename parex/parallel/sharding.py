@@ -13,7 +13,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 
 from ..layout import Axis, Layout, is_dims, spec_axes
 from ..model.transformer import Ops
-from ..model.moe.layer import MASKS, SLOTS, TOKENS
+from ..model.moe.layer import COMBINE, DISPATCH, MASKS, SLOTS, TOKENS
 from .context import ring_attention, ulysses_attention, zigzag, zigzag_positions
 from .nested import nested_shard_map
 
@@ -208,11 +208,13 @@ class MeshOps(Ops):
         all-reduce the partial sums and slice them instead (twice the bytes on the CPU)."""
         if self.layout.seq == 1:
             return super().dispatch(mask, x)
-        seq = Axis.SEQ.value
+        seq, s = Axis.SEQ.value, self.layout.seq
 
-        def local(mask, x):  # (b, T/s, E, C), (b, T/s, D) -> (b, E, C/s, D)
-            partial_slots = jnp.einsum("btec,btd->becd", mask.astype(x.dtype), x)
-            return jax.lax.psum_scatter(partial_slots, seq, scatter_dimension=2, tiled=True)
+        def local(mask, x):  # (b, T/s, E, C), (b, T/s, D) -> (E, b, C/s, D)
+            partial_slots = jnp.einsum(DISPATCH, mask.astype(x.dtype), x)
+            E, b, C, D = partial_slots.shape  # the shards' blocks leading, as XLA:CPU scatters
+            blocks = jnp.moveaxis(partial_slots.reshape(E, b, s, C // s, D), 2, 0)
+            return jax.lax.psum_scatter(blocks, seq, scatter_dimension=0)
 
         return self.manual(local, (MASKS, TOKENS), SLOTS)(mask, x)
 
@@ -221,18 +223,19 @@ class MeshOps(Ops):
         combining them into its own T/s tokens (the backward reduce-scatters their gradient)."""
         if self.layout.seq == 1:
             return super().combine(mask, out)
-        seq = Axis.SEQ.value
+        seq, s = Axis.SEQ.value, self.layout.seq
 
-        def local(mask, out):  # (b, T/s, E, C), (b, E, C/s, D) -> (b, T/s, D)
-            whole = jax.lax.all_gather(out, seq, axis=2, tiled=True)
-            return jnp.einsum("btec,becd->btd", mask.astype(out.dtype), whole)
+        def local(mask, out):  # (b, T/s, E, C), (E, b, C/s, D) -> (b, T/s, D)
+            E, b, c, D = out.shape
+            whole = jnp.moveaxis(jax.lax.all_gather(out, seq), 0, 2).reshape(E, b, s * c, D)
+            return jnp.einsum(COMBINE, mask.astype(out.dtype), whole)
 
         return self.manual(local, (MASKS, SLOTS), TOKENS)(mask, out)
 
     def experts(self, ffn, slots, weights, dims):
-        """The dispatch buffer x_e[B, E, C, D] (B split over data, fsdp and expert) to the
+        """The dispatch buffer x_e[E, B, C, D] (B split over data, fsdp and expert) to the
         devices that hold each expert and back: an all-to-all over the expert group splits E and
-        gathers B (x_e[ep·B_local, E/ep, C, D]), each device runs its experts, and the transposed
+        gathers B (x_e[E/ep, ep·B_local, C, D]), each device runs its experts, and the transposed
         all-to-all returns the slots. Unfolded, the group is `expert` and F_e is split over
         tensor (the partial outputs psum'd); folded (expert_tensor=1) the group is expert ×
         tensor, each tensor device sending its C/t of the slots (SLOTS' `capacity`), and every
@@ -247,10 +250,10 @@ class MeshOps(Ops):
 
         def local(slots, weights):
             weights = {n: self.gather_weight(w, dims[n]) for n, w in weights.items()}
-            if group:  # (b, E, C, D) -> (ep·b, E/ep, C, D)
-                slots = jax.lax.all_to_all(slots, group, 1, 0, tiled=True)
+            if group:  # (E, b, C, D) -> (E/ep, ep·b, C, D)
+                slots = jax.lax.all_to_all(slots, group, 0, 1, tiled=True)
             out = ffn(slots, weights, reduce)
-            return jax.lax.all_to_all(out, group, 0, 1, tiled=True) if group else out
+            return jax.lax.all_to_all(out, group, 1, 0, tiled=True) if group else out
 
         w_dims = {n: Weight(d) for n, d in dims.items()}
         return self.manual(local, (SLOTS, w_dims), SLOTS)(slots, weights)

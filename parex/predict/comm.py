@@ -61,7 +61,7 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
     tied-embedding tied tables: the first and last stages' gradients of the token table summed
                   over stage (Megatron-LM); xla-cpu: the output layer's share reduced apart
     moe-dispatch  a mixture of experts under expert parallelism: the dispatch buffer
-                  x_e[b, E, C, D] to the experts' devices and back (all-to-all over expert), 2
+                  x_e[E, b, C, D] to the experts' devices and back (all-to-all over expert), 2
                   per block forward, their 2 transposes backward, 2 more under full remat;
                   b·E·C·D elements per op in parex's padded program, b·k·T·D in the ideal
                   ragged one (`dispatch_slots`); with tensor parallelism the experts' split F_e
@@ -911,7 +911,7 @@ def dispatch_slots(sizes: ModelSizes, grid: Grid) -> np.ndarray:
 
 def moe_terms(step: _Step) -> list[Term]:
     """A mixture of experts, per block and microbatch (parex.model.moe.layer). Expert parallelism:
-    the dispatch buffer x_e[b, E, C, D] (b sequences per device, `dispatch_slots` slots each)
+    the dispatch buffer x_e[E, b, C, D] (b sequences per device, `dispatch_slots` slots each)
     goes to the experts' devices by an all-to-all over expert and comes back by a second; the
     backward runs their two transposes; full remat's recomputed forward both again (the
     combine's backward needs the experts' output, for the gates). Tensor parallelism splits
@@ -972,7 +972,8 @@ def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Te
     token-sized results are all-reduced over it (parex.model.moe.layer's SLOTS and MASKS): the
     combine's output b·T/s·D in the forward (not again under full remat: the backward needs
     the experts' output, not the combined tokens, so XLA drops that sum), and in the backward the
-    dispatch's input gradient with the gates' (b·T/s·k, float32: routing runs in float32),
+    dispatch's input gradient with that of each token's gate per expert (b·T/s·E, float32:
+    routing runs in float32),
     which XLA merges into one op. The ideal program (Megatron-Core's, which runs MoE with
     tensor parallelism only under SP) sends each tensor device's own tokens: under sp=on they
     are the sequence shard it holds, so nothing more moves; without SP the tokens' shares are
@@ -986,7 +987,7 @@ def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Te
                  buffer / grid.fold),
             Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense, x),
             Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense,
-                 x + grid.b * grid.T / grid.seq * sizes.k * 4),
+                 x + grid.b * grid.T / grid.seq * sizes.E * 4),
             Term("moe-combine", "all-gather", (Axis.TENSOR,), 1.0 * ideal, x),
             Term("moe-combine", "reduce-scatter", (Axis.TENSOR,), 1.0 * ideal, x)]
 

@@ -216,8 +216,11 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
 def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     """A mixture of experts' MLP in parex's dense dispatch (parex.model.moe), elements per token of
     one layer's saved activations, read off tiny-moe's buffer assignment (data=2,expert=4, F_e
-    and C varied): per sequence the combine's one-hot·gate product (T, k, E, C), the dispatch
-    and combine masks (T, E, C) twice, the slots on both sides of the all-to-all (E, C, D)
+    and C varied): per sequence (T, E, C) three times, the dispatch and combine masks (the
+    combine is the dispatch weighed by each token's gate per expert,
+    routing.dispatch_and_combine) and one temporary of their size at the peak (2 to 4 of them
+    across tiny-moe's layouts: within 8 % of the compiled totals),
+    the slots on both sides of the all-to-all (E, C, D)
     twice, and the experts' hidden terms as the dense MLP's, 6·(E, C, F_e/t); plus the
     shared experts' (a dense MLP, 6·S·F_e/t per token) and the router's logits and
     probabilities (2·E per token). Folded (expert_tensor=1) the tensor devices split C and hold
@@ -226,7 +229,7 @@ def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     outputs of all C slots as it gathered them (MeshOps.combine: its mask's gradient needs
     them), E·C·D more per sequence."""
     t, E, C = grid.tensor, sizes.E, sizes.capacity(grid.T)
-    per_sequence = E * C / grid.fold * ((sizes.k + 2) * grid.T + 2 * sizes.D
+    per_sequence = E * C / grid.fold * (3 * grid.T + 2 * sizes.D
                                         + 6 * sizes.Fe / grid.expert_tensor)
     gathered = np.where(grid.seq > 1, E * C * sizes.D * grid.seq, 0)
     return (per_sequence + gathered) / grid.T + 6 * sizes.shared_F / t + 2 * E

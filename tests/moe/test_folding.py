@@ -43,7 +43,7 @@ def test_folded_specs_split_experts_over_the_group_and_slots_over_tensor():
     layout = Layout.parse(FOLDED)
     assert layout.spec(EXPERT_DIMS["w_in"], "param") == P(("expert", "tensor"), None, None)
     assert layout.spec(EXPERT_DIMS["w_out"], "param") == P(("expert", "tensor"), None, None)
-    assert layout.spec(SLOTS) == P("expert", None, "tensor", None)
+    assert layout.spec(SLOTS) == P(None, "expert", "tensor", None)  # (E, B, C, D)
     assert layout.spec(MASKS) == P("expert", None, None, "tensor")
 
 
@@ -54,7 +54,7 @@ def test_unfolded_layouts_keep_their_specs(text):
     layout = Layout.parse(text)
     tensor = "tensor" if layout.tensor > 1 else None
     assert layout.spec(EXPERT_DIMS["w_in"], "param") == P("expert", None, tensor)
-    assert layout.spec(SLOTS) == P(layout.spec(("batch",))[0], None, None, None)
+    assert layout.spec(SLOTS) == P(None, layout.spec(("batch",))[0], None, None)
     assert layout.spec(MASKS)[2:] == (None, None)
 
 

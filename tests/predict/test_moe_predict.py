@@ -239,13 +239,14 @@ def test_folded_dispatch_and_its_tensor_sums_by_hand():
     """expert=4,tensor=2,expert_tensor=1: b = 16/4 = 4 sequences per device, each tensor device
     sends its C/2 = 64 slots of them over the 8 devices of the expert group; the dispatch's
     and combine's sums over the split C are token-sized all-reduces over tensor (forward:
-    the combine's b·T·D; backward: the dispatch's input gradient with the gates', b·T·k
-    float32). The unfolded expert=4,tensor=2 moves the whole buffer and all-reduces it."""
-    b, T, D, k = 4, 128, 128, 2
+    the combine's b·T·D; backward: the dispatch's input gradient with that of each token's
+    gate per expert, b·T·E float32). The unfolded expert=4,tensor=2 moves the whole buffer
+    and all-reduces it."""
+    b, T, D, E = 4, 128, 128, 8
     _, terms = by_name("expert=4,tensor=2,expert_tensor=1")
     assert ("moe-dispatch", "all-to-all", ("expert", "tensor"), 16.0, b * SLOTS // 2) in terms
     assert ("moe-combine", "all-reduce", ("tensor",), 4.0, b * T * D * 4) in terms
-    assert ("moe-combine", "all-reduce", ("tensor",), 4.0, b * T * (D + k) * 4) in terms
+    assert ("moe-combine", "all-reduce", ("tensor",), 4.0, b * T * (D + E) * 4) in terms
     _, unfolded = by_name("expert=4,tensor=2")
     assert ("moe-dispatch", "all-to-all", ("expert",), 16.0, b * SLOTS) in unfolded
     assert not [t for t in unfolded if t[0] == "moe-combine"]

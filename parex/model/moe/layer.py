@@ -1,12 +1,13 @@
 """The mixture-of-experts MLP, dense dispatch (GShard, arXiv:2006.16668; Switch, 2101.03961).
 
     route       gates, choices (B, T, k) from the router W_r[D, E]             (routing.route)
-    dispatch    x_e[B, E, C, D] = Σ_t dispatch[B, T, E, C] · x[B, T, D]         (local: B is split)
+    dispatch    x_e[E, B, C, D] = Σ_t dispatch[B, T, E, C] · x[B, T, D]         (local: B is split;
+                under seq the partial sums reduce-scattered over C: ops.dispatch)
     experts     ops.experts: under expert parallelism an all-to-all over `expert` sends slot block
-                e of every sequence to the device holding expert e (x_e[B_ep·, E/ep, C, D]), each
+                e of every sequence to the device holding expert e (x_e[E/ep, B_ep·, C, D]), each
                 device runs its E/ep experts, and a second all-to-all returns the outputs;
                 folded (expert_tensor=1) over expert × tensor, C split over tensor (`capacity`)
-    combine     y[B, T, D] = Σ_{e,c} combine[B, T, E, C] · y_e[B, E, C, D]
+    combine     y[B, T, D] = Σ_{e,c} combine[B, T, E, C] · y_e[E, B, C, D]   (ops.combine)
 
 Per block and microbatch the forward moves two all-to-alls of the dispatch buffer, each
 B_local·E·C·D elements per device; the backward moves their two transposes. A dropped
@@ -31,21 +32,25 @@ EXPERT_DIMS = {"w_in": ("experts", "expert_embed", "expert_mlp"),
                "b_in": ("experts", "expert_mlp"),
                "w_out": ("experts", "expert_mlp", "expert_embed"),
                "b_out": ("experts", "hidden")}
-SLOTS = ("batch", None, "capacity", "hidden")  # the dispatch buffer x_e[B, E, C, D]
+SLOTS = (None, "batch", "capacity", "hidden")  # the dispatch buffer x_e[E, B, C, D]
+# Expert-major, so that each expert's matmuls are a batched GEMM over a leading E with nothing
+# transposed between them (B-major, XLA:CPU copied the buffer around every expert matmul)
+DISPATCH = "btec,btd->ebcd"
+COMBINE = "btec,ebcd->btd"
 MASKS = ("batch", "seq", None, "capacity")  # dispatch and combine (B, T, E, C)
 TOKENS = ("batch", "seq", "hidden")  # the layer's input and output (B, T, D), whole sequences
 
 
 def expert_ffn(x, w, reduce, family: str):
-    """Each expert's MLP on its slots: x (b, E, C, D) with the experts' weights (leading dim E);
+    """Each expert's MLP on its slots: x (E, b, C, D) with the experts' weights (leading dim E);
     `reduce` sums the partial outputs of a split F_e (the tensor axis) before the output bias."""
     if family == "gpt":
-        u = jax.nn.gelu(jnp.einsum("becd,edf->becf", x, w["w_in"]) + w["b_in"][:, None])
+        u = jax.nn.gelu(jnp.einsum("ebcd,edf->ebcf", x, w["w_in"]) + w["b_in"][:, None, None])
     else:  # SwiGLU
-        u = (jax.nn.silu(jnp.einsum("becd,edf->becf", x, w["w_gate"]))
-             * jnp.einsum("becd,edf->becf", x, w["w_up"]))
-    y = reduce(jnp.einsum("becf,efd->becd", u, w["w_out"]))
-    return y + w["b_out"][:, None] if "b_out" in w else y
+        u = (jax.nn.silu(jnp.einsum("ebcd,edf->ebcf", x, w["w_gate"]))
+             * jnp.einsum("ebcd,edf->ebcf", x, w["w_up"]))
+    y = reduce(jnp.einsum("ebcf,efd->ebcd", u, w["w_out"]))
+    return y + w["b_out"][:, None, None] if "b_out" in w else y
 
 
 def moe_mlp(x, p, cfg: ModelConfig, ops):

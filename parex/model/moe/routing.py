@@ -86,11 +86,14 @@ def dispatch_and_combine(gates, choice, E: int, C: int, order=None):
     slot = jnp.cumsum(ranked, 1) - 1  # the slot each assignment would take in its expert
     slot = jnp.sum(slot * ranked, -1).reshape(B, k, T).transpose(0, 2, 1)  # (B, T, k)
     slot = slot if order is None else jnp.take(slot, np.asarray(order), 1)
-    placed = chosen[..., None] * jax.nn.one_hot(slot, C, dtype=jnp.int32)[..., None, :]
-    # one_hot of a slot >= C is all zeros: that assignment is dropped
-    dispatch = jnp.sum(placed, 2).astype(jnp.float32)  # (B, T, E, C)
-    combine = jnp.sum(placed * gates[..., None, None], 2)
-    return dispatch, combine
+    # each assignment's flat slot e·C + c, one past the last (E·C: all zeros) where it is
+    # dropped (slot >= C); a token's k experts differ, so its k one-hots never overlap
+    flat = jnp.where(slot < C, choice * C + slot, E * C)
+    dispatch = jnp.sum(jax.nn.one_hot(flat, E * C, dtype=jnp.float32), 2).reshape(B, T, E, C)
+    # the combine weighs each slot by its token's gate for that expert: (B, T, E) gates spread
+    # over the slots, not a (B, T, k, E, C) product (its gradient then sums over C alone)
+    gate_of_expert = jnp.einsum("btk,btke->bte", gates, chosen.astype(gates.dtype))
+    return dispatch, dispatch * gate_of_expert[..., None]
 
 
 def aux_stats(choice, probs, logits, dispatch, E: int) -> dict:
