@@ -43,7 +43,9 @@ BATCH_80B = 2048  # sequences of 2,048 tokens: AxoNN's run scripts' GLOBAL_BATCH
 PER_DEVICE = (1, 2, 4)  # sequences per GPU the brackets span (not published)
 UNMODELLED = ("the layouts AxoNN picked (parex takes its own best 3D layout at each scale), "
               "the models and batches of the Perlmutter and Alps runs (brackets), AxoNN's tuned "
-              "BLAS kernels, the Megatron-LM baseline's measured inefficiencies")
+              "BLAS kernels and the MI250X's GEMM rate under ROCm 5.6 with both GCDs busy (the "
+              "profile's is one GCD's best shape under ROCm 6.2), the Megatron-LM baseline's "
+              "measured inefficiencies")
 
 # Every layout of the figure recomputes every block, as AxoNN's scripts run them
 # (github.com/axonn-ai/Megatron-AxoNN): examples/run_megatron.sh, its Megatron-LM baseline on
