@@ -84,3 +84,24 @@ def test_weak_scaling_takes_one_model_doubling_per_gcd_doubling():
         "gpt-5b", "gpt-80b", "gpt-160b", "gpt-320b"]
     sizes = [axonn_model(weak_model(512 * 2 ** k)).n_params for k in range(7)]
     assert all(1.6 < b / a < 2.6 for a, b in zip(sizes, sizes[1:]))  # about a doubling each
+
+
+def test_every_3d_layout_recomputes_as_axonns_scripts():
+    """The weak-scaling base (GPT-5B on 512 GCDs) is scored at its best layout with full
+    recompute, as run_axonn_amd.sh runs it, not at the best over the remat policies."""
+    from parex.config import TrainConfig
+    from parex.figures.axonn import SCRIPTS_REMAT, SETTINGS, best_3d
+    from parex.hardware import Cluster, load_chip
+    from parex.predict.tensor3d_batch import configurations, predict_3d_batch
+
+    model, chip = axonn_model("gpt-5b"), load_chip("frontier")
+
+    def best(remat):
+        train = TrainConfig(global_batch=2048, seq_len=model.seq_len, remat=remat)
+        cols = predict_3d_batch(model, train, configurations(model, train, 512),
+                                Cluster(chip, 64), **SETTINGS)
+        return float(cols["hfu"][cols["fits"]].max())
+
+    assert SCRIPTS_REMAT == "full"
+    assert best_3d(model, "frontier", 512, 2048) == best("full")
+    assert best("full") < best("selective")  # the choice matters: the base runs slower
