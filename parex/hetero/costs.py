@@ -13,7 +13,8 @@ microbatch, so no formula is restated here:
                  the head's
     memory       parameters per device (their bytes: the recipe's and the plan's ZeRO stage,
                  sharding.py), saved activations per block from predict.memory.layer_bytes
-                 (Korthikanti et al.), the working set of the block being differentiated, the float32 logits
+                 (Korthikanti et al.), the working set of the block being differentiated,
+                 the float32 logits
 
 Every cost is a numpy column over the tensor degrees asked for (`unit_costs`), per microbatch of
 `b` sequences; a stage with L blocks costs L × the per-block terms plus its first/last extras.

@@ -90,5 +90,6 @@ def allreduce_seconds(levels: list[tuple[int, Link]], nbytes: float, chip: Chip)
     return hierarchical_seconds("all-reduce", levels, nbytes, chip)
 
 
-__all__ = ["allreduce_seconds", "hierarchical_seconds", "hop_seconds", "link_between", "one_level", "ring_seconds",
+__all__ = ["allreduce_seconds", "hierarchical_seconds", "hop_seconds", "link_between",
+           "one_level", "ring_seconds",
            "stage_nodes", "tensor_chip"]

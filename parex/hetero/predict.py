@@ -199,7 +199,8 @@ def predict_plan(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
     busiest = max(rows[slow], key=lambda s: s.t_f + s.t_b)
     m = plan.pipelines[slow].microbatches
     compute = m * busiest.compute_s + max(s.opt_s for s in stages)
-    comm = m * (busiest.tp_s + busiest.shard_s) + max(0.0, total - makespans[slow] - max(s.opt_s for s in stages))
+    comm = m * (busiest.tp_s + busiest.shard_s) + max(0.0, total - makespans[slow]
+                                                      - max(s.opt_s for s in stages))
     bubble = max(0.0, total - compute - comm)
     T = setting.seq_len
     model_flops = flops_per_token(setting.model, T) * plan.global_batch * T

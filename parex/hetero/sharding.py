@@ -4,17 +4,17 @@ Every block lives on one stage of every pipeline; the P pipelines are its data-p
 ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054, Table 1 and §7) shards the model state over
 that group by stage, the same stages as `Layout.zero` (layout.ZERO_STAGE_SHARDING):
 
-    stage   held per device, per parameter of its blocks     collectives per block
-    0       p + g + o             (a whole replica)           end of step: all-reduce the gradient
-    1       p + g + o / P         (optimizer state sharded)   end of step: reduce-scatter the
-                                                              gradient, all-gather the updated
-                                                              parameters (ZeRO §7: the all-reduce's
-                                                              2Ψ, priced as the all-reduce it equals)
-    3       (p + g + o) / P       (everything sharded)        every microbatch: all-gather the
-                                                              parameters before its forward and
-                                                              again before its backward, reduce-
-                                                              scatter its gradient after (ZeRO §7:
-                                                              3Ψ per pass); nothing at the end
+    stage  held per device, per parameter of its blocks    collectives per block
+    0      p + g + o            (a whole replica)          end of step: all-reduce its gradient
+    1      p + g + o / P        (optimizer state sharded)  end of step: reduce-scatter the
+                                                           gradient, all-gather the updated
+                                                           parameters (ZeRO §7: the all-
+                                                           reduce's 2Ψ, priced as that)
+    3      (p + g + o) / P      (everything sharded)       every microbatch: all-gather the
+                                                           parameters before its forward and
+                                                           again before its backward, reduce-
+                                                           scatter its gradient after (ZeRO
+                                                           §7: 3Ψ per pass); none at the end
 
 with p, g, o the recipe's bytes per parameter (mixed: 2 + 2 + 12). Stage 3 also holds, while a
 block runs, that block's gathered parameters and its unsharded gradient (p + g per parameter of
