@@ -9,9 +9,9 @@ README of github.com/Relaxed-System-Lab/FlashFlex, the code of Yan et al., arXiv
     predict_pair      parex's search on both clusters, and its MFU ratio on the paper's
                       footing: the testbed with HexiScale's data parallelism between pipelines
                       (FSDP as its code runs it, ZeRO stage 1: parex.hetero.sharding), the
-                      baseline with Megatron-LM's default (a whole replica per data-parallel
-                      rank; its distributed optimizer is opt-in, --use-distributed-optimizer,
-                      and the README does not say it was used)
+                      baseline with a whole replica per data-parallel rank (Megatron-LM's
+                      default) or with Megatron-LM's distributed optimizer (opt-in,
+                      --use-distributed-optimizer: ZeRO stage 1); the README does not say which
 
 The paper's MFU is 96·B·s·L·h²(1 + s/6h + V/16Lh) / (time · Σ peak) on both sides, so its ratio
 is (tokens/s of the testbed / tokens/s of the baseline) · (Σ peak of the baseline / Σ peak of the
@@ -100,6 +100,7 @@ class PairPrediction:
     pair: PublishedPair
     gbps: float
     global_batch: int
+    baseline_zero: int  # the baseline's ZeRO stage between its pipelines (0 or 1)
     hetero: HeteroSearch | None  # None: nothing fits
     homogeneous: HeteroSearch | None
 
@@ -115,11 +116,13 @@ class PairPrediction:
             self.homogeneous.best.mfu * hom.peak() / paper_peak(hom))
 
 
-def predict_pair(pair: PublishedPair, gbps: float, global_batch: int) -> PairPrediction:
-    """parex's best plans on the pair's testbed and baseline, both at `gbps` between machines."""
-    return PairPrediction(pair, gbps, global_batch,
+def predict_pair(pair: PublishedPair, gbps: float, global_batch: int, baseline_zero: int = 0
+                 ) -> PairPrediction:
+    """parex's best plans on the pair's testbed (HexiScale's FSDP between its pipelines) and
+    baseline (ZeRO stage `baseline_zero`), both at `gbps` between machines."""
+    return PairPrediction(pair, gbps, global_batch, baseline_zero,
                           _best(pair.testbed, pair.model, gbps, global_batch, HEXISCALE_ZERO),
-                          _best(pair.baseline, pair.model, gbps, global_batch))
+                          _best(pair.baseline, pair.model, gbps, global_batch, baseline_zero))
 
 
 __all__ = ["PAPER_PEAK_TFLOPS", "SEQ_LEN", "PairPrediction", "PublishedPair", "on_ethernet",
