@@ -15,6 +15,9 @@ A TOML file in data/clusters/ describes one cluster:
     nodes = 1
     devices_per_node = 8           # optional: the profile's
     inter_node_gbps = 10           # between nodes inside this group, Gb/s per node (optional)
+    intra_node_gbps = 16           # between the devices of one node, Gb/s per device (optional:
+                                   # the profile's link, e.g. PCIe; a measured or published
+                                   # rate where the machines are slower, say which)
     name = "4090s"                 # optional: the chip's name (numbered when it repeats)
     devices = 12                   # optional: fewer than nodes × devices_per_node (the last
                                    # node partly filled)
@@ -40,7 +43,8 @@ from .network import load_network
 from .nodes import Cluster, Group, HeteroCluster, gbps_per_device
 
 CLUSTER_DIR = Path(__file__).resolve().parent.parent / "data" / "clusters"
-GROUP_KEYS = {"chip", "nodes", "devices_per_node", "inter_node_gbps", "name", "devices"}
+GROUP_KEYS = {"chip", "nodes", "devices_per_node", "inter_node_gbps", "name", "devices",
+              "intra_node_gbps"}
 CLUSTER_KEYS = {"name", "inter_group_gbps", "groups", "description", "network"}
 
 
@@ -48,7 +52,7 @@ CLUSTER_KEYS = {"name", "inter_group_gbps", "groups", "description", "network"}
 
 def make_group(chip, nodes: int = 1, devices_per_node: int | None = None,
                inter_node_gbps: float | None = None, name: str | None = None,
-               devices: int | None = None) -> Group:
+               devices: int | None = None, intra_node_gbps: float | None = None) -> Group:
     """A group of `nodes` nodes of a chip (a profile name or a Chip), checked."""
     if not isinstance(chip, (str, Chip)):
         raise InputError(f"chip={chip!r}: give a hardware profile's name, e.g. chip = "
@@ -62,10 +66,12 @@ def make_group(chip, nodes: int = 1, devices_per_node: int | None = None,
                                     and (nodes - 1) * per < devices <= nodes * per):
         raise InputError(f"group of {chip.name}: devices={devices!r} on {nodes} node(s) of "
                          f"{per}; use {(nodes - 1) * per + 1}..{nodes * per}, or leave it out")
-    if inter_node_gbps is not None and not _positive(inter_node_gbps):
-        raise InputError(f"group of {chip.name}: inter_node_gbps={inter_node_gbps!r}; use a "
-                         f"positive speed in Gb/s per node, or leave it out")
-    return Group(name or chip.name, chip, nodes, per, inter_node_gbps, devices)
+    for key, value, per_what in (("inter_node_gbps", inter_node_gbps, "node"),
+                                 ("intra_node_gbps", intra_node_gbps, "device")):
+        if value is not None and not _positive(value):
+            raise InputError(f"group of {chip.name}: {key}={value!r}; use a positive speed in "
+                             f"Gb/s per {per_what}, or leave it out")
+    return Group(name or chip.name, chip, nodes, per, inter_node_gbps, devices, intra_node_gbps)
 
 
 def homogeneous(chip, nodes: int = 1, inter_node_gbps: float | None = None) -> Cluster:
@@ -97,7 +103,8 @@ def _group_from_table(where: str, table) -> Group:
         raise InputError(f"{where}: name={table['name']!r}; write a name in quotes")
     try:
         return make_group(table["chip"], table.get("nodes", 1), table.get("devices_per_node"),
-                          table.get("inter_node_gbps"), table.get("name"), table.get("devices"))
+                          table.get("inter_node_gbps"), table.get("name"), table.get("devices"),
+                          table.get("intra_node_gbps"))
     except InputError as err:
         raise InputError(f"{where}: {err}") from None
 

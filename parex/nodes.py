@@ -36,6 +36,7 @@ class Group:
     devices_per_node: int
     inter_node_gbps: float | None = None  # per node; None: the profile's per-device link
     devices: int | None = None  # None: nodes × devices_per_node (the last node may be partial)
+    intra_node_gbps: float | None = None  # per device, inside a node; None: the profile's link
 
     @property
     def n_devices(self) -> int:
@@ -55,6 +56,15 @@ class Group:
             f"{self.devices_per_node}",
             bandwidth=gbps_per_device(self.inter_node_gbps, self.devices_per_node))
 
+    @property
+    def intra_node(self) -> Link:
+        """Per-device link between the devices of one node."""
+        if self.intra_node_gbps is None:
+            return self.chip.intra_node
+        return dataclasses.replace(
+            self.chip.intra_node, name=f"{self.intra_node_gbps:g} Gb/s per device inside a node",
+            bandwidth=self.intra_node_gbps * 1e9 / 8)
+
     def chip_profile(self) -> Chip:
         """The chip with this group's node size and links: what parex.predict reads."""
         return self._profile
@@ -62,12 +72,12 @@ class Group:
     @cached_property
     def _profile(self) -> Chip:
         if (self.devices_per_node == self.chip.devices_per_node
-                and self.inter_node_gbps is None):
+                and self.inter_node_gbps is None and self.intra_node_gbps is None):
             return self.chip  # the profile as it is (a TPU's scale-up domain spans hosts)
         return dataclasses.replace(self.chip, devices_per_node=self.devices_per_node,
                                    scaleup_domain=min(self.chip.scaleup_domain,
                                                       self.devices_per_node),
-                                   inter_node=self.inter_node)
+                                   inter_node=self.inter_node, intra_node=self.intra_node)
 
     def as_cluster(self) -> "Cluster":
         """This group alone as the homogeneous predictor's Cluster."""

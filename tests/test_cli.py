@@ -141,6 +141,16 @@ def test_a_malformed_cluster_file_is_one_line_and_exit_2(capsys, tmp_path):
     assert len(err.strip().splitlines()) == 1
 
 
+def test_zero_between_pipelines_needs_a_cluster_file(capsys):
+    assert main(["plan", "--model", "llama2-7b", "--zero", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--zero is the ZeRO stage between the pipelines of a --cluster plan" in err
+    assert len(err.strip().splitlines()) == 1
+    # stage 2 between pipelines is not modelled
+    assert main(["plan", "--model", "llama2-7b", "--cluster", "het-48", "--zero", "2"]) == 2
+    assert "--zero: invalid choice: 2; choose from 0, 1, 3" in capsys.readouterr().err
+
+
 def test_the_shape_flags_reach_prediction_and_refusal(capsys):
     """--head-dim, --tied-embeddings, --parallel-block and --sliding-window change the model
     predict reads; a layout the executor cannot run with them is refused in one line."""

@@ -1,7 +1,7 @@
 """`parex plan --cluster FILE`: the heterogeneous planner on the command line.
 
     parex plan --cluster data/clusters/het-48.toml --model llama2-7b --global-batch 256 \
-        --seq 4096 --top 5 [--json]
+        --seq 4096 --top 5 [--zero 1] [--json]
     parex plan --cluster het-48 ...          (a name from data/clusters/)
 """
 
@@ -22,7 +22,7 @@ def cmd_plan_cluster(args) -> int:
     cluster = load_hetero_cluster(args.cluster)
     # a mixed cluster is accelerators only: bf16 compute and ZeRO's mixed recipe, as
     # `parex predict` defaults to on an accelerator profile
-    options = {"top": args.top, "recipe": "mixed"}
+    options = {"top": args.top, "recipe": "mixed", "zero": args.zero or 0}
     if args.memory_cap is not None:
         options["memory_cap"] = args.memory_cap * 1e9  # and never more than a chip's own
     if args.dtype == "float32":

@@ -117,6 +117,10 @@ def refuse_unused(args) -> None:
             if value is not None:
                 raise InputError(f"{flag} sets how --verify measures; add --verify or drop "
                                  f"{flag}")
+    if args.cluster is None and args.zero is not None:
+        raise InputError("--zero is the ZeRO stage between the pipelines of a --cluster plan; "
+                         "on one kind of chip the search tries every ZeRO stage itself: add "
+                         "--cluster FILE or drop --zero")
     if args.cluster is not None and args.allow_local:
         raise InputError("--allow-local ranks local pipelines on one kind of chip (--hardware);"
                          " the --cluster search has none: drop one of them")
@@ -168,6 +172,10 @@ def add_plan(sub) -> None:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=letter)
     p.add_argument("--memory-cap", type=positive_number, default=None,
                    help="GB (1e9 bytes) per device a layout may use (default: the chip's HBM)")
+    p.add_argument("--zero", type=int, default=None, choices=[0, 1, 3],
+                   help="with --cluster: the ZeRO stage of the data parallelism between the "
+                        "pipelines (1: optimizer state sharded, as HexiScale's FSDP runs; 3: "
+                        "all state; default 0, a replica per pipeline)")
     p.add_argument("--objective", default="time", choices=OBJECTIVES,
                    help="rank by step time, MFU, memory per device, or time-to-train: the "
                    "cluster and its halves down to an eighth, failures and checkpoints "

@@ -65,9 +65,10 @@ def even_splits(cluster: HeteroCluster, model: ModelConfig, global_batch: int, s
 def best_even_split(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
                     seq_len: int | None = None, *, remats=REMAT_POLICIES,
                     microbatch_sizes=MICROBATCH_SIZES, memory_fraction: float = 1.0,
-                    memory_cap: float | None = None, recipe: str = "mixed"
+                    memory_cap: float | None = None, recipe: str = "mixed", zero: int = 0
                     ) -> HeteroPrediction | None:
-    """The fastest fitting even split (module docstring), or None when none fits."""
+    """The fastest fitting even split (module docstring), ZeRO stage `zero` between its
+    pipelines, or None when none fits."""
     T = seq_len or model.seq_len
     sizes = [b for b in microbatch_sizes if global_batch % b == 0]
     splits = list(even_splits(cluster, model, global_batch, sizes))
@@ -78,7 +79,7 @@ def best_even_split(model: ModelConfig, cluster: HeteroCluster, global_batch: in
     memory = {"memory_fraction": memory_fraction, "memory_cap": memory_cap}
     finished = []
     for remat in remats:
-        est = Estimator(cluster, settings[remat], global_batch, sizes, **memory)
+        est = Estimator(cluster, settings[remat], global_batch, sizes, **memory, zero=zero)
         bounded = []
         for lo in range(0, len(pipes), 96):
             hi = lo + 96
@@ -125,7 +126,7 @@ def compare(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
     result = search(model, cluster, global_batch, seq_len, **options)
     keep = {k: v for k, v in options.items() if k in ("remats", "microbatch_sizes",
                                                       "memory_fraction", "memory_cap",
-                                                      "recipe")}
+                                                      "recipe", "zero")}
     even = best_even_split(model, cluster, global_batch, seq_len, **keep)
     reference = reference_cluster(cluster, reference_chip)
     try:

@@ -11,9 +11,10 @@ microbatch, so no formula is restated here:
     tensor comm  predict.comm.terms' "tp" and "cross-entropy" families, timed by
                  alpha_beta.term_seconds on the group's links: per block, plus the embedding's and
                  the head's
-    memory       bytes per parameter from the recipe (mixed: ZeRO's 2 + 2 + 12), saved
-                 activations per block from predict.memory.layer_bytes (Korthikanti et al.),
-                 the working set of the block being differentiated, the float32 logits
+    memory       parameters per device (their bytes: the recipe's and the plan's ZeRO stage,
+                 sharding.py), saved activations per block from predict.memory.layer_bytes
+                 (Korthikanti et al.), the working set of the block being differentiated,
+                 the float32 logits
 
 Every cost is a numpy column over the tensor degrees asked for (`unit_costs`), per microbatch of
 `b` sequences; a stage with L blocks costs L × the per-block terms plus its first/last extras.
@@ -47,12 +48,6 @@ def stage_setting(model: ModelConfig, seq_len: int | None = None, remat: str = "
     train = TrainConfig(seq_len=seq_len or model.seq_len, remat=remat)
     return resolve_regime(model, train, ACCELERATOR, dtype=dtype, recipe=recipe,
                           convention="gpu")
-
-
-def state_bytes(setting: Setting) -> float:
-    """Bytes per parameter of parameters + gradients + optimizer state (the recipe's)."""
-    r = memory.recipe(setting.recipe)
-    return r.param_bytes + r.grad_bytes + r.optimizer_bytes
 
 
 def stage_grid(setting: Setting, tensors, b: int, layers) -> Grid:
@@ -112,8 +107,8 @@ def unit_costs_uncached(setting: Setting, chip: Chip, tensors, b: int) -> dict:
     block (`block_s`, compute; `tp_block_s`, its tensor-parallel all-reduces), of the head
     (`head_s`), of the first stage's all-reduces (`tp_first_s`: the embedding's) and the
     last's (`tp_last_s`: the head's and the loss's), of the optimizer per element of state
-    (`opt_s_per_element`); bytes of state per
-    block and of the first/last extras, saved activations per block per microbatch in flight,
+    (`opt_s_per_element`); parameters per device of a block and of the first/last extras
+    (their state's bytes: sharding.py), saved activations per block per microbatch in flight,
     the working set and logits transients, and the activation a stage sends (`send_bytes`)."""
     model, sizes = setting.model, model_sizes(setting.model)
     tensors = np.atleast_1d(np.asarray(tensors, dtype=np.int64))
@@ -139,9 +134,6 @@ def unit_costs_uncached(setting: Setting, chip: Chip, tensors, b: int) -> dict:
         "tp_last_s": ends + tp0["cross-entropy"],
         "opt_s_per_element": np.full(len(tensors), head["optimizer"]),
         "passes": flops.passes_per_layer(one, remat),
-        "block_state_bytes": state_bytes(setting) * elements["block"],
-        "first_state_bytes": state_bytes(setting) * elements["first"],
-        "last_state_bytes": state_bytes(setting) * elements["last"],
         "block_elements": elements["block"],
         "first_elements": elements["first"],
         "last_elements": elements["last"],
@@ -158,5 +150,5 @@ def block_grad_bytes(setting: Setting) -> float:
     return memory.recipe(setting.recipe).grad_bytes * sizes.layer_params
 
 
-__all__ = ["block_grad_bytes", "chip_key", "stage_grid", "stage_setting", "state_bytes",
+__all__ = ["block_grad_bytes", "chip_key", "stage_grid", "stage_setting",
            "unit_costs", "unit_costs_uncached"]

@@ -11,6 +11,11 @@ over the first stages, the head's over the last.
 
 A stage starts reducing once the last backward through it is done and its peers are too, and
 reduces its blocks one after another, last block first (the order the backward leaves them).
+
+Under ZeRO stage 3 between the pipelines (sharding.py) there is no reduction at the end: every
+microbatch gathers each block's parameters over the same participants before its forward and
+its backward and reduce-scatters its gradient after (`shard_passes`, the same hierarchical
+rings on the same levels).
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import numpy as np
 
 from ..cluster import HeteroCluster
 from ..hardware import Link
-from .links import allreduce_seconds
+from .links import hierarchical_seconds
 from .plan import HeteroPlan
+from .sharding import gathers_per_microbatch, reduces_at_end
 
 
 def _slowest(links: list[Link]) -> Link:
@@ -50,29 +56,74 @@ def levels(cluster: HeteroCluster, members: tuple) -> list[tuple[int, Link]]:
     return out
 
 
-def reduce_finish(plan: HeteroPlan, cluster: HeteroCluster, rows) -> None:
-    """Set every StageCost's reduce_end (rows: stage_costs' pipelines of StageCosts)."""
-    if len(rows) == 1:
-        for s in rows[0]:
-            s.reduce_end = s.compute_end
-        return
-    owner = [[s for s, r in zip(row, pipe.layer_ranges()) for _ in r]
-             for row, pipe in zip(rows, plan.pipelines)]  # owner[i][ℓ]: stage of block ℓ
+def _owners(plan: HeteroPlan, rows) -> list[list]:
+    """owner[i][ℓ]: the StageCost of pipeline i that holds block ℓ."""
+    return [[s for s, r in zip(row, pipe.layer_ranges()) for _ in r]
+            for row, pipe in zip(rows, plan.pipelines)]
+
+
+def _members(cluster: HeteroCluster, stages) -> tuple:
+    """The participants ((group, node), ...) of a collective among `stages`."""
+    out = []
+    for s in stages:
+        group = cluster.group(s.stage.group)
+        out.append((group.name, group.node_of(s.stage.first)))
+    return tuple(sorted(out))
+
+
+def _collective(cluster: HeteroCluster):
     chip = cluster.groups[0].chip_profile()
 
     @lru_cache(maxsize=None)
-    def seconds(members: tuple, nbytes: float) -> float:
-        return allreduce_seconds(levels(cluster, members), nbytes, chip)
+    def seconds(kind: str, members: tuple, nbytes: float) -> float:
+        return hierarchical_seconds(kind, levels(cluster, members), nbytes, chip)
+    return seconds
 
-    def place(s) -> tuple:
-        group = cluster.group(s.stage.group)
-        return group.name, group.node_of(s.stage.first)
+
+def shard_passes(plan: HeteroPlan, cluster: HeteroCluster, rows, rec) -> None:
+    """Add to every StageCost's t_f and t_b (and shard_s) its ZeRO-3 collectives per
+    microbatch: for each block it holds (and the embedding / head), those of
+    sharding.gathers_per_microbatch over the stages of every pipeline that hold it, of the
+    largest shard's bytes (the smallest tensor degree's)."""
+    ops = gathers_per_microbatch(plan.zero)
+    if len(rows) == 1 or not (ops["forward"] or ops["backward"]):
+        return
+    seconds = _collective(cluster)
+    state = {"param": rec.param_bytes, "grad": rec.grad_bytes}
+
+    def pass_seconds(stages, kind: str, which: str) -> float:
+        members = _members(cluster, stages)
+        n = max(s.elements[kind] for s in stages)
+        return sum(seconds(op, members, state[held] * n) for op, held in ops[which])
+
+    owner = _owners(plan, rows)
+    blocks = [[own[layer] for own in owner] for layer in range(len(owner[0]))]
+    firsts, lasts = [row[0] for row in rows], [row[-1] for row in rows]
+    for row, pipe in zip(rows, plan.pipelines):
+        for j, (s, layers) in enumerate(zip(row, pipe.layer_ranges())):
+            parts = [(blocks[layer], "block") for layer in layers]
+            parts += [(firsts, "first")] if j == 0 else []
+            parts += [(lasts, "last")] if j == len(row) - 1 else []
+            f = sum(pass_seconds(stages, kind, "forward") for stages, kind in parts)
+            b = sum(pass_seconds(stages, kind, "backward") for stages, kind in parts)
+            s.t_f, s.t_b, s.shard_s = s.t_f + f, s.t_b + b, f + b
+
+
+def reduce_finish(plan: HeteroPlan, cluster: HeteroCluster, rows) -> None:
+    """Set every StageCost's reduce_end (rows: stage_costs' pipelines of StageCosts)."""
+    if len(rows) == 1 or not reduces_at_end(plan.zero):
+        for row in rows:
+            for s in row:
+                s.reduce_end = s.compute_end
+        return
+    owner = _owners(plan, rows)
+    seconds = _collective(cluster)
 
     def task(stages, kind: str) -> tuple[float, float]:
         """(ready time, seconds) of one reduction among `stages`."""
-        members = tuple(sorted(place(s) for s in stages))
         nbytes = max(s.grad_bytes[kind] for s in stages)
-        return max(s.compute_end for s in stages), seconds(members, nbytes)
+        return (max(s.compute_end for s in stages),
+                seconds("all-reduce", _members(cluster, stages), nbytes))
 
     heads = task([row[-1] for row in rows], "last")
     embeds = task([row[0] for row in rows], "first")
@@ -124,4 +175,4 @@ def exposed_reduction(cluster: HeteroCluster, pipes, layers, elements, t_b, grad
     return worst
 
 
-__all__ = ["exposed_reduction", "levels", "reduce_finish"]
+__all__ = ["exposed_reduction", "levels", "reduce_finish", "shard_passes"]

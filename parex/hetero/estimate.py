@@ -9,6 +9,8 @@ every microbatch size at once this
        path's hops counted from the 1F1B table, then m − 1 more at the slowest stage's or
        link's pace) and spreads the microbatches over the pipelines (split.batch_split: all
        finish together), or takes the shares it is given,
+    2b. under the ZeRO stage between pipelines (sharding.py): each device's state shard in
+       the memory of step 1, ZeRO-3's per-microbatch collectives in the times of step 2,
     3. gives a lower bound on the step (slowest pipeline + optimizer update), to which
        `finish` adds the exposed gradient reduction across pipelines block by block (each
        block's participants placed on their nodes and groups, dp.levels), less the slack a
@@ -28,16 +30,17 @@ from ..predict import memory
 from ..setting import Setting
 from .costs import unit_costs
 from .dp import exposed_reduction, levels
-from .links import allreduce_seconds, hop_seconds
+from .links import allreduce_seconds, hierarchical_seconds, hop_seconds
 from .plan import Stage
 from .predict import device_cap
+from .sharding import (gathers_per_microbatch, per_element, reduces_at_end, shards,
+                       working_bytes_per_element)
 from .split import batch_split, layer_split
 from .timing import hops_on_path
 
 FIELDS = ("block_s", "tp_block_s", "head_s", "tp_first_s", "tp_last_s", "passes",
-          "block_state_bytes", "first_state_bytes", "last_state_bytes", "block_act_bytes",
-          "working_bytes", "logits_bytes", "block_elements", "first_elements", "last_elements",
-          "opt_s_per_element")
+          "block_act_bytes", "working_bytes", "logits_bytes", "block_elements", "first_elements",
+          "last_elements", "opt_s_per_element")
 F = {name: i for i, name in enumerate(FIELDS)}
 MAX_T = 64  # tensor degrees below this (codes: group · MAX_T + t)
 
@@ -79,6 +82,7 @@ class Estimate:
     m: np.ndarray  # (P,) microbatches per pipeline
     t_b: np.ndarray  # (P, S) backward seconds per microbatch, per stage
     elements: dict  # (P, S) per-device parameters of blocks / first / last extras
+    zero: int = 0  # the ZeRO stage between pipelines it was estimated under
     step_s: float = float("nan")
 
     @property
@@ -105,8 +109,9 @@ class Estimator:
 
     def __init__(self, cluster: HeteroCluster, setting: Setting, global_batch: int,
                  microbatch_sizes, memory_fraction: float = 1.0,
-                 memory_cap: float | None = None):
-        self.cluster, self.setting, self.B = cluster, setting, global_batch
+                 memory_cap: float | None = None, zero: int = 0):
+        self.cluster, self.setting, self.B, self.zero = cluster, setting, global_batch, zero
+        self.recipe = memory.recipe(setting.recipe)
         self.sizes = list(microbatch_sizes)
         self.caps = [device_cap(g.chip.hbm_bytes, memory_fraction, memory_cap)
                      for g in cluster.groups]
@@ -181,11 +186,16 @@ class Estimator:
         first = (pos == 0) * 1.0
         last = (pos == (length - 1)[:, :, None, None]) * 1.0
         flight = np.maximum(length[:, :, None, None] - pos, 1)
-        cost = g["block_s"] + g["tp_block_s"]
-        extra = first * g["tp_first_s"] + last * (g["head_s"] + g["tp_last_s"])
-        per_block = g["block_state_bytes"] + g["block_act_bytes"] * flight
-        fixed = (first * g["first_state_bytes"] + g["working_bytes"]
-                 + last * (g["last_state_bytes"] + g["logits_bytes"]))
+        pipes = (length > 0).sum(axis=1)[:, None, None, None]  # (C, 1, 1, 1)
+        shard = self._shard_seconds(candidates, grid, length)  # ZeRO-3's, per microbatch
+        cost = g["block_s"] + g["tp_block_s"] + shard["block"]
+        extra = (first * (g["tp_first_s"] + shard["first"])
+                 + last * (g["head_s"] + g["tp_last_s"] + shard["last"]))
+        state = per_element(self.recipe, self.zero, pipes)  # bytes per parameter held
+        per_block = state * g["block_elements"] + g["block_act_bytes"] * flight
+        fixed = (first * state * g["first_elements"] + g["working_bytes"]
+                 + working_bytes_per_element(self.recipe, self.zero) * g["block_elements"]
+                 + last * (state * g["last_elements"] + g["logits_bytes"]))
         counts, ok = self._split(cost, extra, per_block, fixed, cap, valid, L, layers, units)
         busy = np.where(valid[..., None], counts * cost + extra, 0.0)  # (C, P, S, K)
         starts, pace = self._lines(busy, hops, length)
@@ -194,7 +204,8 @@ class Estimator:
         elements = {"block": g["block_elements"], "first": g["first_elements"],
                     "last": g["last_elements"]}
         opt = ((counts * g["block_elements"] + first * g["first_elements"]
-                + last * g["last_elements"]) * g["opt_s_per_element"]).max(axis=(1, 2))
+                + last * g["last_elements"]) * g["opt_s_per_element"]
+               / shards(self.zero, "opt", pipes)).max(axis=(1, 2))
         out = []
         for k, b in enumerate(self.sizes):
             total = self.B // b
@@ -220,7 +231,38 @@ class Estimator:
                                     self.setting.train.remat, b, counts[r, :np_, :, k].copy(),
                                     m[n, :np_].copy(), t_b[r, :np_, :, k].copy(),
                                     {key: v[r, :np_, :, k].copy()
-                                     for key, v in elements.items()}))
+                                     for key, v in elements.items()}, self.zero))
+        return out
+
+    def _shard_seconds(self, candidates, grid, length) -> dict:
+        """ZeRO-3's collectives per microbatch (sharding.gathers_per_microbatch), per block and
+        of the first/last extras, (C, P, S, 1) each. A block at stage j of pipeline i is taken
+        to sit at stage j of every pipeline (the last where one is shorter): the exact
+        predictor (dp.shard_passes) follows every block to its holders."""
+        C, P, S = length.shape[0], grid.shape[1], grid.shape[2]
+        out = {kind: np.zeros((C, P, S, 1)) for kind in ("block", "first", "last")}
+        ops = gathers_per_microbatch(self.zero)
+        if not (ops["forward"] or ops["backward"]):
+            return out
+        ops = ops["forward"] + ops["backward"]
+        state = {"param": self.recipe.param_bytes, "grad": self.recipe.grad_bytes}
+        groups = self.cluster.groups
+        for c, pipes in enumerate(candidates):
+            if len(pipes) == 1:
+                continue
+            place = [[(groups[u.group].name, groups[u.group].node_of(u.first)) for u in p]
+                     for p in pipes]
+            for i, pipe in enumerate(pipes):
+                for j in range(len(pipe)):
+                    at = [min(j, len(p) - 1) for p in pipes]
+                    members = tuple(sorted(place[k][a] for k, a in enumerate(at)))
+                    for kind in ("block",) + (("first",) if j == 0 else ()) + (
+                            ("last",) if j == len(pipe) - 1 else ()):
+                        n = max(grid[c, k, a, F[f"{kind}_elements"], 0]
+                                for k, a in enumerate(at))
+                        out[kind][c, i, j, 0] = sum(self.collective(op, members,
+                                                                    state[held] * n)
+                                                    for op, held in ops)
         return out
 
     def _split(self, cost, extra, per_block, fixed, cap, valid, L, layers, units):
@@ -284,13 +326,23 @@ class Estimator:
                                                   self.chips[0])
         return self._reduce[key]
 
+    def collective(self, kind: str, members: tuple, nbytes: float) -> float:
+        key = (kind, members, nbytes)
+        if key not in self._reduce:
+            self._reduce[key] = hierarchical_seconds(kind, levels(self.cluster, members),
+                                                     nbytes, self.chips[0])
+        return self._reduce[key]
+
     def finish(self, e: Estimate) -> float:
         """e.step_s: its bound plus the exposed gradient reduction across pipelines."""
         e.step_s = e.bound_s + self.reduction(e)
         return e.step_s
 
     def reduction(self, e: Estimate) -> float:
-        """Exposed seconds of e's gradient reduction across pipelines (dp.exposed_reduction)."""
+        """Exposed seconds of e's gradient reduction across pipelines (dp.exposed_reduction;
+        none under ZeRO-3, which reduce-scatters every microbatch's gradients)."""
+        if not reduces_at_end(self.zero):
+            return 0.0
         return exposed_reduction(self.cluster, e.pipes, e.layers, e.elements, e.t_b,
                                  self.grad, self.allreduce)
 

@@ -10,6 +10,7 @@ predictor's α-β ring formula (parex.predict.alpha_beta.collective_seconds) on 
                         its own link, the receiver all-gathers it inside its node
     allreduce_seconds   a hierarchical ring all-reduce over levels [(g, link), ...]: each level
                         reduces over g members, the next one works on 1/g of the data
+                        (hierarchical_seconds: the same for a reduce-scatter or all-gather)
 """
 
 from __future__ import annotations
@@ -72,14 +73,23 @@ def hop_seconds(cluster: HeteroCluster, a: Stage, b: Stage, nbytes: float) -> fl
     return send + float(collective_seconds("all-gather", ranks, 1, nbytes, gather_chip))
 
 
-def allreduce_seconds(levels: list[tuple[int, Link]], nbytes: float, chip: Chip) -> float:
-    """A hierarchical ring all-reduce: level by level, each on 1/g of the previous data."""
+def hierarchical_seconds(kind: str, levels: list[tuple[int, Link]], nbytes: float,
+                         chip: Chip) -> float:
+    """A hierarchical ring collective of `kind` (all-reduce, reduce-scatter, all-gather) of
+    `nbytes` (the whole buffer): level by level, each on 1/g of the previous data (an
+    all-gather runs the levels in the other order, over the same bytes)."""
     total = 0.0
     for g, link in levels:
-        total += ring_seconds("all-reduce", g, nbytes, link, chip)
+        total += ring_seconds(kind, g, nbytes, link, chip)
         nbytes /= max(g, 1)
     return total
 
 
-__all__ = ["allreduce_seconds", "hop_seconds", "link_between", "one_level", "ring_seconds",
+def allreduce_seconds(levels: list[tuple[int, Link]], nbytes: float, chip: Chip) -> float:
+    """A hierarchical ring all-reduce: level by level, each on 1/g of the previous data."""
+    return hierarchical_seconds("all-reduce", levels, nbytes, chip)
+
+
+__all__ = ["allreduce_seconds", "hierarchical_seconds", "hop_seconds", "link_between",
+           "one_level", "ring_seconds",
            "stage_nodes", "tensor_chip"]

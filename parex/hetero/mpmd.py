@@ -129,6 +129,10 @@ class MpmdRunner:
         setting = resolve_run(model, train, Layout(), jax.devices()[0].platform)
         model, train = setting.model, setting.train
         check_plan(plan, cluster, model, train.global_batch)
+        if plan.zero:
+            raise LayoutError(f"zero={plan.zero} between pipelines: parex's MPMD runner keeps a "
+                              f"whole replica per pipeline (ZeRO between pipelines is predicted "
+                              f"only); drop 'zero={plan.zero}' to run the plan")
         if model.tied_embeddings and any(len(pipe.stages) > 1 for pipe in plan.pipelines):
             raise LayoutError("tied_embeddings across pipeline stages: the first and last "
                               "stages would each hold the token table, which parex's MPMD "

@@ -2,18 +2,20 @@
 microbatch count, each made of stages with their own group, devices, tensor degree and layers.
 
     plan = HeteroPlan.parse("batch=24 micro=6: a100-pcie-80gb[0:2] t2 L12 > rtx-4090[0:4] t4 L20;"
-                            " batch=8 micro=2: rtx-3090[0:8] t8 L32")
+                            " batch=8 micro=2: rtx-3090[0:8] t8 L32; zero=1")
     str(plan)             the same string, canonical
-    plan.to_json()        {"schedule": "1f1b", "pipelines": [{"batch", "microbatches",
+    plan.to_json()        {"schedule": "1f1b", "zero": 1, "pipelines": [{"batch", "microbatches",
                            "stages": [{"group", "devices": [first, end), "tensor", "layers"}]}]}
 
 A stage is one tensor-parallel group on `tensor` consecutive devices of its group, `first` ..
 `first + tensor − 1` (written `group[first:end]`, end exclusive), holding `layers` consecutive
 transformer blocks; the first stage of a pipeline also holds the embedding, the last the final norm
 and the head. Pipelines are data-parallel replicas: each runs its own rows of the batch and the
-gradients of every layer are summed over them. HexiScale (arXiv:2409.01143) calls this asymmetric
-parallelism; FlashFlex, its code, spells the same value as hetero_configs (tensor degrees),
-layer_partitions, global_bsz_size and chunks.
+gradients of every layer are summed over them; `zero` is the ZeRO stage of that data
+parallelism (a trailing "zero=N" piece of the string, none for 0: parex.hetero.sharding).
+HexiScale (arXiv:2409.01143) calls this asymmetric parallelism; FlashFlex, its code, spells
+the same value as hetero_configs (tensor degrees), layer_partitions, global_bsz_size, chunks
+and --fsdp.
 
 Whether a plan can run on a cluster and model is checked by parex.hetero.validate.
 """
@@ -91,6 +93,7 @@ class HeteroPlan:
 
     pipelines: tuple[Pipeline, ...]
     schedule: str = SCHEDULE
+    zero: int = 0  # ZeRO stage of the data parallelism between pipelines (hetero.sharding)
 
     @property
     def global_batch(self) -> int:
@@ -107,21 +110,25 @@ class HeteroPlan:
                 yield i, j, stage
 
     def __str__(self) -> str:
-        return "; ".join(str(p) for p in self.pipelines)
+        return "; ".join([str(p) for p in self.pipelines]
+                         + ([f"zero={self.zero}"] if self.zero else []))
 
     # --- text -------------------------------------------------------------------------------
     @classmethod
     def parse(cls, text: str) -> "HeteroPlan":
         """The string form (module docstring); a malformed piece is quoted with the form."""
         pipes = [p.strip() for p in text.split(";") if p.strip()]
+        zero = 0
+        if pipes and (match := _ZERO.match(pipes[-1])):
+            zero, pipes = int(match[1]), pipes[:-1]
         if not pipes:
             raise PlanError("an empty plan: write at least one pipeline, e.g. "
                             "'batch=8 micro=4: a100-80gb[0:8] t8 L32'")
-        return cls(tuple(_parse_pipeline(p) for p in pipes))
+        return cls(tuple(_parse_pipeline(p) for p in pipes), zero=zero)
 
     # --- JSON -------------------------------------------------------------------------------
     def to_json(self) -> dict:
-        return {"schedule": self.schedule, "pipelines": [
+        return {"schedule": self.schedule, "zero": self.zero, "pipelines": [
             {"batch": p.batch, "microbatches": p.microbatches,
              "stages": [{"group": s.group, "devices": [s.first, s.first + s.tensor],
                          "tensor": s.tensor, "layers": s.layers} for s in p.stages]}
@@ -138,9 +145,10 @@ class HeteroPlan:
                 _check_span(f"{s['group']}[{first}:{end}]", int(first), int(end), tensor)
                 stages.append(Stage(s["group"], int(first), tensor, int(s["layers"])))
             pipes.append(Pipeline(int(p["batch"]), int(p["microbatches"]), tuple(stages)))
-        return cls(tuple(pipes), data.get("schedule", SCHEDULE))
+        return cls(tuple(pipes), data.get("schedule", SCHEDULE), int(data.get("zero", 0)))
 
 
+_ZERO = re.compile(r"zero=(\d+)$")
 _PIPELINE = re.compile(r"batch=(\d+)\s+micro=(\d+)\s*:(.*)$", re.S)
 _STAGE = re.compile(r"([A-Za-z0-9_.\-]+)\[(\d+):(\d+)\](?:\s+t(\d+))?\s+L(\d+)$")
 FORM = "'batch=B micro=M: group[first:end] tT LN > group[first:end] tT LN'"

@@ -5,6 +5,9 @@
                   split by the forward-equivalents per block (forward 1, backward 2, recompute)
     per boundary  the activation forward and its gradient back, over the slowest link between
                   the two stages' devices (links.hop_seconds)
+    ZeRO          the plan's ZeRO stage between pipelines (sharding): its state's shard per
+                  device, and at stage 3 each block's gathers and reduce-scatter per microbatch
+                  in its stage's t_F and t_B (dp.shard_passes)
     per pipeline  the 1F1B table timed with those per-stage costs (timing.pipeline_times), and
                   no faster than its slowest link carrying one send per microbatch
     across        the gradients of every block summed over the pipelines that hold it: a
@@ -30,9 +33,10 @@ from ..predict.memory import recipe
 from ..predict.stragglers import slowdown
 from ..setting import Setting
 from .costs import unit_costs
-from .dp import reduce_finish
+from .dp import reduce_finish, shard_passes
 from .links import hop_seconds, tensor_chip
 from .plan import HeteroPlan, Stage
+from .sharding import shards, state_bytes_per_element, working_bytes_per_element
 from .timing import peak_in_flight, pipeline_times
 from .validate import check_plan
 
@@ -63,6 +67,8 @@ class StageCost:
     memory: dict  # MEMORY_PARTS, bytes per device (the homogeneous predictor's names)
     cap: float  # bytes per device it may use
     grad_bytes: dict = field(default_factory=dict)  # per device: "block", "first", "last"
+    elements: dict = field(default_factory=dict)  # parameters per device of the same
+    shard_s: float = 0.0  # per microbatch: its ZeRO-3 gathers and reduce-scatters
     compute_end: float = 0.0  # its last backward ends (s after the step starts)
     reduce_end: float = 0.0  # its gradient reduction ends
 
@@ -128,12 +134,14 @@ def stage_costs(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
     for i, pipe in enumerate(plan.pipelines):
         flight = peak_in_flight(len(pipe.stages), pipe.microbatches)
         out.append([_stage_cost(cluster, setting, pipe, i, j, flight[j], memory_fraction,
-                                memory_cap, stretch) for j in range(len(pipe.stages))])
+                                memory_cap, stretch, plan.zero, len(plan.pipelines))
+                    for j in range(len(pipe.stages))])
     return out
 
 
 def _stage_cost(cluster, setting: Setting, pipe, i: int, j: int, flight: float,
-                memory_fraction: float, memory_cap, stretch: float = 1.0) -> StageCost:
+                memory_fraction: float, memory_cap, stretch: float = 1.0, zero: int = 0,
+                pipelines: int = 1) -> StageCost:
     stage = pipe.stages[j]
     chip = tensor_chip(cluster, stage)
     c = {k: float(v[0]) for k, v in unit_costs(setting, chip, [stage.tensor],
@@ -145,16 +153,19 @@ def _stage_cost(cluster, setting: Setting, pipe, i: int, j: int, flight: float,
     elements = (stage.layers * c["block_elements"] + first * c["first_elements"]
                 + last * c["last_elements"])
     rec = recipe(setting.recipe)
-    held = {"params": rec.param_bytes * elements, "grads": rec.grad_bytes * elements,
-            "optimizer": rec.optimizer_bytes * elements,
-            "activations": stage.layers * c["block_act_bytes"] * float(flight),
-            "temp": c["working_bytes"] + last * c["logits_bytes"]}
+    held = {kind: per * elements
+            for kind, per in state_bytes_per_element(rec, zero, pipelines).items()}
+    held.update({"activations": stage.layers * c["block_act_bytes"] * float(flight),
+                 "temp": (c["working_bytes"] + last * c["logits_bytes"]
+                          + working_bytes_per_element(rec, zero) * c["block_elements"])})
     held["total"] = sum(held.values())
     hop = 0.0 if last else hop_seconds(cluster, stage, pipe.stages[j + 1], c["send_bytes"])
-    grads = {kind: rec.grad_bytes * c[f"{kind}_elements"] for kind in ("block", "first", "last")}
+    kinds = {kind: c[f"{kind}_elements"] for kind in ("block", "first", "last")}
+    grads = {kind: rec.grad_bytes * n for kind, n in kinds.items()}
+    updated = elements / shards(zero, "opt", pipelines)  # the optimizer updates its shard
     return StageCost(i, j, stage, chip.name, compute, tp, t_f, compute + tp - t_f, hop,
-                     c["opt_s_per_element"] * elements * stretch, held,
-                     device_cap(chip.hbm_bytes, memory_fraction, memory_cap), grads)
+                     c["opt_s_per_element"] * updated * stretch, held,
+                     device_cap(chip.hbm_bytes, memory_fraction, memory_cap), grads, kinds)
 
 
 def _time_pipeline(row: list[StageCost], m: int) -> float:
@@ -178,6 +189,7 @@ def predict_plan(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
     if check:
         check_plan(plan, cluster, setting.model, global_batch)
     rows = stage_costs(plan, cluster, setting, memory_fraction, memory_cap)
+    shard_passes(plan, cluster, rows, recipe(setting.recipe))
     makespans = [_time_pipeline(row, pipe.microbatches) for row, pipe in zip(rows, plan.pipelines)]
     stages = [s for row in rows for s in row]
     reduce_finish(plan, cluster, rows)
@@ -187,7 +199,8 @@ def predict_plan(plan: HeteroPlan, cluster: HeteroCluster, setting: Setting,
     busiest = max(rows[slow], key=lambda s: s.t_f + s.t_b)
     m = plan.pipelines[slow].microbatches
     compute = m * busiest.compute_s + max(s.opt_s for s in stages)
-    comm = m * busiest.tp_s + max(0.0, total - makespans[slow] - max(s.opt_s for s in stages))
+    comm = m * (busiest.tp_s + busiest.shard_s) + max(0.0, total - makespans[slow]
+                                                      - max(s.opt_s for s in stages))
     bubble = max(0.0, total - compute - comm)
     T = setting.seq_len
     model_flops = flops_per_token(setting.model, T) * plan.global_batch * T

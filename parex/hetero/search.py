@@ -32,6 +32,7 @@ from .costs import stage_setting
 from .estimate import Estimate, Estimator, index_codes
 from .plan import HeteroPlan, Pipeline, Stage
 from .predict import HeteroPrediction, predict_plan
+from .sharding import check_zero
 from .structure import PLACEMENTS, Structure, feasible
 from .validate import tensor_degrees
 
@@ -85,21 +86,22 @@ def structures(cluster: HeteroCluster, model: ModelConfig, orders: str = "all"):
                     yield Structure(tensors, P, order, placement)
 
 
-def plan_of(cluster: HeteroCluster, pipes, layers, microbatches, microbatch: int
-            ) -> HeteroPlan:
-    """The HeteroPlan of pipelines of Units, blocks per stage and microbatches per pipeline."""
+def plan_of(cluster: HeteroCluster, pipes, layers, microbatches, microbatch: int,
+            zero: int = 0) -> HeteroPlan:
+    """The HeteroPlan of pipelines of Units, blocks per stage and microbatches per pipeline,
+    ZeRO stage `zero` between them."""
     out = []
     for units, counts, m in zip(pipes, layers, microbatches):
         stages = tuple(Stage(cluster.groups[u.group].name, u.first, u.tensor, n)
                        for u, n in zip(units, counts))
         out.append(Pipeline(m * microbatch, m, stages))
-    return HeteroPlan(tuple(out))
+    return HeteroPlan(tuple(out), zero=zero)
 
 
 def build_plan(cluster: HeteroCluster, estimate: Estimate) -> HeteroPlan:
     """The HeteroPlan an Estimate describes."""
     return plan_of(cluster, estimate.pipes, estimate.layers, estimate.microbatches,
-                   estimate.microbatch)
+                   estimate.microbatch, estimate.zero)
 
 
 def best_finished(estimator: Estimator, bounded: list[Estimate], n: int) -> list[Estimate]:
@@ -138,10 +140,12 @@ def rerank(cluster, settings: dict, estimates: list[Estimate], global_batch: int
 def search(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
            seq_len: int | None = None, *, top: int = 5, remats=REMAT_POLICIES,
            microbatch_sizes=MICROBATCH_SIZES, memory_fraction: float = 1.0,
-           memory_cap: float | None = None, orders: str = "all", recipe: str = "mixed"
-           ) -> HeteroSearch:
+           memory_cap: float | None = None, orders: str = "all", recipe: str = "mixed",
+           zero: int = 0) -> HeteroSearch:
     """Rank asymmetric plans of `model` on `cluster` (module docstring); each device may use
-    memory_fraction of its memory, and at most memory_cap bytes."""
+    memory_fraction of its memory, and at most memory_cap bytes; ZeRO stage `zero` between
+    the pipelines (parex.hetero.sharding)."""
+    check_zero(zero)
     memory = {"memory_fraction": memory_fraction, "memory_cap": memory_cap}
     start = time.perf_counter()
     T = seq_len or model.seq_len
@@ -149,7 +153,7 @@ def search(model: ModelConfig, cluster: HeteroCluster, global_batch: int,
     sizes = [b for b in microbatch_sizes if global_batch % b == 0]
     shapes = list(structures(cluster, model, orders))
     candidates = [shape.pipelines_of(cluster) for shape in shapes]
-    estimators = {r: Estimator(cluster, settings[r], global_batch, sizes, **memory)
+    estimators = {r: Estimator(cluster, settings[r], global_batch, sizes, **memory, zero=zero)
                   for r in remats}
     bounded = {r: [] for r in remats}
     for lo in range(0, len(shapes), CHUNK):

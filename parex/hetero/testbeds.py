@@ -7,7 +7,11 @@ README of github.com/Relaxed-System-Lab/FlashFlex, the code of Yan et al., arXiv
                       "TCP connections" and gives no speed: the figure brackets it)
     paper_peak        a cluster's total peak on the authors' own peak table
     predict_pair      parex's search on both clusters, and its MFU ratio on the paper's
-                      footing
+                      footing: the testbed with HexiScale's data parallelism between pipelines
+                      (FSDP as its code runs it, ZeRO stage 1: parex.hetero.sharding), the
+                      baseline with a whole replica per data-parallel rank (Megatron-LM's
+                      default) or with Megatron-LM's distributed optimizer (opt-in,
+                      --use-distributed-optimizer: ZeRO stage 1); the README does not say which
 
 The paper's MFU is 96·B·s·L·h²(1 + s/6h + V/16Lh) / (time · Σ peak) on both sides, so its ratio
 is (tokens/s of the testbed / tokens/s of the baseline) · (Σ peak of the baseline / Σ peak of the
@@ -26,6 +30,7 @@ from ..cluster import HeteroCluster, load_hetero_cluster
 from ..config import model_preset
 from ..predict.references import read_reference
 from .search import HeteroSearch, NoPlan, search
+from .sharding import HEXISCALE_ZERO
 
 # Dense fp16 TFLOP/s per chip as the authors count them (FlashFlex, experimental/
 # machine_amounts.json, "machine_specs"); the MFUs of data/reference/hexiscale_testbeds.csv are
@@ -77,11 +82,13 @@ def paper_peak(cluster: HeteroCluster) -> float:
 
 
 @lru_cache(maxsize=32)
-def _best(cluster_name: str, model: str, gbps: float, global_batch: int) -> HeteroSearch | None:
-    """parex's search of a cluster file at one Ethernet speed (a baseline serves two rows)."""
+def _best(cluster_name: str, model: str, gbps: float, global_batch: int, zero: int = 0
+          ) -> HeteroSearch | None:
+    """parex's search of a cluster file at one Ethernet speed, ZeRO stage `zero` between its
+    pipelines (a baseline serves two rows)."""
     cluster = on_ethernet(load_hetero_cluster(cluster_name), gbps)
     try:
-        return search(model_preset(model), cluster, global_batch, SEQ_LEN)
+        return search(model_preset(model), cluster, global_batch, SEQ_LEN, zero=zero)
     except NoPlan:
         return None
 
@@ -93,6 +100,7 @@ class PairPrediction:
     pair: PublishedPair
     gbps: float
     global_batch: int
+    baseline_zero: int  # the baseline's ZeRO stage between its pipelines (0 or 1)
     hetero: HeteroSearch | None  # None: nothing fits
     homogeneous: HeteroSearch | None
 
@@ -108,11 +116,13 @@ class PairPrediction:
             self.homogeneous.best.mfu * hom.peak() / paper_peak(hom))
 
 
-def predict_pair(pair: PublishedPair, gbps: float, global_batch: int) -> PairPrediction:
-    """parex's best plans on the pair's testbed and baseline, both at `gbps` between machines."""
-    return PairPrediction(pair, gbps, global_batch,
-                          _best(pair.testbed, pair.model, gbps, global_batch),
-                          _best(pair.baseline, pair.model, gbps, global_batch))
+def predict_pair(pair: PublishedPair, gbps: float, global_batch: int, baseline_zero: int = 0
+                 ) -> PairPrediction:
+    """parex's best plans on the pair's testbed (HexiScale's FSDP between its pipelines) and
+    baseline (ZeRO stage `baseline_zero`), both at `gbps` between machines."""
+    return PairPrediction(pair, gbps, global_batch, baseline_zero,
+                          _best(pair.testbed, pair.model, gbps, global_batch, HEXISCALE_ZERO),
+                          _best(pair.baseline, pair.model, gbps, global_batch, baseline_zero))
 
 
 __all__ = ["PAPER_PEAK_TFLOPS", "SEQ_LEN", "PairPrediction", "PublishedPair", "on_ethernet",

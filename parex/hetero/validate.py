@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..cluster import HeteroCluster
 from ..config import ModelConfig
 from .plan import HeteroPlan, PlanError
+from .sharding import check_zero
 
 
 def check_plan(plan: HeteroPlan, cluster: HeteroCluster, model: ModelConfig,
@@ -16,6 +17,7 @@ def check_plan(plan: HeteroPlan, cluster: HeteroCluster, model: ModelConfig,
         raise PlanError(f"schedule {plan.schedule!r}: heterogeneous pipelines run 1f1b only")
     if not plan.pipelines:
         raise PlanError("a plan needs at least one pipeline")
+    check_zero(plan.zero)
     for i, pipe in enumerate(plan.pipelines):
         _check_pipeline(i, pipe, model)
     if global_batch is not None and plan.global_batch != global_batch:

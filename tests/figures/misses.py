@@ -81,23 +81,13 @@ EXPECTED = {
              "the delay's miss (above) times the compression's, which is within; DiLoCoX's "
              "adaptive compression is not parex's int4")],
     "hexiscale": [
-        Miss("llama2-7b · hexiscale-40-consumer", "ratio", 0.98, 0.9999,
-             "the bracket's top (100 Gb/s, 512 sequences) ends 0.5 % below the authors' ratio; no "
-             "published fact pins the rest: the GeForce cards' matmul efficiency (0.8) is "
-             "assumed, not measured, and the baseline's Megatron layout is unpublished"),
-        Miss("llama2-13b · hexiscale-", "ratio", 1.0, 1.15,
-             "the authors' 13B runs fall 2.1-4.0 MFU points below their 7B runs on the same "
-             "testbeds while their Megatron baseline gains 0.9; parex predicts the testbeds "
-             "gaining and its A100 PCIe baseline losing (tensor parallelism over PCIe) from 7B to "
-             "13B; GeForce cards move data between GPUs without peer-to-peer (the authors' "
-             "machine file: 2 GB/s in a 3090 or 4090 server), which parex's 32 GB/s PCIe does "
-             "not model"),
-        Miss("llama-30b · hexiscale-56-with-a100", "ratio", 0.93, 0.995,
-             "parex's plan at 10 Gb/s, B 128 is one pipeline through all 56 GPUs: a whole "
-             "replica of the state "
-             "(16 bytes per parameter, 520 GB) fits the testbed once, where HexiScale shards it "
-             "over its pipelines with FSDP (--fsdp 1), which parex's heterogeneous plans do not "
-             "model")],
+        Miss("llama-30b · hexiscale-56-with-a100", "ratio", 0.95, 0.97,
+             "the bracket's top (10 Gb/s, 512 sequences, Megatron's default on the baseline) "
+             "ends 4 % below the authors' ratio: the authors' machine file gives their 8-GPU "
+             "4090 and 3090 servers 2 GB/s between GPUs (no peer-to-peer on GeForce), which "
+             "slows tensor parallelism and reductions inside the servers of 40 of the testbed's "
+             "56 GPUs (with PCIe 4.0's 32 GB/s there the top is 1.07); "
+             "the GeForce matmul efficiency (0.8) is assumed, not measured")],
     "ppll": [
         Miss("speed 1F1B/local · emulated mesh", "parex", 1.0, 2.0,
              "local is faster than the flush-free bound (m+p−1)/m = 1.375 on the emulated "

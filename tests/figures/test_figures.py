@@ -101,13 +101,14 @@ def test_hexiscale_rows_bracket_the_published_ratios():
         return SimpleNamespace(best=SimpleNamespace(mfu=mfu))
 
     pair = published_pairs()[-1]
-    runs = [PairPrediction(pair, gbps, 128, searched(0.3), searched(hom))
-            for gbps, hom in ((10, 0.31), (100, 0.36))]
-    runs.append(PairPrediction(pair, 10, 512, None, searched(0.3)))  # nothing fits: left out
+    runs = [PairPrediction(pair, gbps, 128, zero, searched(0.3), searched(hom))
+            for gbps, hom, zero in ((10, 0.31, 0), (100, 0.36, 1))]
+    runs.append(PairPrediction(pair, 10, 512, 0, None, searched(0.3)))  # nothing fits: left out
     (row,) = hetero.hexiscale_rows([(pair, runs)])
     assert row.paper == pytest.approx(27.49 / 27.79)
     assert (row.low, row.high) == (runs[1].ratio, runs[0].ratio) and row.low < row.high
     assert "none fits" in row.note and "27.49 % / 27.79 %" in row.note
+    assert "100 Gb/s B 128 ZeRO-1 baseline: " in row.note and "10 Gb/s B 128: " in row.note
 
 
 def test_formulas_are_arithmetic_only():

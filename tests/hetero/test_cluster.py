@@ -9,6 +9,7 @@ import pytest
 from parex.cluster import (cluster_from_dict, gbps_per_device, homogeneous, known_clusters,
                            load_hetero_cluster, reference_cluster)
 from parex.config import TrainConfig, model_preset
+from parex.errors import InputError
 from parex.hardware import load_chip
 from parex.layout import Layout
 from parex.predict import predict
@@ -66,6 +67,19 @@ def test_per_node_speeds_become_per_device_links():
     slow = cluster_from_dict({"groups": [{"chip": "rtx-4090", "inter_node_gbps": 1},
                                          {"chip": "a100-pcie-80gb"}]})
     assert slow.between_groups(*slow.groups).bandwidth == 1e9 / 8 / 8
+
+
+def test_a_slower_link_inside_the_node_is_per_device():
+    # HexiScale's GeForce servers: 2 GB/s between GPUs (the authors' machine file), 16 Gb/s
+    testbed = load_hetero_cluster("hexiscale-56-with-a100")
+    g3090, g4090_x4, g4090, a100 = testbed.groups
+    assert g3090.chip_profile().intra_node.bandwidth == 2e9
+    assert g4090_x4.chip_profile().intra_node.bandwidth == 20e9
+    assert g4090.intra_node.bandwidth == 2e9 and g4090.chip_profile().inter_node == g4090.inter_node
+    assert a100.chip_profile().intra_node == load_chip("a100-80gb").intra_node  # NVLink 3
+    with pytest.raises(InputError, match="intra_node_gbps=0; use a positive speed in Gb/s per "
+                                         "device"):
+        cluster_from_dict({"groups": [{"chip": "rtx-4090", "intra_node_gbps": 0}]})
 
 
 def test_a_one_group_cluster_is_the_homogeneous_predictors_cluster():

@@ -67,6 +67,9 @@ def test_bad_plans_and_too_few_devices_fail_before_compiling():
     with pytest.raises(PlanError, match="global batch is 8"):
         MpmdRunner(micro, TrainConfig(global_batch=8),
                    HeteroPlan.parse("batch=6 micro=3: fast[0:2] L4"), TOY)
+    with pytest.raises(LayoutError, match="zero=1 between pipelines: .* drop 'zero=1'"):
+        MpmdRunner(micro, TrainConfig(global_batch=8), HeteroPlan.parse(
+            "batch=4 micro=2: fast[0:2] L4; batch=4 micro=2: fast[2:4] L4; zero=1"), TOY)
     big = cluster_from_dict({"groups": [{"chip": "rtx-4090", "nodes": 2}]})
     with pytest.raises(LayoutError, match="16 devices but JAX sees 8"):
         device_map(big)

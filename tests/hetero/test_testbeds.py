@@ -60,9 +60,9 @@ def test_the_ratio_is_a_throughput_ratio_over_the_authors_peaks():
     het, hom = (on_ethernet(load_hetero_cluster(n), 10) for n in (t.testbed, t.baseline))
     flops = 1e15  # the same achieved FLOP/s on both: parex's MFU = flops / parex's peak
     fake = [SimpleNamespace(best=SimpleNamespace(mfu=flops / c.peak())) for c in (het, hom)]
-    p = PairPrediction(t, 10, 128, *fake)
+    p = PairPrediction(t, 10, 128, 0, *fake)
     assert p.ratio == pytest.approx(paper_peak(hom) / paper_peak(het))
-    assert math.isnan(PairPrediction(t, 10, 128, None, fake[1]).ratio)
+    assert math.isnan(PairPrediction(t, 10, 128, 0, None, fake[1]).ratio)
 
 
 def test_llama_30b_preset_is_the_model_hexiscale_trains():
@@ -78,4 +78,6 @@ def test_one_testbed_predicted_end_to_end():
     assert p.hetero is not None and p.homogeneous is not None
     chips = {s.group for pipe in p.homogeneous.best.plan.pipelines for s in pipe.stages}
     assert chips == {"a100-pcie-80gb"}
+    # the testbed runs HexiScale's FSDP between its pipelines; the baseline Megatron's default
+    assert (p.hetero.best.plan.zero, p.homogeneous.best.plan.zero) == (1, 0)
     assert 0.5 < p.ratio < 1.2
