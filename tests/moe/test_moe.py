@@ -127,7 +127,11 @@ def test_expert_layouts_match_single_device(tiny_moe, text):
 @pytest.mark.parametrize("text", ["expert=8", "data=2,expert=2,tensor=2",
                                   "data=2,expert=4,zero=1", "data=2,expert=2,microbatches=2",
                                   "tensor=2,expert=4,sp=on", "seq=2,cp=ring,expert=4",
-                                  "seq=2,cp=ulysses,expert=2,data=2"])
+                                  "seq=2,cp=ulysses,expert=2,data=2",
+                                  # the slots reduce-scattered over seq (MeshOps.dispatch) inside
+                                  # the accumulation loop, and beside ZeRO-3's gathers
+                                  "seq=2,cp=ulysses,expert=2,data=2,microbatches=2",
+                                  "seq=4,cp=ulysses,data=2,zero=3"])
 def test_more_expert_layouts_match_single_device(tiny_moe, text):
     tiny_moe.check(Layout.parse(text))
 
