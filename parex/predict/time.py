@@ -49,7 +49,7 @@ from .stragglers import slowdown
 EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses",
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
            "embedding-table", "cp-positions", "seq-grads", "seq-embedding", "seq-head",
-           "stage-regroup", "moe-dispatch", "moe-combine",
+           "stage-regroup", "moe-dispatch", "moe-combine", "moe-route",
            "tied-embedding")  # tied tables: Megatron sums the two copies' gradients after the
 #   backward (finalize_model_grads), outside the overlapped buckets
 OVERLAPPED = ("grad-reduce", "zero-gather", "sp-chunked", "sp-chunked-rs")  # predict.overlap

@@ -253,6 +253,10 @@ def test_every_collective_family_has_a_place_in_the_step_time(convention):
         p = predict(model_preset("tiny"), TrainConfig(), Layout.parse(text), "cpu-local",
                     convention=convention)
         names |= {c["name"] for c in p.collectives}
+    for text in ["seq=2,cp=ring,expert=2,tensor=2", "expert=4,tensor=2,expert_tensor=1"]:
+        p = predict(model_preset("tiny-moe"), TrainConfig(), Layout.parse(text), "cpu-local",
+                    convention=convention)
+        names |= {c["name"] for c in p.collectives}
     assert {"seq-embedding", "seq-head", "seq-grads", "cp-ring", "pipeline",
             "stage-regroup"} & names
     assert names <= timed, names - timed
