@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise-scale", action="store_true",
                         help="only the gradient noise scale at each seed's warm start")
     parser.add_argument("--sync-only", action="store_true", help="sync DP alone: its spread")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated run names of the figure's (e.g. 'sync DP,"
+                             "streaming H=10 P=2'): those runs alone")
     parser.add_argument("--out", default="artifacts", help="output folder (git-ignored)")
     args = parser.parse_args(argv)
 
@@ -62,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         runs += [StudyRun(f"DiLoCo H={h} outer lr {lr:g}",
                           fig.diloco_layout(h, lr)) for lr in lrs[1:]]
         runs = runs[:1] if args.sync_only else runs
+        if args.only:
+            names = args.only.split(",")
+            runs = [r for r in fig.diloco_runs(h=h, outer_lr=lrs[0]) if r.name in names]
         start = time.perf_counter()
         gaps, _ = fig.diloco_study(runs, steps, warm, eval_every=steps, seed=seed,
                                    per_worker=args.per_worker or fig.PER_WORKER)

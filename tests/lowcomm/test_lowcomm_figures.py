@@ -49,6 +49,10 @@ def test_diloco_rows_state_the_scaling_and_what_is_held_out():
     assert [r.parex for r in rows] == pytest.approx([h, 1.1, 1.1 / 1.5, 1.2, 1.05])
     assert "noise scale" in rows[1].note and fig.scaling_note() in rows[1].note
     assert all("held out" in r.note for r in rows[3:])
+    # streaming's miss states its own seeds: ahead of sync DP on those below DiLoCo's band
+    assert fig.streaming_note() in rows[3].note and fig.streaming_note() not in rows[4].note
+    below = sum(r < fig.LOSS_TOLERANCE.lo for r in fig.STREAMING_RATIOS.values())
+    assert f"ahead of sync DP on {below} of 3 seeds" in fig.streaming_note()
 
 
 def test_the_loss_tolerance_is_k_standard_deviations_of_the_seed_spread():
