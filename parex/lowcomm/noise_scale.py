@@ -32,6 +32,14 @@ import numpy as np
 
 from ..errors import InputError
 
+# Kaplan et al. 2020 ("Scaling Laws for Neural Language Models", arXiv:2001.08361), eq. (1.4)
+# and §5.1: the critical batch of a language model at loss L (nats per token) is
+# B_crit(L) ≈ B* / L^(1/α_B), B* ≈ 2·10⁸ tokens, α_B ≈ 0.21, fitted on their WebText2
+# transformers, which §5.1 identifies with McCandlish et al.'s noise scale B_noise (B_simple
+# approximates it).
+KAPLAN_B_STAR_TOKENS = 2e8
+KAPLAN_ALPHA_B = 0.21
+
 
 @dataclass(frozen=True)
 class NoiseScale:
@@ -80,3 +88,12 @@ def model_noise_scale(model, params, *, seq_len: int, big: int = 64, small: int 
     data = Batches("corpus", big, seq_len, model.vocab, seed)
     params = jax.device_put(params, jax.devices()[0])
     return noise_scale(grad_fn, params, [data[i] for i in range(batches)], small)
+
+
+def kaplan_critical_batch(loss: float) -> float:
+    """B_crit(L) in tokens (Kaplan et al. 2020, eq. 1.4), L the loss in nats per token: the
+    published noise scale of a language model at that loss, for a model parex cannot measure."""
+    if not loss > 0:
+        raise InputError(f"critical batch: loss = {loss} nats must be positive; pass a "
+                         "cross-entropy loss per token")
+    return KAPLAN_B_STAR_TOKENS / loss ** (1 / KAPLAN_ALPHA_B)

@@ -40,15 +40,19 @@ def test_mechanism_rows_split_the_miss_into_compression_and_delay():
     assert "arXiv:2502.12996" in rows["delay alone: int4 + one-step delay / int4"].note
 
 
-def test_diloco_rows_state_why_diloco_is_behind_and_what_is_held_out():
+def test_diloco_rows_state_the_scaling_and_what_is_held_out():
     h, p = fig.DILOCO_H, fig.FRAGMENTS
     gaps = _gaps({"sync DP": 1.0, "one worker": 1.5, f"DiLoCo H={h}": 1.1,
                   f"streaming H={h} P={p}": 1.2, f"int4 H={h}": 1.05},
                  {"sync DP": 10.0 * h, f"DiLoCo H={h}": 10.0})
     rows = fig.diloco_rows(gaps)
     assert [r.parex for r in rows] == pytest.approx([h, 1.1, 1.1 / 1.5, 1.2, 1.05])
-    assert "noise scale" in rows[1].note
+    assert "noise scale" in rows[1].note and fig.scaling_note() in rows[1].note
     assert all("held out" in r.note for r in rows[3:])
+    # streaming's miss states its own seeds: ahead of sync DP on those below DiLoCo's band
+    assert fig.streaming_note() in rows[3].note and fig.streaming_note() not in rows[4].note
+    below = sum(r < fig.LOSS_TOLERANCE.lo for r in fig.STREAMING_RATIOS.values())
+    assert f"ahead of sync DP on {below} of 3 seeds" in fig.streaming_note()
 
 
 def test_the_loss_tolerance_is_k_standard_deviations_of_the_seed_spread():
@@ -62,3 +66,15 @@ def test_the_loss_tolerance_is_k_standard_deviations_of_the_seed_spread():
     assert len(fig.PAIRED_RATIOS) >= 3 and fig.LOSS_TOLERANCE.lo < 1 < fig.LOSS_TOLERANCE.hi
     unpaired = fig.spread_tolerance(fig.SYNC_DP_FINALS, "sync DP")
     assert fig.LOSS_TOLERANCE.hi - 1 < (unpaired.hi - 1) / 4
+
+
+def test_the_workers_batch_keeps_the_papers_share_of_the_noise_scale():
+    """The figure's scaling: the paper's workers take a share of order one of their model's
+    critical batch (Kaplan's law over its perplexity bracket); parex's measured share lies in
+    that bracket, where the first version's 2 sequences against B_simple ≈ 8.9 lay below it."""
+    lo, hi = fig.paper_worker_ratios()
+    # 512 × 1024 tokens over 2e8 / ln(p)^(1/0.21) tokens, p = 15 and 25
+    assert (lo, hi) == pytest.approx((0.30, 0.68), abs=0.01)
+    assert lo <= fig.parex_worker_ratio() <= hi
+    assert 2 / 8.9 < lo
+    assert f"{fig.parex_worker_ratio():.2f}" in fig.scaling_note()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from parex.errors import InputError
-from parex.lowcomm.noise_scale import noise_scale
+from parex.lowcomm.noise_scale import (KAPLAN_ALPHA_B, KAPLAN_B_STAR_TOKENS,
+                                       kaplan_critical_batch, noise_scale)
 
 D, SIGMA = 64, 1.0
 MU = jnp.full(D, 0.5)  # |μ|² = 16, tr(Σ) = 64: B_simple = 4
@@ -42,3 +43,17 @@ def test_noiseless_examples_have_no_noise_scale():
 def test_small_batch_must_split_the_big_one(small):
     with pytest.raises(InputError, match="must divide"):
         noise_scale(_grad, jnp.zeros(D), _batches(1, 8), small=small)
+
+
+def test_kaplans_critical_batch_is_b_star_at_one_nat_and_grows_as_the_loss_falls():
+    assert kaplan_critical_batch(1.0) == pytest.approx(KAPLAN_B_STAR_TOKENS)
+    # halving the loss multiplies B_crit by 2^(1/α_B) ≈ 27: the noise scale grows in training
+    ratio = kaplan_critical_batch(1.5) / kaplan_critical_batch(3.0)
+    assert ratio == pytest.approx(2 ** (1 / KAPLAN_ALPHA_B))
+    assert 20 < ratio < 30
+
+
+@pytest.mark.parametrize("loss", [0.0, -1.0])
+def test_critical_batch_needs_a_positive_loss(loss):
+    with pytest.raises(InputError, match="must be positive"):
+        kaplan_critical_batch(loss)
