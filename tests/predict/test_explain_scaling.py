@@ -109,6 +109,8 @@ def test_stalls_are_what_rccls_measured_small_chunk_stalls_add():
     parts = stalled["parts"]
     assert parts["communication"] >= parts["stalls"] > 0.5 * parts["total"]
     assert "small-chunk stalls" in explain_text(stalled)
+    assert "frontier-unconfigured, measured under this launch: unconfigured" in " ".join(
+        explain_text(stalled).split())
     configured = breakdown(model, train, layout, "frontier", **kw)["parts"]
     assert configured["stalls"] == 0 and configured["total"] < 0.2 * parts["total"]
     assert breakdown(model, train, layout, "perlmutter", **kw)["parts"]["stalls"] == 0
