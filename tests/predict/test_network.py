@@ -228,3 +228,31 @@ def test_bad_stall_tables_name_the_problem():
     with pytest.raises(InputError, match="stall_chunk_kib with stall_ranks"):
         network_from_table({"stall_chunk_kib": 384, "stall_ranks": [32, 16],
                             "stall_ms": [1.0, 2.0]})
+
+
+def test_frontiers_two_launches_are_what_the_fit_gives_on_their_own_jobs():
+    """The network files record benchmarks/fit_collectives.py's fit of each launch's jobs
+    (as written: 0.1 µs, 0.01, 0.1 ms), so the data and the fit cannot drift apart."""
+    import importlib.util
+    from pathlib import Path
+
+    from parex.predict.references import read_reference
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_collectives.py"
+    spec = importlib.util.spec_from_file_location("fit_collectives", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    frame = read_reference("collectives_pccl")
+    for name, configured in (("frontier", True), ("frontier-unconfigured", False)):
+        net, rows = load_network(name), fit.launch(frame, configured)
+        alpha, bandwidth = fit.fit(fit.fitted_rows(rows, "frontier")[0])
+        assert net.net_step_latency == pytest.approx(round(alpha * 1e6, 1) * US)
+        assert net.nic_efficiency == round(bandwidth / 100e9, 2)
+    stalls = fit.stalls(fit.launch(frame, False), "frontier")
+    assert load_network("frontier-unconfigured").stall == tuple(
+        (n, pytest.approx(round(s * 1e3, 1) * 1e-3)) for n, s in stalls)
+    # the configured launch's small chunks, after each job's first size, run in their α-β
+    # time: within 10 ms of it at every ring size, where the unconfigured stall 18-156 ms
+    configured = fit.launch(frame, True)
+    after_setup = fit.stalls(configured[~fit.first_sizes(configured)], "frontier")
+    assert len(after_setup) == 7 and all(abs(s) < 0.010 for _, s in after_setup)
