@@ -29,6 +29,14 @@ spans the whole machine: a full-bisection network of one switch hop, as parex mo
 cluster before. A network file may also give its library's measured stalls (`stall_chunk_kib`,
 `stall_ranks`, `stall_ms`: the mean seconds a multi-node ring of small chunks per rank adds, by
 ring size; parex.predict.collectives prices them).
+
+The library's measured constants (step latencies, efficiencies, stalls) belong to the way the
+measured jobs were launched as much as to the machine: on Frontier the same RCCL benchmark ran
+0.5-0.9x its α-β time or stalled 11-90x depending on the job's GPU and NIC binding. A network
+file says which launch its constants describe (`launch`), and a file for another launch of the
+same machine names the first (`extends = "frontier"`): it keeps the fabric and every key it does
+not give (and adds its sources to the first's), so the topology is written once and each
+launch's numbers stand beside their launch.
 """
 
 from __future__ import annotations
@@ -46,7 +54,8 @@ LIBRARIES = ("nccl", "rccl", "ici")  # parex.predict.collectives.LIBRARY_CONSTAN
 FABRIC_KEYS = {"name", "span", "oversubscription", "hop_latency_us", "note"}
 NETWORK_KEYS = {"name", "description", "library", "sources", "tiers", "intra_efficiency",
                 "nic_efficiency", "net_step_latency_us", "intra_step_latency_us",
-                "nvls_busbw_gbs", "torus", "stall_chunk_kib", "stall_ranks", "stall_ms"}
+                "nvls_busbw_gbs", "torus", "stall_chunk_kib", "stall_ranks", "stall_ms",
+                "launch"}
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,7 @@ class Network:
     stall: tuple[tuple[int, float], ...] = ()  # (ring size, mean stall s per call), measured
     description: str = ""
     sources: tuple[str, ...] = ()
+    launch: str = ""  # how the jobs its measured constants come from were launched
 
 
 def tiers_of(chip, network: Network | None) -> tuple[Tier, ...]:
@@ -142,10 +152,24 @@ def known_networks(directory: Path = NETWORK_DIR) -> list[str]:
 def load_network(name: str, directory: Path = NETWORK_DIR) -> Network:
     """The network file `name` (data/networks/<name>.toml); an unknown name lists the known."""
     path = Path(directory) / f"{name}.toml"
+    return network_from_table(_table(name, Path(directory)), name)
+
+
+def _table(name: str, directory: Path, seen: tuple[str, ...] = ()) -> dict:
+    """The network file's table, on top of the file it `extends` (module doc)."""
+    path = directory / f"{name}.toml"
     if not path.is_file():
         raise InputError(unknown("network", name, known_networks(directory)))
-    return network_from_table(read_toml(path, "network", "the files in data/networks/ are "
-                                        "examples"), name)
+    data = read_toml(path, "network", "the files in data/networks/ are examples")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or base in seen + (name,):
+        raise InputError(f"network {name}: extends={base!r}; name another network file, "
+                         f"without a cycle")
+    below = _table(base, directory, seen + (name,))
+    # the fabric's sources still hold under the other launch: both lists are kept
+    return below | data | {"sources": below.get("sources", []) + data.get("sources", [])}
 
 
 def network_from_table(data: dict, name: str = "network") -> Network:
@@ -164,7 +188,8 @@ def network_from_table(data: dict, name: str = "network") -> Network:
                    _seconds(data.get("intra_step_latency_us")),
                    data.get("nvls_busbw_gbs", 0.0) * 1e9, tuple(data.get("torus", ())),
                    *_stalls(f"network {name}", data),
-                   data.get("description", ""), tuple(data.get("sources", ())))
+                   data.get("description", ""), tuple(data.get("sources", ())),
+                   data.get("launch", ""))
 
 
 def _stalls(where: str, data: dict) -> tuple[float, tuple]:

@@ -150,7 +150,7 @@ def _explained(args, p, setting) -> dict:
 
     result = setting_breakdown(setting)
     return {"explain": {"parts": result["parts"], "tiers": result["tiers"],
-                        "overlaps": result["overlaps"]}}
+                        "overlaps": result["overlaps"], "launch": result["launch"]}}
 
 
 def _time_to_train(args, p, setting) -> dict:

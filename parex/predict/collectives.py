@@ -29,8 +29,9 @@ src/graph/tuning.cc of github.com/NVIDIA/nccl, 2026, and github.com/ROCm/rccl), 
 per-size correction factors. TPUs ("ici") run rings on the torus at the links' own latency, one
 ring per torus dimension the group spans, in parallel.
 
-Stalls. Where a network file gives them (Frontier's RCCL: data/networks/frontier.toml, fitted by
-benchmarks/fit_collectives.py on the logs of Singh et al.'s PCCL study, arXiv 2504.18658), a
+Stalls. Where a network file gives them (Frontier's RCCL under an unconfigured launch:
+data/networks/frontier-unconfigured.toml, fitted by benchmarks/fit_collectives.py on the logs of
+Singh et al.'s PCCL study, arXiv 2504.18658; the configured launch, frontier.toml, has none), a
 multi-node ring whose chunk per rank S/g is below `stall_chunk` adds the mean stall measured for
 rings of its size (interpolated in log2 g, held beyond the sizes measured), once per pass: an
 all-reduce's ring is a reduce-scatter pass then an all-gather pass of the same chunks. The

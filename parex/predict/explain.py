@@ -20,12 +20,14 @@ The parts add up to the predicted step time:
 
 Each effect is measured by predicting the step again without it (removed in the order listed
 from the bottom up: stragglers, then shapes); `tiers` splits the collectives' bandwidth time
-(before any overlap) by the network tier that carries it, with the latency apart.
+(before any overlap) by the network tier that carries it, with the latency apart; `launch`
+names the job launch the network file's measured constants describe, where it states one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 from ..layout import MESH_AXES
 from ..network import tiers_of
@@ -70,7 +72,13 @@ def setting_breakdown(setting: Setting) -> dict:
              "stragglers": full["total"] - steady["total"], "bubble": steady["bubble"],
              "total": full["total"]}
     return {"parts": parts, "tiers": tier_seconds(p, setting), "prediction": p,
-            "overlaps": overlap_lines(setting, p)}
+            "overlaps": overlap_lines(setting, p), "launch": launch_line(chip.network)}
+
+
+def launch_line(net) -> str:
+    """The launch the network's measured constants describe (parex.network), or ""."""
+    return f"network {net.name}, measured under this launch: {net.launch}" if (
+        net is not None and net.launch) else ""
 
 
 def overlap_lines(setting: Setting, p) -> list[str]:
@@ -163,7 +171,9 @@ def explain_text(result: dict) -> str:
         busy = ", ".join(f"{name} {format_seconds(s)}" for name, s in result["tiers"].items()
                          if s > 0)
         lines.append(f"  collectives by tier (busy time before overlap): {busy or 'none'}")
+    lines += textwrap.wrap(result.get("launch", ""), 100, initial_indent="  ",
+                           subsequent_indent="    ")
     return "\n".join(lines)
 
 
-__all__ = ["breakdown", "explain_text", "setting_breakdown", "tier_seconds"]
+__all__ = ["breakdown", "explain_text", "launch_line", "setting_breakdown", "tier_seconds"]

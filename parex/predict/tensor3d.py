@@ -69,7 +69,7 @@ TIME_FAMILY = {"t3d-x": "tp", "t3d-y": "tp", "t3d-gather-x": "tp", "t3d-position
 # gradient in one contiguous buffer and all-reduces it in buckets of 40,000,000 elements
 # (github.com/axonn-ai/Megatron-AxoNN, megatron/model/distributed.py, DistributedDataParallel's
 # bucket_size default), not one call per layer: each call's chunk per rank is what decides
-# whether RCCL stalls on it (data/networks/frontier.toml)
+# whether RCCL stalls on it (data/networks/frontier-unconfigured.toml)
 AXONN_GRAD_BUCKET = 40e6
 # ... in float32: Megatron-LM's arguments.py sets accumulate_allreduce_grads_in_fp32 for bf16
 # ("accumulate and all-reduce gradients in fp32 for bfloat16 data type"), Megatron-AxoNN's too

@@ -9,7 +9,7 @@ from parex.cluster import Cluster
 from parex.config import TrainConfig, model_preset
 from parex.hardware import load_chip
 from parex.layout import Layout
-from parex.network import FabricTier, Network
+from parex.network import FabricTier, Network, load_network
 from parex.predict import predict
 from parex.predict.comm import convention
 from parex.predict.explain import breakdown, explain_text
@@ -95,14 +95,22 @@ def test_stalls_are_what_rccls_measured_small_chunk_stalls_add():
     """AxoNN's 5B GPT on 512 Frontier GCDs as its run script sets it up (Megatron-AxoNN,
     examples/run_axonn_amd.sh: depth 512, 2,048 sequences): each layer's weight-gradient
     reduce-scatter over 512 ranks carries about 200 kB per rank, under RCCL's measured 384 KiB,
-    so each pays the stall measured for its ring size; on Perlmutter (NCCL) nothing stalls."""
+    so under an unconfigured launch (data/networks/frontier-unconfigured.toml) each pays the
+    stall measured for its ring size; Frontier's default, the configured launch, and Perlmutter
+    (NCCL) never stall."""
     from parex.figures.axonn import axonn_model
 
     model, train = axonn_model("gpt-5b"), TrainConfig(global_batch=2048, seq_len=2048)
     layout = Layout.parse("tensor=1x1x512")
     kw = {"convention": "gpu", "dtype": "bfloat16", "recipe": "mixed"}
-    frontier = breakdown(model, train, layout, "frontier", **kw)
-    parts = frontier["parts"]
+    unconfigured = Cluster(load_chip("frontier"), 64,
+                           network=load_network("frontier-unconfigured"))
+    stalled = breakdown(model, train, layout, unconfigured, **kw)
+    parts = stalled["parts"]
     assert parts["communication"] >= parts["stalls"] > 0.5 * parts["total"]
-    assert "small-chunk stalls" in explain_text(frontier)
+    assert "small-chunk stalls" in explain_text(stalled)
+    assert "frontier-unconfigured, measured under this launch: unconfigured" in " ".join(
+        explain_text(stalled).split())
+    configured = breakdown(model, train, layout, "frontier", **kw)["parts"]
+    assert configured["stalls"] == 0 and configured["total"] < 0.2 * parts["total"]
     assert breakdown(model, train, layout, "perlmutter", **kw)["parts"]["stalls"] == 0

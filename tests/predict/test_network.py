@@ -33,7 +33,7 @@ def test_frontier_tiers_from_the_profile_and_the_dragonfly():
     tiers = tiers_of(chip, chip.network)
     assert [t.span for t in tiers] == [8, 1024, MACHINE]
     # the node's 4 x 25 GB/s NICs shared by 8 GCDs, then the global links' 1.753 taper
-    assert tiers[1].bandwidth == 12.5e9 and tiers[1].efficiency == 0.93
+    assert tiers[1].bandwidth == 12.5e9 and tiers[1].efficiency == 0.98
     assert tiers[2].bandwidth == pytest.approx(12.5e9 / 1.753)
     assert tiers[0].link == "nvlink" and tiers[1].link == tiers[2].link == "net"
 
@@ -128,11 +128,11 @@ def test_congestion_when_every_ring_crosses_an_oversubscribed_tier():
 
 def test_rccl_on_frontier_pays_its_measured_step_latency():
     chip = load_chip("frontier")
-    assert chip.network.library == "rccl" and chip.network.net_step_latency == 28.4 * US
-    # a ring all-gather of 16 nodes: 128 ranks, every step at the measured 28.4 µs (LL's base
+    assert chip.network.library == "rccl" and chip.network.net_step_latency == 23.5 * US
+    # a ring all-gather of 16 nodes: 128 ranks, every step at the measured 23.5 µs (LL's base
     # latency, 20.5 µs, the smallest) whatever the protocol
     t = seconds("all-gather", 128, 1, 1e3, chip)
-    assert t >= (20.5 + 128 * 28.4) * US * 0.999
+    assert t >= (20.5 + 128 * 23.5) * US * 0.999
     assert RCCL.protocols == ("LL", "Simple") and "LL128" in NCCL.protocols
 
 
@@ -159,10 +159,16 @@ def test_single_ranks_cost_nothing():
         assert seconds(kind, 1, 1, S, chip) == 0.0
 
 
-def test_rccl_stalls_below_its_measured_chunk_on_frontier_only():
-    chip = load_chip("frontier")
+def unconfigured_frontier():
+    """The Frontier profile on its network under an unconfigured launch (data/networks/)."""
+    return dataclasses.replace(load_chip("frontier"),
+                               network=load_network("frontier-unconfigured"))
+
+
+def test_rccl_stalls_below_its_measured_chunk_under_an_unconfigured_launch():
+    chip = unconfigured_frontier()
     net = chip.network
-    assert net.stall_chunk == 384 * 1024 and dict(net.stall)[256] == pytest.approx(0.1179)
+    assert net.stall_chunk == 384 * 1024 and dict(net.stall)[256] == pytest.approx(0.1469)
     stall = {n: t for n, t in net.stall}
     # 256 ranks on 32 nodes: a 128 KiB chunk per rank stalls (the mean measured at 256 ranks
     # on top of the α-β time), a 1 MiB chunk does not
@@ -186,6 +192,34 @@ def test_rccl_stalls_below_its_measured_chunk_on_frontier_only():
     assert load_chip("perlmutter").network.stall == ()
 
 
+def test_frontiers_default_is_the_configured_launch_and_does_not_stall():
+    chip, unconfigured = load_chip("frontier"), unconfigured_frontier()
+    assert chip.network.launch.startswith("configured") and chip.network.stall == ()
+    assert unconfigured.network.launch.startswith("unconfigured")
+    # 128 KiB per rank on 256 GCDs: the configured launch runs it in its α-β time (campaign 3
+    # measured 0.3-1.3× of it), the unconfigured one adds its mean stall, 147 ms
+    small = 256 * 128 * 1024
+    configured_s = seconds("all-gather", 256, 1, small, chip)
+    assert configured_s < 256 * 2 * 23.5 * US
+    assert seconds("all-gather", 256, 1, small, unconfigured) > configured_s + 0.1469
+
+
+def test_a_network_file_for_another_launch_keeps_the_fabric_it_extends(tmp_path):
+    base, other = load_network("frontier"), load_network("frontier-unconfigured")
+    assert other.tiers == base.tiers and other.library == base.library
+    assert (other.intra_step_latency, other.intra_efficiency) == (
+        base.intra_step_latency, base.intra_efficiency)
+    assert set(base.sources) < set(other.sources)
+    assert (other.net_step_latency, other.nic_efficiency) == (30.9 * US, 0.93)
+    (tmp_path / "a.toml").write_text('extends = "b"\n')
+    (tmp_path / "b.toml").write_text('extends = "a"\n')
+    with pytest.raises(InputError, match="without a cycle"):
+        load_network("a", tmp_path)
+    (tmp_path / "c.toml").write_text('extends = "nowhere"\n')
+    with pytest.raises(InputError, match="nowhere"):
+        load_network("c", tmp_path)
+
+
 def test_bad_stall_tables_name_the_problem():
     with pytest.raises(InputError, match="stall_chunk_kib with stall_ranks"):
         network_from_table({"stall_chunk_kib": 384, "stall_ranks": [16, 32], "stall_ms": [1.0]})
@@ -194,3 +228,31 @@ def test_bad_stall_tables_name_the_problem():
     with pytest.raises(InputError, match="stall_chunk_kib with stall_ranks"):
         network_from_table({"stall_chunk_kib": 384, "stall_ranks": [32, 16],
                             "stall_ms": [1.0, 2.0]})
+
+
+def test_frontiers_two_launches_are_what_the_fit_gives_on_their_own_jobs():
+    """The network files record benchmarks/fit_collectives.py's fit of each launch's jobs
+    (as written: 0.1 µs, 0.01, 0.1 ms), so the data and the fit cannot drift apart."""
+    import importlib.util
+    from pathlib import Path
+
+    from parex.predict.references import read_reference
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_collectives.py"
+    spec = importlib.util.spec_from_file_location("fit_collectives", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    frame = read_reference("collectives_pccl")
+    for name, configured in (("frontier", True), ("frontier-unconfigured", False)):
+        net, rows = load_network(name), fit.launch(frame, configured)
+        alpha, bandwidth = fit.fit(fit.fitted_rows(rows, "frontier")[0])
+        assert net.net_step_latency == pytest.approx(round(alpha * 1e6, 1) * US)
+        assert net.nic_efficiency == round(bandwidth / 100e9, 2)
+    stalls = fit.stalls(fit.launch(frame, False), "frontier")
+    assert load_network("frontier-unconfigured").stall == tuple(
+        (n, pytest.approx(round(s * 1e3, 1) * 1e-3)) for n, s in stalls)
+    # the configured launch's small chunks, after each job's first size, run in their α-β
+    # time: within 10 ms of it at every ring size, where the unconfigured stall 18-156 ms
+    configured = fit.launch(frame, True)
+    after_setup = fit.stalls(configured[~fit.first_sizes(configured)], "frontier")
+    assert len(after_setup) == 7 and all(abs(s) < 0.010 for _, s in after_setup)
