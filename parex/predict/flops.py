@@ -13,12 +13,15 @@ backward needs only each op's inputs, so XLA drops it); pipelines recompute noth
 beside its layers, so its FLOPs exceed the average by the head's share. A mixture of experts'
 model FLOPs count its active parameters (k experts and the router per token); its hardware FLOPs
 count what the program runs (`moe_layer_flops`): parex pads every expert to its capacity (E·C
-slots per sequence, E·T dropless) and adds the dispatch and combine einsums.
+slots per sequence, E·T dropless) and adds the dispatch and combine einsums. Under ring
+attention they count the ring's blocks on every hop (`ring_attention_executed`): 2s + 1 blocks of
+c × c, c = T/2s, a pass, where the full-T convention counts 4s (T/s queries by T keys).
 
 XLA's cost analysis (the measured `flops_per_device`) counts a while loop's body once, whatever its
-trip count: the scan over layers and the scan over microbatches each count one iteration. Under
-the "xla-cpu" convention `xla_counted` reproduces that, and adds the elementwise work XLA counts
-(norms, activations, softmax, loss, AdamW) with the per-element costs below.
+trip count: the scan over layers, the scan over microbatches and ring attention's hop loops
+each count one iteration (`ring_attention_counted`). Under the "xla-cpu" convention
+`xla_counted` reproduces that, and adds the elementwise work XLA counts (norms, activations,
+softmax, loss, AdamW) with the per-element costs below.
 """
 
 from __future__ import annotations
@@ -117,14 +120,16 @@ def hardware_flops(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
 
 def matmul_split(model: ModelConfig, grid: Grid, remat: str) -> dict:
     """Per device, per microbatch: FLOPs of one block (forward + backward + recompute) and of the
-    head, after the tensor and sequence splits. time.py and xla_counted read these."""
+    head, after the tensor and sequence splits, every loop trip counted (ring attention's hops
+    too). hardware_flops and xla_counted read these."""
     layer, head = forward_per_token(model, grid.T)
     masked = masked_attention(model, grid)
     full, core = recompute_layers(grid, remat)
     attn = attention_forward_per_token(model, grid.T, executed_keys(model, grid))
     split = grid.tokens / grid.tensor
     # ring attention runs its own blocks in place of the kernel's attention core
-    ring = np.where(is_ring(grid), ring_attention_executed(model_sizes(model), grid, remat)
+    ring = np.where(is_ring(grid), ring_attention_executed(model_sizes(model), grid, remat,
+                                                           model.dtype)
                     - attention_core(model, grid, remat), 0.0)
     if model.moe:
         return {"layer": moe_layer_flops(model, grid, remat) + ring, "head": 3 * head * split}
@@ -213,16 +218,21 @@ def ring_blocks(sizes: ModelSizes, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     return c * c * d * grid.b, 2 * grid.seq + 1
 
 
-def ring_attention_executed(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+def ring_attention_executed(sizes: ModelSizes, grid: Grid, remat: str,
+                            dtype: str = "float32") -> np.ndarray:
     """Ring attention's matmuls in one layer per device per microbatch, every hop counted:
-        (4 · (1 + full + core) + 10) · (2s + 1) · c² · d · b,
+        (4 · (1 + r) + 10) · (2s + 1) · c² · d · b  −  r · 3 · 2 · c² · d · b   (float32),
     a block's forward 4·c²·d (QKᵀ, PV), its backward 10·c²·d (QKᵀ recomputed from the saved
     log-sum-exp, dV = Pᵀ dO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀ Q: flash attention's backward),
-    2s + 1 blocks a pass (`ring_blocks`); full and selective remat re-run the forward once
-    (jax.checkpoint around the custom VJP recomputes its residuals, out and lse)."""
+    2s + 1 blocks a pass (`ring_blocks`). r = 1 where full or selective remat re-runs the
+    forward (jax.checkpoint around the custom VJP recomputes its residuals, out and lse). That
+    re-run sits beside the backward, outside the hop loops, so in float32 XLA computes hop 0's
+    three QKᵀ once for both (the same q and k chunks: the backward's float32 casts are no-ops);
+    in bfloat16 the forward's product is bf16's, the backward's float32, and both run."""
     full, core = recompute_layers(grid, remat)
     unit, blocks = ring_blocks(sizes, grid)
-    return (4 * (1 + full + core) + 10) * blocks * unit
+    shared = (full + core) * 3 * 2 * unit if dtype == "float32" else 0.0
+    return (4 * (1 + full + core) + 10) * blocks * unit - shared
 
 
 def ring_attention_counted(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
@@ -242,7 +252,8 @@ def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -
     microbatch when microbatches > 1), plus elementwise work. Under ring attention the attention
     core is counted as XLA counts the ring's blocks (`ring_attention_counted`), not every hop."""
     mm, ew = matmul_split(model, grid, remat), elementwise_flops(sizes, grid, remat)
-    once = ring_attention_counted(sizes, grid, remat) - ring_attention_executed(sizes, grid, remat)
+    once = (ring_attention_counted(sizes, grid, remat)
+            - ring_attention_executed(sizes, grid, remat, model.dtype))
     layer = mm["layer"] + np.where(is_ring(grid), once, 0.0)
     return layer + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
 
