@@ -82,9 +82,11 @@ def recompute_layers(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
     block skips its last matmul (W_out): the backward needs only each op's inputs, so XLA drops
     it as dead code (`recomputed_block`)."""
     full = np.full(len(grid), 1.0 if remat == "full" else 0.0)
-    # inside parex's pipeline stages Ulysses' attention is a nested shard_map whose explicit
-    # backward re-runs its forward (parallel.nested): the attention core once more
-    nested = (grid.stage > 1) & (grid.cp == CP_MODES.index("ulysses")) & grid.executor
+    # inside parex's pipeline stages context-parallel attention (Ulysses' or the ring) is a
+    # nested shard_map whose explicit backward re-runs its forward (parallel.nested): the
+    # attention core once more
+    nested = (grid.stage > 1) & (grid.seq > 1) & (grid.cp != CP_MODES.index("none")) \
+        & grid.executor
     core = np.where(nested, 1.0, 0.0) + (1.0 if remat == "selective" else 0.0)
     return full, core
 
