@@ -226,11 +226,12 @@ def ring_attention_executed(sizes: ModelSizes, grid: Grid, remat: str,
         (4 · (1 + r) + 10) · (2s + 1) · c² · d · b  −  r · 3 · 2 · c² · d · b   (float32),
     a block's forward 4·c²·d (QKᵀ, PV), its backward 10·c²·d (QKᵀ recomputed from the saved
     log-sum-exp, dV = Pᵀ dO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀ Q: flash attention's backward),
-    2s + 1 blocks a pass (`ring_blocks`). r = 1 where full or selective remat re-runs the
-    forward (jax.checkpoint around the custom VJP recomputes its residuals, out and lse), or a
-    pipeline stage's nested backward does (`recompute_layers`); 2 with both. The re-run sits beside the backward, outside the hop loops, so in float32 XLA computes hop 0's
-    three QKᵀ once for both (the same q and k chunks: the backward's float32 casts are no-ops);
-    in bfloat16 the forward's product is bf16's, the backward's float32, and both run."""
+    2s + 1 blocks a pass (`ring_blocks`). r counts the forward's re-runs (`recompute_layers`):
+    full or selective remat (jax.checkpoint around the custom VJP recomputes its residuals, out
+    and lse), a pipeline stage's nested backward. A re-run sits beside the backward, outside
+    the hop loops, so in float32 XLA computes hop 0's three QKᵀ once for both (the same q and k
+    chunks: the backward's float32 casts are no-ops); in bfloat16 the forward's product is
+    bf16's, the backward's float32, and both run."""
     full, core = recompute_layers(grid, remat)
     unit, blocks = ring_blocks(sizes, grid)
     shared = (full + core) * 3 * 2 * unit if dtype == "float32" else 0.0
