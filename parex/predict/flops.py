@@ -13,12 +13,15 @@ backward needs only each op's inputs, so XLA drops it); pipelines recompute noth
 beside its layers, so its FLOPs exceed the average by the head's share. A mixture of experts'
 model FLOPs count its active parameters (k experts and the router per token); its hardware FLOPs
 count what the program runs (`moe_layer_flops`): parex pads every expert to its capacity (E·C
-slots per sequence, E·T dropless) and adds the dispatch and combine einsums.
+slots per sequence, E·T dropless) and adds the dispatch and combine einsums. Under ring
+attention they count the ring's blocks on every hop (`ring_attention_executed`): 2s + 1 blocks of
+c × c, c = T/2s, a pass, where the full-T convention counts 4s (T/s queries by T keys).
 
 XLA's cost analysis (the measured `flops_per_device`) counts a while loop's body once, whatever its
-trip count: the scan over layers and the scan over microbatches each count one iteration. Under
-the "xla-cpu" convention `xla_counted` reproduces that, and adds the elementwise work XLA counts
-(norms, activations, softmax, loss, AdamW) with the per-element costs below.
+trip count: the scan over layers, the scan over microbatches and ring attention's hop loops
+each count one iteration (`ring_attention_counted`). Under the "xla-cpu" convention
+`xla_counted` reproduces that, and adds the elementwise work XLA counts (norms, activations,
+softmax, loss, AdamW) with the per-element costs below.
 """
 
 from __future__ import annotations
@@ -79,9 +82,11 @@ def recompute_layers(grid: Grid, remat: str) -> tuple[np.ndarray, np.ndarray]:
     block skips its last matmul (W_out): the backward needs only each op's inputs, so XLA drops
     it as dead code (`recomputed_block`)."""
     full = np.full(len(grid), 1.0 if remat == "full" else 0.0)
-    # inside parex's pipeline stages Ulysses' attention is a nested shard_map whose explicit
-    # backward re-runs its forward (parallel.nested): the attention core once more
-    nested = (grid.stage > 1) & (grid.cp == CP_MODES.index("ulysses")) & grid.executor
+    # inside parex's pipeline stages context-parallel attention (Ulysses' or the ring) is a
+    # nested shard_map whose explicit backward re-runs its forward (parallel.nested): the
+    # attention core once more
+    nested = (grid.stage > 1) & (grid.seq > 1) & (grid.cp != CP_MODES.index("none")) \
+        & grid.executor
     core = np.where(nested, 1.0, 0.0) + (1.0 if remat == "selective" else 0.0)
     return full, core
 
@@ -117,16 +122,30 @@ def hardware_flops(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
 
 def matmul_split(model: ModelConfig, grid: Grid, remat: str) -> dict:
     """Per device, per microbatch: FLOPs of one block (forward + backward + recompute) and of the
-    head, after the tensor and sequence splits. time.py and xla_counted read these."""
+    head, after the tensor and sequence splits, every loop trip counted (ring attention's hops
+    too). hardware_flops and xla_counted read these."""
     layer, head = forward_per_token(model, grid.T)
     masked = masked_attention(model, grid)
     full, core = recompute_layers(grid, remat)
     attn = attention_forward_per_token(model, grid.T, executed_keys(model, grid))
     split = grid.tokens / grid.tensor
+    # ring attention runs its own blocks in place of the kernel's attention core
+    ring = np.where(is_ring(grid), ring_attention_executed(model_sizes(model), grid, remat,
+                                                           model.dtype)
+                    - attention_core(model, grid, remat), 0.0)
     if model.moe:
-        return {"layer": moe_layer_flops(model, grid, remat), "head": 3 * head * split}
+        return {"layer": moe_layer_flops(model, grid, remat) + ring, "head": 3 * head * split}
     again = full * (recomputed_block(model, grid.T) + masked) + core * attn
-    return {"layer": (3 * (layer + masked) + again) * split, "head": 3 * head * split}
+    return {"layer": (3 * (layer + masked) + again) * split + ring, "head": 3 * head * split}
+
+
+def attention_core(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
+    """The attention core's matmuls in one layer per device per microbatch as the kernels count
+    them (`executed_keys` per query): forward 4·H·Dh/t per key, backward twice that, and each
+    recomputed forward (full or selective remat) once more."""
+    full, core = recompute_layers(grid, remat)
+    return ((3 + full + core) * grid.tokens / grid.tensor
+            * attention_forward_per_token(model, grid.T, executed_keys(model, grid)))
 
 
 def moe_forward(model: ModelConfig, grid: Grid) -> dict:
@@ -185,33 +204,65 @@ def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
             "optimizer": opt}
 
 
-def ring_attention_counted(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
-    """XLA's count of ring attention's matmuls in one layer and microbatch. Blocks are c × c,
-    c = T/2s, at 4·c²·D/t FLOPs forward (QKᵀ, PV) and 10·c²·D/t backward (QKᵀ again, dV, dP,
-    dQ, dK). The forward does 3 own blocks, then 2 per hop in a loop of s − 1 hops; the
-    backward 3 own, 2 on hop 1, then 2 per hop in a loop of s − 2; each loop counted once."""
+def is_ring(grid: Grid) -> np.ndarray:
+    """Ring attention (parex.parallel.context) runs the attention core: cp=ring over seq > 1."""
+    return (grid.cp == CP_MODES.index("ring")) & (grid.seq > 1)
+
+
+def ring_blocks(sizes: ModelSizes, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """(c²·d·b, the blocks of one pass) of zig-zag ring attention: blocks of c = T/2s query rows
+    by c keys, d = H·Dh/t, b sequences. A pass (the forward, or the backward) computes hop 0's
+    three blocks of the device's own chunks (two of them diagonal, causal by a mask, computed
+    in full) and two unmasked blocks on each of the s − 1 hops: 2s + 1 blocks, the causal half
+    of the device's T/s × T scores (2s·c²) plus the masked halves of its two diagonal blocks.
+    The full-T convention counts all 4s·c²."""
     c, d = grid.T / (2 * grid.seq), sizes.H * sizes.Dh / grid.tensor
+    return c * c * d * grid.b, 2 * grid.seq + 1
+
+
+def ring_attention_executed(sizes: ModelSizes, grid: Grid, remat: str,
+                            dtype: str = "float32") -> np.ndarray:
+    """Ring attention's matmuls in one layer per device per microbatch, every hop counted:
+        (4 · (1 + r) + 10) · (2s + 1) · c² · d · b  −  r · 3 · 2 · c² · d · b   (float32),
+    a block's forward 4·c²·d (QKᵀ, PV), its backward 10·c²·d (QKᵀ recomputed from the saved
+    log-sum-exp, dV = Pᵀ dO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀ Q: flash attention's backward),
+    2s + 1 blocks a pass (`ring_blocks`). r counts the forward's re-runs (`recompute_layers`):
+    full or selective remat (jax.checkpoint around the custom VJP recomputes its residuals, out
+    and lse), a pipeline stage's nested backward. A re-run sits beside the backward, outside
+    the hop loops, so in float32 XLA computes hop 0's three QKᵀ once for both (the same q and k
+    chunks: the backward's float32 casts are no-ops); in bfloat16 the forward's product is
+    bf16's, the backward's float32, and both run."""
+    full, core = recompute_layers(grid, remat)
+    unit, blocks = ring_blocks(sizes, grid)
+    shared = (full + core) * 3 * 2 * unit if dtype == "float32" else 0.0
+    return (4 * (1 + full + core) + 10) * blocks * unit - shared
+
+
+def ring_attention_counted(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """XLA's count of ring attention's matmuls in one layer and microbatch: as
+    `ring_attention_executed`, but each hop loop's body once. The forward does 3 own blocks,
+    then 2 per hop in a loop of s − 1 hops; the backward 3 own, 2 on hop 1, then 2 per hop in a
+    loop of s − 2. (Under remat XLA also counts hop 0's shared QKᵀ once, 6·c²·d·b fewer than
+    this, 0.2 % of tiny's count: not modelled here.)"""
+    unit, _ = ring_blocks(sizes, grid)
     full, core = recompute_layers(grid, remat)
     forwards = 1 + full + core
     backward_blocks = 5 + 2 * np.minimum(grid.seq - 2, 1)
-    return (forwards * 5 * 4 + backward_blocks * 10) * c * c * d * grid.b
+    return (forwards * 5 * 4 + backward_blocks * 10) * unit
 
 
 def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     """What XLA's cost analysis reports per device: loop bodies once (one layer, and one
     microbatch when microbatches > 1), plus elementwise work. Under ring attention the attention
-    core is counted as XLA counts the ring's blocks (`ring_attention_counted`)."""
+    core is counted as XLA counts the ring's blocks (`ring_attention_counted`), not every hop."""
     mm, ew = matmul_split(model, grid, remat), elementwise_flops(sizes, grid, remat)
-    full, core = recompute_layers(grid, remat)
-    convention = ((3 + full + core) * grid.tokens / grid.tensor
-                  * attention_forward_per_token(model, grid.T, executed_keys(model, grid)))
-    ring = (grid.cp == 1) & (grid.seq > 1)
-    layer = mm["layer"] + np.where(ring, ring_attention_counted(sizes, grid, remat) - convention,
-                                   0.0)
+    once = (ring_attention_counted(sizes, grid, remat)
+            - ring_attention_executed(sizes, grid, remat, model.dtype))
+    layer = mm["layer"] + np.where(is_ring(grid), once, 0.0)
     return layer + mm["head"] + ew["layer"] + ew["head"] + ew["optimizer"]
 
 
-__all__ = ["ELEMENTWISE", "attention_forward_per_token", "elementwise_flops", "executed_keys",
-           "forward_per_token", "masked_attention",
-           "hardware_flops", "matmul_split", "model_flops", "moe_forward", "moe_layer_flops",
-           "recomputed_block", "ring_attention_counted", "xla_counted"]
+__all__ = ["ELEMENTWISE", "attention_core", "attention_forward_per_token", "elementwise_flops",
+           "executed_keys", "forward_per_token", "hardware_flops", "is_ring", "masked_attention",
+           "matmul_split", "model_flops", "moe_forward", "moe_layer_flops", "recomputed_block",
+           "ring_attention_counted", "ring_attention_executed", "ring_blocks", "xla_counted"]

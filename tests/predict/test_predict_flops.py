@@ -102,6 +102,30 @@ def test_xla_counts_ring_attention_blocks_once_per_hop_loop(seq, remat, blocks):
     assert difference[0] == pytest.approx(attention - blocks * c * c * D * b)
 
 
+@pytest.mark.parametrize("seq, remat, forwards", [(2, "none", 1), (4, "full", 2),
+                                                    (8, "selective", 2)])
+def test_ring_hardware_flops_count_its_blocks_on_every_hop(seq, remat, forwards):
+    """2s + 1 blocks of c × c a pass, every hop counted: 4·c²·D a block forward (once more per
+    recomputed forward, less hop 0's three QKᵀ, which the backward shares), 10·c²·D backward.
+    They replace the full-T convention's attention core in hardware FLOPs; the rest of the
+    block is unchanged. (The compiled steps of tiny run, every loop trip counted, 124,780,544
+    FLOPs of attention matmuls at seq=8, 157,286,400 at seq=8 with full remat, 163,577,856 at
+    data=2, seq=4 with selective: these formulas' counts.)"""
+    sizes, b = model_sizes(TINY), 16 // (8 // seq)
+    ring = grid(Layout(data=8 // seq, seq=seq, cp="ring"))
+    c = T // (2 * seq)
+    shared = (forwards - 1) * 3 * 2 * c * c * D * b
+    executed = (4 * forwards + 10) * (2 * seq + 1) * c * c * D * b - shared
+    assert F.ring_attention_executed(sizes, ring, remat)[0] == executed
+    # in bfloat16 the re-run's QKᵀ and the backward's differ in dtype: both run (160,432,128
+    # at seq=8 with full remat in the compiled step)
+    assert F.ring_attention_executed(sizes, ring, remat, "bfloat16")[0] == executed + shared
+    plain = grid(Layout(data=8 // seq, seq=seq, cp="ulysses"))  # the same tokens, T² in full
+    attention = (2 + forwards) * 4 * D * T * (b * T // seq)
+    difference = F.hardware_flops(TINY, plain, remat) - F.hardware_flops(TINY, ring, remat)
+    assert difference[0] == pytest.approx(L * (attention - executed))
+
+
 def test_a_sliding_window_counts_its_keys_in_model_flops_and_the_masked_ones_where_computed():
     """Model FLOPs 6N + 12·L·H·Dh·W per token (a named head width counted at its own size);
     the naive kernel also computes the T − W masked keys per query, which hardware FLOPs
