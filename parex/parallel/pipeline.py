@@ -341,7 +341,9 @@ def _initial_state(timetable: Timetable, ctx: _Context, act, varying, blocks32, 
     it."""
     specs, slots = ctx.specs, timetable.slots
     state = {"inbox": vary(jnp.zeros((slots["inbox"] + 1, *act.shape), act.dtype), varying),
-             "res": Stash.create(specs["layers"].stashed, slots["res"]),
+             # varying as the inbox: a residual the probe traced as invariant over stage (RoPE's
+             # zig-zag positions under ring attention and full remat) is varying when stored
+             "res": vary(Stash.create(specs["layers"].stashed, slots["res"]), varying),
              "emb": Stash.create(specs["embedding"].stashed, slots["emb"]),
              "head": Stash.create(specs["head"].stashed, slots["head"]),
              "loss": vary(jnp.zeros((), jnp.float32), varying),
