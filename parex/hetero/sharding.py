@@ -63,12 +63,8 @@ def state_bytes_per_element(rec, zero: int, pipelines: int) -> dict:
 
 
 def per_element(rec, zero: int, pipelines) -> object:
-    """Σ of state_bytes_per_element (works on arrays of pipeline counts too)."""
-    if zero == 0:
-        return rec.param_bytes + rec.grad_bytes + rec.optimizer_bytes + 0 * pipelines
-    if zero == 1:
-        return rec.param_bytes + rec.grad_bytes + rec.optimizer_bytes / pipelines
-    return (rec.param_bytes + rec.grad_bytes + rec.optimizer_bytes) / pipelines
+    """Σ of state_bytes_per_element (works on arrays of pipeline counts too: shaped like them)."""
+    return sum(state_bytes_per_element(rec, zero, pipelines).values()) + 0 * pipelines
 
 
 def working_bytes_per_element(rec, zero: int) -> float:
