@@ -85,16 +85,15 @@ def shard_passes(plan: HeteroPlan, cluster: HeteroCluster, rows, rec) -> None:
     microbatch: for each block it holds (and the embedding / head), those of
     sharding.gathers_per_microbatch over the stages of every pipeline that hold it, of the
     largest shard's bytes (the smallest tensor degree's)."""
-    ops = gathers_per_microbatch(plan.zero)
+    ops = gathers_per_microbatch(rec, plan.zero)
     if len(rows) == 1 or not (ops["forward"] or ops["backward"]):
         return
     seconds = _collective(cluster)
-    state = {"param": rec.param_bytes, "grad": rec.grad_bytes}
 
     def pass_seconds(stages, kind: str, which: str) -> float:
         members = _members(cluster, stages)
         n = max(s.elements[kind] for s in stages)
-        return sum(seconds(op, members, state[held] * n) for op, held in ops[which])
+        return sum(seconds(op, members, per * n) for op, per in ops[which])
 
     owner = _owners(plan, rows)
     blocks = [[own[layer] for own in owner] for layer in range(len(owner[0]))]

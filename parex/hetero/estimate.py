@@ -30,7 +30,7 @@ from ..predict import memory
 from ..setting import Setting
 from .costs import unit_costs
 from .dp import exposed_reduction, levels
-from .links import allreduce_seconds, hierarchical_seconds, hop_seconds
+from .links import hierarchical_seconds, hop_seconds
 from .plan import Stage
 from .predict import device_cap
 from .sharding import (gathers_per_microbatch, per_element, reduces_at_end, shards,
@@ -241,11 +241,10 @@ class Estimator:
         predictor (dp.shard_passes) follows every block to its holders."""
         C, P, S = length.shape[0], grid.shape[1], grid.shape[2]
         out = {kind: np.zeros((C, P, S, 1)) for kind in ("block", "first", "last")}
-        ops = gathers_per_microbatch(self.zero)
+        ops = gathers_per_microbatch(self.recipe, self.zero)
         if not (ops["forward"] or ops["backward"]):
             return out
         ops = ops["forward"] + ops["backward"]
-        state = {"param": self.recipe.param_bytes, "grad": self.recipe.grad_bytes}
         groups = self.cluster.groups
         for c, pipes in enumerate(candidates):
             if len(pipes) == 1:
@@ -260,9 +259,8 @@ class Estimator:
                             ("last",) if j == len(pipe) - 1 else ()):
                         n = max(grid[c, k, a, F[f"{kind}_elements"], 0]
                                 for k, a in enumerate(at))
-                        out[kind][c, i, j, 0] = sum(self.collective(op, members,
-                                                                    state[held] * n)
-                                                    for op, held in ops)
+                        out[kind][c, i, j, 0] = sum(self.collective(op, members, per * n)
+                                                    for op, per in ops)
         return out
 
     def _split(self, cost, extra, per_block, fixed, cap, valid, L, layers, units):
@@ -320,11 +318,7 @@ class Estimator:
 
     # --- the gradient reduction ---------------------------------------------------------
     def allreduce(self, members: tuple, nbytes: float) -> float:
-        key = (members, nbytes)
-        if key not in self._reduce:
-            self._reduce[key] = allreduce_seconds(levels(self.cluster, members), nbytes,
-                                                  self.chips[0])
-        return self._reduce[key]
+        return self.collective("all-reduce", members, nbytes)
 
     def collective(self, kind: str, members: tuple, nbytes: float) -> float:
         key = (kind, members, nbytes)

@@ -73,12 +73,13 @@ def working_bytes_per_element(rec, zero: int) -> float:
     return rec.param_bytes + rec.grad_bytes if zero >= 3 else 0.0
 
 
-def gathers_per_microbatch(zero: int) -> dict:
-    """Collectives of one block's state per microbatch, per pass: {pass: [(kind, state)]}."""
+def gathers_per_microbatch(rec, zero: int) -> dict:
+    """Collectives of one block's state per microbatch, per pass: {pass: [(kind, bytes per
+    parameter of the buffer)]}, recipe `rec`."""
     if zero < 3:
         return {"forward": [], "backward": []}
-    return {"forward": [("all-gather", "param")],
-            "backward": [("all-gather", "param"), ("reduce-scatter", "grad")]}
+    return {"forward": [("all-gather", rec.param_bytes)],
+            "backward": [("all-gather", rec.param_bytes), ("reduce-scatter", rec.grad_bytes)]}
 
 
 def reduces_at_end(zero: int) -> bool:
