@@ -39,7 +39,8 @@ from .core import Figure, Row, Tolerance, figure
 
 SETTINGS = {"convention": "gpu", "recipe": "mixed", "dtype": "bfloat16"}
 SPEED = Tolerance(0.8, 1.25, "a predicted ratio of step times on 1,024 GPUs: within 25 %")
-BATCH_80B = 2048  # sequences of 2,048 tokens: AxoNN's run scripts' GLOBAL_BATCH_SIZE (an input)
+SCRIPTS_BATCH = 2048  # sequences of 2,048 tokens: AxoNN's run scripts' GLOBAL_BATCH_SIZE, for
+#   the 80B run and every weak-scaling point (an input)
 PER_DEVICE = (1, 2, 4)  # sequences per GPU the brackets span (not published)
 UNMODELLED = ("the layouts AxoNN picked (parex takes its own best 3D layout at each scale), "
               "the models and batches of the Perlmutter and Alps runs (brackets), AxoNN's tuned "
@@ -76,7 +77,7 @@ def megatron_rows(cols: dict) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def best_80b(batch: int = BATCH_80B) -> dict:
+def best_80b(batch: int = SCRIPTS_BATCH) -> dict:
     """parex's fastest fitting 3D and Megatron-LM layouts of the 80B GPT on 256 Perlmutter
     nodes, each with full recompute (`SCRIPTS_REMAT`): {kind: (layout text, step seconds,
     HFU)}."""
@@ -138,7 +139,7 @@ def weak_model(n: int) -> str:
 def weak_scaling(n: int) -> float:
     """Efficiency on Frontier (hardware FLOP/s per GCD on n over on 512) of the best fitting 3D
     layout of each scale's model, 2,048 sequences per step at every scale."""
-    at = {k: best_3d(axonn_model(weak_model(k)), "frontier", k, BATCH_80B)
+    at = {k: best_3d(axonn_model(weak_model(k)), "frontier", k, SCRIPTS_BATCH)
           for k in (WEAK_BASE, n)}
     return at[n] / at[WEAK_BASE]
 
@@ -199,7 +200,7 @@ def axonn_figure() -> Figure:
                         f"({weak_model(n).removeprefix('gpt-').upper()} vs 5B)",
                         paper(f"frontier_weak_{n}"), weak_scaling(n), tolerance=WEAK,
                         note="2,048 × 2,048 tokens per step at every scale (run scripts)"))
-    frontier = best_3d(axonn_model(weak_model(32768)), "frontier", 32768, BATCH_80B)
+    frontier = best_3d(axonn_model(weak_model(32768)), "frontier", 32768, SCRIPTS_BATCH)
     rows.append(Row("Frontier · 32,768 GCDs · sustained FLOP/s (320B)",
                     paper("sustained_frontier_32768"),
                     frontier * load_chip("frontier").peak("bfloat16") * 32768,
