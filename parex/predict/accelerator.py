@@ -91,7 +91,7 @@ def matmul_shapes(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> list
     router and the routed experts."""
     t, M, T = grid.tensor, grid.tokens, grid.T
     q, kv = sizes.H * sizes.Dh, sizes.K * sizes.Dh
-    per_head = grid.b * sizes.H / t  # attention runs per sequence and head
+    per_head = grid.b * sizes.H / grid.heads_split  # attention runs per sequence and head
     F, mlp = (sizes.shared_F, int(sizes.shared_F > 0)) if sizes.moe else (sizes.F, 1)
     shapes = [(M, sizes.D, (q + 2 * kv) / t, 1), (M, q / t, sizes.D, 1),
               (M, sizes.D, F / t, sizes.n_mlp_in * mlp), (M, F / t, sizes.D, mlp),
@@ -132,18 +132,18 @@ def elementwise_elements(sizes: ModelSizes, grid: Grid, dropout: bool,
                          imbalance: float = 1.0) -> tuple:
     """(elements per token of one block's forward memory-bound kernels, of which the attention
     core's), read plus written (module docstring)."""
-    t = grid.tensor
+    t, heads = grid.tensor, grid.heads_split
     h = np.where(grid.sp, sizes.D / t, sizes.D)
     d = 1.0 if dropout else 0.0
     per_unit = 2.0 if sizes.family == "gpt" else 3.0
-    mlp = per_unit * sizes.F / t
+    mlp = per_unit * sizes.F / heads
     if sizes.moe:  # the shared experts; each of k assignments' activation (the busiest
         #            expert's, `expert_slots`) and its permutation there and back (read, write)
         # (folded: E/EP local experts of width F_e/ETP, their slots' D not split by tensor)
         slots = expert_slots(sizes, grid, imbalance) * sizes.E / grid.ep / grid.tokens
         mlp = (per_unit * (sizes.shared_F / t + slots * sizes.Fe / grid.expert_tensor)
                + 4 * slots * sizes.D + 2 * sizes.E)
-    core = (2.0 + 2.5 * d) * sizes.H / t * grid.T
+    core = (2.0 + 2.5 * d) * sizes.H / heads * grid.T
     return h * (4.0 + 6.0 + d) + mlp + core, core
 
 
@@ -189,7 +189,7 @@ def flash_seconds(sizes: ModelSizes, grid: Grid, peak: float, table: dict) -> tu
     published rate for the kernel's sequence (a ring hop's T/seq under ring attention, T
     otherwise: Ulysses attends whole sequences)."""
     keys = sizes.visible_keys(grid.T)
-    forward = 4 * (grid.T / grid.seq) * keys * sizes.Dh * grid.b * sizes.H / grid.tensor
+    forward = 4 * (grid.T / grid.seq) * keys * sizes.Dh * grid.b * sizes.H / grid.heads_split
     ring = grid.cp == CP_MODES.index("ring")
     seq = np.where(ring, grid.T / grid.seq, grid.T)
     return (forward / (peak * flash_efficiency(table, "forward", sizes.Dh, seq)),

@@ -40,7 +40,9 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
     sizes, emulated = model_sizes(model), setting.emulated
     conv, rec = program(setting), memory.recipe(setting.recipe)
     grid = dataclasses.replace(grid, executor=conv.name == "xla-cpu", flash=setting.flash,
-                               splits_vectors=layout3d is None)
+                               splits_vectors=layout3d is None,
+                               heads_tensor=None if layout3d is None else tensor3d.heads_columns(
+                                   layout3d, len(grid)))
     # Megatron-LM's block (the recipe's compute counts it): its full remat repeats the whole block
     # (not in parex's compiled program, whose collectives xla-cpu counts)
     megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"

@@ -136,7 +136,9 @@ def matmul_split(model: ModelConfig, grid: Grid, remat: str) -> dict:
     if model.moe:
         return {"layer": moe_layer_flops(model, grid, remat) + ring, "head": 3 * head * split}
     again = full * (recomputed_block(model, grid.T) + masked) + core * attn
-    return {"layer": (3 * (layer + masked) + again) * split + ring, "head": 3 * head * split}
+    linear = (3 * (layer + masked) + again - (3 + full + core) * attn) * split
+    return {"layer": linear + attention_core(model, grid, remat) + ring,
+            "head": 3 * head * split}
 
 
 def attention_core(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
@@ -144,7 +146,7 @@ def attention_core(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
     them (`executed_keys` per query): forward 4·H·Dh/t per key, backward twice that, and each
     recomputed forward (full or selective remat) once more."""
     full, core = recompute_layers(grid, remat)
-    return ((3 + full + core) * grid.tokens / grid.tensor
+    return ((3 + full + core) * grid.tokens / grid.heads_split
             * attention_forward_per_token(model, grid.T, executed_keys(model, grid)))
 
 
@@ -191,13 +193,13 @@ def moe_layer_flops(model: ModelConfig, grid: Grid, remat: str) -> np.ndarray:
 def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
     """Elementwise FLOPs per device: per microbatch for one layer and for the head, and per step
     for the optimizer (XLA's per-element counts, ELEMENTWISE)."""
-    t, tokens = grid.tensor, grid.tokens
+    t, heads, tokens = grid.tensor, grid.heads_split, grid.tokens
     hidden = np.where(grid.sp, sizes.D / t, sizes.D)
     mlp = sizes.F
     if sizes.moe:  # the experts' units on their slots, per token, and the shared experts'
         mlp = sizes.shared_F + grid.b * dispatch_slots(sizes, grid) * sizes.Fe / grid.tokens
-    per_token = (ELEMENTWISE["hidden"] * hidden + ELEMENTWISE["mlp"][sizes.family] * mlp / t
-                 + ELEMENTWISE["scores"] * sizes.H / t * grid.T)
+    per_token = (ELEMENTWISE["hidden"] * hidden + ELEMENTWISE["mlp"][sizes.family] * mlp / heads
+                 + ELEMENTWISE["scores"] * sizes.H / heads * grid.T)
     opt = (ELEMENTWISE["optimizer"] * state_elements(sizes, grid, "opt")
            + ELEMENTWISE["grad"] * state_elements(sizes, grid, "grad"))
     return {"layer": per_token * tokens, "head": ELEMENTWISE["vocab"] * sizes.V / t * tokens,
@@ -216,7 +218,7 @@ def ring_blocks(sizes: ModelSizes, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     in full) and two unmasked blocks on each of the s − 1 hops: 2s + 1 blocks, the causal half
     of the device's T/s × T scores (2s·c²) plus the masked halves of its two diagonal blocks.
     The full-T convention counts all 4s·c²."""
-    c, d = grid.T / (2 * grid.seq), sizes.H * sizes.Dh / grid.tensor
+    c, d = grid.T / (2 * grid.seq), sizes.H * sizes.Dh / grid.heads_split
     return c * c * d * grid.b, 2 * grid.seq + 1
 
 

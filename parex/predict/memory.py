@@ -197,20 +197,21 @@ def korthikanti_layer_formula(sp: bool, remat: str, flash: bool) -> str:
 
 def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     """Elements per token of one layer's saved activations in parex.model.transformer as XLA keeps them."""
-    t, sp, h = grid.tensor, grid.sp, sizes.D
+    t, sp, h, heads = grid.tensor, grid.sp, sizes.D, grid.heads_split
     if remat == "full":
         return np.where(sp, h / t, h) * np.ones(len(grid))
     # a parallel block has one norm and one residual sum where a sequential one has two: half
     # the D-sized elements (tiny data=8, data=2,tensor=4 (sp=on): 3.6 to 4.3 h fewer measured)
     full_h = np.where(sp, h / t, h) * (4 if sizes.parallel else 8)
-    split_h = 2 * (sizes.H + sizes.K) * sizes.Dh / t  # q, k, v and the attention output
+    split_h = 2 * (sizes.H + sizes.K) * sizes.Dh / heads  # q, k, v and the attention output
     # ring attention's and flash attention's custom VJPs keep no scores, only the rows'
     # log-sum-exp (one per head); selective remat recomputes either kernel's forward
     kept = (grid.cp == 1) | grid.flash
-    scores = 0 if remat == "selective" else np.where(kept, sizes.H / t, 2 * sizes.H / t * grid.T)
+    scores = 0 if remat == "selective" else np.where(kept, sizes.H / heads,
+                                                     2 * sizes.H / heads * grid.T)
     if sizes.moe:
         return full_h + split_h + scores + moe_elements(sizes, grid)
-    return full_h + split_h + 6 * sizes.F / t + scores
+    return full_h + split_h + 6 * sizes.F / heads + scores
 
 
 def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:

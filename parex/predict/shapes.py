@@ -196,6 +196,9 @@ class Grid:
     # (layout.STATE_DIMS; the ideal program: every parameter); False: AxoNN's 3D program, which
     # keeps them whole (its 1D equivalent's grid, parex.predict.tensor3d.equivalent)
     flash: bool = False  # flash attention (parex.model.attention): no scores kept, lse per row
+    heads_tensor: np.ndarray | None = None  # the devices that split the attention heads and the
+    # MLP's hidden units between its matmuls (None: tensor); AxoNN's 3D program: Y, its X
+    # devices hold them whole after each all-reduce over X (parallel.tensor3d)
 
     def __len__(self) -> int:
         return len(self.data)
@@ -204,6 +207,11 @@ class Grid:
     def dp(self) -> np.ndarray:
         """Replicas that each see a different slice of the batch."""
         return self.data * self.fsdp * self.expert
+
+    @property
+    def heads_split(self) -> np.ndarray:
+        """How many ways one device's attention heads and MLP activations are split."""
+        return self.tensor if self.heads_tensor is None else self.heads_tensor
 
     @property
     def fold(self) -> np.ndarray:

@@ -193,12 +193,20 @@ class Sizes3D:
 
 
 def equivalent(layout: Layout) -> Layout:
-    """The 1D layout whose per-device matmul FLOPs and model state come closest to a 3D one's:
-    batch over data × fsdp × Z, weights over X·Y·Z·fsdp (fsdp=Z·fsdp, tensor=X·Y), the
-    pipeline (stage, schedule, microbatches) and ZeRO as they are. The predictor's compute and
-    memory read it; the collectives are this module's (tensor3d_stages' inside stages)."""
+    """The 1D layout whose linear layers' FLOPs and model state equal a 3D one's: batch over
+    data × fsdp × Z, weights over X·Y·Z·fsdp (fsdp=Z·fsdp, tensor=X·Y), the pipeline (stage,
+    schedule, microbatches) and ZeRO as they are. The predictor's compute and memory read it,
+    with its heads and MLP activations split over Y alone (heads_columns); the collectives are
+    this module's (tensor3d_stages' inside stages)."""
     return layout.replace(fsdp=layout.tensor_z * layout.fsdp,
                           tensor=layout.tensor * layout.tensor_y, tensor_y=1, tensor_z=1)
+
+
+def heads_columns(layout, n: int) -> np.ndarray:
+    """Grid.heads_tensor of 3D layouts' equivalent grids: Y. A pair's first matmul leaves its
+    output split over Y only (the all-reduce over X sums it whole on every X device), so the
+    attention core and the MLP's activation run on H/Y heads and F/Y units, X times over."""
+    return np.broadcast_to(Sizes3D.of(layout).tensor_y, (n,)).astype(np.int64)
 
 
 def equivalent_columns(sizes: Sizes3D) -> dict:
