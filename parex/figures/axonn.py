@@ -108,7 +108,11 @@ def best_3d(model: ModelConfig, chip_name: str, n: int, batch: int) -> float | N
     """The highest hardware FLOP/s per device (over peak) of any fitting 3D layout of n devices,
     each recomputing every block as AxoNN's scripts run them (`SCRIPTS_REMAT`); None when none
     fits."""
-    chip = load_chip(chip_name)
+    return best_3d_on(model, load_chip(chip_name), n, batch)
+
+
+def best_3d_on(model: ModelConfig, chip, n: int, batch: int) -> float | None:
+    """best_3d on a Chip value (e.g. a profile with another step efficiency)."""
     train = TrainConfig(global_batch=batch, seq_len=model.seq_len, remat=SCRIPTS_REMAT)
     sizes = configurations(model, train, n)
     if not len(sizes.data):
@@ -222,5 +226,5 @@ def axonn_figure() -> Figure:
     return Figure(rows, _weak_chart, notes=notes)
 
 
-__all__ = ["WEAK_MODELS", "axonn_figure", "axonn_model", "best_80b", "megatron_rows",
-           "sustained", "weak_curve", "weak_model", "weak_scaling"]
+__all__ = ["WEAK_MODELS", "axonn_figure", "axonn_model", "best_3d_on", "best_80b",
+           "megatron_rows", "sustained", "weak_curve", "weak_model", "weak_scaling"]
