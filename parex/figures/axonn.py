@@ -112,7 +112,11 @@ def best_3d(model: ModelConfig, chip_name: str, n: int, batch: int) -> float | N
     recomputing every block as AxoNN's scripts run them (`SCRIPTS_REMAT`) and its FLOPs counted
     once (the recompute in, the attention heads a pair's X devices all run counted on one);
     None when none fits."""
-    chip = load_chip(chip_name)
+    return best_3d_on(model, load_chip(chip_name), n, batch)
+
+
+def best_3d_on(model: ModelConfig, chip, n: int, batch: int) -> float | None:
+    """best_3d on a Chip value (e.g. a profile with another step efficiency)."""
     train = TrainConfig(global_batch=batch, seq_len=model.seq_len, remat=SCRIPTS_REMAT)
     sizes = configurations(model, train, n)
     if not len(sizes.data):
@@ -233,5 +237,5 @@ def axonn_figure() -> Figure:
     return Figure(rows, _weak_chart, notes=notes)
 
 
-__all__ = ["WEAK_MODELS", "axonn_figure", "axonn_model", "best_80b", "megatron_rows",
-           "sustained", "weak_curve", "weak_model", "weak_scaling"]
+__all__ = ["WEAK_MODELS", "axonn_figure", "axonn_model", "best_3d_on", "best_80b",
+           "megatron_rows", "sustained", "weak_curve", "weak_model", "weak_scaling"]
