@@ -231,13 +231,8 @@ def family(layout: Layout) -> str:
 
 def _calibrated_block_seconds(chip) -> float:
     """What calibrate.block_step(8) took during the calibration (recalibrated's inverse)."""
-    from parex.predict.shapes import Grid, model_sizes
-    from parex.predict.time import cpu_layer_seconds
-
-    cal, cfg = chip.calibration, calibrate._block_config()
-    grid = Grid.from_columns(TrainConfig(global_batch=calibrate.BLOCK_SEQUENCES), cfg)
-    kernels = cfg.layers * cpu_layer_seconds(model_sizes(cfg), grid, "none", cal,
-                                             chip.hbm_bandwidth)[0]
+    kernels, _ = calibrate.block_probe(chip)
+    cal = chip.calibration
     return kernels / cal.step_efficiency + cal.step_overhead_s
 
 

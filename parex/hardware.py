@@ -58,6 +58,9 @@ class Calibration:
     parallel_devices: float = 1.0  # a step's throughput with all devices busy / one device alone
     elementwise_rate: float = 0.0  # elementwise FLOP/s (as XLA counts them) per device, all busy
     step_efficiency: float = 1.0  # a real step's speed / what the kernel rates above predict
+    efficiency_curve: tuple[tuple[float, float], ...] = ()  # (activation bytes a device holds
+    #   from forward to backward, step efficiency) of the one- and two-block probes, ascending;
+    #   empty (profiles before 2026-12-05): step_efficiency whatever is held
     optimizer_s_per_param: float = 0.0  # clipping + AdamW update, per parameter, all devices busy
     pipeline_tick_s: float = 0.0  # the pipeline executor's fixed cost per tick (switch, rendezvous)
     collective_in_step: float = 1.0  # a collective between matmuls / its chained α + β·S
@@ -140,7 +143,8 @@ class Chip:
             out["speed_variation"] = self.speed_variation
         if self.calibration:  # a cpu-local profile's measurements
             cal = vars(self.calibration) | {
-                "matmul_curve": [list(p) for p in self.calibration.matmul_curve]}
+                key: [list(p) for p in getattr(self.calibration, key)]
+                for key in ("matmul_curve", "efficiency_curve")}
             out["calibration"] = cal
         return out
 
@@ -148,7 +152,8 @@ class Chip:
 def chip_from_json(data: dict) -> Chip:
     cal = data.get("calibration")
     if cal is not None:
-        cal = Calibration(**(cal | {"matmul_curve": tuple(tuple(p) for p in cal["matmul_curve"])}))
+        cal = Calibration(**(cal | {key: tuple(tuple(p) for p in cal.get(key, ()))
+                                    for key in ("matmul_curve", "efficiency_curve")}))
         missing = [k for k in COLLECTIVE_KINDS if not cal.collectives.get(k)]
         if "pipeline_tick_s" not in data["calibration"]:  # profiles calibrated before it
             missing.append("the pipeline executor's tick cost")

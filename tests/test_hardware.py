@@ -184,19 +184,21 @@ def test_kernels_and_probes_are_timed_in_alternated_rounds(monkeypatch):
 
 
 def test_recalibration_reads_efficiency_and_parallelism_off_block_timings():
-    from parex.config import TrainConfig
-    from parex.predict.shapes import Grid, model_sizes
-    from parex.predict.time import cpu_layer_seconds
-
     chip = load_chip("cpu-reference")
-    cfg = calibrate._block_config()
-    grid = Grid.from_columns(TrainConfig(global_batch=calibrate.BLOCK_SEQUENCES), cfg)
-    kernels = 2 * cpu_layer_seconds(model_sizes(cfg), grid, "none", chip.calibration,
-                                    chip.hbm_bandwidth)[0]
+    kernels, held = calibrate.block_probe(chip)
     overhead = chip.calibration.step_overhead_s
     t_all = 2 * kernels + overhead  # twice what the kernel rates say
     again = calibrate.recalibrated(chip, t_all, t_all / 4)
     assert again.calibration.step_efficiency == pytest.approx(0.5)
+    assert again.calibration.efficiency_curve == chip.calibration.efficiency_curve  # not timed
+    # the one-block loop: half the blocks' kernels and half the activations held per trip, its
+    # SHALLOW_TRIPS trips at 0.8 of the kernel rates
+    kernels_1, held_1 = calibrate.block_probe(chip, layers=1)
+    assert (kernels_1, held_1) == pytest.approx((kernels / 2, held / 2))
+    curved = calibrate.recalibrated(chip, t_all, t_all / 4,
+                                    calibrate.SHALLOW_TRIPS * kernels_1 / 0.8 + overhead)
+    (held_a, shallow), (held_b, deep) = curved.calibration.efficiency_curve
+    assert (held_a, shallow, held_b, deep) == pytest.approx((held_1, 0.8, held, 0.5))
     # one device doing 1/8 of the work in 1/4 of the time: 2 devices' worth run at once
     assert again.calibration.parallel_devices == pytest.approx(2.0)
 
@@ -287,3 +289,15 @@ def test_cluster_of_a_chip_is_a_value():
     with pytest.raises(dataclasses.FrozenInstanceError):
         two.nodes = 4
     assert two.n_devices == 2 * chip.devices_per_node and two.name == f"{chip.name}×2"
+
+
+def test_a_step_holding_fewer_activations_runs_at_the_one_block_probes_efficiency():
+    from parex.predict.time import cpu_step_efficiency
+
+    cal = dataclasses.replace(load_chip("cpu-reference").calibration,
+                              efficiency_curve=((1e6, 0.9), (4e6, 0.6)), step_efficiency=0.6)
+    held = np.array([1e5, 1e6, 2e6, 4e6, 1e9])
+    # flat beyond the probes, log-linear between them: 2 MB is half way from 1 to 4 in log
+    assert cpu_step_efficiency(cal, held) == pytest.approx([0.9, 0.9, 0.75, 0.6, 0.6])
+    without = dataclasses.replace(cal, efficiency_curve=())
+    assert cpu_step_efficiency(without, held) == pytest.approx([0.6] * 5)

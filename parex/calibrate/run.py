@@ -13,6 +13,9 @@ What is measured (each a median over repeats, all devices busy at once, as in a 
   real blocks run against what the kernel rates above predict (`step_efficiency`, covering copies,
   layouts and skew between devices that kernel timings miss), and how many emulated devices
   really run at once (`parallel_devices`: one device alone already uses every core it can);
+  and one block on every device as a loop's body, each iteration's activations read back at once
+  (`efficiency_curve`: the step efficiency over the activation bytes a device holds from forward
+  to backward, one block's and two's; benchmarks/block_depth.py);
 - what an all-reduce costs between matmuls, as a tensor-parallel step runs it, against its chained
   α + β·S (`collective_in_step`): 8 matmuls of a (2048, 128) activation with and without an
   all-reduce of it after each (the copies compete with the other devices' matmuls for the cores);
@@ -186,24 +189,25 @@ def fit_alpha_beta(sizes, seconds) -> dict:
 
 
 BLOCK_SEQUENCES = 2  # per device, of 128 tokens
+SHALLOW_TRIPS = 4  # iterations of the one-block probe's loop (shallow_step)
 
 
-def _block_config():
+def _block_config(layers: int = 2):
     from ..config import ModelConfig
 
-    return ModelConfig("calibration", layers=2, hidden=128, heads=8, vocab=256, seq_len=128)
+    return ModelConfig("calibration", layers=layers, hidden=128, heads=8, vocab=256, seq_len=128)
 
 
-def block_step(n: int):
-    """Forward and backward of two parex.model.transformer GPT blocks (the kernels a step runs, without
-    embedding, loss or optimizer) on each of n devices, BLOCK_SEQUENCES sequences of 128 tokens
-    per device: (jitted function, its arguments)."""
+def block_step(n: int, layers: int = 2):
+    """Forward and backward of `layers` parex.model.transformer GPT blocks (the kernels a step
+    runs, without embedding, loss or optimizer) on each of n devices, BLOCK_SEQUENCES sequences
+    of 128 tokens per device: (jitted function, its arguments)."""
     import jax
     import jax.numpy as jnp
 
     from ..model import transformer as gpt
 
-    cfg = _block_config()
+    cfg = _block_config(layers)
     blocks = jax.jit(lambda key: gpt.init_params(cfg, key)["blocks"])(jax.random.key(0))
     x = _sharded(_mesh((n,), ("d",)), (n * BLOCK_SEQUENCES, cfg.seq_len, cfg.hidden), ("d",))
 
@@ -213,22 +217,57 @@ def block_step(n: int):
     return jax.jit(jax.grad(loss, argnums=(0, 1))), (blocks, x)  # every matmul 3 times
 
 
-def recalibrated(chip: Chip, t_all: float, t_one: float) -> Chip:
-    """The profile with step_efficiency and parallel_devices from block_step timings on all
-    devices (t_all) and on one (t_one), e.g. taken between measured steps under the same load:
-    efficiency = what predict.time says the blocks take at the kernel rates / what they took."""
+def shallow_step(n: int):
+    """One block's forward and backward on each of n devices as the body of a loop of
+    SHALLOW_TRIPS iterations, each on the last one's input moved by its gradient: a device holds
+    one layer's activations at a time and reads them back at once, as a local-learning tick (or
+    a layer loop's recomputing backward) does: (jitted function, its arguments)."""
+    import jax
+
+    grad, (blocks, x) = block_step(n, layers=1)
+
+    def trips(blocks, x):
+        def body(h, _):
+            g_blocks, g_x = grad(blocks, h)
+            return h - 1e-3 * g_x, g_blocks
+        return jax.lax.scan(body, x, None, length=SHALLOW_TRIPS)
+
+    return jax.jit(trips), (blocks, x)
+
+
+def block_probe(chip: Chip, layers: int = 2) -> tuple[float, float]:
+    """(seconds block_step(·, layers) takes per device at the profile's kernel rates, bytes of
+    activations each device holds from the blocks' forward to their backward)."""
     from ..config import TrainConfig
+    from ..predict.memory import layer_bytes, recipe
     from ..predict.shapes import Grid, model_sizes
     from ..predict.time import cpu_layer_seconds
 
-    cal, cfg = chip.calibration, _block_config()
-    grid = Grid.from_columns(TrainConfig(global_batch=BLOCK_SEQUENCES), cfg)
-    kernels = cfg.layers * cpu_layer_seconds(model_sizes(cfg), grid, "none", cal,
-                                             chip.hbm_bandwidth)[0]
+    cfg = _block_config(layers)
+    grid, sizes = Grid.from_columns(TrainConfig(global_batch=BLOCK_SEQUENCES), cfg), model_sizes(cfg)
+    kernels = layers * cpu_layer_seconds(sizes, grid, "none", chip.calibration,
+                                         chip.hbm_bandwidth)[0]
+    return float(kernels), float(layers * layer_bytes(sizes, grid, "none", recipe("parex"), 4)[0])
+
+
+def recalibrated(chip: Chip, t_all: float, t_one: float, t_shallow: float | None = None) -> Chip:
+    """The profile with step_efficiency and parallel_devices from block_step timings on all
+    devices (t_all) and on one (t_one), e.g. taken between measured steps under the same load:
+    efficiency = what predict.time says the blocks take at the kernel rates / what they took.
+    Given shallow_step's time on all devices (`t_shallow`), the efficiency curve over the
+    activations a device holds: its point and the two blocks' (else the curve is kept)."""
+    cal = chip.calibration
     busy = max(t_all - cal.step_overhead_s, 1e-6)
+    kernels, held = block_probe(chip)
+    efficiency = float(np.clip(kernels / busy, 0.05, 2.0))
     cal = dataclasses.replace(
-        cal, step_efficiency=float(np.clip(kernels / busy, 0.05, 2.0)),
+        cal, step_efficiency=efficiency,
         parallel_devices=float(np.clip(cal.n_devices * t_one / t_all, 1.0, cal.n_devices)))
+    if t_shallow is not None:
+        kernels_1, held_1 = block_probe(chip, layers=1)
+        shallow = float(np.clip(SHALLOW_TRIPS * kernels_1
+                                / max(t_shallow - cal.step_overhead_s, 1e-6), 0.05, 2.0))
+        cal = dataclasses.replace(cal, efficiency_curve=((held_1, shallow), (held, efficiency)))
     return dataclasses.replace(chip, calibration=cal)
 
 
@@ -322,6 +361,7 @@ def kernel_timings(devices: int) -> dict:
     calls |= {"norm": (ew, ew_args), "copy": (copy, copy_args)}
     for n in (devices, 1):
         calls[f"blocks{n}"] = block_step(n)
+    calls["shallow"] = shallow_step(devices)
     calls["plain"], calls["reduced"] = in_step_calls(devices)
     t = timed_alternately(calls)
     return {"matmul": [(2.0 * n ** 3, work[("matmul", n)] / t[("matmul", n)])
@@ -329,6 +369,7 @@ def kernel_timings(devices: int) -> dict:
             "bf16": work["bf16"] / t["bf16"],
             "elementwise": (work["norm"] / t["norm"], work["copy"] / t["copy"]),
             f"blocks{devices}": t[f"blocks{devices}"], "blocks1": t["blocks1"],
+            "shallow": t["shallow"],
             "in_step": (t["plain"], t["reduced"])}
 
 
@@ -408,7 +449,8 @@ def _profile(results: dict, devices: int) -> Chip:
                          "peak = the best measured matmul rate per device with all devices busy; "
                          "HBM = physical memory / devices"),
                 calibration=cal)
-    return recalibrated(chip, results[f"blocks{devices}"], results["blocks1"])
+    return recalibrated(chip, results[f"blocks{devices}"], results["blocks1"],
+                        results["shallow"])
 
 
 def _jax_version() -> str:
@@ -443,7 +485,9 @@ def summary(chip: Chip) -> str:
              f"{chip.hbm_bandwidth / 1e9:.2f} GB/s per device",
              f"step        {cal.step_overhead_s * 1e3:.2f} ms fixed · "
              f"{cal.parallel_devices:.2f} of {cal.n_devices} devices run at once · a step runs "
-             f"at {cal.step_efficiency:.0%} of the kernel rates · a pipeline tick "
+             f"at {cal.step_efficiency:.0%} of the kernel rates"
+             + "".join(f" ({e:.0%} holding {b / 1e6:.1f} MB)" for b, e in cal.efficiency_curve[:1])
+             + f" · a pipeline tick "
              f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed · a collective between matmuls "
              f"{cal.collective_in_step:.2f}× its chained time"]
     for kind, groups in cal.collectives.items():

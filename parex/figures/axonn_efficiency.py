@@ -7,7 +7,6 @@ e on another Frontier run (data/reference/frontier_runs.csv) could at best achie
     frontier_rows(e)      {8192, 16384, 32768: weak-scaling efficiency vs 512 GCDs,
                            "sustained": FLOP/s on 32,768 GCDs}, as the figure computes them
     ratios(e)             each row's parex / paper
-    within(e)             the rows inside their tolerance (WEAK 10 %, SUSTAINED 20 %)
 
 The trade the e-sweep shows: a lower e slows compute, the sustained rate falls with it, but the
 communication of the large runs then hides behind the slower compute, so the 32,768-GCD weak
@@ -20,8 +19,7 @@ import dataclasses
 from functools import lru_cache
 
 from ..hardware import load_chip
-from .axonn import (SCRIPTS_BATCH, SUSTAINED, WEAK, WEAK_BASE, axonn_model, best_3d_on, paper,
-                    weak_model)
+from .axonn import SCRIPTS_BATCH, WEAK_BASE, axonn_model, best_3d_on, paper, weak_model
 
 SCALES = (8192, 16384, 32768)
 
@@ -45,10 +43,4 @@ def ratios(efficiency: float) -> dict:
     return out
 
 
-def within(efficiency: float) -> dict:
-    """Which Frontier rows lie inside the figure's tolerances at step efficiency e."""
-    return {row: (SUSTAINED if row == "sustained" else WEAK).holds(ratio)
-            for row, ratio in ratios(efficiency).items()}
-
-
-__all__ = ["SCALES", "frontier_rows", "ratios", "within"]
+__all__ = ["SCALES", "frontier_rows", "ratios"]

@@ -133,11 +133,13 @@ def stage_grid(setting, layout: Layout) -> Grid:
 def per_microbatch(setting, sizes, grid: Grid, elements=0) -> dict:
     """The predictor's compute terms of one stage for this grid: per microbatch (its layers and
     the head: "per_microbatch", "head_per_microbatch"), the optimizer on `elements` parameters,
-    the step's fixed cost."""
+    the step's fixed cost. A tick holds one microbatch's activations of its stage's layers."""
     model, chip, remat = setting.model, setting.cluster.chip, setting.train.remat
     if setting.emulated:
+        rec = memory.recipe(setting.recipe)
+        held = memory.layer_bytes(sizes, grid, remat, rec, setting.act_bytes) * grid.stage_layers
         return time.cpu_compute(model, sizes, grid, remat, chip.calibration,
-                                chip.hbm_bandwidth, elements)
+                                chip.hbm_bandwidth, elements, held)
     korthikanti = memory.recipe(setting.recipe).activations == "korthikanti"
     return time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype,
                                     setting.act_bytes, elements, korthikanti)

@@ -94,16 +94,29 @@ def cpu_layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth:
     return matmuls * passes + elementwise + layer_traffic(sizes, grid, remat, 4) / bandwidth
 
 
+def cpu_step_efficiency(cal, held_bytes) -> np.ndarray:
+    """A step's efficiency against the kernel rates when each device holds `held_bytes` of
+    activations from forward to backward: the calibration's curve (a one-block and a two-block
+    probe), log-linear between its points and flat beyond; step_efficiency without one. One
+    layer held runs faster than two: its activations are read back while they are still in
+    the cache (benchmarks/block_depth.py)."""
+    if not cal.efficiency_curve:
+        return np.full_like(np.asarray(held_bytes, dtype=float), cal.step_efficiency)
+    held, efficiency = np.array(cal.efficiency_curve).T
+    return np.interp(np.log(np.maximum(held_bytes, 1.0)), np.log(held), efficiency)
+
+
 def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth: float,
-                opt_elements) -> dict:
+                opt_elements, held_bytes) -> dict:
     """Seconds per step on the calibrated CPU mesh (module docstring); `bandwidth` is the
-    measured copy bandwidth per device, for the activation traffic."""
+    measured copy bandwidth per device, for the activation traffic; `held_bytes`: the
+    activations a device holds from forward to backward (cpu_step_efficiency)."""
     scale = cpu_rate_scale(grid, cal.n_devices, cal.parallel_devices)
     layer = cpu_layer_seconds(sizes, grid, remat, cal, bandwidth)
     M, V = grid.tokens, sizes.V / grid.tensor  # the head: (M, D) @ (D, V/t), three passes
     head = 3 * 2 * M * sizes.D * V / cpu_matmul_rate(M, sizes.D, V, np.array(cal.matmul_curve))
     head = head + elementwise_flops(sizes, grid, remat)["head"] / cal.elementwise_rate
-    speed = scale * cal.step_efficiency
+    speed = scale * cpu_step_efficiency(cal, held_bytes)
     per_micro = (layer * grid.stage_layers + head) / speed
     return {"per_microbatch": per_micro, "layers_per_microbatch": layer * grid.stage_layers / speed,
             "head_per_microbatch": head / speed,

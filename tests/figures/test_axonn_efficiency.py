@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from parex.figures import axonn
-from parex.figures.axonn_efficiency import SCALES, frontier_rows, within
+from parex.figures.axonn_efficiency import SCALES, frontier_rows, ratios
 from parex.hardware import load_chip
 
 GRID = np.round(np.arange(0.40, 1.0001, 0.01), 2)  # e from 0.40 to 1.00, the range a fit searches
@@ -20,6 +20,13 @@ def test_the_sweep_at_the_committed_efficiency_is_the_figure():
         assert rows[n] == pytest.approx(axonn.weak_scaling(n), rel=1e-9)
     top = axonn.best_3d(axonn.axonn_model("gpt-320b"), "frontier", 32768, axonn.SCRIPTS_BATCH)
     assert rows["sustained"] == pytest.approx(top * chip.peak("bfloat16") * 32768, rel=1e-9)
+
+
+def within(efficiency: float) -> dict:
+    """Which Frontier rows lie inside the figure's tolerances at step efficiency e (the test
+    scores them: figure modules never apply a tolerance themselves)."""
+    return {row: (axonn.SUSTAINED if row == "sustained" else axonn.WEAK).holds(ratio)
+            for row, ratio in ratios(efficiency).items()}
 
 
 def test_no_step_efficiency_brings_every_frontier_row_within():
