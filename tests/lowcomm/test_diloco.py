@@ -290,6 +290,49 @@ def test_streaming_syncs_strided_fragments_in_turn(bench):
     assert all(_agree(synced[2], frag(1))) and not any(_agree(synced[2], frag(0)))
 
 
+def _fragment_mask(params, f, fragments=2):
+    """Per leaf, True where fragment f's values lie: its strided layers' rows, the embeddings
+    (fragment 0) or the final norm and unembedding (the last fragment)."""
+    def one(path, x):
+        names = tuple(k.key for k in path)
+        mask = np.zeros(np.shape(x), bool)
+        if names[0] == "blocks":
+            mask[f::fragments] = True
+        else:
+            mask[...] = (names[0] in ("tokens", "positions")) == (f == 0)
+        return mask
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
+@pytest.mark.slow
+def test_streaming_outer_step_is_nesterov_on_each_fragment_alone(bench):
+    """P = 2, H = 2 over 4 steps (fragment 0 syncs after steps 1 and 3, fragment 1 after 2 and
+    4), the paper's η = 0.7, μ = 0.9, against numpy: each sync moves only its own fragment's
+    θ_sync and momentum, by Nesterov on the replicas' mean pseudo-gradient of that fragment
+    since its own last sync, and puts the replicas on it (Douillard et al. 2025, Streaming
+    DiLoCo, arXiv:2501.18512; no overlap, so the merged fragment replaces the local one)."""
+    before = {}
+    dl, run, _ = bench.run("replica=2,inner_steps=2,fragments=2", 4,
+                           lambda run, t: before.setdefault(t, bench.params(run)))
+    lr, mu = 0.7, 0.9
+    theta = jax.device_get(bench.initial["params"])
+    m = jax.tree.map(np.zeros_like, theta)
+    for t, f in sync_plan(4, 2, 2):
+        mask = _fragment_mask(theta, f)
+        delta = jax.tree.map(lambda k, s, a, b: np.where(k, s - (a + b) / 2, 0), mask, theta,
+                             before[t][0], before[t][1])
+        m = jax.tree.map(lambda k, m, d: np.where(k, mu * m + d, m), mask, m, delta)
+        theta = jax.tree.map(lambda k, s, m, d: np.where(k, s - lr * (d + mu * m), s), mask,
+                             theta, m, delta)
+    assert sync_plan(4, 2, 2) == [(1, 0), (2, 1), (3, 0), (4, 1)]
+    assert relative_error(jax.device_get(run.outer["synced"]), theta) < 1e-5
+    assert relative_error(jax.device_get(run.outer["momentum"]), m) < 1e-5
+    last = _fragment_mask(theta, 1)  # synced after step 4: the replicas hold θ_sync there
+    for r in (0, 1):
+        held = jax.tree.map(lambda k, x: np.asarray(x)[k], last, bench.params(run)[r])
+        assert relative_error(held, jax.tree.map(lambda k, x: x[k], last, theta)) < 1e-5
+
+
 @pytest.mark.slow
 def test_overlap_applies_each_round_one_round_late(bench):
     """overlap=on, H = 1, outer lr 1, momentum 0: the first sync changes nothing (its mean is

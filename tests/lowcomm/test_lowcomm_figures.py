@@ -55,6 +55,27 @@ def test_diloco_rows_state_the_scaling_and_what_is_held_out():
     assert f"ahead of sync DP on {below} of 3 seeds" in fig.streaming_note()
 
 
+def test_streaming_note_states_a_cause_its_recorded_ablation_supports():
+    """The cause the note states, checked against the ablation's recorded numbers: the swing
+    between the two fragments' phases is wider than DiLoCo's band, and over the last 20 steps
+    (both phases) streaming is not ahead of DiLoCo by more than that band."""
+    import numpy as np
+
+    note, band = fig.streaming_note(), fig.LOSS_TOLERANCE.hi - 1
+    assert "Cause, measured" in note and "not a lead" in note
+    swing = [fig.STREAMING_AFTER_FRAGMENT[0][s] - fig.STREAMING_AFTER_FRAGMENT[1][s]
+             for s in fig.STREAMING_RATIOS]
+    assert min(swing) > 2 * band
+    lead = np.mean(list(fig.DILOCO_LAST_20.values())) - np.mean(
+        list(fig.STREAMING_LAST_20.values()))
+    assert abs(lead) < band
+    # without the outer momentum streaming and DiLoCo end together, both far behind sync DP
+    for s in fig.STREAMING_RATIOS:
+        streaming, diloco = (fig.AVERAGING_FINALS[k][s] for k in ("streaming", "DiLoCo"))
+        assert abs(streaming / diloco - 1) < 0.005 and diloco > 1.2
+        assert fig.SYNC_DP_LR_X1_5[s] < fig.LOSS_TOLERANCE.lo
+
+
 def test_the_loss_tolerance_is_k_standard_deviations_of_the_seed_spread():
     tol = fig.spread_tolerance({0: 1.0, 1: 1.1, 2: 0.9}, "sync DP", k=2)
     assert fig.spread_tolerance({0: 1.0, 1: 1.1, 2: 0.9}, "x").hi == pytest.approx(1.1)
