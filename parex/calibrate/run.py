@@ -244,7 +244,8 @@ def block_probe(chip: Chip, layers: int = 2) -> tuple[float, float]:
     from ..predict.time import cpu_layer_seconds
 
     cfg = _block_config(layers)
-    grid, sizes = Grid.from_columns(TrainConfig(global_batch=BLOCK_SEQUENCES), cfg), model_sizes(cfg)
+    grid = Grid.from_columns(TrainConfig(global_batch=BLOCK_SEQUENCES), cfg)
+    sizes = model_sizes(cfg)
     kernels = layers * cpu_layer_seconds(sizes, grid, "none", chip.calibration,
                                          chip.hbm_bandwidth)[0]
     return float(kernels), float(layers * layer_bytes(sizes, grid, "none", recipe("parex"), 4)[0])
@@ -486,8 +487,9 @@ def summary(chip: Chip) -> str:
              f"step        {cal.step_overhead_s * 1e3:.2f} ms fixed · "
              f"{cal.parallel_devices:.2f} of {cal.n_devices} devices run at once · a step runs "
              f"at {cal.step_efficiency:.0%} of the kernel rates"
-             + "".join(f" ({e:.0%} holding {b / 1e6:.1f} MB)" for b, e in cal.efficiency_curve[:1])
-             + f" · a pipeline tick "
+             + "".join(f" ({e:.0%} holding {b / 1e6:.1f} MB)"
+                       for b, e in cal.efficiency_curve[:1])
+             + " · a pipeline tick "
              f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed · a collective between matmuls "
              f"{cal.collective_in_step:.2f}× its chained time"]
     for kind, groups in cal.collectives.items():

@@ -98,8 +98,8 @@ def cpu_step_efficiency(cal, held_bytes) -> np.ndarray:
     """A step's efficiency against the kernel rates when each device holds `held_bytes` of
     activations from forward to backward: the calibration's curve (a one-block and a two-block
     probe), log-linear between its points and flat beyond; step_efficiency without one. One
-    layer held runs faster than two: its activations are read back while they are still in
-    the cache (benchmarks/block_depth.py)."""
+    layer's forward and backward as a loop's body, its activations read back at once in buffers
+    the loop reuses, runs faster than two layers held in one step (benchmarks/block_depth.py)."""
     if not cal.efficiency_curve:
         return np.full_like(np.asarray(held_bytes, dtype=float), cal.step_efficiency)
     held, efficiency = np.array(cal.efficiency_curve).T
