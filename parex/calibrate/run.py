@@ -198,10 +198,10 @@ def _block_config(layers: int = 2):
     return ModelConfig("calibration", layers=layers, hidden=128, heads=8, vocab=256, seq_len=128)
 
 
-def block_step(n: int, layers: int = 2):
+def block_step(n: int, layers: int = 2, sequences: int = BLOCK_SEQUENCES):
     """Forward and backward of `layers` parex.model.transformer GPT blocks (the kernels a step
-    runs, without embedding, loss or optimizer) on each of n devices, BLOCK_SEQUENCES sequences
-    of 128 tokens per device: (jitted function, its arguments)."""
+    runs, without embedding, loss or optimizer) on each of n devices, `sequences` sequences of
+    128 tokens per device: (jitted function, its arguments)."""
     import jax
     import jax.numpy as jnp
 
@@ -209,7 +209,7 @@ def block_step(n: int, layers: int = 2):
 
     cfg = _block_config(layers)
     blocks = jax.jit(lambda key: gpt.init_params(cfg, key)["blocks"])(jax.random.key(0))
-    x = _sharded(_mesh((n,), ("d",)), (n * BLOCK_SEQUENCES, cfg.seq_len, cfg.hidden), ("d",))
+    x = _sharded(_mesh((n,), ("d",)), (n * sequences, cfg.seq_len, cfg.hidden), ("d",))
 
     def loss(blocks, x):
         return jnp.mean(gpt.run_blocks(x, blocks, cfg) ** 2)
@@ -217,22 +217,22 @@ def block_step(n: int, layers: int = 2):
     return jax.jit(jax.grad(loss, argnums=(0, 1))), (blocks, x)  # every matmul 3 times
 
 
-def shallow_step(n: int):
-    """One block's forward and backward on each of n devices as the body of a loop of
-    SHALLOW_TRIPS iterations, each on the last one's input moved by its gradient: a device holds
-    one layer's activations at a time and reads them back at once, as a local-learning tick (or
-    a layer loop's recomputing backward) does: (jitted function, its arguments)."""
+def shallow_step(n: int, trips: int = SHALLOW_TRIPS, sequences: int = BLOCK_SEQUENCES):
+    """One block's forward and backward on each of n devices as the body of a loop of `trips`
+    iterations, each on the last one's input moved by its gradient: a device holds one layer's
+    activations at a time and reads them back at once, as a local-learning tick (or a layer
+    loop's recomputing backward) does: (jitted function, its arguments)."""
     import jax
 
-    grad, (blocks, x) = block_step(n, layers=1)
+    grad, (blocks, x) = block_step(n, layers=1, sequences=sequences)
 
-    def trips(blocks, x):
+    def looped(blocks, x):
         def body(h, _):
             g_blocks, g_x = grad(blocks, h)
             return h - 1e-3 * g_x, g_blocks
-        return jax.lax.scan(body, x, None, length=SHALLOW_TRIPS)
+        return jax.lax.scan(body, x, None, length=trips)
 
-    return jax.jit(trips), (blocks, x)
+    return jax.jit(looped), (blocks, x)
 
 
 def block_probe(chip: Chip, layers: int = 2) -> tuple[float, float]:

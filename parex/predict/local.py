@@ -130,14 +130,20 @@ def stage_grid(setting, layout: Layout) -> Grid:
                                flash=setting.flash)
 
 
+def tick_activation_bytes(sizes, grid: Grid, remat: str, rec, act_bytes: int) -> np.ndarray:
+    """What a tick holds from its forward to its backward: one microbatch's saved activations
+    of the stage's layers."""
+    return memory.layer_bytes(sizes, grid, remat, rec, act_bytes) * grid.stage_layers
+
+
 def per_microbatch(setting, sizes, grid: Grid, elements=0) -> dict:
     """The predictor's compute terms of one stage for this grid: per microbatch (its layers and
     the head: "per_microbatch", "head_per_microbatch"), the optimizer on `elements` parameters,
     the step's fixed cost. A tick holds one microbatch's activations of its stage's layers."""
     model, chip, remat = setting.model, setting.cluster.chip, setting.train.remat
     if setting.emulated:
-        rec = memory.recipe(setting.recipe)
-        held = memory.layer_bytes(sizes, grid, remat, rec, setting.act_bytes) * grid.stage_layers
+        held = tick_activation_bytes(sizes, grid, remat, memory.recipe(setting.recipe),
+                                     setting.act_bytes)
         return time.cpu_compute(model, sizes, grid, remat, chip.calibration,
                                 chip.hbm_bandwidth, elements, held)
     korthikanti = memory.recipe(setting.recipe).activations == "korthikanti"
@@ -165,8 +171,7 @@ def _memory(model, sizes, grid: Grid, layout: Layout, train, act: int, m: int, r
     history = -(-layout.queue * (layout.stage - 1) // m)
     carried = layout.queue * b * T * sizes.D * act + history * m * b * T * 4 + 8
     batch = 2 * 4 * b * m * T
-    layers = sizes.L // layout.stage
-    acts = float(memory.layer_bytes(sizes, grid, train.remat, rec, act)[0]) * layers  # one mb
+    acts = float(tick_activation_bytes(sizes, grid, train.remat, rec, act)[0])
     rows = sizes.readout_rows or T  # a ViT reads its class token out, a language model every token
     logits = 3 * 4 * b * rows * sizes.V / layout.tensor  # the readout's logits, softmax and
     # their gradient (f32, vocab split over tensor)
@@ -222,4 +227,4 @@ def predict_local(setting, proxy: Prediction) -> Prediction:
 
 
 __all__ = ["local_terms", "per_microbatch", "predict_local", "stage_counts", "stage_leaves",
-           "stage_parameters"]
+           "stage_parameters", "tick_activation_bytes"]

@@ -241,19 +241,30 @@ def test_unit_outer_step_averages_the_replicas_adamw_updates(bench):
     assert relative_error(before[3][0], before[3][1]) > 1e-4  # they really differed
 
 
+def _outer_nesterov(theta, before, syncs, lr=0.7, mu=0.9):
+    """numpy's outer Nesterov (DiLoCo's default η, μ) over two replicas: at each (step, mask)
+    of `syncs` the masked entries of θ_sync and its momentum move by the replicas' mean
+    pseudo-gradient, θ_sync − mean(replica params before the sync); the rest stay.
+    Returns (θ_sync, momentum)."""
+    m = jax.tree.map(np.zeros_like, theta)
+    for t, mask in syncs:
+        delta = jax.tree.map(lambda k, s, a, b: np.where(k, s - (a + b) / 2, 0), mask, theta,
+                             before[t][0], before[t][1])
+        m = jax.tree.map(lambda k, m, d: np.where(k, mu * m + d, m), mask, m, delta)
+        theta = jax.tree.map(lambda k, s, m, d: np.where(k, s - lr * (d + mu * m), s), mask,
+                             theta, m, delta)
+    return theta, m
+
+
 @pytest.mark.slow
 def test_outer_nesterov_step_follows_its_formula(bench):
     """Default outer optimizer (η = 0.7, μ = 0.9) over two rounds, against numpy."""
     before = {}
     dl, run, _ = bench.run("replica=2,inner_steps=2", 4,
                            lambda run, t: before.setdefault(t, bench.params(run)))
-    lr, mu = 0.7, 0.9
-    theta = jax.device_get(bench.initial["params"])
-    m = jax.tree.map(np.zeros_like, theta)
-    for t in (2, 4):
-        delta = jax.tree.map(lambda s, a, b: s - (a + b) / 2, theta, before[t][0], before[t][1])
-        m = jax.tree.map(lambda m, d: mu * m + d, m, delta)
-        theta = jax.tree.map(lambda s, m, d: s - lr * (d + mu * m), theta, m, delta)
+    initial = jax.device_get(bench.initial["params"])
+    whole = jax.tree.map(lambda x: np.ones(np.shape(x), bool), initial)
+    theta, _ = _outer_nesterov(initial, before, [(2, whole), (4, whole)])
     assert relative_error(jax.device_get(run.outer["synced"]), theta) < 1e-5
     assert relative_error(bench.params(run)[1], theta) < 1e-5
 
@@ -314,16 +325,9 @@ def test_streaming_outer_step_is_nesterov_on_each_fragment_alone(bench):
     before = {}
     dl, run, _ = bench.run("replica=2,inner_steps=2,fragments=2", 4,
                            lambda run, t: before.setdefault(t, bench.params(run)))
-    lr, mu = 0.7, 0.9
-    theta = jax.device_get(bench.initial["params"])
-    m = jax.tree.map(np.zeros_like, theta)
-    for t, f in sync_plan(4, 2, 2):
-        mask = _fragment_mask(theta, f)
-        delta = jax.tree.map(lambda k, s, a, b: np.where(k, s - (a + b) / 2, 0), mask, theta,
-                             before[t][0], before[t][1])
-        m = jax.tree.map(lambda k, m, d: np.where(k, mu * m + d, m), mask, m, delta)
-        theta = jax.tree.map(lambda k, s, m, d: np.where(k, s - lr * (d + mu * m), s), mask,
-                             theta, m, delta)
+    initial = jax.device_get(bench.initial["params"])
+    theta, m = _outer_nesterov(initial, before, [(t, _fragment_mask(initial, f))
+                                                 for t, f in sync_plan(4, 2, 2)])
     assert sync_plan(4, 2, 2) == [(1, 0), (2, 1), (3, 0), (4, 1)]
     assert relative_error(jax.device_get(run.outer["synced"]), theta) < 1e-5
     assert relative_error(jax.device_get(run.outer["momentum"]), m) < 1e-5
