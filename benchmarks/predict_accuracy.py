@@ -108,9 +108,11 @@ def emulated(models, steps: int, hardware: str) -> dict:
                 layouts.append(layout)
             except ValueError as err:
                 print(f"skip {name} {spec}: {err}")
-        references = (calibrate.block_step(8), calibrate.block_step(1))
-        measured, (t_all, t_one) = measure_round_robin(model, train, layouts, references)
-        chip = calibrate.recalibrated(load_chip(hardware), t_all, t_one)
+        alone, alone_args, alone_temp = calibrate.alone_step(8)
+        references = (calibrate.block_step(8), (alone, alone_args))
+        measured, (t_all, t_alone) = measure_round_robin(model, train, layouts, references)
+        chip = calibrate.recalibrated(load_chip(hardware), t_all, t_alone,
+                                      alone_temp_bytes=alone_temp)
         print(f"{name}: block steps timed between the measured ones -> step efficiency "
               f"{chip.calibration.step_efficiency:.0%}, {chip.calibration.parallel_devices:.2f} "
               f"devices at once")
@@ -154,11 +156,12 @@ OTHER_LAYOUTS = ("tensor=2x2x2", "data=2,tensor=1x4x1",  # AxoNN's 3D tensor par
                  "expert=8", "expert=4,tensor=2")  # a mixture of experts' model only (tiny-moe)
 
 
-def fresh_clone(models, steps: int) -> dict:
+def fresh_clone(models, steps: int, specs=None) -> dict:
     """Step-time error as a fresh clone sees it: calibrate this machine in a new process, as
     `parex demo` does on first use (timed), then measure every preset, pipeline and CP layout
-    that runs and predict it with that profile as it is (no block timings between the measured
-    steps, unlike `emulated`). Returns {family: [predicted / measured − 1, ...]}."""
+    that runs (or only `specs`) and predict it with that profile as it is (no block timings
+    between the measured steps, unlike `emulated`). Returns {family: [predicted / measured − 1,
+    ...]}."""
     import json
     import tempfile
     from pathlib import Path
@@ -180,8 +183,8 @@ def fresh_clone(models, steps: int) -> dict:
     for name in models:
         model, train = model_preset(name), TrainConfig(global_batch=16, steps=steps)
         chosen = []
-        for group, specs in groups.items():
-            for spec in specs:
+        for group, names in groups.items():
+            for spec in names if specs is None else [n for n in names if n in specs]:
                 layout = Layout.parse(spec, 8)
                 try:
                     validate(layout, model, train, layout.n_devices)

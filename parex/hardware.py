@@ -64,6 +64,10 @@ class Calibration:
     optimizer_s_per_param: float = 0.0  # clipping + AdamW update, per parameter, all devices busy
     pipeline_tick_s: float = 0.0  # the pipeline executor's fixed cost per tick (switch, rendezvous)
     collective_in_step: float = 1.0  # a collective between matmuls / its chained α + β·S
+    page_fault_rate: float = 0.0  # bytes/s per device, all busy, that fresh pages are faulted in
+    #   and unmapped (parex.calibrate.allocator); 0 (profiles before 2026-12-05): not modelled
+    mmap_threshold_bytes: float = 0.0  # a step's temporaries above it are mapped afresh every
+    #   call (glibc's 32 MiB); 0: never
     n_devices: int = 8  # emulated devices the calibration ran on
     cores: int = 1  # CPU cores seen
     machine: str = ""  # parex.machine.fingerprint() of the machine measured

@@ -188,7 +188,11 @@ def test_recalibration_reads_efficiency_and_parallelism_off_block_timings():
     kernels, held = calibrate.block_probe(chip)
     overhead = chip.calibration.step_overhead_s
     t_all = 2 * kernels + overhead  # twice what the kernel rates say
-    again = calibrate.recalibrated(chip, t_all, t_all / 4)
+    # all 8 devices' sequences on one device alone: kernels_8 at the busy rates, 4 times faster
+    # than a busy device runs them (8 / P = 4: two devices' worth run at once)
+    kernels_8, _ = calibrate.block_probe(chip, sequences=8 * calibrate.BLOCK_SEQUENCES)
+    assert kernels_8 == pytest.approx(8 * kernels, rel=0.3)  # larger matmuls, other rates
+    again = calibrate.recalibrated(chip, t_all, kernels_8 / 0.5 / 4 + overhead)
     assert again.calibration.step_efficiency == pytest.approx(0.5)
     assert again.calibration.efficiency_curve == chip.calibration.efficiency_curve  # not timed
     # the one-block loop: half the blocks' kernels and half the activations held per trip, its
@@ -199,8 +203,15 @@ def test_recalibration_reads_efficiency_and_parallelism_off_block_timings():
                                     calibrate.SHALLOW_TRIPS * kernels_1 / 0.8 + overhead)
     (held_a, shallow), (held_b, deep) = curved.calibration.efficiency_curve
     assert (held_a, shallow, held_b, deep) == pytest.approx((held_1, 0.8, held, 0.5))
-    # one device doing 1/8 of the work in 1/4 of the time: 2 devices' worth run at once
     assert again.calibration.parallel_devices == pytest.approx(2.0)
+    # its temporaries over the mmap threshold fault in: their seconds are not parallelism
+    faulting = dataclasses.replace(chip, calibration=dataclasses.replace(
+        chip.calibration, page_fault_rate=1e9, mmap_threshold_bytes=32 * 2**20))
+    temp = 100 * 2**20
+    slower = calibrate.recalibrated(faulting, t_all,
+                                    (kernels_8 / 0.5 + temp / 1e9) / 4 + overhead,
+                                    alone_temp_bytes=temp)
+    assert slower.calibration.parallel_devices == pytest.approx(2.0)
 
 
 def test_reference_calibration_is_complete():

@@ -9,17 +9,20 @@ What is measured (each a median over repeats, all devices busy at once, as in a 
   over groups of 2 and of all devices at several sizes, fitted to α + β·bytes (hlo.py's bytes);
   each timed as a chain of dependent collectives inside one jitted loop, so dispatch cost is out;
 - the fixed cost of one jitted step call, and the optimizer's cost per parameter;
-- two real parex.model.transformer GPT blocks, forward and backward, on every device and on one: how fast
-  real blocks run against what the kernel rates above predict (`step_efficiency`, covering copies,
-  layouts and skew between devices that kernel timings miss), and how many emulated devices
-  really run at once (`parallel_devices`: one device alone already uses every core it can);
+- two real parex.model.transformer GPT blocks, forward and backward, on every device, and all
+  devices' sequences on one device alone: how fast real blocks run against what the kernel rates
+  above predict (`step_efficiency`, covering copies, layouts and skew between devices that
+  kernel timings miss), and how many emulated devices really run at once (`parallel_devices`:
+  one device alone already uses every core it can, the more so the larger its kernels);
   and one block on every device as a loop's body, each iteration's activations read back at once
   (`efficiency_curve`: the step efficiency over the activation bytes a device holds from forward
   to backward, one block's and two's; benchmarks/block_depth.py);
 - what an all-reduce costs between matmuls, as a tensor-parallel step runs it, against its chained
   α + β·S (`collective_in_step`): 8 matmuls of a (2048, 128) activation with and without an
   all-reduce of it after each (the copies compete with the other devices' matmuls for the cores);
-- the pipeline executor's fixed cost per tick, on a probe model (calibrate_pipeline.py).
+- the pipeline executor's fixed cost per tick, on a probe model (calibrate_pipeline.py);
+- what freshly mapped memory costs per byte, for a step whose temporaries the allocator maps
+  afresh on every call (allocator.py).
 The kernels, the block probe and the in-step probe are timed in alternated rounds
 (`timed_alternately`), so that the machine's speed drifting during the calibration moves them
 alike: the block probe's efficiency is a ratio of their timings. Takes about 40 s on two cores.
@@ -38,6 +41,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..hardware import Calibration, Chip, Link, save_chip
+from . import allocator
 
 MATMUL_SIZES = (32, 64, 128, 192, 256, 384, 512, 768)
 COLLECTIVE_BYTES = (16 * 1024, 256 * 1024, 1024 * 1024, 4 * 1024 * 1024)
@@ -235,40 +239,61 @@ def shallow_step(n: int, trips: int = SHALLOW_TRIPS, sequences: int = BLOCK_SEQU
     return jax.jit(looped), (blocks, x)
 
 
-def block_probe(chip: Chip, layers: int = 2) -> tuple[float, float]:
-    """(seconds block_step(·, layers) takes per device at the profile's kernel rates, bytes of
-    activations each device holds from the blocks' forward to their backward)."""
+def alone_step(n: int):
+    """block_step's work of all n devices on one device alone (n·BLOCK_SEQUENCES sequences), as
+    a single-device layout runs a whole step: (compiled function, its arguments, the bytes of
+    its temporaries, over glibc's mmap threshold, so they fault in on every call)."""
+    fn, args = block_step(1, sequences=n * BLOCK_SEQUENCES)
+    compiled = fn.lower(*args).compile()
+    return compiled, args, float(compiled.memory_analysis().temp_size_in_bytes)
+
+
+def block_probe(chip: Chip, layers: int = 2,
+                sequences: int = BLOCK_SEQUENCES) -> tuple[float, float]:
+    """(seconds block_step(·, layers, sequences) takes per device at the profile's kernel rates,
+    bytes of activations each device holds from the blocks' forward to their backward)."""
     from ..config import TrainConfig
     from ..predict.memory import layer_bytes, recipe
     from ..predict.shapes import Grid, model_sizes
     from ..predict.time import cpu_layer_seconds
 
     cfg = _block_config(layers)
-    grid = Grid.from_columns(TrainConfig(global_batch=BLOCK_SEQUENCES), cfg)
+    grid = Grid.from_columns(TrainConfig(global_batch=sequences), cfg)
     sizes = model_sizes(cfg)
     kernels = layers * cpu_layer_seconds(sizes, grid, "none", chip.calibration,
                                          chip.hbm_bandwidth)[0]
     return float(kernels), float(layers * layer_bytes(sizes, grid, "none", recipe("parex"), 4)[0])
 
 
-def recalibrated(chip: Chip, t_all: float, t_one: float, t_shallow: float | None = None) -> Chip:
+def recalibrated(chip: Chip, t_all: float, t_alone: float, t_shallow: float | None = None,
+                 alone_temp_bytes: float = 0.0) -> Chip:
     """The profile with step_efficiency and parallel_devices from block_step timings on all
-    devices (t_all) and on one (t_one), e.g. taken between measured steps under the same load:
-    efficiency = what predict.time says the blocks take at the kernel rates / what they took.
-    Given shallow_step's time on all devices (`t_shallow`), the efficiency curve over the
-    activations a device holds: its point and the two blocks' (else the curve is kept)."""
+    devices (t_all) and alone_step's on one (t_alone, the same work; its temporaries
+    `alone_temp_bytes`), e.g. taken between measured steps under the same load: efficiency =
+    what predict.time says the blocks take at the kernel rates / what they took; parallel
+    devices P such that predict.time's single-device rates (n/P times the all-busy ones) give
+    t_alone. Given shallow_step's time on all devices (`t_shallow`), the efficiency curve over
+    the activations a device holds: its point and the two blocks' (else the curve is kept)."""
+    from ..predict.time import cpu_page_fault_seconds, cpu_step_efficiency
+
     cal = chip.calibration
     busy = max(t_all - cal.step_overhead_s, 1e-6)
     kernels, held = block_probe(chip)
     efficiency = float(np.clip(kernels / busy, 0.05, 2.0))
-    cal = dataclasses.replace(
-        cal, step_efficiency=efficiency,
-        parallel_devices=float(np.clip(cal.n_devices * t_one / t_all, 1.0, cal.n_devices)))
+    cal = dataclasses.replace(cal, step_efficiency=efficiency)
     if t_shallow is not None:
         kernels_1, held_1 = block_probe(chip, layers=1)
         shallow = float(np.clip(SHALLOW_TRIPS * kernels_1
                                 / max(t_shallow - cal.step_overhead_s, 1e-6), 0.05, 2.0))
         cal = dataclasses.replace(cal, efficiency_curve=((held_1, shallow), (held, efficiency)))
+    # one device alone runs n devices' work at n/P times a busy device's rates (cpu_rate_scale)
+    n = cal.n_devices
+    kernels_n, held_n = block_probe(chip, sequences=n * BLOCK_SEQUENCES)
+    at_busy_rates = (kernels_n / float(cpu_step_efficiency(cal, held_n))
+                     + float(cpu_page_fault_seconds(cal, alone_temp_bytes, 1.0)))
+    alone = max(t_alone - cal.step_overhead_s, 1e-6)
+    cal = dataclasses.replace(cal, parallel_devices=float(np.clip(n * alone / at_busy_rates,
+                                                                  1.0, n)))
     return dataclasses.replace(chip, calibration=cal)
 
 
@@ -349,9 +374,10 @@ def timed_alternately(calls: dict, repeats: int = KERNEL_ROUNDS) -> dict:
 
 def kernel_timings(devices: int) -> dict:
     """The kernels whose rates price a step (matmuls by size, bf16, elementwise, copy), the
-    block probe on all devices and on one, and the in-step all-reduce probe, timed alternately
-    (`timed_alternately`): {"matmul": [(FLOPs, FLOP/s)], "bf16": FLOP/s, "elementwise":
-    (FLOP/s, B/s), "blocks<n>": s, "in_step": (s without, s with)}."""
+    block probe on all devices and its work on one (alone_step), and the in-step all-reduce
+    probe, timed alternately (`timed_alternately`): {"matmul": [(FLOPs, FLOP/s)], "bf16":
+    FLOP/s, "elementwise": (FLOP/s, B/s), "blocks<n>": s, "alone": (s, temporaries' bytes),
+    "shallow": s, "in_step": (s without, s with)}."""
     calls, work = {}, {}
     for n in MATMUL_SIZES:
         fn, args, work[("matmul", n)] = matmul_call(n, devices)
@@ -360,8 +386,9 @@ def kernel_timings(devices: int) -> dict:
     calls["bf16"] = (fn, args)
     (ew, ew_args, work["norm"]), (copy, copy_args, work["copy"]) = elementwise_calls(devices)
     calls |= {"norm": (ew, ew_args), "copy": (copy, copy_args)}
-    for n in (devices, 1):
-        calls[f"blocks{n}"] = block_step(n)
+    calls[f"blocks{devices}"] = block_step(devices)
+    alone, alone_args, alone_temp = alone_step(devices)
+    calls["alone"] = (alone, alone_args)
     calls["shallow"] = shallow_step(devices)
     calls["plain"], calls["reduced"] = in_step_calls(devices)
     t = timed_alternately(calls)
@@ -369,7 +396,7 @@ def kernel_timings(devices: int) -> dict:
                        for n in MATMUL_SIZES],
             "bf16": work["bf16"] / t["bf16"],
             "elementwise": (work["norm"] / t["norm"], work["copy"] / t["copy"]),
-            f"blocks{devices}": t[f"blocks{devices}"], "blocks1": t["blocks1"],
+            f"blocks{devices}": t[f"blocks{devices}"], "alone": (t["alone"], alone_temp),
             "shallow": t["shallow"],
             "in_step": (t["plain"], t["reduced"])}
 
@@ -390,7 +417,8 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
     if len(jax.devices()) < devices:
         raise InputError(f"calibration needs {devices} devices, JAX has {len(jax.devices())}: "
                          f"call parex.emulate_devices({devices}) first")
-    tasks = ([("kernels", devices), ("overhead", 0), ("optimizer", 0), ("pipeline", devices)]
+    tasks = ([("kernels", devices), ("overhead", 0), ("optimizer", 0), ("pipeline", devices),
+              ("page faults", devices)]
              + [("coll", (k, g, s)) for k in KINDS for g in (2, devices)
                 for s in COLLECTIVE_BYTES])
     results: dict = {"coll": {}, "load": os.getloadavg()[0]}  # others' work
@@ -406,6 +434,8 @@ def calibrate(devices: int = 8, progress: bool = True, on_task=None) -> Chip:
             results["pipeline"] = tick_seconds(arg)
         elif name == "optimizer":
             results["optimizer"] = optimizer_seconds(devices)
+        elif name == "page faults":
+            results["page_fault_rate"] = allocator.page_fault_rate(arg)
         elif name == "overhead":
             results["overhead"] = step_overhead(devices)
         else:
@@ -432,7 +462,8 @@ def _profile(results: dict, devices: int) -> Chip:
                       step_overhead_s=results["overhead"], elementwise_rate=ew_rate,
                       optimizer_s_per_param=results["optimizer"],
                       pipeline_tick_s=results["pipeline"], collective_in_step=in_step,
-                      n_devices=devices,
+                      page_fault_rate=results["page_fault_rate"],
+                      mmap_threshold_bytes=allocator.mmap_threshold_bytes(), n_devices=devices,
                       cores=os.cpu_count() or 1, machine=fingerprint(),
                       load_average=results.get("load"))
     peak = max(rate for _, rate in curve)
@@ -450,8 +481,9 @@ def _profile(results: dict, devices: int) -> Chip:
                          "peak = the best measured matmul rate per device with all devices busy; "
                          "HBM = physical memory / devices"),
                 calibration=cal)
-    return recalibrated(chip, results[f"blocks{devices}"], results["blocks1"],
-                        results["shallow"])
+    t_alone, alone_temp = results["alone"]
+    return recalibrated(chip, results[f"blocks{devices}"], t_alone, results["shallow"],
+                        alone_temp)
 
 
 def _jax_version() -> str:
@@ -491,7 +523,10 @@ def summary(chip: Chip) -> str:
                        for b, e in cal.efficiency_curve[:1])
              + " · a pipeline tick "
              f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed · a collective between matmuls "
-             f"{cal.collective_in_step:.2f}× its chained time"]
+             f"{cal.collective_in_step:.2f}× its chained time"
+             + (f" · fresh pages {cal.page_fault_rate / 1e9:.2f} GB/s per device above "
+                f"{cal.mmap_threshold_bytes / 2**20:.0f} MiB of temporaries"
+                if cal.page_fault_rate and cal.mmap_threshold_bytes else "")]
     for kind, groups in cal.collectives.items():
         fits = ", ".join(f"g={g}: α {v['alpha'] * 1e6:.0f} µs, "
                          f"{1 / max(v['beta'], 1e-15) / 1e9:.2f} GB/s"

@@ -61,7 +61,8 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
     opt_elements = memory.state_elements(sizes, grid, "opt")
     if emulated:
         compute = time.cpu_compute(model, sizes, grid, remat, chip.calibration,
-                                   chip.hbm_bandwidth, opt_elements, mem["activations"])
+                                   chip.hbm_bandwidth, opt_elements, mem["activations"],
+                                   mem["activations"] + mem["temp"])
         compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     else:
         casts = (chip.peak("float8") * chip.matmul_efficiency,
@@ -90,6 +91,9 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
     mf = flops.model_flops(model, grid)
     counted = flops.xla_counted(model, sizes, grid, remat) if conv.loops_counted_once else hw
     peak = chip.peak(model.dtype)
+    if emulated:  # fewer devices than the calibration's share the cores: each runs faster
+        cal = chip.calibration
+        peak = peak * time.cpu_rate_scale(grid, cal.n_devices, cal.parallel_devices)
     out = {f"step_{k}_s": v for k, v in step.items()}
     out |= {f"memory_{k}_bytes": v for k, v in mem.items()}
     out |= {f"comm_{k.replace('-', '_')}_bytes": v

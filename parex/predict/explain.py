@@ -5,7 +5,8 @@ The parts add up to the predicted step time:
     ideal compute       the step's hardware FLOPs at the chip's dense peak
     kernel efficiency   what the kernels lose beside that: the best matmul rate the chip reaches
                         (its MAMF), memory-bound kernels at HBM bandwidth, the optimizer, the
-                        fitted step efficiency (predict.accelerator)
+                        fitted step efficiency (predict.accelerator); on the emulated mesh the
+                        calibrated rates, efficiency and page faults (predict.time)
     kernel shapes       the GEMMs' tile and wave quantization (predict.kernels)
     communication       the exposed collective seconds (predict.time's overlap model), of which
                         congestion: what the network's oversubscribed tiers add (the same step
@@ -63,7 +64,8 @@ def setting_breakdown(setting: Setting) -> dict:
     flat = step(dataclasses.replace(chip, speed_variation=0.0, network=_untapered(chip)))
     smooth = step(dataclasses.replace(chip, speed_variation=0.0, network=_unstalled(chip)))
     p = full["p"]
-    ideal = p.hardware_flops_per_device / chip.peak(setting.dtype)
+    ideal = p.hfu * full["total"]  # the hardware FLOPs at the device's peak, as its HFU counts
+    #   it (on the emulated mesh a device's share of the cores: time.cpu_rate_scale)
     parts = {"ideal compute": ideal, "kernel efficiency": plain["compute"] - ideal,
              "kernel shapes": steady["compute"] - plain["compute"],
              "communication": steady["exposed_comm"],
@@ -154,7 +156,8 @@ def explain_text(result: dict) -> str:
 
     parts, total = result["parts"], result["parts"]["total"]
     rows = [("ideal compute", "the step's FLOPs at dense peak"),
-            ("kernel efficiency", "best matmul rate, memory-bound kernels, step efficiency"),
+            ("kernel efficiency", "best matmul rate, memory-bound kernels, step efficiency, "
+                                  "page faults (emulated)"),
             ("kernel shapes", "tile and wave quantization of the GEMMs"),
             ("communication", "exposed collectives"),
             ("congestion", "  of which: oversubscribed network tiers"),

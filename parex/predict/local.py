@@ -136,16 +136,17 @@ def tick_activation_bytes(sizes, grid: Grid, remat: str, rec, act_bytes: int) ->
     return memory.layer_bytes(sizes, grid, remat, rec, act_bytes) * grid.stage_layers
 
 
-def per_microbatch(setting, sizes, grid: Grid, elements=0) -> dict:
+def per_microbatch(setting, sizes, grid: Grid, elements=0, temp_bytes=0.0) -> dict:
     """The predictor's compute terms of one stage for this grid: per microbatch (its layers and
     the head: "per_microbatch", "head_per_microbatch"), the optimizer on `elements` parameters,
-    the step's fixed cost. A tick holds one microbatch's activations of its stage's layers."""
+    the step's fixed cost (and on the emulated mesh its page faults, of `temp_bytes` of
+    temporaries). A tick holds one microbatch's activations of its stage's layers."""
     model, chip, remat = setting.model, setting.cluster.chip, setting.train.remat
     if setting.emulated:
         held = tick_activation_bytes(sizes, grid, remat, memory.recipe(setting.recipe),
                                      setting.act_bytes)
         return time.cpu_compute(model, sizes, grid, remat, chip.calibration,
-                                chip.hbm_bandwidth, elements, held)
+                                chip.hbm_bandwidth, elements, held, temp_bytes)
     korthikanti = memory.recipe(setting.recipe).activations == "korthikanti"
     return time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype,
                                     setting.act_bytes, elements, korthikanti)
@@ -192,7 +193,9 @@ def predict_local(setting, proxy: Prediction) -> Prediction:
     rec = memory.recipe(setting.recipe)
     grid = stage_grid(setting, layout.replace(schedule="1f1b", local_loss="ce", queue=1))
     m = int(grid.microbatches[0])
-    compute = per_microbatch(setting, sizes, grid, stage_counts(model, layout)["opt"])
+    mem = _memory(model, sizes, grid, layout, train, act, m, rec)
+    compute = per_microbatch(setting, sizes, grid, stage_counts(model, layout)["opt"],
+                             mem["activations"] + mem["temp"])
     tick = float(compute["per_microbatch"][0])
     if layout.local_loss == "recon":  # the decoder's (b·T, D) @ (D, D), as the head's D·V
         tick += float(np.asarray(compute.get("head_per_microbatch", 0.0)).ravel()[0]) \
@@ -201,9 +204,9 @@ def predict_local(setting, proxy: Prediction) -> Prediction:
     seconds = {t.name: float(alpha_beta.term_seconds(t, grid, chip)[0]) for t in terms}
     sends = seconds["local-forward"]
     exposed = sum(seconds.values())  # nothing overlaps in the local step's program order
-    work = m * tick + float(np.asarray(compute["optimizer"]).ravel()[0]) + compute["overhead"]
+    work = (m * tick + float(np.asarray(compute["optimizer"]).ravel()[0]) + compute["overhead"]
+            + float(np.asarray(compute.get("page_faults", 0.0)).ravel()[0]))
     fill = (layout.stage - 1) * layout.queue * (tick + sends / m)
-    mem = _memory(model, sizes, grid, layout, train, act, m, rec)
     comm_bytes = {kind: 0.0 for kind in proxy.comm_bytes_per_device}
     for t in terms:
         comm_bytes[t.kind] += float(t.bytes[0])

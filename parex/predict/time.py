@@ -6,7 +6,8 @@ divided by the step efficiency fitted on published runs). On the calibrated CPU:
 matmul FLOPs / the measured rate for that matmul size + elementwise FLOPs / the measured
 elementwise rate + activation traffic / the measured copy bandwidth, all divided by the measured
 efficiency of real transformer blocks (`parex calibrate`), plus the measured optimizer cost per
-parameter and fixed cost per step. CPU rates are per emulated device with every device busy,
+parameter, fixed cost per step, and the page faults of a step whose temporaries the allocator
+maps afresh on every call (cpu_page_fault_seconds). CPU rates are per emulated device with every device busy,
 rescaled when fewer devices share the cores (`cpu_rate_scale`).
 
 Overlap model (explicit, per collective family): tensor/sequence-parallel and Ulysses collectives
@@ -106,11 +107,24 @@ def cpu_step_efficiency(cal, held_bytes) -> np.ndarray:
     return np.interp(np.log(np.maximum(held_bytes, 1.0)), np.log(held), efficiency)
 
 
+def cpu_page_fault_seconds(cal, temp_bytes, scale) -> np.ndarray:
+    """Seconds per step a device spends faulting in its step's temporaries (one block of
+    `temp_bytes` per call), where the allocator maps a block that large afresh on every call:
+    its pages faulted in, zeroed and unmapped at the calibrated rate (parex.calibrate.allocator);
+    0 below the threshold, where the freed block is reused, or without a measured rate."""
+    temp_bytes = np.asarray(temp_bytes, dtype=float)
+    if not cal.page_fault_rate or not cal.mmap_threshold_bytes:
+        return np.zeros_like(temp_bytes)
+    return np.where(temp_bytes > cal.mmap_threshold_bytes,
+                    temp_bytes / (cal.page_fault_rate * scale), 0.0)
+
+
 def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth: float,
-                opt_elements, held_bytes) -> dict:
+                opt_elements, held_bytes, temp_bytes=0.0) -> dict:
     """Seconds per step on the calibrated CPU mesh (module docstring); `bandwidth` is the
     measured copy bandwidth per device, for the activation traffic; `held_bytes`: the
-    activations a device holds from forward to backward (cpu_step_efficiency)."""
+    activations a device holds from forward to backward (cpu_step_efficiency); `temp_bytes`:
+    the step's temporaries per device, activations included (cpu_page_fault_seconds)."""
     scale = cpu_rate_scale(grid, cal.n_devices, cal.parallel_devices)
     layer = cpu_layer_seconds(sizes, grid, remat, cal, bandwidth)
     M, V = grid.tokens, sizes.V / grid.tensor  # the head: (M, D) @ (D, V/t), three passes
@@ -121,7 +135,8 @@ def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth
     return {"per_microbatch": per_micro, "layers_per_microbatch": layer * grid.stage_layers / speed,
             "head_per_microbatch": head / speed,
             "optimizer": opt_elements * cal.optimizer_s_per_param / scale,
-            "overhead": cal.step_overhead_s}
+            "overhead": cal.step_overhead_s,
+            "page_faults": cpu_page_fault_seconds(cal, temp_bytes, scale)}
 
 
 # --- the pipeline --------------------------------------------------------------------------------
@@ -184,7 +199,8 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
     stretch = 1.0 if emulated else slowdown(grid.n_devices, compute.get("speed_sigma", 0.0))
     paced = work + compute["optimizer"]
     stragglers = (stretch - 1.0) * (paced + bubble)
-    compute_s = paced * stretch + compute["overhead"] + compute.get("ticks", 0.0)
+    compute_s = (paced * stretch + compute["overhead"] + compute.get("ticks", 0.0)
+                 + compute.get("page_faults", 0.0))
     bubble = bubble * stretch
     return {"total": compute_s + exposed + bubble, "compute": compute_s, "exposed_comm": exposed,
             "bubble": bubble, "stragglers": stragglers}
