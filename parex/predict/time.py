@@ -7,8 +7,8 @@ matmul FLOPs / the measured rate for that matmul size + elementwise FLOPs / the 
 elementwise rate + activation traffic / the measured copy bandwidth, all divided by the measured
 efficiency of real transformer blocks (`parex calibrate`), plus the measured optimizer cost per
 parameter, fixed cost per step, and the page faults of a step whose temporaries the allocator
-maps afresh on every call (cpu_page_fault_seconds). CPU rates are per emulated device with every device busy,
-rescaled when fewer devices share the cores (`cpu_rate_scale`).
+maps afresh on every call (cpu_page_fault_seconds). CPU rates are per emulated device with every
+device busy, rescaled when fewer devices share the cores (`cpu_rate_scale`).
 
 Overlap model (explicit, per collective family): tensor/sequence-parallel and Ulysses collectives
 sit on the critical path (exposed in full), except the column-parallel layers' backward ones
