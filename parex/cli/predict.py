@@ -190,7 +190,7 @@ def _predict_inputs(args):
         probe = args.layout if args.layout.strip() not in _layout_presets() else None
         n = Layout.parse(probe).n_devices if probe else chip.devices_per_node
         nodes = max(1, -(-n // chip.devices_per_node))
-    cluster = _cluster(chip, nodes)
+    cluster = _cluster(chip, nodes, getattr(args, "network", None))
     model, train = model_from_args(args)
     layout = layout_from_args(args.layout, cluster.n_devices, args.microbatch)
     keywords = {"dtype": args.dtype, "recipe": getattr(args, "recipe", None),
@@ -207,7 +207,8 @@ def _imported_inputs(args, chip):
 
     run = imported_run(args, chip)
     args.imported = run
-    cluster = _cluster(chip, nodes_for(run.layout.n_devices, chip, args.nodes))
+    cluster = _cluster(chip, nodes_for(run.layout.n_devices, chip, args.nodes),
+                       getattr(args, "network", None))
     keywords = {"dtype": run.dtype, "recipe": getattr(args, "recipe", None),
                 "convention": getattr(args, "convention", None),
                 "expert_imbalance": getattr(args, "expert_imbalance", None)}
@@ -244,10 +245,13 @@ def fits_instead_text(alts: list, p) -> str:
     return "\n".join(lines)
 
 
-def _cluster(chip, nodes):
+def _cluster(chip, nodes, network=None):
+    """`nodes` of the profile `chip`, on the network file `network` (data/networks/) where
+    named, else on the profile's own."""
     from ..hardware import Cluster
+    from ..network import load_network
 
-    return Cluster(chip, nodes)
+    return Cluster(chip, nodes, network=load_network(network) if network else None)
 
 
 def _layout_presets():
@@ -264,6 +268,10 @@ def add_predict(sub) -> None:
     add_hardware_arg(p)
     p.add_argument("--nodes", type=at_least(1), default=None,
                    help="nodes in the cluster (default: enough for the layout)")
+    p.add_argument("--network", default=None, metavar="NAME",
+                   help="the fabric and collective library above the nodes, a file of "
+                   "data/networks/ (e.g. frontier-unconfigured: another launch of the same "
+                   "machine); default: the hardware profile's own")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"],
                    help="gpu: the ideal program; xla-cpu: what the emulated mesh compiles "
                    "(default: xla-cpu for cpu-local, else gpu)")

@@ -98,3 +98,30 @@ def test_predict_explain_breaks_the_step_down(capsys):
     total = sum(parts[k] for k in ("ideal compute", "kernel efficiency", "kernel shapes",
                                    "communication", "stragglers", "bubble"))
     assert total == pytest.approx(out["step_time_s"]["total"], rel=1e-9)
+
+
+def test_predict_on_another_network_of_the_same_machine(capsys):
+    """--network puts the profile's nodes on a network file (data/networks/), as the Python
+    API's Cluster(chip, nodes, network=...) does: Frontier under an unconfigured launch, whose
+    RCCL stalls below 384 KiB per rank, predicts a slower step than the configured default."""
+    from parex import predict
+    from parex.config import TrainConfig, model_preset
+    from parex.hardware import Cluster, load_chip
+    from parex.layout import Layout
+    from parex.network import load_network
+
+    args = ["predict", "--model", "llama2-7b", "--hardware", "frontier", "--global-batch", "256",
+            "--layout", "data=64,tensor=8", "--json"]
+    steps = {}
+    for extra in ([], ["--network", "frontier-unconfigured"]):
+        assert main(args + extra) == 0
+        steps[bool(extra)] = json.loads(capsys.readouterr().out)["step_time_s"]["total"]
+    assert steps[True] > steps[False]
+    cluster = Cluster(load_chip("frontier"), 64, network=load_network("frontier-unconfigured"))
+    api = predict(model_preset("llama2-7b"), TrainConfig(global_batch=256),
+                  Layout.parse("data=64,tensor=8", 512), cluster)
+    assert api.step_time_s["total"] == pytest.approx(steps[True], rel=1e-9)
+    assert main(args + ["--network", "frontier-typo"]) == 2
+    err = capsys.readouterr().err
+    assert "frontier-typo" in err and "frontier-unconfigured" in err and len(
+        err.strip().splitlines()) == 1
