@@ -61,8 +61,7 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
     opt_elements = memory.state_elements(sizes, grid, "opt")
     if emulated:
         compute = time.cpu_compute(model, sizes, grid, remat, chip.calibration,
-                                   chip.hbm_bandwidth, opt_elements, mem["activations"],
-                                   mem["activations"] + mem["temp"])
+                                   chip.hbm_bandwidth, opt_elements, mem)
         compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     else:
         casts = (chip.peak("float8") * chip.matmul_efficiency,

@@ -139,14 +139,15 @@ def tick_activation_bytes(sizes, grid: Grid, remat: str, rec, act_bytes: int) ->
 def per_microbatch(setting, sizes, grid: Grid, elements=0, temp_bytes=0.0) -> dict:
     """The predictor's compute terms of one stage for this grid: per microbatch (its layers and
     the head: "per_microbatch", "head_per_microbatch"), the optimizer on `elements` parameters,
-    the step's fixed cost (and on the emulated mesh its page faults, of `temp_bytes` of
-    temporaries). A tick holds one microbatch's activations of its stage's layers."""
+    the step's fixed cost (and on the emulated mesh its page faults, of the tick's activations
+    and `temp_bytes` more). A tick holds one microbatch's activations of its stage's layers."""
     model, chip, remat = setting.model, setting.cluster.chip, setting.train.remat
     if setting.emulated:
         held = tick_activation_bytes(sizes, grid, remat, memory.recipe(setting.recipe),
                                      setting.act_bytes)
         return time.cpu_compute(model, sizes, grid, remat, chip.calibration,
-                                chip.hbm_bandwidth, elements, held, temp_bytes)
+                                chip.hbm_bandwidth, elements,
+                                {"activations": held, "temp": temp_bytes})
     korthikanti = memory.recipe(setting.recipe).activations == "korthikanti"
     return time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype,
                                     setting.act_bytes, elements, korthikanti)
@@ -195,7 +196,7 @@ def predict_local(setting, proxy: Prediction) -> Prediction:
     m = int(grid.microbatches[0])
     mem = _memory(model, sizes, grid, layout, train, act, m, rec)
     compute = per_microbatch(setting, sizes, grid, stage_counts(model, layout)["opt"],
-                             mem["activations"] + mem["temp"])
+                             mem["temp"])
     tick = float(compute["per_microbatch"][0])
     if layout.local_loss == "recon":  # the decoder's (b·T, D) @ (D, D), as the head's D·V
         tick += float(np.asarray(compute.get("head_per_microbatch", 0.0)).ravel()[0]) \

@@ -120,12 +120,14 @@ def cpu_page_fault_seconds(cal, temp_bytes, scale) -> np.ndarray:
 
 
 def cpu_compute(model, sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth: float,
-                opt_elements, held_bytes, temp_bytes=0.0) -> dict:
+                opt_elements, mem: dict) -> dict:
     """Seconds per step on the calibrated CPU mesh (module docstring); `bandwidth` is the
-    measured copy bandwidth per device, for the activation traffic; `held_bytes`: the
-    activations a device holds from forward to backward (cpu_step_efficiency); `temp_bytes`:
-    the step's temporaries per device, activations included (cpu_page_fault_seconds)."""
+    measured copy bandwidth per device, for the activation traffic; `mem`: the step's memory
+    parts per device, whose "activations" a device holds from forward to backward
+    (cpu_step_efficiency) and, with its "temp", are the step's temporaries
+    (cpu_page_fault_seconds)."""
     scale = cpu_rate_scale(grid, cal.n_devices, cal.parallel_devices)
+    held_bytes, temp_bytes = mem["activations"], mem["activations"] + mem["temp"]
     layer = cpu_layer_seconds(sizes, grid, remat, cal, bandwidth)
     M, V = grid.tokens, sizes.V / grid.tensor  # the head: (M, D) @ (D, V/t), three passes
     head = 3 * 2 * M * sizes.D * V / cpu_matmul_rate(M, sizes.D, V, np.array(cal.matmul_curve))
