@@ -5,12 +5,14 @@ activations included: `memory_analysis().temp_size_in_bytes`) and frees it when 
 glibc's malloc serves a block above its mmap threshold by a fresh `mmap` and unmaps it on `free`,
 so every call faults the block's 4 KiB pages in again, one by one, and the kernel zeroes each.
 The threshold adapts to the blocks freed, up to DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB on 64-bit
-systems (mallopt(3), M_MMAP_THRESHOLD); below it a freed block is reused and nothing faults. A
+systems (mallopt(3), M_MMAP_THRESHOLD); below it a block comes from a thread's arena and faults
+in only when free() had trimmed that arena's top (some devices' blocks on some calls). A
 thread's arena cannot hold a block over 64 MiB either, so larger blocks are always mapped.
 
 Measured on this machine (tiny, 8 emulated devices, `ru_minflt` over steps): a step's minor
 faults are its devices' temporaries exactly when they exceed 32 MiB (data=8: 8 × 34.6 MiB,
-tensor=8: 8 × 66.3 MiB per step) and none below (data=2,seq=4,cp=ring: 24.2 MiB); perf puts
+tensor=8: 8 × 66.3 MiB per step); below (data=2,seq=4,cp=ring: 24.2 MiB) whole blocks of 0-5
+of the 8 devices per call, 0.1-0.46 of them on average over runs, left unpriced; perf puts
 10-15 % of such a step's CPU time in the kernel's fault, zeroing and unmapping code
 (docs/results/2026-12-emulated-step.md).
 

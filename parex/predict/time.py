@@ -111,7 +111,8 @@ def cpu_page_fault_seconds(cal, temp_bytes, scale) -> np.ndarray:
     """Seconds per step a device spends faulting in its step's temporaries (one block of
     `temp_bytes` per call), where the allocator maps a block that large afresh on every call:
     its pages faulted in, zeroed and unmapped at the calibrated rate (parex.calibrate.allocator);
-    0 below the threshold, where the freed block is reused, or without a measured rate."""
+    0 below the threshold, where an arena serves the block (it faults in only on the calls
+    after free() trimmed that arena: unpriced, so a lower bound there), or without a rate."""
     temp_bytes = np.asarray(temp_bytes, dtype=float)
     if not cal.page_fault_rate or not cal.mmap_threshold_bytes:
         return np.zeros_like(temp_bytes)

@@ -65,20 +65,24 @@ for spec in ("data=8", "data=2,seq=4,cp=ring"):
     state = step.init_state()
     batch = Batches("corpus", 16, step.seq_len, model.vocab, 0).on_mesh(0, step.batch_sharding)
     counts = []
-    for _ in range(6):  # the first calls settle the allocator's threshold on the step's blocks
+    for _ in range(12):  # the first calls settle the allocator's threshold on the step's blocks
         counts.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
         state, loss = compiled(state, batch)
         jax.block_until_ready(loss)
     counts.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
-    seen[spec] = (compiled.memory_analysis().temp_size_in_bytes, (counts[-1] - counts[3]) / 3)
+    per_call = [b - a for a, b in zip(counts[3:], counts[4:])]
+    seen[spec] = (compiled.memory_analysis().temp_size_in_bytes, per_call)
 print(json.dumps(seen))
 """
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc maps large blocks afresh; others differ")
 def test_the_compiled_steps_minor_faults_are_their_temporaries_above_32_mib():
-    """The premise, on the real compiled step: per call, every device's temporaries fault in
-    when they exceed 32 MiB (tiny data=8: 8 x ~35 MiB), and nothing faults below it."""
+    """The premise, on the real compiled step: on every call, every device's temporaries fault in
+    when they exceed 32 MiB (tiny data=8: 8 x ~35 MiB). Below it a device's block comes from a
+    malloc arena and faults in only when free() trimmed that arena: whole blocks of some devices
+    on some calls (0-5 of 8 per call here, 0.1-0.46 of all on average over runs), which the
+    predictor leaves unpriced: fewer than every block on every call, the regime it prices."""
     import json
     import os
     import subprocess
@@ -89,9 +93,11 @@ def test_the_compiled_steps_minor_faults_are_their_temporaries_above_32_mib():
     out = subprocess.run([sys.executable, "-c", FAULTS_PER_CALL], capture_output=True,
                          text=True, env=env, timeout=300, check=True).stdout
     seen = json.loads(out.strip().splitlines()[-1])
-    share = {spec: pages * 4096 / (8 * temp) for spec, (temp, pages) in seen.items()}
-    assert seen["data=8"][0] > 32 * MIB and 0.8 < share["data=8"] < 1.2, seen
-    assert seen["data=2,seq=4,cp=ring"][0] < 32 * MIB and share["data=2,seq=4,cp=ring"] < 0.35
+    share = {spec: [pages * 4096 / (8 * temp) for pages in per_call]
+             for spec, (temp, per_call) in seen.items()}
+    assert seen["data=8"][0] > 32 * MIB and all(0.8 < s < 1.2 for s in share["data=8"]), seen
+    assert seen["data=2,seq=4,cp=ring"][0] < 32 * MIB, seen
+    assert np.mean(share["data=2,seq=4,cp=ring"]) < 0.75, seen
 
 
 def test_the_probe_measures_a_fault_rate():
