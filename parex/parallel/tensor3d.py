@@ -29,11 +29,12 @@ parameters over data once per step. ZeRO-2/3 and ZeRO-1 beside fsdp are refused
 Between the pairs the residual stream, the norms and the attention core hold D whole
 (x[B_{data,Z}, T, D]), so the norms need no collective: entering a pair slices D over X (no
 communication; backward: an all-gather of dX over X), leaving it all-gathers over X (backward:
-a slice). Heads: a device holds whole heads, the fused QKV grouped by KV head (parex.model.transformer) split
-over Y, so a GQA group's query heads sit with their key and value head (Y divides kv_heads).
-The embedding table E[V_Y, D_XZ] is vocab-parallel over Y (masked lookup, all-reduce over Y,
-the rows' D split over X); the head W_head[D_XZ, V_Y] is a first-of-pair layer whose logits stay
-split over Y for the vocab-parallel cross-entropy.
+a slice), each gather laid into D once (gather_hidden). Heads: a device holds whole heads, the
+fused QKV grouped by KV head (parex.model.transformer) split over Y, so a GQA group's query
+heads sit with their key and value head (Y divides kv_heads). The embedding table
+E[V_Y, D_XZ] is vocab-parallel over Y (masked lookup, all-reduce over Y, the rows' D split over
+X); the head W_head[D_XZ, V_Y] is a first-of-pair layer whose logits stay split over Y for the
+vocab-parallel cross-entropy.
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ def _all_gather_invariant():
 gather_whole = _all_gather_invariant()
 
 
+def gather_hidden(y):
+    """y[..., D_X] -> y[..., D] over X, invariant over X (its transpose a local slice).
+    Gathered along D in place, XLA:CPU lays the result out with D major and every fusion that
+    reads it transposes it again; gathered as [X, ..., D_X] and laid into D once, they read it
+    in order."""
+    parts = gather_whole(y, X, axis=0, tiled=False)
+    return jnp.moveaxis(parts, 0, -2).reshape(*y.shape[:-1], -1)
+
+
 @jax.custom_vjp
 def drop_x(x):
     """x[B, T, D] whole -> x[B, T, D_X], this device's slice (AxoNN's Drop): no communication;
@@ -82,7 +92,7 @@ def _drop_fwd(x):
 
 
 def _drop_bwd(_, ct):
-    return (gather_whole(ct, X, axis=ct.ndim - 1, tiled=True),)
+    return (gather_hidden(ct),)
 
 
 drop_x.defvjp(_drop_fwd, _drop_bwd)
@@ -142,7 +152,7 @@ class Tensor3DOps(MeshOps):
 
     def _leave(self, y):
         """y[B, T, D_X] -> the residual y[B, T, D] (backward: a slice)."""
-        return gather_whole(y, X, axis=y.ndim - 1, tiled=True) if self._size(X) > 1 else y
+        return gather_hidden(y) if self._size(X) > 1 else y
 
     def _gather_z(self, w, w_dims):
         """W's local block, all-gathered along D over the axes its parameter sharding adds to X:

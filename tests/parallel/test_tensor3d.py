@@ -3,6 +3,7 @@ form and refusals, parity with one device (fp32, 1e-5), Megatron's collectives a
 the compiled step's collectives against predict.tensor3d (xla-cpu)."""
 
 import json
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -225,6 +226,32 @@ def test_3d_with_zero1_or_fsdp_trains_as_one_device(name, text):
 @pytest.mark.parametrize("remat", ["selective", "full"])
 def test_rematerialisation_keeps_3d_gradients(tiny, remat):
     tiny.check(Layout.parse("tensor=2x2x2"), TRAIN.replace(remat=remat))
+
+
+# --- the compiled program ----------------------------------------------------------------------
+
+def transposing_reads(hlo_text: str, shape: str) -> int:
+    """Fused computations that take an f32[shape] parameter laid out other than row-major and
+    copy it into row-major order: a transposing read, strided through memory."""
+    reads = 0
+    for computation in hlo_text.split("\n\n"):
+        for name, layout in re.findall(rf"%(\S+) = f32\[{shape}\]\{{([\d,]+)\}} parameter\(",
+                                       computation):
+            dims = [int(d) for d in layout.split(",")]
+            copied = re.search(rf"copy\(%{re.escape(name)}\)", computation)
+            reads += bool(copied) and dims != sorted(dims, reverse=True)
+    return reads
+
+
+def test_the_gathered_residual_is_laid_out_once():
+    """Leaving a pair all-gathers the residual's D over X (tensor3d.gather_hidden). Gathered
+    along D in place, XLA:CPU lays the result out D-major and every loop fusion that reads it in
+    the layer loop transposes it again (19 of them in tiny tensor=4x2x1, a fifth of its step);
+    gathered along a new leading axis and laid into D once, none does but the position
+    embedding's add, which XLA's partitioner gathers itself."""
+    _, compiled, _ = compile_layout(model_preset("tiny"), TRAIN, Layout.parse("tensor=4x2x1"))
+    residual = f"{TRAIN.global_batch},{TRAIN.seq_len},{model_preset('tiny').hidden}"
+    assert transposing_reads(compiled.as_text(), residual) <= 1
 
 
 # --- collectives ---------------------------------------------------------------------------------
