@@ -239,6 +239,21 @@ def _matmul(line: str, op: str, dims: list[int], args: str, shapes: dict) -> flo
     return 2.0 * float(np.prod(dims)) * float(k)
 
 
+def transposing_reads(hlo_text: str, shape: str, dtype: str = "f32") -> int:
+    """Fused computations that take a `dtype[shape]` parameter ("16,128,128") laid out other
+    than row-major and copy it into row-major order: reads that stride through memory, each
+    time the fusion runs (XLA:CPU lays a collective's result out with its gathered dimension
+    major: parallel.tensor3d.gather_hidden, parallel.sharding.gather_seq)."""
+    reads = 0
+    for computation in hlo_text.split("\n\n"):
+        for name, layout in re.findall(rf"%(\S+) = {dtype}\[{shape}\]\{{([\d,]+)\}} "
+                                       r"parameter\(", computation):
+            dims = [int(d) for d in layout.split(",")]
+            copied = re.search(rf"copy\(%{re.escape(name)}\)", computation)
+            reads += bool(copied) and dims != sorted(dims, reverse=True)
+    return reads
+
+
 def matmul_flops(hlo_text: str, branch_shares=None) -> float:
     """FLOPs of every dot (and cuBLAS gemm) per step, loop trip counts and the computations that
     fusions call included: 2 · |output| · |contracted dims|. XLA's cost analysis counts a loop

@@ -22,6 +22,22 @@ QUERY = ("batch", "seq", "heads", "head_dim")
 KEY_VALUE = ("batch", "seq", "kv_heads", "head_dim")
 
 
+def gather_seq(x, axis: str):
+    """Sequence parallelism's gather, x (B, T/t, D) -> (B, T, D) over `axis`: the t pieces
+    gathered along a new leading axis and laid into T once. Gathered along T in place, XLA:CPU
+    lays the result out T-major and every fusion that reads it transposes it again."""
+    parts = jax.lax.all_gather(x, axis)  # (t, B, T/t, D)
+    return jnp.moveaxis(parts, 0, 1).reshape(x.shape[0], -1, *x.shape[2:])
+
+
+def scatter_seq(y, axis: str):
+    """Sequence parallelism's reduce-scatter, partial sums y (B, T, D) -> summed (B, T/t, D)
+    over `axis`, T's pieces moved to a leading axis first (its transpose gather_seq's layout)."""
+    t = jax.lax.axis_size(axis)
+    pieces = y.reshape(y.shape[0], t, y.shape[1] // t, *y.shape[2:])
+    return jax.lax.psum_scatter(jnp.moveaxis(pieces, 1, 0), axis, scatter_dimension=0)
+
+
 @dataclass(frozen=True)
 class Weight:
     """A manual region's operand that is a parameter: it comes in with its parameter sharding."""
@@ -161,7 +177,7 @@ class MeshOps(Ops):
 
         @jax.checkpoint  # residuals: x (B, T/(s·t), D) and the weights' shards
         def local(x, *ws):  # x (B, T/(s·t), D) -> (B, T/s, D), then W_in[D, F_tensor]
-            x = jax.lax.all_gather(x, tensor, axis=1, tiled=True)
+            x = gather_seq(x, tensor)
             return tuple(jnp.einsum(eq, x, self.gather_weight(w, w_dims)) for w in ws)
 
         fn = self.manual(local, (RESIDUAL,) + (Weight(w_dims),) * len(ws), (out_dims,) * len(ws))
@@ -182,7 +198,7 @@ class MeshOps(Ops):
             ids = tokens - jax.lax.axis_index(tensor) * rows
             held = (ids >= 0) & (ids < rows)
             x = jnp.where(held[..., None], table[jnp.clip(ids, 0, rows - 1)], 0)
-            return jax.lax.psum_scatter(x, tensor, scatter_dimension=1, tiled=True)
+            return scatter_seq(x, tensor)
 
         return self.manual(local, (Weight(dims), ("batch", "seq")), RESIDUAL)(table, tokens)
 
@@ -193,7 +209,7 @@ class MeshOps(Ops):
 
         def local(u, w):  # partial sums (B, T/s, D) -> summed and scattered (B, T/(s·t), D)
             y = jnp.einsum(eq, u, self.gather_weight(w, w_dims))
-            return jax.lax.psum_scatter(y, tensor, scatter_dimension=1, tiled=True)
+            return scatter_seq(y, tensor)
 
         if self.gathers_weights(w_dims):  # keep the weight's shard, not the gathered weight
             local = jax.checkpoint(local)

@@ -202,3 +202,15 @@ def test_long_sequence_study_memory_and_communication(tmp_path):
     assert set(sequence_long(df)["mode"]) == {"single", "tp", "tp+sp", "ring", "ulysses"}
     chart.save(str(tmp_path / "study.png"))
     assert (tmp_path / "study.png").stat().st_size > 0
+
+
+def test_the_gathered_sequence_is_laid_out_once():
+    """SP's all-gather over T (sharding.gather_seq) and its reduce-scatter (scatter_seq) move
+    T's pieces along a leading axis: gathered along T in place, XLA:CPU laid the result out
+    T-major and 10 fusions per step of tiny tensor=8,sp=on read it transposed; none now."""
+    from parex.measure.hlo import transposing_reads
+
+    layout, model = Layout.parse("tensor=8,sp=on"), model_preset("tiny")
+    _, compiled, _ = compile_layout(model, TRAIN, layout, jax.devices()[:layout.n_devices])
+    residual = f"{TRAIN.global_batch},{model.seq_len},{model.hidden}"
+    assert transposing_reads(compiled.as_text(), residual) == 0

@@ -3,7 +3,6 @@ form and refusals, parity with one device (fp32, 1e-5), Megatron's collectives a
 the compiled step's collectives against predict.tensor3d (xla-cpu)."""
 
 import json
-import re
 from collections import defaultdict
 
 import numpy as np
@@ -14,6 +13,7 @@ from parex.cli.main import main
 from parex.config import TrainConfig, model_preset
 from parex.layout import Axis, Layout, LayoutError
 from parex.measure.compiled import compile_layout, compiled_stats
+from parex.measure.hlo import transposing_reads
 from parex.predict import predict
 from parex.validation import validate
 
@@ -229,19 +229,6 @@ def test_rematerialisation_keeps_3d_gradients(tiny, remat):
 
 
 # --- the compiled program ----------------------------------------------------------------------
-
-def transposing_reads(hlo_text: str, shape: str) -> int:
-    """Fused computations that take an f32[shape] parameter laid out other than row-major and
-    copy it into row-major order: a transposing read, strided through memory."""
-    reads = 0
-    for computation in hlo_text.split("\n\n"):
-        for name, layout in re.findall(rf"%(\S+) = f32\[{shape}\]\{{([\d,]+)\}} parameter\(",
-                                       computation):
-            dims = [int(d) for d in layout.split(",")]
-            copied = re.search(rf"copy\(%{re.escape(name)}\)", computation)
-            reads += bool(copied) and dims != sorted(dims, reverse=True)
-    return reads
-
 
 def test_the_gathered_residual_is_laid_out_once():
     """Leaving a pair all-gathers the residual's D over X (tensor3d.gather_hidden). Gathered
