@@ -243,7 +243,7 @@ def transposing_reads(hlo_text: str, shape: str, dtype: str = "f32") -> int:
     """Fused computations that take a `dtype[shape]` parameter ("16,128,128") laid out other
     than row-major and copy it into row-major order: reads that stride through memory, each
     time the fusion runs (XLA:CPU lays a collective's result out with its gathered dimension
-    major: parallel.tensor3d.gather_hidden, parallel.sharding.gather_seq)."""
+    major: parallel.sharding.gather_along)."""
     reads = 0
     for computation in hlo_text.split("\n\n"):
         for name, layout in re.findall(rf"%(\S+) = {dtype}\[{shape}\]\{{([\d,]+)\}} "

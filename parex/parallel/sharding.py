@@ -22,20 +22,23 @@ QUERY = ("batch", "seq", "heads", "head_dim")
 KEY_VALUE = ("batch", "seq", "kv_heads", "head_dim")
 
 
-def gather_seq(x, axis: str):
-    """Sequence parallelism's gather, x (B, T/t, D) -> (B, T, D) over `axis`: the t pieces
-    gathered along a new leading axis and laid into T once. Gathered along T in place, XLA:CPU
-    lays the result out T-major and every fusion that reads it transposes it again."""
-    parts = jax.lax.all_gather(x, axis)  # (t, B, T/t, D)
-    return jnp.moveaxis(parts, 0, 1).reshape(x.shape[0], -1, *x.shape[2:])
+def gather_along(x, axis: str, dim: int, gather=jax.lax.all_gather):
+    """x gathered over mesh `axis` along its dim `dim`, as a tiled all-gather gives it: the
+    pieces gathered along a new leading axis and laid into `dim` once. Gathered along `dim` in
+    place, XLA:CPU lays the result out with that dim major and every fusion that reads it
+    transposes it again (measure.hlo.transposing_reads). `gather`: jax.lax.all_gather, or an
+    invariant one (parallel.tensor3d.gather_whole)."""
+    parts = gather(x, axis, axis=0, tiled=False)  # (n, *x.shape)
+    return jnp.moveaxis(parts, 0, dim).reshape(*x.shape[:dim], -1, *x.shape[dim + 1:])
 
 
-def scatter_seq(y, axis: str):
-    """Sequence parallelism's reduce-scatter, partial sums y (B, T, D) -> summed (B, T/t, D)
-    over `axis`, T's pieces moved to a leading axis first (its transpose gather_seq's layout)."""
-    t = jax.lax.axis_size(axis)
-    pieces = y.reshape(y.shape[0], t, y.shape[1] // t, *y.shape[2:])
-    return jax.lax.psum_scatter(jnp.moveaxis(pieces, 1, 0), axis, scatter_dimension=0)
+def scatter_along(y, axis: str, dim: int):
+    """Partial sums y summed over mesh `axis` and scattered along its dim `dim`, as a tiled
+    reduce-scatter gives them: the dim's pieces moved to a leading axis first, so that the
+    backward's gather is laid out as gather_along's."""
+    n = jax.lax.axis_size(axis)
+    pieces = y.reshape(*y.shape[:dim], n, y.shape[dim] // n, *y.shape[dim + 1:])
+    return jax.lax.psum_scatter(jnp.moveaxis(pieces, dim, 0), axis, scatter_dimension=0)
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ class MeshOps(Ops):
 
         @jax.checkpoint  # residuals: x (B, T/(s·t), D) and the weights' shards
         def local(x, *ws):  # x (B, T/(s·t), D) -> (B, T/s, D), then W_in[D, F_tensor]
-            x = gather_seq(x, tensor)
+            x = gather_along(x, tensor, 1)
             return tuple(jnp.einsum(eq, x, self.gather_weight(w, w_dims)) for w in ws)
 
         fn = self.manual(local, (RESIDUAL,) + (Weight(w_dims),) * len(ws), (out_dims,) * len(ws))
@@ -198,7 +201,7 @@ class MeshOps(Ops):
             ids = tokens - jax.lax.axis_index(tensor) * rows
             held = (ids >= 0) & (ids < rows)
             x = jnp.where(held[..., None], table[jnp.clip(ids, 0, rows - 1)], 0)
-            return scatter_seq(x, tensor)
+            return scatter_along(x, tensor, 1)
 
         return self.manual(local, (Weight(dims), ("batch", "seq")), RESIDUAL)(table, tokens)
 
@@ -209,7 +212,7 @@ class MeshOps(Ops):
 
         def local(u, w):  # partial sums (B, T/s, D) -> summed and scattered (B, T/(s·t), D)
             y = jnp.einsum(eq, u, self.gather_weight(w, w_dims))
-            return scatter_seq(y, tensor)
+            return scatter_along(y, tensor, 1)
 
         if self.gathers_weights(w_dims):  # keep the weight's shard, not the gathered weight
             local = jax.checkpoint(local)
@@ -224,13 +227,11 @@ class MeshOps(Ops):
         all-reduce the partial sums and slice them instead (twice the bytes on the CPU)."""
         if self.layout.seq == 1:
             return super().dispatch(mask, x)
-        seq, s = Axis.SEQ.value, self.layout.seq
+        seq = Axis.SEQ.value
 
         def local(mask, x):  # (b, T/s, E, C), (b, T/s, D) -> (E, b, C/s, D)
-            partial_slots = jnp.einsum(DISPATCH, mask.astype(x.dtype), x)
-            E, b, C, D = partial_slots.shape  # the shards' blocks leading, as XLA:CPU scatters
-            blocks = jnp.moveaxis(partial_slots.reshape(E, b, s, C // s, D), 2, 0)
-            return jax.lax.psum_scatter(blocks, seq, scatter_dimension=0)
+            partial_slots = jnp.einsum(DISPATCH, mask.astype(x.dtype), x)  # (E, b, C, D)
+            return scatter_along(partial_slots, seq, 2)
 
         return self.manual(local, (MASKS, TOKENS), SLOTS)(mask, x)
 
@@ -239,11 +240,10 @@ class MeshOps(Ops):
         combining them into its own T/s tokens (the backward reduce-scatters their gradient)."""
         if self.layout.seq == 1:
             return super().combine(mask, out)
-        seq, s = Axis.SEQ.value, self.layout.seq
+        seq = Axis.SEQ.value
 
         def local(mask, out):  # (b, T/s, E, C), (E, b, C/s, D) -> (b, T/s, D)
-            E, b, c, D = out.shape
-            whole = jnp.moveaxis(jax.lax.all_gather(out, seq), 0, 2).reshape(E, b, s * c, D)
+            whole = gather_along(out, seq, 2)  # (E, b, C, D)
             return jnp.einsum(COMBINE, mask.astype(out.dtype), whole)
 
         return self.manual(local, (MASKS, SLOTS), TOKENS)(mask, out)

@@ -47,7 +47,7 @@ from jax.sharding import Mesh
 
 from ..layout import Axis, Layout, spec_axes
 from ..model.transformer import cross_entropy
-from .sharding import MeshOps
+from .sharding import MeshOps, gather_along
 from .stash import vary
 
 X, Y, Z = Axis.TENSOR.value, Axis.TENSOR_Y.value, Axis.TENSOR_Z.value
@@ -71,12 +71,9 @@ gather_whole = _all_gather_invariant()
 
 
 def gather_hidden(y):
-    """y[..., D_X] -> y[..., D] over X, invariant over X (its transpose a local slice).
-    Gathered along D in place, XLA:CPU lays the result out with D major and every fusion that
-    reads it transposes it again; gathered as [X, ..., D_X] and laid into D once, they read it
-    in order."""
-    parts = gather_whole(y, X, axis=0, tiled=False)
-    return jnp.moveaxis(parts, 0, -2).reshape(*y.shape[:-1], -1)
+    """y[..., D_X] -> y[..., D] over X, invariant over X (its transpose a local slice), laid
+    into D once (sharding.gather_along)."""
+    return gather_along(y, X, y.ndim - 1, gather=gather_whole)
 
 
 @jax.custom_vjp

@@ -205,7 +205,7 @@ def test_long_sequence_study_memory_and_communication(tmp_path):
 
 
 def test_the_gathered_sequence_is_laid_out_once():
-    """SP's all-gather over T (sharding.gather_seq) and its reduce-scatter (scatter_seq) move
+    """SP's all-gather over T and its reduce-scatter (sharding.gather_along, scatter_along) move
     T's pieces along a leading axis: gathered along T in place, XLA:CPU laid the result out
     T-major and 10 fusions per step of tiny tensor=8,sp=on read it transposed; none now."""
     from parex.measure.hlo import transposing_reads
