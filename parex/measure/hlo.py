@@ -254,6 +254,25 @@ def transposing_reads(hlo_text: str, shape: str, dtype: str = "f32") -> int:
     return reads
 
 
+def dot_shapes(hlo_text: str) -> list[tuple[tuple[int, ...], ...]]:
+    """(lhs, rhs, result) dims of every dot in the module, those inside fusions included, each
+    instruction once (not weighted by how often its computation runs)."""
+    out = []
+    for computation in hlo_text.split("\n\n"):
+        shapes = {}  # instruction name -> dims, within this computation
+        for line in computation.splitlines():
+            m = _DEFINITION.match(line)
+            if not m:
+                continue
+            shapes[m.group(1)] = _dims(m.group(2))
+            if m.group(3) == "dot":
+                operands = [_OPERAND.match(a) for a in m.group(4).split(",")[:2]]
+                out.append(tuple(tuple(_dims(o.group("shape")) if o.group("shape")
+                                       else shapes.get(o.group("name"), [])) for o in operands)
+                           + (tuple(shapes[m.group(1)]),))
+    return out
+
+
 def matmul_flops(hlo_text: str, branch_shares=None) -> float:
     """FLOPs of every dot (and cuBLAS gemm) per step, loop trip counts and the computations that
     fusions call included: 2 · |output| · |contracted dims|. XLA's cost analysis counts a loop

@@ -63,8 +63,15 @@ TIMED_APART = ("cp-ring", "pipeline")  # hidden behind half the work; the pipeli
 
 def layer_traffic(sizes: ModelSizes, grid: Grid, remat: str, act_bytes: int) -> np.ndarray:
     """Bytes one layer moves through memory per microbatch outside the matmuls on the calibrated
-    CPU: every saved activation written and read once per forward-equivalent pass."""
-    elements = xla_layer_elements(sizes, grid, "none") * grid.tokens
+    CPU: every saved activation written and read once per forward-equivalent pass. Sequence
+    parallelism keeps its D-sized activations as T/t rows, but the tensors around the matmuls
+    stay whole [T, D]: each column-parallel layer's gathered input and each row-parallel
+    layer's partial output before its reduce-scatter (two of each in a sequential block, one in
+    a parallel block), so those streams move what they move without SP (measured: SP's saving
+    of op time is its elementwise work's, not its saved bytes', docs/results/
+    2026-12-emulated-step.md)."""
+    whole = np.where(grid.sp, (2 if sizes.parallel else 4) * sizes.D * (1 - 1 / grid.tensor), 0)
+    elements = (xla_layer_elements(sizes, grid, "none") + whole) * grid.tokens
     return 2 * act_bytes * elements * passes_per_layer(grid, remat)
 
 
