@@ -15,7 +15,7 @@ from conftest import timed_env
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 # one or two layouts of each family whose target the predictor meets (presets by name:
 # parex.layout.LAYOUT_PRESETS); sequence parallelism meets it only at its edge (predicted at
-# 0.84-0.91 of the measured step: docs/results/2026-12-emulated-step.md), a mixture of experts
+# 0.83-0.96 of the measured step: docs/results/2026-12-emulated-step.md), a mixture of experts
 # does not
 MET = ("single", "dp", "fsdp", "tp", "dp_tp", "data=2,stage=4,schedule=1f1b,microbatches=4",
        "data=4,stage=2,schedule=zbh1,microbatches=4", "data=2,seq=4,cp=ring",
