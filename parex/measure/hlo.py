@@ -222,6 +222,26 @@ def _dims(shape: str) -> list[int]:
     return [int(d) for d in array.group(2).split(",") if d] if array else []
 
 
+def _instructions(lines):
+    """Each instruction of one computation's lines: (its _DEFINITION match, its result's dims,
+    the dims of every instruction defined so far, itself included)."""
+    shapes = {}  # instruction name -> dims, within this computation
+    for line in lines:
+        m = _DEFINITION.match(line)
+        if m:
+            shapes[m.group(1)] = _dims(m.group(2))
+            yield m, shapes[m.group(1)], shapes
+
+
+def _operand_dims(operand: str, shapes: dict, default: list[int]) -> list[int]:
+    """Dims of an operand as the module prints it ("f32[8,4]{1,0} %x", or "%x", looked up in
+    `shapes`); `default` when neither tells."""
+    o = _OPERAND.match(operand)
+    if not o:
+        return default
+    return _dims(o.group("shape")) if o.group("shape") else shapes.get(o.group("name"), default)
+
+
 def _matmul(line: str, op: str, dims: list[int], args: str, shapes: dict) -> float:
     """FLOPs of one dot or cuBLAS gemm custom-call: 2 · |output| · |contracted dims of lhs|;
     0 for any other instruction."""
@@ -231,9 +251,7 @@ def _matmul(line: str, op: str, dims: list[int], args: str, shapes: dict) -> flo
         contracting = _GEMM_CONTRACTING.search(line)
     else:
         return 0.0
-    lhs = _OPERAND.match(args)
-    lhs_dims = (_dims(lhs.group("shape")) if lhs and lhs.group("shape")
-                else shapes.get(lhs.group("name") if lhs else "", [1]))
+    lhs_dims = _operand_dims(args, shapes, [1])
     picked = contracting.group(1).replace('"', "").split(",") if contracting else []
     k = np.prod([lhs_dims[int(i)] for i in picked if i.strip()])
     return 2.0 * float(np.prod(dims)) * float(k)
@@ -257,20 +275,10 @@ def transposing_reads(hlo_text: str, shape: str, dtype: str = "f32") -> int:
 def dot_shapes(hlo_text: str) -> list[tuple[tuple[int, ...], ...]]:
     """(lhs, rhs, result) dims of every dot in the module, those inside fusions included, each
     instruction once (not weighted by how often its computation runs)."""
-    out = []
-    for computation in hlo_text.split("\n\n"):
-        shapes = {}  # instruction name -> dims, within this computation
-        for line in computation.splitlines():
-            m = _DEFINITION.match(line)
-            if not m:
-                continue
-            shapes[m.group(1)] = _dims(m.group(2))
-            if m.group(3) == "dot":
-                operands = [_OPERAND.match(a) for a in m.group(4).split(",")[:2]]
-                out.append(tuple(tuple(_dims(o.group("shape")) if o.group("shape")
-                                       else shapes.get(o.group("name"), [])) for o in operands)
-                           + (tuple(shapes[m.group(1)]),))
-    return out
+    return [tuple(tuple(_operand_dims(a, shapes, [])) for a in m.group(4).split(",")[:2])
+            + (tuple(dims),)
+            for computation in hlo_text.split("\n\n")
+            for m, dims, shapes in _instructions(computation.splitlines()) if m.group(3) == "dot"]
 
 
 def matmul_flops(hlo_text: str, branch_shares=None) -> float:
@@ -282,12 +290,6 @@ def matmul_flops(hlo_text: str, branch_shares=None) -> float:
     for name, lines in bodies.items():
         if not runs.get(name):
             continue
-        shapes = {}  # instruction name -> dims, within this computation
-        for line in lines:
-            m = _DEFINITION.match(line)
-            if not m:
-                continue
-            dims = _dims(m.group(2))
-            shapes[m.group(1)] = dims
-            total += _matmul(line, m.group(3), dims, m.group(4), shapes) * runs[name]
+        for m, dims, shapes in _instructions(lines):
+            total += _matmul(m.group(0), m.group(3), dims, m.group(4), shapes) * runs[name]
     return total
