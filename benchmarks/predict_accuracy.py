@@ -22,7 +22,9 @@ named fit set (parex.predict.published.STACKS) and scored on the stack's other r
 tuning; runs with an unpublished setting (the `unknown` column) as brackets; every run with the
 attention kernel its code ran (naive: none of these codes had a fused one). Targets: held-out
 runs of the fitted stack median <= 3.5 %, max <= 8.5 %; a stack calibrated from one of its runs
-median <= 5 %, max <= 12 % on its other runs.
+median <= 5 %, max <= 12 % on its other runs. Then NVIDIA's DGX H100 runs in FP8 (NeMo 24.07,
+Megatron-Bridge 25.11 / 26.02: data/reference/nemo_runs.csv) with the committed h100-sxm
+profile, and each release calibrated on one of its runs.
 """
 
 from __future__ import annotations
@@ -289,6 +291,41 @@ def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
                  for e in every.itertuples()], ["calibrated on", "efficiency", "median",
                                                 "max"]))
     _uncalibrated(hardware)
+    h100_runs_accuracy()
+
+
+def h100_runs_accuracy() -> None:
+    """NVIDIA's published NeMo and Megatron-Bridge runs on DGX H100 in FP8 (2024-26 releases):
+    the committed h100-sxm profile as it is (its step efficiency the one fitted on Megatron-LM's
+    A100 runs), then each release calibrated on its one fit run (published_runs.H100_STACKS)
+    and scored on its other runs, and the residuals against scale within each release."""
+    result = published_runs.h100_accuracy()
+    runs = result["committed"]
+    print("\nstep time on published DGX H100 runs in FP8 (data/reference/nemo_runs.csv), the "
+          "committed h100-sxm profile (no H100 run in its fit):")
+    rows = [[r.run, r.gpus, r.tp, r.pp, r.cp, r.virtual, r.precision, f"{r.step_s:.2f}",
+             f"{r.parex_step_s:.2f}", f"{r.ratio:.3f}"] for r in runs.itertuples()]
+    print(table(rows, ["run", "GPUs", "TP", "PP", "CP", "v", "precision", "published s",
+                       "parex s", "ratio"]))
+    for release, s in result["committed_summary"].items():
+        bias = float(np.mean(runs[runs["stack"] == release].ratio)) - 1
+        print(f"  {release:16s} {s['n']:2d} runs: |ratio − 1| median {s['median']:.3f}, max "
+              f"{s['max']:.3f}, bias (mean ratio − 1) {bias:+.3f}")
+    print("each release calibrated on one run (as `parex calibrate --from-run`), its other runs:")
+    for release, (efficiency, test, s) in result["calibrated"].items():
+        print(f"  {release:16s} step efficiency {efficiency:.4f} from "
+              f"{', '.join(published_runs.H100_STACKS[release])}: |ratio − 1| median "
+              f"{s['median']:.3f}, max {s['max']:.3f} over {s['n']} runs [targets: median <= "
+              f"0.05, max <= 0.12]; " + ", ".join(f"{r.run} {r.ratio:.3f}"
+                                                  for r in test.itertuples()))
+    # the slope of log(ratio) within each release (its mean taken out): a release's offset
+    # is its sustained efficiency, the slope what grows with scale
+    log_err = np.log(runs.ratio) - np.log(runs.ratio).groupby(runs["stack"]).transform("mean")
+    for column, axis in (("gpus", "GPUs"), ("pp", "pipeline depth")):
+        x = np.log2(runs[column]) - np.log2(runs[column]).groupby(runs["stack"]).transform("mean")
+        slope = float((x * log_err).sum() / (x * x).sum())
+        print(f"  log(ratio) against log2({axis}) within each release: slope {slope:+.4f} per "
+              f"doubling ({len(runs)} runs)")
 
 
 def residuals_by_scale(result: dict) -> None:

@@ -437,6 +437,11 @@ def _parse_parts(key: str, raw: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def parse_partition(raw: str) -> tuple[int, ...]:
+    """Layers per pipeline chunk written as the `partition` key takes them: `3:1`, `7:8*14:7`."""
+    return _parse_parts("partition", raw)
+
+
 def _parse_value(key: str, raw: str, annotation: str):
     if annotation == "bool":
         if raw.lower() in ("on", "true", "1", "yes"):
@@ -523,5 +528,5 @@ def num_microbatches(layout: Layout, train: TrainConfig) -> int:
 
 
 __all__ = ["Axis", "CP_MODES", "LOCAL_LOSSES", "OUTER_DTYPES", "Layout", "LayoutError",
-           "LAYOUT_PRESETS", "MESH_AXES", "DTYPES", "REMAT_POLICIES", "example_partition", "fsdp_by_hand",
-           "num_microbatches", "resolved_microbatches"]
+           "LAYOUT_PRESETS", "MESH_AXES", "DTYPES", "REMAT_POLICIES", "example_partition",
+           "fsdp_by_hand", "num_microbatches", "parse_partition", "resolved_microbatches"]

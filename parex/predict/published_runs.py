@@ -13,6 +13,10 @@
           BLOOM-176B), held out of the profile's fit, scored with the committed profile and
           reported on their own, with the facts of each run the model does not describe listed
           beside it. bloom-176b is the fit set of the megatron-deepspeed stack.
+    H100  data/reference/nemo_runs.csv: NVIDIA's published NeMo and Megatron-Bridge runs on DGX
+          H100 in FP8 (2024-26 releases, 8 to 1,024 GPUs), held out of the A100 fits and
+          scored with the committed h100-sxm profile; each release is also calibrated on one
+          of its runs (H100_STACKS) and scored on its others (`h100_accuracy`).
 
 Each software stack fits a step efficiency of its own on a named fit set
 (parex.predict.published.STACKS); every CSV's `fitted_by` column names the fits that use a run,
@@ -39,10 +43,11 @@ import numpy as np
 
 from ..config import ModelConfig, TrainConfig
 from ..hardware import Cluster, load_chip
+from ..layout import parse_partition
 from .references import megatron_flops, read_reference
 
-FIT_SET, TEST_SET, ADDED_SET, OTHER_SET = ("megatron_table1", "heldout_runs", "added_runs",
-                                           "other_runs")
+FIT_SET, TEST_SET, ADDED_SET, OTHER_SET, H100_SET = (
+    "megatron_table1", "heldout_runs", "added_runs", "other_runs", "nemo_runs")
 
 
 def fit_runs():
@@ -78,22 +83,46 @@ def added_runs():
     return runs
 
 
+def h100_runs():
+    """NeMo's and Megatron-Bridge's published DGX H100 runs (data/reference/nemo_runs.csv): the
+    published tokens per second per GPU turned into seconds per step."""
+    runs = read_reference(H100_SET)
+    runs["step_s"] = runs.global_batch * runs.seq / (runs.gpus * runs.tokens_per_gpu_s)
+    return runs
+
+
+def _given(run, column: str, default=None):
+    """A row's optional column: its value, or `default` where the table has no such column or
+    the row leaves it empty ('-' or blank)."""
+    value = getattr(run, column, None)
+    return default if value is None or value == "-" or value != value else value
+
+
 def run_setup(run) -> tuple[ModelConfig, TrainConfig, dict]:
-    """(model, train config, layout columns) of one published run."""
-    model = ModelConfig(name=run.run, family="gpt", layers=int(run.layers),
-                        hidden=int(run.hidden), heads=int(run.heads), vocab=int(run.vocab),
+    """(model, train config, layout columns) of one published run. The A100 tables' runs are
+    GPT models on tensor, pipeline and data parallelism; a row may add its model family, key /
+    value heads and MLP width, context parallelism (`cp`, ring attention), a ZeRO stage, the
+    layers of each pipeline chunk (`partition`), a precision recipe and its attention kernel."""
+    kv_heads, ffn = _given(run, "kv_heads"), _given(run, "ffn")
+    model = ModelConfig(name=run.run, family=_given(run, "family", "gpt"),
+                        layers=int(run.layers), hidden=int(run.hidden), heads=int(run.heads),
+                        kv_heads=None if kv_heads is None else int(kv_heads),
+                        ffn=None if ffn is None else int(ffn), vocab=int(run.vocab),
                         seq_len=int(run.seq), dtype="bfloat16")
-    # every run here predates a fused attention kernel in its code (Megatron-LM 2021-22 and the
-    # Megatron-DeepSpeed of MT-NLG and BLOOM: fused masked softmax over materialised scores):
-    # the naive kernel, unless a row names its own (an `attention` column)
-    attention = getattr(run, "attention", None)
+    # every A100 run here predates a fused attention kernel in its code (Megatron-LM 2021-22 and
+    # the Megatron-DeepSpeed of MT-NLG and BLOOM: fused masked softmax over materialised
+    # scores): the naive kernel, unless a row names its own (an `attention` column)
     train = TrainConfig(global_batch=int(run.global_batch), microbatch=int(run.microbatch),
-                        remat=run.remat,
-                        attention=attention if isinstance(attention, str) else "naive")
-    p, v = int(run.pp), int(run.virtual)
-    layout = {"data": int(run.gpus) // (int(run.tp) * p), "tensor": int(run.tp), "stage": p,
-              "virtual_stages": v, "sp": int(run.sp == "on"),
+                        remat=run.remat, attention=_given(run, "attention", "naive"),
+                        precision=_given(run, "precision"))
+    p, v, cp = int(run.pp), int(run.virtual), int(_given(run, "cp", 1))
+    layout = {"data": int(run.gpus) // (int(run.tp) * p * cp), "tensor": int(run.tp),
+              "stage": p, "virtual_stages": v, "sp": int(run.sp == "on"), "seq": cp,
+              "cp": "ring" if cp > 1 else "none", "zero": int(_given(run, "zero", 0)),
               "schedule": "interleaved" if v > 1 else ("1f1b" if p > 1 else "gpipe")}
+    partition = _given(run, "partition")
+    if partition is not None:
+        layout["partition"] = [parse_partition(partition)]
     return model, train, layout
 
 
@@ -115,12 +144,15 @@ def predict_run(run, chip) -> dict:
 
     model, train, layout = run_setup(run)
     cluster = Cluster(chip, max(1, -(-int(run.gpus) // chip.devices_per_node)))
-    # the run's software: gradients reduced during the backward or after it, and the
-    # column-parallel input gradients' all-reduce beside the weight gradients' GEMM or not
-    overlaps = {"overlaps_grad_reduce": getattr(run, "grad_overlap", "on") == "on",
-                "overlaps_tp_backward": getattr(run, "tp_overlap", "off") == "on"}
+    # the run's software: a framework's overlaps (parex.stacks) where the row names it, else
+    # its own facts: gradients reduced during the backward or after it, and the column-parallel
+    # input gradients' all-reduce beside the weight gradients' GEMM or not
+    framework = _given(run, "framework")
+    overlaps = None if framework is not None else {
+        "overlaps_grad_reduce": getattr(run, "grad_overlap", "on") == "on",
+        "overlaps_tp_backward": getattr(run, "tp_overlap", "off") == "on"}
     setting = resolve(model, train, None, cluster, convention="gpu", recipe="mixed",
-                      overlaps=overlaps)
+                      overlaps=overlaps, stack=framework)
     cols, _ = columns(setting, Grid.from_columns(setting.train, setting.model, **layout))
     return {part: float(cols[f"step_{part}_s"][0])
             for part in ("total", "compute", "exposed_comm", "bubble")}
@@ -182,6 +214,31 @@ def summary(ratio) -> dict:
     return {"median": float(np.median(err)), "max": float(err.max()), "n": int(err.size)}
 
 
+# Each H100 release calibrated as a user would (`parex calibrate --from-run`): on its run with
+# the fewest GPUs, named before any of its runs was scored; the release's other runs test it
+H100_STACKS = {"nemo-24.07": ("nemo-24.07-llama2-7b",),
+               "megatron-bridge": ("mb-25.11-llama3-70b",)}
+
+
+def h100_accuracy(chip_name: str = "h100-sxm") -> dict:
+    """The DGX H100 runs: every run with the committed profile (`committed`: predicted seconds
+    and predicted / published; `committed_summary` per release), and per release the step
+    efficiency calibrated on its one fit run (H100_STACKS) with its other runs scored
+    (`calibrated`: {release: (efficiency, scored runs, summary)})."""
+    chip, runs = load_chip(chip_name), h100_runs()
+    committed = scored(runs, chip)
+    calibrated = {}
+    for release, fit_set in H100_STACKS.items():
+        mine = runs[runs["stack"] == release]
+        efficiency = fit_step_efficiency(mine[mine.run.isin(fit_set)], chip, tol=1e-7)
+        test = scored(mine[~mine.run.isin(fit_set)],
+                      dataclasses.replace(chip, step_efficiency=efficiency))
+        calibrated[release] = (efficiency, test, summary(test.ratio))
+    return {"committed": committed, "calibrated": calibrated,
+            "committed_summary": {release: summary(frame.ratio)
+                                  for release, frame in committed.groupby("stack")}}
+
+
 def accuracy(chip_name: str = "a100-80gb") -> dict:
     """The fit set scored leave-one-out, the sets held out of its fit with the committed
     profile."""
@@ -197,6 +254,7 @@ def accuracy(chip_name: str = "a100-80gb") -> dict:
             "fitted": fit_step_efficiency(fit_runs(), chip), "profile": chip.step_efficiency}
 
 
-__all__ = ["ADDED_SET", "FIT_SET", "OTHER_SET", "TEST_SET", "accuracy", "added_runs", "fit_runs",
-           "fit_step_efficiency", "heldout_runs", "leave_one_out", "other_runs", "predict_run",
-           "run_setup", "scored", "summary"]
+__all__ = ["ADDED_SET", "FIT_SET", "H100_SET", "H100_STACKS", "OTHER_SET", "TEST_SET", "accuracy",
+           "added_runs", "fit_runs", "fit_step_efficiency", "h100_accuracy", "h100_runs",
+           "heldout_runs", "leave_one_out", "other_runs", "predict_run", "run_setup", "scored",
+           "summary"]

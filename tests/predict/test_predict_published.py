@@ -72,14 +72,16 @@ def test_fit_and_held_out_sets_are_disjoint_and_sourced():
 
 def _fits_in_code() -> dict[str, set[str]]:
     """Every fit parex makes on published runs, read from the code: the committed a100-80gb
-    profile's step efficiency (fit_runs, Megatron-LM Table 1; its fit is checked below) and each
-    stack's own (published.STACKS)."""
+    profile's step efficiency (fit_runs, Megatron-LM Table 1; its fit is checked below), each
+    stack's own (published.STACKS) and each H100 release's one-run calibration
+    (published_runs.H100_STACKS)."""
     return {"a100-80gb": set(runs.fit_runs().run)} | {
-        stack: set(names) for stack, names in published.STACKS.items()}
+        stack: set(names) for stack, names in (published.STACKS | runs.H100_STACKS).items()}
 
 
 TABLES = {runs.FIT_SET: runs.fit_runs, runs.TEST_SET: runs.heldout_runs,
-          runs.ADDED_SET: runs.added_runs, runs.OTHER_SET: runs.other_runs}
+          runs.ADDED_SET: runs.added_runs, runs.OTHER_SET: runs.other_runs,
+          runs.H100_SET: runs.h100_runs}
 UNQUALIFIED = ("never used to fit any constant", "never fitted on")
 
 
