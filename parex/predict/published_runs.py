@@ -101,14 +101,16 @@ def _given(run, column: str, default=None):
 def run_setup(run) -> tuple[ModelConfig, TrainConfig, dict]:
     """(model, train config, layout columns) of one published run. The A100 tables' runs are
     GPT models on tensor, pipeline and data parallelism; a row may add its model family, key /
-    value heads and MLP width, context parallelism (`cp`, ring attention), a ZeRO stage, the
-    layers of each pipeline chunk (`partition`), a precision recipe and its attention kernel."""
-    kv_heads, ffn = _given(run, "kv_heads"), _given(run, "ffn")
+    value heads, head and MLP widths, a mixture's experts (`experts`, `top_k`, `expert_ffn`) and
+    their axis (`expert`, `expert_tensor`), context parallelism (`cp`, ring attention), a ZeRO
+    stage, the layers of each pipeline chunk (`partition`), a precision recipe and its attention
+    kernel."""
+    sizes = {key: int(value) for key in ("kv_heads", "ffn", "head_dim", "experts", "top_k",
+                                         "expert_ffn")
+             if (value := _given(run, key)) is not None}
     model = ModelConfig(name=run.run, family=_given(run, "family", "gpt"),
                         layers=int(run.layers), hidden=int(run.hidden), heads=int(run.heads),
-                        kv_heads=None if kv_heads is None else int(kv_heads),
-                        ffn=None if ffn is None else int(ffn), vocab=int(run.vocab),
-                        seq_len=int(run.seq), dtype="bfloat16")
+                        vocab=int(run.vocab), seq_len=int(run.seq), dtype="bfloat16", **sizes)
     # every A100 run here predates a fused attention kernel in its code (Megatron-LM 2021-22 and
     # the Megatron-DeepSpeed of MT-NLG and BLOOM: fused masked softmax over materialised
     # scores): the naive kernel, unless a row names its own (an `attention` column)
@@ -116,10 +118,16 @@ def run_setup(run) -> tuple[ModelConfig, TrainConfig, dict]:
                         remat=run.remat, attention=_given(run, "attention", "naive"),
                         precision=_given(run, "precision"))
     p, v, cp = int(run.pp), int(run.virtual), int(_given(run, "cp", 1))
-    layout = {"data": int(run.gpus) // (int(run.tp) * p * cp), "tensor": int(run.tp),
+    # a mixture of experts' expert axis comes out of the data-parallel devices (parex.layout:
+    # `expert`; folded over tensor too where `expert_tensor` is 1)
+    ep, etp = int(_given(run, "expert", 1)), _given(run, "expert_tensor")
+    layout = {"data": int(run.gpus) // (int(run.tp) * p * cp * ep), "tensor": int(run.tp),
               "stage": p, "virtual_stages": v, "sp": int(run.sp == "on"), "seq": cp,
               "cp": "ring" if cp > 1 else "none", "zero": int(_given(run, "zero", 0)),
               "schedule": "interleaved" if v > 1 else ("1f1b" if p > 1 else "gpipe")}
+    if ep > 1:
+        layout["expert"] = ep
+        layout["expert_tensor"] = int(run.tp) if etp is None else int(etp)
     partition = _given(run, "partition")
     if partition is not None:
         layout["partition"] = [parse_partition(partition)]
@@ -151,8 +159,12 @@ def predict_run(run, chip) -> dict:
     overlaps = None if framework is not None else {
         "overlaps_grad_reduce": getattr(run, "grad_overlap", "on") == "on",
         "overlaps_tp_backward": getattr(run, "tp_overlap", "off") == "on"}
+    # a mixture's tokens as its row says they were routed (`expert_imbalance`: the busiest
+    # expert's load over the mean; 1 where the benchmark forces a balanced routing)
+    imbalance = _given(run, "expert_imbalance")
     setting = resolve(model, train, None, cluster, convention="gpu", recipe="mixed",
-                      overlaps=overlaps, stack=framework)
+                      overlaps=overlaps, stack=framework,
+                      expert_imbalance=None if imbalance is None else float(imbalance))
     cols, _ = columns(setting, Grid.from_columns(setting.train, setting.model, **layout))
     return {part: float(cols[f"step_{part}_s"][0])
             for part in ("total", "compute", "exposed_comm", "bubble")}

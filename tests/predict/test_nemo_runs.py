@@ -10,18 +10,22 @@ from parex.predict import published_runs as runs
 from parex.predict.references import REFERENCE_DIR
 
 
-def test_rows_reproduce_nemos_model_flops():
-    """NeMo 24.07 reports model TFLOP/s per GPU beside tokens/s (full attention counted):
-    parex's model FLOPs per token (parex.model.transformer.flops_per_token) times the published
-    tokens/s give its column back, so the shapes (layers, widths, heads, vocabulary, sequence)
-    are the runs'. The column is printed to the TFLOP/s: 0.5 % allowed."""
+def test_rows_reproduce_the_published_model_flops():
+    """Both tables report model TFLOP/s per GPU beside tokens/s, NeMo 24.07 counting full
+    attention and Megatron-Bridge its causal half: parex's model FLOPs per token
+    (parex.model.transformer.flops_per_token, full attention), less half the attention core's
+    12·L·H·Dh·T for Megatron-Bridge, times the published tokens/s give each column back, so the
+    shapes (layers, widths, heads, experts, vocabulary, sequence) are the runs'. The columns are
+    printed in whole TFLOP/s (rounded or cut): 1 TFLOP/s allowed."""
     table = runs.h100_runs()
-    nemo = table[table["stack"] == "nemo-24.07"]
-    assert len(nemo) == 9
-    for row in nemo.itertuples():
+    assert len(table) == 17
+    for row in table.itertuples():
         model, _, _ = runs.run_setup(row)
-        assert flops_per_token(model, row.seq) * row.tokens_per_gpu_s == pytest.approx(
-            row.model_tflops_per_gpu * 1e12, rel=5e-3), row.run
+        per_token = flops_per_token(model, row.seq)
+        if not row.stack.startswith("nemo-"):
+            per_token -= 6 * model.layers * model.heads * model.head_dim * row.seq
+        assert per_token * row.tokens_per_gpu_s == pytest.approx(
+            row.model_tflops_per_gpu * 1e12, abs=1e12), row.run
 
 
 def test_every_row_is_a_published_setting_and_held_out_of_the_a100_fits():
@@ -44,16 +48,21 @@ def test_every_row_is_a_published_setting_and_held_out_of_the_a100_fits():
 def test_the_benchmarks_h100_figures():
     """A pin of what `benchmarks/predict_accuracy.py --published` reports, measured with the
     committed profile: NeMo 24.07's nine runs 0.81-0.90 of the published step (every one
-    predicted fast: its sustained rate is below the A100 fit's), Megatron-Bridge's four within
-    10 %; each release calibrated on its one fit run puts its other runs within the stacks'
-    targets or just past them (the 405B runs at 1,024 GPUs 0.89 and 0.91)."""
+    predicted fast: its sustained rate is below the A100 fit's), Megatron-Bridge's four dense
+    runs within 10 %, its mixtures of experts far off both ways (Qwen3-30B-A3B 0.35, 235B-A22B
+    1.33-1.38: the model's gaps on today's MoE stacks, docs/predict.md); each release
+    calibrated on its one fit run puts its other runs within the stacks' targets or just past
+    them (the 405B runs at 1,024 GPUs 0.89 and 0.91)."""
     result = runs.h100_accuracy()
     committed = result["committed"]
-    assert len(committed) == 13 and np.isfinite(committed.ratio).all()
-    nemo = committed[committed["stack"] == "nemo-24.07"].ratio
-    assert nemo.between(0.80, 0.91).all()
-    bridge = committed[committed["stack"] == "megatron-bridge"].ratio
-    assert (abs(bridge - 1) < 0.10).all()
+    assert len(committed) == 17 and np.isfinite(committed.ratio).all()
+    by_stack = {stack: frame.set_index("run").ratio for stack, frame in
+                committed.groupby("stack")}
+    assert by_stack["nemo-24.07"].between(0.80, 0.91).all()
+    assert (abs(by_stack["megatron-bridge"] - 1) < 0.10).all()
+    moe = by_stack["megatron-bridge-moe"]
+    assert moe.filter(like="30b").between(0.33, 0.37).all()
+    assert moe.filter(like="235b").between(1.30, 1.40).all()
     efficiency, _, s = result["calibrated"]["nemo-24.07"]
     assert efficiency == pytest.approx(0.674, abs=2e-3)
     assert s["median"] <= 0.05 and s["max"] <= 0.07
