@@ -33,7 +33,7 @@ from .errors import InputError, unknown
 # user-facing name -> the parex.predict.comm.Convention flag it sets
 OVERLAPS = {"tp-comm": "overlaps_tp_comm", "async-tp": "async_tp",
             "grad-reduce": "overlaps_grad_reduce", "param-gather": "overlaps_param_gather",
-            "tp-backward": "overlaps_tp_backward"}
+            "tp-backward": "overlaps_tp_backward", "moe-a2a": "overlaps_moe_a2a"}
 # Megatron-Core's DistributedDataParallelConfig.bucket_size default: max(40M, 1M x data-parallel
 # size) parameters (megatron/core/distributed/distributed_data_parallel.py, core_r0.9-0.12)
 MEGATRON_BUCKET_PARAMS = 40e6

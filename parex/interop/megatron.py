@@ -32,8 +32,9 @@ The mapping, one option per parex field (docs/interop.md has the table):
                                                                  fp8-current | fp8-blockwise
                                                                  (parex.interop.fp8)
     --tp-comm-overlap, --overlap-grad-reduce,                    stack megatron-core, overlaps
-    --overlap-param-gather                                       tp-comm, grad-reduce,
-                                                                 param-gather (+ tp-backward)
+    --overlap-param-gather,                                      tp-comm, grad-reduce,
+    --overlap-moe-expert-parallel-comm                           param-gather, moe-a2a
+                                                                 (+ tp-backward)
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ IGNORED_REASONS = (
 
 # Megatron-LM's overlap options and the overlaps (parex.stacks) they turn on
 OVERLAP_OPTIONS = {"--tp-comm-overlap": "tp-comm", "--overlap-grad-reduce": "grad-reduce",
-                   "--overlap-param-gather": "param-gather"}
+                   "--overlap-param-gather": "param-gather",
+                   "--overlap-moe-expert-parallel-comm": "moe-a2a"}
 # the options this module maps to parex fields (the rest are refused or ignored)
 MAPPED = set(OVERLAP_OPTIONS) | set(fp8.MEGATRON_OPTIONS) | {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
@@ -309,7 +311,7 @@ class _Reader:
                         overlaps=self.overlaps())
 
     def overlaps(self) -> tuple[str, ...]:
-        """Megatron-Core's overlaps (parex.stacks): its default list and the three options that
+        """Megatron-Core's overlaps (parex.stacks): its default list and the options that
         turn more on, checked as Megatron-LM's arguments.py checks them."""
         if self.has("--tp-comm-overlap") and not self.has("--sequence-parallel"):
             raise InputError("--tp-comm-overlap needs --sequence-parallel (Megatron-LM refuses "
@@ -684,11 +686,13 @@ def megatron_options(setting: Setting) -> list[str]:
 def _overlap_options(setting: Setting) -> list[str]:
     """The setting's overlaps as Megatron-LM's options, those its arguments.py accepts: the
     TP overlap with sequence parallelism, the parameter gather with the distributed optimizer
-    (or Megatron FSDP) and the overlapped gradient reduce."""
+    (or Megatron FSDP), the overlapped gradient reduce and, with expert parallelism, the
+    expert all-to-all beside another microbatch's compute."""
     on, layout = setting.overlap_names, setting.layout
     possible = {"tp-comm": bool(layout.sp),
                 "grad-reduce": True,
-                "param-gather": "grad-reduce" in on and layout.zero >= 1 and layout.fsdp == 1}
+                "param-gather": "grad-reduce" in on and layout.zero >= 1 and layout.fsdp == 1,
+                "moe-a2a": layout.expert > 1}
     return [option for option, name in OVERLAP_OPTIONS.items() if name in on and possible[name]]
 
 

@@ -119,6 +119,9 @@ class Convention:
     async_tp: bool = False  # the same by PyTorch's micro-pipelined TP (torchtitan's async TP)
     overlaps_param_gather: bool = False  # ZeRO-1/2's parameter all-gather in buckets behind
     #   the next step's forward (Megatron-Core --overlap-param-gather)
+    overlaps_moe_a2a: bool = False  # a mixture's expert-parallel all-to-alls (the dispatch
+    #   family) beside another microbatch's compute (Megatron-Core
+    #   --overlap-moe-expert-parallel-comm, Megatron-Bridge's moe_a2a_overlap): predict.overlap
     bucket_params: float = 0.0  # gradient / parameter bucket size in parameters (parex.stacks:
     #   Megatron-Core's); 0: one bucket per layer, behind the whole step's backward
     axonn_overlaps: bool = False  # 3D tensor layouts: AxoNN's three overlaps, each hiding

@@ -39,8 +39,21 @@ c seconds beside a GEMM of g seconds:
         leaves one, and the backward's gathers feed the row-parallel layers' input-gradient
         GEMMs (the forward's size).
 
+Paired overlap: a mixture of experts' expert-parallel all-to-alls (the dispatch family, t
+seconds a step) under Megatron-Core's --overlap-moe-expert-parallel-comm, which runs one
+microbatch's forward and another's backward as one merged pass in the 1F1B steady state, each
+one's all-to-alls beside the other's compute (w, the step's compute). The pipeline's warm-up
+forwards and cool-down backwards have no partner:
+
+    exposed = u·t + (1 − u)·max(t − w, 0)
+    u = min(1, warm-up chunks / (m·v)),  warm-up chunks = (p − 1) + (v − 1)·p interleaved (rank
+        r warms up (p − r − 1)·2 + (v − 1)·p chunks in Megatron-Core's schedule, averaged over
+        the ranks), (p − 1)/2 in plain 1F1B, and at least one (without a pipeline, the first
+        microbatch's forward and the last one's backward run alone)
+
 Not modelled: HBM bandwidth the collectives share with the GEMMs, and the SMs NCCL's kernels take
-from the backward during the bucketed overlaps. The emulated CPU mesh overlaps nothing.
+from the compute during the bucketed and paired overlaps. The emulated CPU mesh overlaps
+nothing.
 """
 
 from __future__ import annotations
@@ -59,13 +72,23 @@ TE_PIPELINE_SMS = 16
 TE_RING_SMS = 1
 # the step-time families each overlap covers
 CHUNKED = {"sp-chunked": "all-gather", "sp-chunked-rs": "reduce-scatter"}
-NAMES = ("tp-comm", "grad-reduce", "param-gather")  # the report's rows (tp-comm or async-tp)
+NAMES = ("tp-comm", "grad-reduce", "param-gather", "moe-a2a")  # the report's rows ("tp-comm"
+#   also stands for async-tp)
 
 
 def bucketed(t, window, n) -> np.ndarray:
     """Exposed seconds of t seconds of collective in n buckets beside `window` seconds."""
     n = np.maximum(n, 1)
     return np.where(t > 0, np.maximum(t - window * (n - 1) / n, t / n), 0.0)
+
+
+def paired(t, work, grid: Grid) -> np.ndarray:
+    """Exposed seconds of t seconds of all-to-all under the paired overlap (module docstring)
+    beside `work` seconds of the step's compute."""
+    p, v = grid.stage, grid.virtual_stages
+    warm = np.where(v > 1, (p - 1) + (v - 1) * p, (p - 1) / 2)
+    alone = np.minimum(1.0, np.maximum(warm, 1) / (grid.microbatches * v))
+    return alone * t + (1 - alone) * np.maximum(t - work, 0.0)
 
 
 def chunked(c, gemm, n, sm_fraction) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +121,7 @@ def chunking(conv, grid: Grid, units: int) -> dict:
 
 def exposed_parts(grid: Grid, sizes: ModelSizes, conv, remat: str, compute: dict, seconds: dict,
                   ops: dict, units: int) -> dict:
-    """{overlap: {"comm", "exposed", "contention"}} seconds (columns) of the three overlaps
+    """{overlap: {"comm", "exposed", "contention"}} seconds (columns) of the four overlaps
     (module docstring): the collective's seconds, what stays on the critical path, and what
     the GEMMs lose beside it. `ops`: the chunked families' ops per step; `units`: the chip's
     SMs (0: unknown)."""
@@ -127,6 +150,9 @@ def exposed_parts(grid: Grid, sizes: ModelSizes, conv, remat: str, compute: dict
             e, slow = chunked(c, gemm, n, f)
             comm, exposed, contention = comm + t, exposed + e * count, contention + slow * count
     out["tp-comm"] = _part(comm, exposed, contention)
+    a2a = seconds.get("moe-dispatch", zeros)
+    out["moe-a2a"] = _part(a2a, paired(a2a, per_micro * m, grid) if conv.overlaps_moe_a2a
+                           else a2a, zeros)
     return out
 
 
@@ -140,4 +166,4 @@ def column(name: str, part: str) -> str:
 
 
 __all__ = ["CHUNKED", "NAMES", "bucketed", "chunked", "chunking", "column", "exposed_parts",
-           "projection_gemm_seconds"]
+           "paired", "projection_gemm_seconds"]

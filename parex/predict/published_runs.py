@@ -44,6 +44,7 @@ import numpy as np
 from ..config import ModelConfig, TrainConfig
 from ..hardware import Cluster, load_chip
 from ..layout import parse_partition
+from ..stacks import parse_overlaps, stack
 from .references import megatron_flops, read_reference
 
 FIT_SET, TEST_SET, ADDED_SET, OTHER_SET, H100_SET = (
@@ -156,9 +157,12 @@ def predict_run(run, chip) -> dict:
     # its own facts: gradients reduced during the backward or after it, and the column-parallel
     # input gradients' all-reduce beside the weight gradients' GEMM or not
     framework = _given(run, "framework")
-    overlaps = None if framework is not None else {
-        "overlaps_grad_reduce": getattr(run, "grad_overlap", "on") == "on",
-        "overlaps_tp_backward": getattr(run, "tp_overlap", "off") == "on"}
+    overlaps = {"overlaps_grad_reduce": getattr(run, "grad_overlap", "on") == "on",
+                "overlaps_tp_backward": getattr(run, "tp_overlap", "off") == "on"}
+    if framework is not None:  # its list, and any overlap the run adds to it
+        added = _given(run, "overlaps")
+        overlaps = stack(framework).overlaps + (() if added is None else
+                                                parse_overlaps(added.replace("+", ",")))
     # a mixture's tokens as its row says they were routed (`expert_imbalance`: the busiest
     # expert's load over the mean; 1 where the benchmark forces a balanced routing)
     imbalance = _given(run, "expert_imbalance")

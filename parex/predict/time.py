@@ -50,10 +50,11 @@ from .stragglers import slowdown
 EXPOSED = ("tp", "sp", "sp-grads", "sp-positions", "cross-entropy", "cp-ulysses",
            "stage-gather", "pipeline-shared", "embedding-ids", "embedding-lookup",
            "embedding-table", "cp-positions", "seq-grads", "seq-embedding", "seq-head",
-           "stage-regroup", "moe-dispatch", "moe-combine", "moe-route",
+           "stage-regroup", "moe-combine", "moe-route",
            "tied-embedding")  # tied tables: Megatron sums the two copies' gradients after the
 #   backward (finalize_model_grads), outside the overlapped buckets
-OVERLAPPED = ("grad-reduce", "zero-gather", "sp-chunked", "sp-chunked-rs")  # predict.overlap
+OVERLAPPED = ("grad-reduce", "zero-gather", "sp-chunked", "sp-chunked-rs",
+              "moe-dispatch")  # predict.overlap
 HIDE_BEHIND_COMPUTE = ("fsdp-gather", "sp-regather", "tp-beside-wgrad")  # prefetched, or
 #   beside the backward's dx (SP's re-gathers) or dW GEMMs (comm.Convention.overlaps_tp_backward)
 TIMED_APART = ("cp-ring", "pipeline")  # hidden behind half the work; the pipeline's own term

@@ -320,3 +320,15 @@ def test_moe_parallel_folding_round_trips_as_expert_tensor_parallel_size_1():
                       .replace("--expert-tensor-parallel-size 1",
                                "--expert-tensor-parallel-size 2"),
                       name=model.name)
+
+
+def test_the_expert_all_to_all_overlap_imports_and_goes_back():
+    """--overlap-moe-expert-parallel-comm: the expert all-to-all beside another microbatch's
+    compute (parex.predict.overlap.paired), on a mixture of experts with expert parallelism."""
+    moe = (" --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2"
+           " --overlap-moe-expert-parallel-comm")
+    run = from_megatron(GPT3_LAUNCH.replace(" --sequence-parallel", " --sequence-parallel" + moe))
+    assert "moe-a2a" in run.overlaps
+    p = run.predict(HARDWARE)
+    assert 0 < p.overlaps["moe-a2a"]["exposed"] < p.overlaps["moe-a2a"]["comm"]
+    assert "--overlap-moe-expert-parallel-comm" in megatron_options(run.setting(HARDWARE))

@@ -1,6 +1,6 @@
 """Communication overlaps as part of the stack (parex.stacks, parex.predict.overlap): the
-bucketed and chunked formulas, a Megatron-Core-style run with its three overlaps, what each
-leaves exposed, and the inputs that are refused."""
+bucketed, chunked and paired formulas, a Megatron-Core-style run with its three overlaps and a
+mixture's expert all-to-all, what each leaves exposed, and the inputs that are refused."""
 
 import numpy as np
 import pytest
@@ -10,6 +10,7 @@ from parex.config import TrainConfig, model_preset
 from parex.errors import InputError
 from parex.layout import Layout
 from parex.predict import overlap, predict, predict_batch
+from parex.predict.shapes import Grid
 from parex.setting import resolve
 from parex.stacks import STACKS, parse_overlaps
 
@@ -122,3 +123,42 @@ def test_parex_stack_is_the_gpu_conventions_own_program():
     assert resolve(MODEL, TRAIN, LAYOUT, "h100-sxm").overlap_names == ("grad-reduce",)
     default, parex = run(), run(stack="parex")
     assert default.step_time_s == parex.step_time_s and default.overlaps == parex.overlaps
+
+
+# a mixture of experts whose expert group spans nodes: the dispatch all-to-all crosses NICs
+MOE = model_preset("mixtral-8x7b")
+MOE_TRAIN = TrainConfig(global_batch=64, seq_len=4096)
+MOE_LAYOUT = Layout(expert=8, tensor=2, sp=True, stage=4, virtual_stages=2,
+                    schedule="interleaved", zero=1, microbatches=8)
+
+
+def test_paired_hides_the_all_to_all_behind_the_other_microbatchs_compute():
+    # 4 stages, 2 chunks each, 8 microbatches: (4 - 1) + (2 - 1)·4 = 7 warm-up chunks of 16
+    # run alone; the other 9/16 beside compute, of which a long window hides all
+    grid = Grid.from_layouts([MOE_LAYOUT], MOE_TRAIN, MOE)
+    t = np.array([2.0])
+    assert overlap.paired(t, np.array([10.0]), grid) == pytest.approx(7 / 16 * 2.0)
+    # a short window leaves the excess too
+    assert overlap.paired(t, np.array([0.5]), grid) == pytest.approx(
+        7 / 16 * 2.0 + 9 / 16 * 1.5)
+    # without a pipeline only the first forward and the last backward run alone
+    flat = Grid.from_layouts([Layout(expert=8, microbatches=8)], MOE_TRAIN, MOE)
+    assert overlap.paired(t, np.array([10.0]), flat) == pytest.approx(2.0 / 8)
+
+
+def test_moe_a2a_prices_only_the_expert_all_to_alls_and_only_when_named():
+    on = predict(MOE, MOE_TRAIN, MOE_LAYOUT, "h100-sxm", stack="nemo",
+                 overlaps=STACKS["nemo"].overlaps + ("moe-a2a",))
+    off = predict(MOE, MOE_TRAIN, MOE_LAYOUT, "h100-sxm", stack="nemo")
+    part, whole = on.overlaps["moe-a2a"], off.overlaps["moe-a2a"]
+    assert whole["exposed"] == pytest.approx(whole["comm"]) and whole["comm"] > 0
+    assert 0 < part["exposed"] < part["comm"] == pytest.approx(whole["comm"])
+    # the same collectives and compute, the difference is what the overlap hides
+    assert on.comm_bytes_per_device == pytest.approx(off.comm_bytes_per_device)
+    assert on.step_time_s["compute"] == pytest.approx(off.step_time_s["compute"])
+    assert off.step_time_s["total"] - on.step_time_s["total"] == pytest.approx(
+        whole["exposed"] - part["exposed"], rel=1e-6)
+    # a dense model has nothing to hide: no row in the report
+    assert "moe-a2a" not in run(stack="nemo", overlaps=STACKS["nemo"].overlaps + ("moe-a2a",)
+                                ).overlaps
+    assert parse_overlaps("tp-comm,moe-a2a") == ("tp-comm", "moe-a2a")
