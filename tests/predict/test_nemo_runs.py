@@ -1,6 +1,6 @@
 """NVIDIA's published DGX H100 runs in FP8 (data/reference/nemo_runs.csv): the rows are the
-published runs (parex's FLOP count reproduces NeMo's own column), every row is predicted through
-the same path as the A100 tables, and what the benchmark reports is pinned."""
+published runs (parex's FLOP count reproduces both tables' model-FLOP columns), every row is
+predicted through the same path as the A100 tables, and what the benchmark reports is pinned."""
 
 import numpy as np
 import pytest
@@ -29,6 +29,9 @@ def test_rows_reproduce_the_published_model_flops():
 
 
 def test_every_row_is_a_published_setting_and_held_out_of_the_a100_fits():
+    """Sources named, steps from the published throughput, whole data-parallel sizes, the fit
+    runs exactly the release calibrations' (the held-out labels themselves are checked with
+    the A100 tables', tests/predict/test_predict_published.py)."""
     table = runs.h100_runs()
     header = (REFERENCE_DIR / "nemo_runs.csv").read_text()
     assert "docs/source/performance/performance_summary.md" in header
