@@ -99,7 +99,9 @@ def overlap_lines(setting: Setting, p) -> list[str]:
            "grad-reduce": ("bucketed behind the backward" if conv.overlaps_grad_reduce
                            else "after the backward: not overlapped"),
            "param-gather": ("bucketed behind the next forward" if conv.overlaps_param_gather
-                            else "after the update: not overlapped")}
+                            else "after the update: not overlapped"),
+           "moe-a2a": ("beside another microbatch's compute, warm-up and cool-down alone"
+                       if conv.overlaps_moe_a2a else "not overlapped")}
     name = (f"stack {setting.stack}" if setting.stack else "overlaps")
     lines = [f"  {name}: collective -> exposed + GEMMs slowed beside it (predict.overlap)"]
     for key, part in p.overlaps.items():

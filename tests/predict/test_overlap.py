@@ -162,3 +162,18 @@ def test_moe_a2a_prices_only_the_expert_all_to_alls_and_only_when_named():
     assert "moe-a2a" not in run(stack="nemo", overlaps=STACKS["nemo"].overlaps + ("moe-a2a",)
                                 ).overlaps
     assert parse_overlaps("tp-comm,moe-a2a") == ("tp-comm", "moe-a2a")
+
+
+@pytest.mark.parametrize("overlaps, how", [
+    ("grad-reduce", "moe-a2a .* not overlapped"),
+    ("grad-reduce,moe-a2a", "moe-a2a .* beside another microbatch's compute")])
+def test_cli_explains_the_expert_all_to_all_on_or_off(capsys, overlaps, how):
+    """Every mixture of experts with expert parallelism on an accelerator reports its
+    all-to-all's line, overlapped or not."""
+    import re
+
+    args = ["predict", "--model", "mixtral-8x7b", "--layout", "expert=8,tensor=2,sp=on,zero=1",
+            "--hardware", "h100-sxm", "--global-batch", "64", "--seq", "4096",
+            "--stack", "nemo", "--overlap", overlaps, "--explain"]
+    assert main(args) == 0
+    assert re.search(how, capsys.readouterr().out)
