@@ -297,9 +297,9 @@ def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
 def h100_runs_accuracy() -> None:
     """NVIDIA's published NeMo and Megatron-Bridge runs on DGX H100 in FP8 (2024-26 releases):
     the committed h100-sxm profile as it is (its step efficiency the one fitted on Megatron-LM's
-    A100 runs), then each release calibrated on its one fit run (published_runs.H100_STACKS)
+    A100 runs), then each release calibrated on its one fit run (published.H100_STACKS)
     and scored on its other runs, and the residuals against scale within each release."""
-    result = published_runs.h100_accuracy()
+    result = published.h100_accuracy()
     runs = result["committed"]
     print("\nstep time on published DGX H100 runs in FP8 (data/reference/nemo_runs.csv), the "
           "committed h100-sxm profile (no H100 run in its fit):")
@@ -314,14 +314,14 @@ def h100_runs_accuracy() -> None:
     print("each release calibrated on one run (as `parex calibrate --from-run`), its other runs:")
     for release, (efficiency, test, s) in result["calibrated"].items():
         print(f"  {release:16s} step efficiency {efficiency:.4f} from "
-              f"{', '.join(published_runs.H100_STACKS[release])}: |ratio − 1| median "
+              f"{', '.join(published.H100_STACKS[release])}: |ratio − 1| median "
               f"{s['median']:.3f}, max {s['max']:.3f} over {s['n']} runs [targets: median <= "
               f"0.05, max <= 0.12]; " + ", ".join(f"{r.run} {r.ratio:.3f}"
                                                   for r in test.itertuples()))
     # the slope of log(ratio) within each dense release (its mean taken out): a release's
     # offset is its sustained efficiency, the slope what grows with scale (the mixtures of
     # experts apart: their gaps are the model's, docs/predict.md)
-    dense = runs[runs["stack"].isin(published_runs.H100_STACKS)]
+    dense = runs[runs["stack"].isin(published.H100_STACKS)]
     log_err = np.log(dense.ratio) - np.log(dense.ratio).groupby(dense["stack"]).transform("mean")
     for column, axis in (("gpus", "GPUs"), ("pp", "pipeline depth")):
         x = np.log2(dense[column]) - np.log2(dense[column]).groupby(dense["stack"]).transform(

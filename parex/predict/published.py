@@ -134,6 +134,12 @@ STACKS = {"megatron-lm-2021": ("megatron-1.7b", "megatron-3.6b", "megatron-7.5b"
                                "megatron-1008b"),
           "megatron-lm-2022": ("korthikanti-22b-full",),
           "megatron-deepspeed": ("bloom-176b",)}
+# NVIDIA's DGX H100 releases (data/reference/nemo_runs.csv), each calibrated as a user would
+# (`parex calibrate --from-run`): on its run with the fewest GPUs, named before any of its runs
+# was scored; the release's other runs test it (h100_accuracy)
+H100_STACKS = {"nemo-24.07": ("nemo-24.07-llama2-7b",),
+               "megatron-bridge": ("mb-25.11-llama3-70b",)}
+FIT_SETS = STACKS | H100_STACKS  # every fit parex makes on a stack's published runs
 # Llama 3 405B (Dubey et al. 2024) ran Meta's own stack on H100s: kept out of every fit and test
 # set here (a different chip and code, and too few published facts of its step)
 EXCLUDED = ("llama3-405b", "llama-3-405b")
@@ -170,13 +176,13 @@ def bracket(run, chip) -> tuple[float, float]:
 
 
 def stack_fit(runs, stack: str, chip):
-    """The chip with `stack`'s step efficiency, fitted on its named fit set alone."""
+    """The chip with `stack`'s step efficiency, fitted on its named fit set (FIT_SETS) alone."""
     import dataclasses
 
     from .published_runs import fit_step_efficiency
 
-    fit = runs[runs.run.isin(STACKS[stack])]
-    assert len(fit) == len(STACKS[stack]) and (fit["stack"] == stack).all(), stack
+    fit = runs[runs.run.isin(FIT_SETS[stack])]
+    assert len(fit) == len(FIT_SETS[stack]) and (fit["stack"] == stack).all(), stack
     return dataclasses.replace(chip, step_efficiency=fit_step_efficiency(fit, chip, tol=1e-7))
 
 
@@ -208,6 +214,26 @@ def stack_accuracy(hardware: str = "a100-80gb") -> dict:
     return out
 
 
+def h100_accuracy(chip_name: str = "h100-sxm") -> dict:
+    """The DGX H100 runs: every run with the committed profile (`committed`: predicted seconds
+    and predicted / published; `committed_summary` per release), and per release the step
+    efficiency calibrated on its one fit run (H100_STACKS, stack_fit) with its other runs
+    scored (`calibrated`: {release: (efficiency, scored runs, summary)})."""
+    from ..hardware import load_chip
+    from .published_runs import h100_runs, scored, summary
+
+    chip, runs = load_chip(chip_name), h100_runs()
+    committed = scored(runs, chip)
+    calibrated = {}
+    for release, fit_set in H100_STACKS.items():
+        tuned = stack_fit(runs, release, chip)
+        test = scored(runs[(runs["stack"] == release) & ~runs.run.isin(fit_set)], tuned)
+        calibrated[release] = (tuned.step_efficiency, test, summary(test.ratio))
+    return {"committed": committed, "calibrated": calibrated,
+            "committed_summary": {release: summary(frame.ratio)
+                                  for release, frame in committed.groupby("stack")}}
+
+
 def every_single_run_fit(stack: str, hardware: str = "a100-80gb"):
     """For each fully published run of `stack`: calibrated on it alone, the median and max error
     on the stack's other published runs (how much the choice of the one run matters)."""
@@ -231,7 +257,8 @@ def every_single_run_fit(stack: str, hardware: str = "a100-80gb"):
     return pd.DataFrame(rows)
 
 
-__all__ = ["CONFIGURATIONS", "korthikanti_paper_bytes", "korthikanti_table", "megatron_flops",
+__all__ = ["CONFIGURATIONS", "FIT_SETS", "H100_STACKS", "h100_accuracy",
+           "korthikanti_paper_bytes", "korthikanti_table", "megatron_flops",
            "EXCLUDED", "STACKS", "bracket", "every_single_run_fit", "megatron_table1",
            "predicted_layer_bytes", "read_reference", "stack_accuracy", "stack_fit", "stack_runs",
            "unknown_values", "zero_state_gb", "zero_table1"]

@@ -16,10 +16,10 @@
     H100  data/reference/nemo_runs.csv: NVIDIA's published NeMo and Megatron-Bridge runs on DGX
           H100 in FP8 (2024-26 releases, 8 to 1,024 GPUs), held out of the A100 fits and
           scored with the committed h100-sxm profile; each release is also calibrated on one
-          of its runs (H100_STACKS) and scored on its others (`h100_accuracy`).
+          of its runs and scored on its others (published.H100_STACKS, h100_accuracy).
 
 Each software stack fits a step efficiency of its own on a named fit set
-(parex.predict.published.STACKS); every CSV's `fitted_by` column names the fits that use a run,
+(parex.predict.published.FIT_SETS); every CSV's `fitted_by` column names the fits that use a run,
 and its `# held out of:` line the fits that use none of its runs (both checked against this code
 by tests/predict/test_predict_published.py).
 
@@ -230,31 +230,6 @@ def summary(ratio) -> dict:
     return {"median": float(np.median(err)), "max": float(err.max()), "n": int(err.size)}
 
 
-# Each H100 release calibrated as a user would (`parex calibrate --from-run`): on its run with
-# the fewest GPUs, named before any of its runs was scored; the release's other runs test it
-H100_STACKS = {"nemo-24.07": ("nemo-24.07-llama2-7b",),
-               "megatron-bridge": ("mb-25.11-llama3-70b",)}
-
-
-def h100_accuracy(chip_name: str = "h100-sxm") -> dict:
-    """The DGX H100 runs: every run with the committed profile (`committed`: predicted seconds
-    and predicted / published; `committed_summary` per release), and per release the step
-    efficiency calibrated on its one fit run (H100_STACKS) with its other runs scored
-    (`calibrated`: {release: (efficiency, scored runs, summary)})."""
-    chip, runs = load_chip(chip_name), h100_runs()
-    committed = scored(runs, chip)
-    calibrated = {}
-    for release, fit_set in H100_STACKS.items():
-        mine = runs[runs["stack"] == release]
-        efficiency = fit_step_efficiency(mine[mine.run.isin(fit_set)], chip, tol=1e-7)
-        test = scored(mine[~mine.run.isin(fit_set)],
-                      dataclasses.replace(chip, step_efficiency=efficiency))
-        calibrated[release] = (efficiency, test, summary(test.ratio))
-    return {"committed": committed, "calibrated": calibrated,
-            "committed_summary": {release: summary(frame.ratio)
-                                  for release, frame in committed.groupby("stack")}}
-
-
 def accuracy(chip_name: str = "a100-80gb") -> dict:
     """The fit set scored leave-one-out, the sets held out of its fit with the committed
     profile."""
@@ -270,7 +245,7 @@ def accuracy(chip_name: str = "a100-80gb") -> dict:
             "fitted": fit_step_efficiency(fit_runs(), chip), "profile": chip.step_efficiency}
 
 
-__all__ = ["ADDED_SET", "FIT_SET", "H100_SET", "H100_STACKS", "OTHER_SET", "TEST_SET", "accuracy",
-           "added_runs", "fit_runs", "fit_step_efficiency", "h100_accuracy", "h100_runs",
+__all__ = ["ADDED_SET", "FIT_SET", "H100_SET", "OTHER_SET", "TEST_SET", "accuracy",
+           "added_runs", "fit_runs", "fit_step_efficiency", "h100_runs",
            "heldout_runs", "leave_one_out", "other_runs", "predict_run", "run_setup", "scored",
            "summary"]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from parex.model.transformer import flops_per_token
+from parex.predict import published
 from parex.predict import published_runs as runs
 from parex.predict.references import REFERENCE_DIR
 
@@ -40,7 +41,7 @@ def test_every_row_is_a_published_setting_and_held_out_of_the_a100_fits():
     assert np.allclose(table.step_s * table.gpus * table.tokens_per_gpu_s,
                        table.global_batch * table.seq)
     assert ((table.gpus % (table.tp * table.pp * table.cp)) == 0).all()
-    fitted = {name for names in runs.H100_STACKS.values() for name in names}
+    fitted = {name for names in published.H100_STACKS.values() for name in names}
     assert set(table.run[table.fitted_by != "-"]) == fitted
     # the 405B's partition covers its 126 layers in 8 stages x 8 chunks
     model, _, layout = runs.run_setup(table[table.run == "mb-25.11-llama31-405b"].iloc[0])
@@ -57,7 +58,7 @@ def test_the_benchmarks_h100_figures():
     gap of the model on fine-grained experts, docs/predict.md); each release
     calibrated on its one fit run puts its other runs within the stacks' targets or just past
     them (the 405B runs at 1,024 GPUs 0.89 and 0.91)."""
-    result = runs.h100_accuracy()
+    result = published.h100_accuracy()
     committed = result["committed"]
     assert len(committed) == 17 and np.isfinite(committed.ratio).all()
     by_stack = {stack: frame.set_index("run").ratio for stack, frame in
