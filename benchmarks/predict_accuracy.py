@@ -33,7 +33,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -50,51 +49,10 @@ from parex.record import KINDS
 from parex.layout import LAYOUT_PRESETS, Layout  # noqa: E402
 from parex.predict import predict, published, published_runs, shared_fields  # noqa: E402
 from parex.measure.report import table
+from parex.measure.rotation import measure_rotation
 from parex.validation import validate
 
 EXTRA_LAYOUTS = ("data=2,tensor=4,sp=on", "data=4,tensor=2,zero=1")
-
-
-def measure_round_robin(model, train, layouts, references=()) -> tuple[list, list]:
-    """Measurements of several layouts whose timed steps alternate (one step of each in turn),
-    so that the load of other processes on the shared cores hits every layout alike; the
-    `references` (jitted function, arguments) are timed in the same rotation."""
-    from parex.executor.data import Batches
-    from parex.measure.compiled import compile_layout, compiled_stats
-    from parex.record import Measurement
-
-    runs = []
-    for layout in layouts:
-        step, compiled, seconds = compile_layout(model, train, layout,
-                                                 jax.devices()[:layout.n_devices])
-        batches = Batches("corpus", train.global_batch, step.seq_len, model.vocab, train.seed)
-        runs.append({"step": step, "compiled": compiled, "compile": seconds, "times": [],
-                     "losses": [], "state": step.init_state(), "batches": batches})
-    reference_times = [[] for _ in references]
-    for i in range(train.steps):
-        for (fn, args), times in zip(references, reference_times):
-            jax.block_until_ready(fn(*args))
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times.append(time.perf_counter() - start)
-        for run in runs:
-            batch = run["batches"].on_mesh(i, run["step"].batch_sharding)
-            start = time.perf_counter()
-            run["state"], loss = run["compiled"](run["state"], batch)
-            jax.block_until_ready(loss)
-            run["times"].append(time.perf_counter() - start)
-            run["losses"].append(float(loss))
-    out = []
-    for run in runs:
-        timed, step = run["times"][1:], run["step"]
-        out.append(Measurement(
-            model=model.name, layout=str(step.layout), n_devices=step.mesh.size, platform="cpu",
-            losses=run["losses"], step_time_s={"median": statistics.median(timed),
-                                               "min": min(timed), "max": max(timed)},
-            compile_time_s=run["compile"], tokens_per_step=train.tokens_per_step(model),
-            **compiled_stats(run["compiled"], step)))
-        run.clear()
-    return out, [statistics.median(times) for times in reference_times]
 
 
 def emulated(models, steps: int, hardware: str) -> dict:
@@ -112,7 +70,8 @@ def emulated(models, steps: int, hardware: str) -> dict:
                 print(f"skip {name} {spec}: {err}")
         alone, alone_args, alone_temp = calibrate.alone_step(8)
         references = (calibrate.block_step(8), (alone, alone_args))
-        measured, (t_all, t_alone) = measure_round_robin(model, train, layouts, references)
+        measured, (t_all, t_alone) = measure_rotation(model, train, layouts,
+                                                      references=references)
         chip = calibrate.recalibrated(load_chip(hardware), t_all, t_alone,
                                       alone_temp_bytes=alone_temp)
         print(f"{name}: block steps timed between the measured ones -> step efficiency "
@@ -193,9 +152,9 @@ def fresh_clone(models, steps: int, specs=None) -> dict:
                     chosen.append((group, layout))
                 except ValueError as err:
                     print(f"skip {name} {spec}: {str(err)[:90]}")
-        measured, (t_blocks,) = measure_round_robin(model, train, [l for _, l in chosen],
-                                                    (calibrate.block_step(8),))
-        drift = t_blocks / _calibrated_block_seconds(chip)
+        measured, (t_blocks,) = measure_rotation(model, train, [l for _, l in chosen],
+                                                 references=(calibrate.block_step(8),))
+        drift = t_blocks / calibrate.calibrated_block_seconds(chip)
         print(f"{name}: the calibration's block step now takes {drift:.2f}× what it took while "
               f"calibrating (the machine's load changed by that much)")
         for (group, layout), m in zip(chosen, measured):
@@ -232,13 +191,6 @@ def family(layout: Layout) -> str:
         if getattr(layout, axis) > 1:
             return name
     return "data/fsdp/zero"
-
-
-def _calibrated_block_seconds(chip) -> float:
-    """What calibrate.block_step(8) took during the calibration (recalibrated's inverse)."""
-    kernels, _ = calibrate.block_probe(chip)
-    cal = chip.calibration
-    return kernels / cal.step_efficiency + cal.step_overhead_s
 
 
 def published_tables() -> None:

@@ -58,6 +58,21 @@ def profile_path() -> Path:
     return cache_dir() / f"{PROFILE}-{fingerprint()}.json"
 
 
+SPEED_NOTICE = 0.10  # the block step's drift that merits a notice (the step-time target's size)
+
+
+def speed_changed(drift: float) -> str | None:
+    """A one-line notice when the calibration's block step, timed beside measured steps, takes
+    `drift` times what it took while calibrating, more than SPEED_NOTICE away from 1: a shared
+    machine's speed moves by ±15 % within minutes at the same load (docs/results/
+    2026-12-emulated-step.md), and the predictions keep the calibrated speed. None if not."""
+    if abs(drift - 1.0) <= SPEED_NOTICE:
+        return None
+    return (f"parex: this machine now runs the calibration's block step at {drift:.2f}× the "
+            f"time it took while calibrating: expect measured steps ≈ {drift:.2f}× the "
+            f"predictions (`parex calibrate` measures this machine again)")
+
+
 def load_changed(calibration, now: float | None = None) -> str | None:
     """A one-line notice when other work on this machine now takes a core (or a quarter of the
     cores) more or less than while the profile was measured: its rates are per device with the

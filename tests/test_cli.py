@@ -63,6 +63,27 @@ def test_demo_prints_a_comparison_of_all_presets():
         assert layout in result.stdout
 
 
+def test_the_demo_steps_its_layouts_in_turn_and_falls_back_when_they_do_not_fit(monkeypatch):
+    """In rotation with the calibration's block step (a drift), or, where the layouts' states do
+    not fit in memory together, one after another (no drift): the same runs either way."""
+    import jax
+
+    from parex.cli.main import demo_measurements
+    from parex.config import TrainConfig, model_preset
+    from parex.layout import Layout
+    from parex.measure import compiled
+
+    model, train = model_preset("tiny"), TrainConfig(global_batch=8, seq_len=32, steps=2)
+    layouts = [Layout.parse("data=8"), Layout.parse("data=2,tensor=4")]
+    together, drift = demo_measurements(model, train, layouts, jax.devices())
+    assert drift > 0
+    each = max(compiled.state_bytes_on_host(model, layout) for layout in layouts)
+    monkeypatch.setattr(compiled, "_host_memory_bytes", lambda: 1.5 * each / 0.8)  # one fits
+    apart, none = demo_measurements(model, train, layouts, jax.devices())
+    assert none is None
+    assert [m.losses for m in apart] == [m.losses for m in together]
+
+
 def test_models_too_large_for_this_machine_are_refused_before_compiling(capsys):
     assert main(["run", "--model", "gpt3-175b", "--layout", "fsdp", "--steps", "1"]) == 2
     err = capsys.readouterr().err

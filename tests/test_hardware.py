@@ -270,6 +270,27 @@ def test_a_profile_measured_at_another_load_says_so_once(monkeypatch, tmp_path, 
     assert capsys.readouterr().err.count("measured at load 50.0") == 1
 
 
+def test_a_machine_running_at_another_speed_says_by_how_much():
+    """The calibration's block step timed now against its calibrated time: a notice beyond
+    ±10 %, naming the factor to expect and the fix."""
+    notice = machine.speed_changed(1.25)
+    assert "1.25×" in notice and "parex calibrate" in notice
+    assert "0.80×" in machine.speed_changed(0.8)
+    assert machine.speed_changed(1.08) is None and machine.speed_changed(0.93) is None
+
+
+def test_the_calibrated_block_time_inverts_the_recalibration():
+    """calibrated_block_seconds is what recalibrated() takes a block step time to: a profile
+    recalibrated on a block step of t seconds (all devices) gives t back."""
+    from parex.calibrate.run import calibrated_block_seconds, recalibrated
+
+    chip = load_chip("cpu-reference")
+    t_alone = chip.calibration.parallel_devices  # any positive time: only t_all is checked
+    for t_all in (0.2, 0.35):
+        again = recalibrated(chip, t_all, t_alone)
+        assert calibrated_block_seconds(again) == pytest.approx(t_all, rel=1e-9)
+
+
 @pytest.mark.slow
 def test_first_use_calibrates_in_a_fresh_process(monkeypatch, tmp_path):
     monkeypatch.setenv("PAREX_CACHE", str(tmp_path))

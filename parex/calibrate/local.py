@@ -1,5 +1,5 @@
 """This machine's `cpu-local` profile, calibrated when asked: `ensure_local()` measures it once
-when there is none (about half a minute: a progress bar and a one-line notice), in a fresh
+when there is none (about a minute and a half: a progress bar and a one-line notice), in a fresh
 process so that the caller's JAX devices are untouched. Loading a profile never calibrates
 (parex.hardware reads it; parex.machine says where it lives); the commands and widgets that
 predict this machine call `ensure_local` first.
@@ -76,7 +76,8 @@ def calibrate_in_subprocess(path: Path, progress: bool = True) -> float:
     from tqdm.auto import tqdm
 
     print(f"parex: no cpu-local profile for this machine yet ({machine_description()}): "
-          f"calibrating it once, about half a minute, into {path}", file=sys.stderr, flush=True)
+          f"calibrating it once, about a minute and a half, into {path}", file=sys.stderr,
+          flush=True)
     start = time.perf_counter()
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     cmd = [sys.executable, "-m", "parex.calibrate.local", str(path), str(CALIBRATION_DEVICES)]

@@ -265,6 +265,14 @@ def block_probe(chip: Chip, layers: int = 2,
     return float(kernels), float(layers * layer_bytes(sizes, grid, "none", recipe("parex"), 4)[0])
 
 
+def calibrated_block_seconds(chip: Chip) -> float:
+    """What block_step(n) took per step while `chip` was calibrated, n its calibration's devices
+    (recalibrated's inverse: the kernels' time at the profile's rates over its step efficiency,
+    plus its fixed cost)."""
+    kernels, _ = block_probe(chip)
+    return kernels / chip.calibration.step_efficiency + chip.calibration.step_overhead_s
+
+
 def recalibrated(chip: Chip, t_all: float, t_alone: float, t_shallow: float | None = None,
                  alone_temp_bytes: float = 0.0) -> Chip:
     """The profile with step_efficiency and parallel_devices from block_step timings on all
@@ -535,4 +543,5 @@ def summary(chip: Chip) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["calibrate", "collective_seconds", "fit_alpha_beta", "matmul_rate", "run", "summary"]
+__all__ = ["block_step", "calibrate", "calibrated_block_seconds", "collective_seconds",
+           "fit_alpha_beta", "matmul_rate", "run", "summary"]

@@ -129,9 +129,8 @@ DEMO_LAYOUTS = ("dp", "zero1", "zero2", "fsdp", "tp", "tp_sp", "dp_tp", "fsdp_tp
 
 
 def cmd_demo(args) -> int:
-    from tqdm.auto import tqdm
-
-    from ..entry import measure, predict
+    from ..entry import predict
+    from ..machine import speed_changed
     from ..measure.report import comparison_table
     from ..setting import resolve
 
@@ -148,20 +147,48 @@ def cmd_demo(args) -> int:
           f"{setting.train.global_batch} × {setting.seq_len} tokens · {args.steps} steps · "
           f"{n} {jax.devices()[0].platform} devices")
     print(assumptions_line(setting.to_json()) + " (predictions; measured: the same program)\n")
-    results, predictions = [], []
-    for name in tqdm(DEMO_LAYOUTS, desc="layouts"):
-        layout = Layout.preset(name, n)
-        results.append(measure(model, train, layout, devices=jax.devices()[:n]))
-        predictions.append(predict(model, train, layout, "cpu-local"))
+    layouts = [Layout.preset(name, n) for name in DEMO_LAYOUTS]
+    results, drift = demo_measurements(model, train, layouts, jax.devices()[:n])
+    predictions = [predict(model, train, layout, "cpu-local") for layout in layouts]
     print()
     print(comparison_table(results, predictions))
-    print("\nstep: measured median; pred step: the analytic model with this machine's calibrated "
-          "cpu-local profile.\nstate/dev: parameters + optimizer state per device (the step's "
-          "arguments); memory/dev: arguments + outputs − donated + temporaries.\nCommunication is "
-          "per device per step, read from the compiled HLO (the CPU compiler keeps all-reduces "
-          "where a GPU would reduce-scatter).\nNext: `parex compare --layout dp_tp` for every "
-          "field, `parex predict --model gpt3-175b ...` at scale, notebooks/ for the charts.")
+    print("\nstep: measured median, the layouts' steps taken in turn; pred step: the analytic "
+          "model with this machine's calibrated cpu-local profile.\nstate/dev: parameters + "
+          "optimizer state per device (the step's arguments); memory/dev: arguments + outputs "
+          "− donated + temporaries.\nCommunication is per device per step, read from the "
+          "compiled HLO (the CPU compiler keeps all-reduces where a GPU would "
+          "reduce-scatter).\nNext: `parex compare --layout dp_tp` for every field, `parex "
+          "predict --model gpt3-175b ...` at scale, notebooks/ for the charts.")
+    notice = drift is not None and speed_changed(drift)
+    if notice:
+        print(notice)
     return 0
+
+
+def demo_measurements(model, train, layouts, devices) -> tuple[list, float | None]:
+    """(the layouts' Measurements, how many times its calibrated time the calibration's block
+    step takes now, or None). Every layout compiled first, then stepped in rotation, so that the
+    machine's moments of load hit all alike (parex.measure.rotation), with the block step on as
+    many devices as the calibration ran on in the same rotation; where the layouts' states do
+    not fit in memory together, one layout after another (and no drift)."""
+    import jax
+    from tqdm.auto import tqdm
+
+    from ..calibrate.run import block_step, calibrated_block_seconds
+    from ..entry import measure
+    from ..hardware import load_chip
+    from ..measure.compiled import fits_host
+    from ..measure.rotation import measure_rotation
+
+    if not fits_host(model, layouts, devices):
+        return [measure(model, train, layout, devices=devices)
+                for layout in tqdm(layouts, desc="layouts")], None
+    chip = load_chip("cpu-local")
+    calibrated = chip.calibration.n_devices
+    probe = (block_step(calibrated),) if len(jax.devices()) >= calibrated else ()
+    results, block = measure_rotation(model, train, layouts, devices=devices, progress=True,
+                                      references=probe)
+    return results, (block[0] / calibrated_block_seconds(chip) if block else None)
 
 
 def add_demo(sub) -> None:

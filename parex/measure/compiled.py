@@ -47,20 +47,30 @@ def state_bytes_on_host(model: ModelConfig, layout: Layout) -> float:
     return per_device * layout.n_devices
 
 
-def check_fits_host(model: ModelConfig, layout: Layout, devices) -> None:
-    """Refuse, before compiling, a model whose state alone exceeds this machine's memory when the
-    devices are emulated CPUs (they all share the host's RAM)."""
+def fits_host(model: ModelConfig, layouts, devices) -> bool:
+    """Whether the states of `layouts` (parameters, gradients, optimizer), held at once, fit in
+    0.8 of this machine's memory; always on real accelerators (each has its own)."""
     platform = (devices[0] if devices else jax.devices()[0]).platform
-    if platform_regime(platform) != EMULATED:
+    return (platform_regime(platform) != EMULATED or
+            sum(state_bytes_on_host(model, layout) for layout in layouts)
+            <= 0.8 * _host_memory_bytes())
+
+
+def check_fits_host(model: ModelConfig, layout: Layout, devices, *, together=()) -> None:
+    """Refuse, before compiling, a model whose state alone exceeds this machine's memory when the
+    devices are emulated CPUs (they all share the host's RAM); `together`: other layouts whose
+    states are resident beside this one's (parex.measure.rotation)."""
+    if fits_host(model, (layout, *together), devices):
         return
-    need, have = state_bytes_on_host(model, layout), _host_memory_bytes()
-    if need > 0.8 * have:
-        raise LayoutError(
-            f"{model.name} ({model.n_params / 1e9:.2f}B parameters) needs at least "
-            f"{need / 1e9:.1f} GB for parameters, gradients and optimizer state on "
-            f"{layout.n_devices} emulated devices with layout {layout}, and this machine has "
-            f"{have / 1e9:.1f} GB: use `parex predict` for models this size, or a smaller preset "
-            f"(tiny, small)")
+    need = sum(state_bytes_on_host(model, each) for each in (layout, *together))
+    what = (f"layout {layout}" if not together else
+            f"{1 + len(together)} layouts held at once (measure fewer side by side)")
+    raise LayoutError(
+        f"{model.name} ({model.n_params / 1e9:.2f}B parameters) needs at least "
+        f"{need / 1e9:.1f} GB for parameters, gradients and optimizer state on "
+        f"{layout.n_devices} emulated devices with {what}, and this machine has "
+        f"{_host_memory_bytes() / 1e9:.1f} GB: use `parex predict` for models this size, or a "
+        f"smaller preset (tiny, small)")
 
 
 def _host_memory_bytes() -> float:
