@@ -7,7 +7,8 @@ bandwidth, the two network levels (intra-node and inter-node bandwidth, one dire
 and latency), devices per node, the size of the fast "scale-up" domain (8 NVLink GPUs, a whole TPU
 slice on ICI), and the achievable fractions of peak, each with where it comes from
 (`efficiency_sources`): `matmul_efficiency` (the best matmul rate over dense peak, from a
-published GEMM benchmark of the chip), `network_efficiency` (collective bus bandwidth over link
+published GEMM benchmark of the chip; `fp8_matmul_efficiency` the same for FP8 where one is
+published), `network_efficiency` (collective bus bandwidth over link
 bandwidth; assumed where no benchmark of the chip was found) and `step_efficiency` (the fraction
 of those kernel rates a training step sustains, fitted once on named published runs:
 parex.predict.published_runs).
@@ -119,6 +120,9 @@ class Chip:
     gemm: dict = field(default_factory=dict)
     # relative spread of device speeds (parex.predict.stragglers); None: the published default
     speed_variation: float | None = None
+    # best achievable FP8 matmul rate / dense FP8 peak (an FP8 GEMM benchmark); None: none is
+    # published for the chip, and its bf16 benchmark's fraction is assumed (fp8_efficiency)
+    fp8_matmul_efficiency: float | None = None
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype`; float32 falls back to bfloat16's when not listed (TPUs run
@@ -126,6 +130,14 @@ class Chip:
         if dtype in self.peak_flops:
             return float(self.peak_flops[dtype])
         return float(self.peak_flops["bfloat16"])
+
+    def fp8_efficiency(self) -> float:
+        """The chip's best FP8 matmul rate over its dense FP8 peak: its published FP8 GEMM
+        benchmark's, else the bf16 benchmark's fraction (an assumption, optimistic on the NVIDIA
+        chips with both measured: FP8 0.71-0.78 of its peak, bf16 0.73-0.84 of its own, each
+        chip's FP8 below its bf16, in Bekman's MAMF table)."""
+        return (self.matmul_efficiency if self.fp8_matmul_efficiency is None
+                else self.fp8_matmul_efficiency)
 
     def to_json(self) -> dict:
         out = {"name": self.name, "description": self.description, "peak_flops": self.peak_flops,
@@ -145,6 +157,8 @@ class Chip:
             out["gemm"] = dict(self.gemm)
         if self.speed_variation is not None:
             out["speed_variation"] = self.speed_variation
+        if self.fp8_matmul_efficiency is not None:
+            out["fp8_matmul_efficiency"] = self.fp8_matmul_efficiency
         if self.calibration:  # a cpu-local profile's measurements
             cal = vars(self.calibration) | {
                 key: [list(p) for p in getattr(self.calibration, key)]
@@ -181,7 +195,8 @@ def chip_from_json(data: dict) -> Chip:
                 flash_attention=dict(data.get("flash_attention", {})),
                 network=load_network(data["network"]) if data.get("network") else None,
                 gemm=dict(data.get("gemm", {})),
-                speed_variation=data.get("speed_variation"))
+                speed_variation=data.get("speed_variation"),
+                fp8_matmul_efficiency=data.get("fp8_matmul_efficiency"))
 
 
 def user_hardware_dir() -> Path:

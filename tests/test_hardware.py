@@ -113,6 +113,8 @@ def test_profile_round_trips_through_json(tmp_path):
     again = chip_from_json(json.loads(path.read_text()))
     assert again == chip
     assert load_chip("test-chip", tmp_path).calibration == chip.calibration
+    h100 = load_chip("h100-sxm")  # a published FP8 benchmark survives the trip too
+    assert chip_from_json(h100.to_json()).fp8_matmul_efficiency == h100.fp8_matmul_efficiency
 
 
 def test_a_calibration_missing_a_collective_kind_is_refused_not_free(tmp_path):

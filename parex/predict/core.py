@@ -64,7 +64,7 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
                                    chip.hbm_bandwidth, opt_elements, mem)
         compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     else:
-        casts = (chip.peak("float8") * chip.matmul_efficiency,
+        casts = (chip.peak("float8") * chip.fp8_efficiency(),
                  fp8.cast_bytes_per_token(sizes, grid, precision, act)) if precision.fp8 \
             else None
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,

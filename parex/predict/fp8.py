@@ -3,10 +3,11 @@
 Per block, the FP8 projections are QKV, W_o, the MLP's input(s) and output (`projection_elements`:
 D·(q + 2·kv) + q·D + (n_in + 1)·D·F weights per layer, split over tensor). Four things move:
 
-    time     their GEMMs at the chip's FP8 peak (x matmul_efficiency, the chip's bf16 GEMM
-             benchmark's: no FP8 benchmark is in the profiles, so the same fraction of the
-             doubled peak is assumed), with 1-byte operands on the roofline's memory side; plus
-             the casts' memory traffic (`cast_bytes_per_token`)
+    time     their GEMMs at the chip's FP8 peak times its published FP8 GEMM benchmark's
+             fraction (Chip.fp8_efficiency: Bekman's FP8 MAMF, e.g. H100 SXM 1,402.6 of 1,979
+             TFLOP/s; where none is published, the bf16 benchmark's fraction), with 1-byte
+             operands on the roofline's memory side; plus the casts' memory traffic
+             (`cast_bytes_per_token`)
     memory   delayed scaling's amax histories: 3 · history · 4 bytes per projection per layer,
              replicated (argument memory); the weights' FP8 copies are transients of one layer
     comm     FSDP / ZeRO-3's all-gathers of the projections' weights in FP8 (1 byte), for the

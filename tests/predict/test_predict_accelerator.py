@@ -1,6 +1,7 @@
 """The accelerator compute model by hand, the profiles' efficiency sources, and the defaults
 keyed on the profile (bf16 + mixed on accelerators, parex's own step on cpu-local)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -15,6 +16,7 @@ from parex.predict.shapes import Grid, model_sizes
 
 TINY = model_preset("tiny")  # L=4, D=128, H=8, F=512, V=256, T=128; 875,264 parameters
 N = 875264
+LLAMA = model_preset("llama3-8b")
 ACCELERATORS = [name for name in known_hardware() if load_chip(name).calibration is None]
 
 
@@ -66,8 +68,9 @@ def test_full_recompute_costs_a_forward_and_megatron_recomputes_w_out_too():
 def test_every_accelerator_profile_says_where_its_efficiencies_come_from(name):
     chip = load_chip(name)
     sources = chip.efficiency_sources
+    fp8 = {"fp8_matmul_efficiency"} if chip.fp8_matmul_efficiency is not None else set()
     assert set(sources) == {"matmul_efficiency", "network_efficiency", "step_efficiency",
-                            "flash_attention"}
+                            "flash_attention"} | fp8
     assert all(len(text) > 40 for text in sources.values())
     assert 0.5 < chip.matmul_efficiency <= 0.9 and 0.5 < chip.step_efficiency <= 1.0
     if name.startswith(("a100", "h100", "h200", "b200", "mi300")):  # a published GEMM benchmark
@@ -82,6 +85,25 @@ def test_a100_matmul_efficiency_is_the_published_mamf():
     chip = load_chip("a100-80gb")
     assert chip.matmul_efficiency == pytest.approx(271.2 / 312, abs=1e-4)
     assert load_chip("h100-sxm").matmul_efficiency == pytest.approx(794.5 / 989, abs=1e-4)
+
+
+@pytest.mark.parametrize("name, mamf", [("h100-sxm", 1402.6), ("h200", 1453.4),
+                                        ("alps", 1535.0), ("b200", 3432.5)])
+def test_fp8_gemms_run_at_the_published_fp8_mamf(name, mamf):
+    """The FP8 projections' rate is the chip's FP8 benchmark (Bekman's FP8 MAMF), not its bf16
+    benchmark's fraction of the doubled peak: an FP8 step's compute moves with it alone."""
+    chip = load_chip(name)
+    assert chip.peak("float8") * chip.fp8_efficiency() == pytest.approx(mamf * 1e12, rel=1e-4)
+    assert "FP8" in chip.efficiency_sources["fp8_matmul_efficiency"]
+    assert chip.fp8_efficiency() < chip.matmul_efficiency  # below bf16's fraction on each
+    train = TrainConfig(global_batch=16, precision="fp8-current")
+    as_bf16 = dataclasses.replace(chip, fp8_matmul_efficiency=None)  # the old assumption
+    steps = [predict(LLAMA, train, Layout(fsdp=8), c).step_time_s["compute"]
+             for c in (chip, as_bf16)]
+    assert steps[0] > steps[1]
+    bf16 = predict(LLAMA, TrainConfig(global_batch=16), Layout(fsdp=8), chip)
+    assert bf16.step_time_s == predict(LLAMA, TrainConfig(global_batch=16), Layout(fsdp=8),
+                                       as_bf16).step_time_s  # bf16 steps never read it
 
 
 def test_accelerator_defaults_are_bf16_and_the_mixed_recipe():
