@@ -8,10 +8,9 @@ and latency), devices per node, the size of the fast "scale-up" domain (8 NVLink
 slice on ICI), and the achievable fractions of peak, each with where it comes from
 (`efficiency_sources`): `matmul_efficiency` (the best matmul rate over dense peak, from a
 published GEMM benchmark of the chip; `fp8_matmul_efficiency` the same for FP8 where one is
-published), `network_efficiency` (collective bus bandwidth over link
-bandwidth; assumed where no benchmark of the chip was found) and `step_efficiency` (the fraction
-of those kernel rates a training step sustains, fitted once on named published runs:
-parex.predict.published_runs).
+published), `network_efficiency` (collective bus bandwidth over link bandwidth; assumed where no
+benchmark of the chip was found) and `step_efficiency` (the fraction of those kernel rates a
+training step sustains, fitted once on named published runs: parex.predict.published_runs).
 
 The local CPU gets a profile too (`cpu-local`), written by `parex calibrate` into the user's cache
 (one per machine: parex.machine); its `calibration` block holds what was measured on the

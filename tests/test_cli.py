@@ -63,25 +63,28 @@ def test_demo_prints_a_comparison_of_all_presets():
         assert layout in result.stdout
 
 
-def test_the_demo_steps_its_layouts_in_turn_and_falls_back_when_they_do_not_fit(monkeypatch):
-    """In rotation with the calibration's block step (a drift), or, where the layouts' states do
-    not fit in memory together, one after another (no drift): the same runs either way."""
+def test_the_demo_measures_one_layout_after_another_when_they_do_not_fit_together(
+        monkeypatch):
+    """Where each layout's state fits in memory but not all of them at once, the demo measures
+    them one after another (parex.measure, in order) and reports no drift; the rotation itself
+    is tests/measure/test_rotation.py's, the whole demo test_demo_prints_... (slow)."""
     import jax
 
+    import parex.entry
     from parex.cli.main import demo_measurements
     from parex.config import TrainConfig, model_preset
     from parex.layout import Layout
     from parex.measure import compiled
 
     model, train = model_preset("tiny"), TrainConfig(global_batch=8, seq_len=32, steps=2)
-    layouts = [Layout.parse("data=8"), Layout.parse("data=2,tensor=4")]
-    together, drift = demo_measurements(model, train, layouts, jax.devices())
-    assert drift > 0
+    layouts = [Layout.parse("data=8"), Layout.parse("data=2,tensor=4")]  # 112 MB of state each
     each = max(compiled.state_bytes_on_host(model, layout) for layout in layouts)
     monkeypatch.setattr(compiled, "_host_memory_bytes", lambda: 1.5 * each / 0.8)  # one fits
-    apart, none = demo_measurements(model, train, layouts, jax.devices())
-    assert none is None
-    assert [m.losses for m in apart] == [m.losses for m in together]
+    measured = []
+    monkeypatch.setattr(parex.entry, "measure",
+                        lambda model, train, layout, devices: measured.append(layout) or layout)
+    results, drift = demo_measurements(model, train, layouts, jax.devices())
+    assert measured == layouts and results == layouts and drift is None
 
 
 def test_models_too_large_for_this_machine_are_refused_before_compiling(capsys):

@@ -71,10 +71,12 @@ EXPECTED = {
 # 05 compile a dozen layouts each (30 s and 20 s; test_measure, test_context cover them); 03
 # compiles its tensor and SP layouts (24 s; test_sequence_parallel covers each); 13 trains three
 # 3D layouts and plans a cluster (70 s; tests/parallel/test_tensor3d.py covers them); 14 trains
-# three mixtures of experts (tests/moe/test_moe.py covers them)
+# three mixtures of experts (tests/moe/test_moe.py covers them); 07 measures layouts in the
+# Explorer (28 s; tests/explorer covers its widgets) and 08 plans gpt2-small and hands a row to
+# the Explorer (16 s; tests/plan and tests/explorer/test_widgets_planner.py cover both)
 SLOW = {"02_data_parallel_zero", "03_tensor_sequence", "04_pipeline_schedules",
-        "05_long_sequences", "09_heterogeneous", "10_low_communication", "12_local_learning",
-        "13_tensor_3d", "14_experts"}
+        "05_long_sequences", "07_explorer", "08_planner", "09_heterogeneous",
+        "10_low_communication", "12_local_learning", "13_tensor_3d", "14_experts"}
 
 
 def notebook_paths():

@@ -76,6 +76,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow  # a minute of traced steps on 2 cores; the pricing's tests stay in the default
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc maps large blocks afresh; others differ")
 def test_the_compiled_steps_minor_faults_are_their_temporaries_above_32_mib():
     """The premise, on the real compiled step: on every call, every device's temporaries fault in
