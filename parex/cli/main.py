@@ -169,8 +169,9 @@ def demo_measurements(model, train, layouts, devices) -> tuple[list, float | Non
     """(the layouts' Measurements, how many times its calibrated time the calibration's block
     step takes now, or None). Every layout compiled first, then stepped in rotation, so that the
     machine's moments of load hit all alike (parex.measure.rotation), with the block step on as
-    many devices as the calibration ran on in the same rotation; where the layouts' states do
-    not fit in memory together, one layout after another (and no drift)."""
+    many devices as the calibration ran on in the same rotation (emulated CPU devices only: the
+    calibration is theirs); where the layouts' states do not fit in memory together, one layout
+    after another (and no drift)."""
     import jax
     from tqdm.auto import tqdm
 
@@ -179,13 +180,15 @@ def demo_measurements(model, train, layouts, devices) -> tuple[list, float | Non
     from ..hardware import load_chip
     from ..measure.compiled import fits_host
     from ..measure.rotation import measure_rotation
+    from ..setting import EMULATED, platform_regime
 
     if not fits_host(model, layouts, devices):
         return [measure(model, train, layout, devices=devices)
                 for layout in tqdm(layouts, desc="layouts")], None
     chip = load_chip("cpu-local")
     calibrated = chip.calibration.n_devices
-    probe = (block_step(calibrated),) if len(jax.devices()) >= calibrated else ()
+    emulated = platform_regime(devices[0].platform) == EMULATED  # the profile's own machine
+    probe = (block_step(calibrated),) if emulated and len(jax.devices()) >= calibrated else ()
     results, block = measure_rotation(model, train, layouts, devices=devices, progress=True,
                                       references=probe)
     return results, (block[0] / calibrated_block_seconds(chip) if block else None)
