@@ -112,6 +112,19 @@ def compiled_stats(compiled, step: TrainStep) -> dict:
             "bytes_accessed_per_device": bytes_accessed, "collectives": collectives}
 
 
+def run_step(step: TrainStep, compiled, state, batches, i: int, probe=None):
+    """Step i of a run: its batch on the mesh, `probe(state, batch)` first (untimed), then the
+    compiled step timed with perf_counter around the call and block_until_ready on its loss.
+    Returns (state, loss, seconds)."""
+    batch = batches.on_mesh(i, step.batch_sharding)
+    if probe is not None:
+        probe(state, batch)
+    start = time.perf_counter()
+    state, loss = compiled(state, batch)
+    jax.block_until_ready(loss)
+    return state, float(loss), time.perf_counter() - start
+
+
 def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=None,
                on_step=None, probe=None, checkpoints=None) -> tuple[list, list]:
     """(losses, seconds) for `train.steps` steps from `state` (default: the initial state);
@@ -127,14 +140,9 @@ def time_steps(step: TrainStep, compiled, data: str, progress: bool, *, state=No
     times = []
     for i in tqdm(range(start_at, train.steps), desc=f"{model.name} {step.layout}",
                   disable=not progress, leave=False):
-        batch = batches.on_mesh(i, step.batch_sharding)
-        if probe is not None:
-            probe(state, batch)
-        start = time.perf_counter()
-        state, loss = compiled(state, batch)
-        jax.block_until_ready(loss)
-        times.append(time.perf_counter() - start)
-        losses.append(float(loss))
+        state, loss, seconds = run_step(step, compiled, state, batches, i, probe)
+        times.append(seconds)
+        losses.append(loss)
         if checkpoints is not None:
             checkpoints.after_step(i, state, losses)
         if on_step is not None:

@@ -28,7 +28,7 @@ from ..executor.data import batches_for
 from ..layout import Layout
 from ..record import Measurement
 from .compiled import (WARMUP, check_fits_host, compile_layout, compiled_stats,
-                       measurement_of)
+                       measurement_of, run_step)
 from .router import RouterProbe
 
 
@@ -60,15 +60,11 @@ def measure_rotation(model: ModelConfig, train: TrainConfig, layouts: list[Layou
             start = time.perf_counter()
             jax.block_until_ready(fn(*args))
             times.append(time.perf_counter() - start)
-        for run in runs:
-            batch = run["batches"].on_mesh(i, run["step"].batch_sharding)
-            if run["probe"] is not None:
-                run["probe"](run["state"], batch)
-            start = time.perf_counter()
-            run["state"], loss = run["compiled"](run["state"], batch)
-            jax.block_until_ready(loss)
-            run["times"].append(time.perf_counter() - start)
-            run["losses"].append(float(loss))
+        for run in runs:  # each step as parex.measure times it
+            run["state"], loss, seconds = run_step(run["step"], run["compiled"], run["state"],
+                                                   run["batches"], i, run["probe"])
+            run["times"].append(seconds)
+            run["losses"].append(loss)
     measured = []
     for run in runs:
         step, probe = run["step"], run["probe"]
