@@ -8,8 +8,8 @@ the papers' published tables. Prints every figure, asserts nothing (targets prin
                                                            # step time: presets, pipelines, CP
 
 What calibrates and what is scored: `parex calibrate` (and --fresh-clone's first-use calibration)
-measures kernels, collectives, an all-reduce between matmuls, two 2-layer blocks of width 128
-and a probe pipeline of a 4-layer, width-16 model (calibrate_pipeline.py); the layouts below are
+measures kernels, collectives, an all-reduce between matmuls, two 2-layer blocks of width 128,
+their attention kernels alone (naive and blockwise) and a probe pipeline of a 4-layer, width-16 model (calibrate_pipeline.py); the layouts below are
 only scored, never fitted. `--models tiny,tiny-llama,tiny-moe` adds the expert layouts.
 
 Emulated mesh (8 CPU devices), every layout preset for the tiny and small models, convention

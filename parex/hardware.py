@@ -64,6 +64,11 @@ class Calibration:
     optimizer_s_per_param: float = 0.0  # clipping + AdamW update, per parameter, all devices busy
     pipeline_tick_s: float = 0.0  # the pipeline executor's fixed cost per tick (switch, rendezvous)
     collective_in_step: float = 1.0  # a collective between matmuls / its chained α + β·S
+    attention_factor: float = 1.0  # the naive attention kernel's measured time / its price at
+    #   the kernel rates above (predict.time.naive_attention_seconds); 1.0 (profiles before
+    #   2026-12-06): priced at those rates
+    blockwise_factor: float = 1.0  # the same for attention in c × c blocks, ring attention's
+    #   kernel (predict.time.blockwise_seconds)
     page_fault_rate: float = 0.0  # bytes/s per device, all busy, that fresh pages are faulted in
     #   and unmapped (parex.calibrate.allocator); 0 (profiles before 2026-12-05): not modelled
     mmap_threshold_bytes: float = 0.0  # a step's temporaries above it are mapped afresh every

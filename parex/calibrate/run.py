@@ -17,13 +17,20 @@ What is measured (each a median over repeats, all devices busy at once, as in a 
   and one block on every device as a loop's body, each iteration's activations read back at once
   (`efficiency_curve`: the step efficiency over the activation bytes a device holds from forward
   to backward, one block's and two's; benchmarks/block_depth.py);
+- the attention kernels of those blocks alone, forward and backward, on every device, the naive
+  one and the blockwise one (ring attention's per-hop kernel): what each takes against its
+  price at the kernel rates (`attention_factor`, `blockwise_factor`; the naive kernel's
+  batched small-K products and the copies around them run far below the square matmuls'
+  rates, the blockwise kernel's online softmax costs more than its scores' count:
+  docs/results/2026-12-emulated-step.md), so that the block probe's efficiency no longer
+  carries one kernel's loss into layouts that run the other;
 - what an all-reduce costs between matmuls, as a tensor-parallel step runs it, against its chained
   α + β·S (`collective_in_step`): 8 matmuls of a (2048, 128) activation with and without an
   all-reduce of it after each (the copies compete with the other devices' matmuls for the cores);
 - the pipeline executor's fixed cost per tick, on a probe model (calibrate_pipeline.py);
 - what freshly mapped memory costs per byte, for a step whose temporaries the allocator maps
   afresh on every call (allocator.py).
-The kernels, the block probe and the in-step probe are timed in alternated rounds
+The kernels, the block, attention and in-step probes are timed in alternated rounds
 (`timed_alternately`), so that the machine's speed drifting during the calibration moves them
 alike: the block probe's efficiency is a ratio of their timings. Takes about 40 s on two cores.
 """
@@ -239,6 +246,57 @@ def shallow_step(n: int, trips: int = SHALLOW_TRIPS, sequences: int = BLOCK_SEQU
     return jax.jit(looped), (blocks, x)
 
 
+ATTENTION_BLOCK = 32  # rows of the blockwise probe's blocks: tiny's ring blocks at seq=2
+
+
+def attention_steps(n: int, sequences: int = BLOCK_SEQUENCES) -> dict:
+    """The attention kernels of block_step's blocks alone, forward and backward, on each of n
+    devices: {"naive": (jitted function, its arguments), "blockwise": ...}, the naive kernel
+    and the blockwise one in blocks of ATTENTION_BLOCK rows (parex.model.attention; the latter
+    runs ring attention's per-hop kernel). What each takes over its price at the kernel rates
+    is the profile's `attention_factor` and `blockwise_factor`."""
+    import jax
+    import jax.numpy as jnp
+
+    from ..model.attention import blockwise_attention, naive_attention
+
+    cfg = _block_config()
+    shape = (n * sequences, cfg.seq_len, cfg.heads, cfg.hidden // cfg.heads)
+    mesh = _mesh((n,), ("d",))
+    qkv = tuple(_sharded(mesh, shape, ("d",)) for _ in range(3))
+    kernels = {"naive": naive_attention,
+               "blockwise": partial(blockwise_attention, block=ATTENTION_BLOCK)}
+    return {name: (jax.jit(jax.grad(lambda q, k, v, f=f: jnp.mean(f(q, k, v) ** 2),
+                                    argnums=(0, 1, 2))), qkv)
+            for name, f in kernels.items()}
+
+
+def attention_factors(cal: Calibration, bandwidth: float, t_naive: float, t_blockwise: float,
+                      sequences: int = BLOCK_SEQUENCES) -> dict:
+    """{"attention_factor": ..., "blockwise_factor": ...}: each attention probe's time per call
+    (less the fixed cost of a call) over its price at these rates, the naive kernel's by
+    predict.time.naive_attention_seconds, the blockwise one's by predict.time.
+    blockwise_seconds on its n(n + 1)/2 block pairs (n = T/c), each 4·c²·H·Dh matmul FLOPs
+    forward and 10 backward (QKᵀ recomputed) per sequence."""
+    from ..config import TrainConfig
+    from ..predict.flops import ELEMENTWISE
+    from ..predict.shapes import Grid, model_sizes
+    from ..predict.time import blockwise_seconds, naive_attention_seconds
+
+    cfg = _block_config(layers=1)
+    grid = Grid.from_columns(TrainConfig(global_batch=sequences), cfg)
+    naive = float(naive_attention_seconds(model_sizes(cfg), grid, "none", cal, bandwidth)[0])
+    c, n = ATTENTION_BLOCK, cfg.seq_len // ATTENTION_BLOCK
+    scores = n * (n + 1) / 2 * c * c * cfg.heads * sequences
+    blockwise = float(blockwise_seconds((4 + 10) * scores * (cfg.hidden // cfg.heads),
+                                        ELEMENTWISE["scores"] * scores, c,
+                                        cfg.hidden // cfg.heads,
+                                        dataclasses.replace(cal, blockwise_factor=1.0)))
+    return {name: float(np.clip((t - cal.step_overhead_s) / priced, 0.25, 8.0))
+            for name, t, priced in (("attention_factor", t_naive, naive),
+                                    ("blockwise_factor", t_blockwise, blockwise))}
+
+
 def alone_step(n: int):
     """block_step's work of all n devices on one device alone (n·BLOCK_SEQUENCES sequences), as
     a single-device layout runs a whole step: (compiled function, its arguments, the bytes of
@@ -385,7 +443,7 @@ def kernel_timings(devices: int) -> dict:
     block probe on all devices and its work on one (alone_step), and the in-step all-reduce
     probe, timed alternately (`timed_alternately`): {"matmul": [(FLOPs, FLOP/s)], "bf16":
     FLOP/s, "elementwise": (FLOP/s, B/s), "blocks<n>": s, "alone": (s, temporaries' bytes),
-    "shallow": s, "in_step": (s without, s with)}."""
+    "shallow": s, "in_step": (s without, s with), "attention": (s naive, s blockwise)}."""
     calls, work = {}, {}
     for n in MATMUL_SIZES:
         fn, args, work[("matmul", n)] = matmul_call(n, devices)
@@ -399,6 +457,7 @@ def kernel_timings(devices: int) -> dict:
     calls["alone"] = (alone, alone_args)
     calls["shallow"] = shallow_step(devices)
     calls["plain"], calls["reduced"] = in_step_calls(devices)
+    calls |= {("attention", k): call for k, call in attention_steps(devices).items()}
     t = timed_alternately(calls)
     return {"matmul": [(2.0 * n ** 3, work[("matmul", n)] / t[("matmul", n)])
                        for n in MATMUL_SIZES],
@@ -406,7 +465,7 @@ def kernel_timings(devices: int) -> dict:
             "elementwise": (work["norm"] / t["norm"], work["copy"] / t["copy"]),
             f"blocks{devices}": t[f"blocks{devices}"], "alone": (t["alone"], alone_temp),
             "shallow": t["shallow"],
-            "in_step": (t["plain"], t["reduced"])}
+            "in_step": (t["plain"], t["reduced"]), "attention": (t[("attention", "naive")], t[("attention", "blockwise")])}
 
 
 def in_step_factor(plain: float, reduced: float, chained_seconds: float) -> float:
@@ -474,6 +533,7 @@ def _profile(results: dict, devices: int) -> Chip:
                       mmap_threshold_bytes=allocator.mmap_threshold_bytes(), n_devices=devices,
                       cores=os.cpu_count() or 1, machine=fingerprint(),
                       load_average=results.get("load"))
+    cal = dataclasses.replace(cal, **attention_factors(cal, bandwidth, *results["attention"]))
     peak = max(rate for _, rate in curve)
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     shared = Link(bandwidth=bandwidth, latency=collectives["all-reduce"][str(devices)]["alpha"],
@@ -531,7 +591,9 @@ def summary(chip: Chip) -> str:
                        for b, e in cal.efficiency_curve[:1])
              + " · a pipeline tick "
              f"{cal.pipeline_tick_s * 1e3:.2f} ms fixed · a collective between matmuls "
-             f"{cal.collective_in_step:.2f}× its chained time"
+             f"{cal.collective_in_step:.2f}× its chained time · attention "
+             f"{cal.attention_factor:.2f}× its kernel rates' time (naive), "
+             f"{cal.blockwise_factor:.2f}× (in blocks)"
              + (f" · fresh pages {cal.page_fault_rate / 1e9:.2f} GB/s per device above "
                 f"{cal.mmap_threshold_bytes / 2**20:.0f} MiB of temporaries"
                 if cal.page_fault_rate and cal.mmap_threshold_bytes else "")]

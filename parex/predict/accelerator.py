@@ -84,6 +84,9 @@ def gemm_seconds(M, K, N, count, rate: float, bandwidth: float, act_bytes: int,
                               / bandwidth)
 
 
+ATTENTION_CORE = 4  # matmul_shapes' index of QKᵀ (PV follows it)
+
+
 def matmul_shapes(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> list[tuple]:
     """(M, K, N, count) of one block's forward matmuls on one device per microbatch: QKV, W_o,
     the MLP's input(s) and output, then QKᵀ and PV per (sequence, head). A mixture of experts'
@@ -261,7 +264,7 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
             "overhead": 0.0, "speed_sigma": sigma}
 
 
-__all__ = ["BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "FLASH_BACKWARD", "FLASH_FALLBACK",
-           "MEGATRON_OPTIMIZER_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
+__all__ = ["ATTENTION_CORE", "BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "FLASH_BACKWARD",
+           "FLASH_FALLBACK", "MEGATRON_OPTIMIZER_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
            "elementwise_elements", "expert_slots", "flash_efficiency", "flash_seconds",
            "flash_table", "gemm_seconds", "layer_seconds", "matmul_shapes", "moe_shapes"]

@@ -198,12 +198,17 @@ def elementwise_flops(sizes: ModelSizes, grid: Grid, remat: str) -> dict:
     mlp = sizes.F
     if sizes.moe:  # the experts' units on their slots, per token, and the shared experts'
         mlp = sizes.shared_F + grid.b * dispatch_slots(sizes, grid) * sizes.Fe / grid.tokens
-    per_token = (ELEMENTWISE["hidden"] * hidden + ELEMENTWISE["mlp"][sizes.family] * mlp / heads
-                 + ELEMENTWISE["scores"] * sizes.H / heads * grid.T)
+    per_token = ELEMENTWISE["hidden"] * hidden + ELEMENTWISE["mlp"][sizes.family] * mlp / heads
     opt = (ELEMENTWISE["optimizer"] * state_elements(sizes, grid, "opt")
            + ELEMENTWISE["grad"] * state_elements(sizes, grid, "grad"))
-    return {"layer": per_token * tokens, "head": ELEMENTWISE["vocab"] * sizes.V / t * tokens,
-            "optimizer": opt}
+    return {"layer": per_token * tokens + score_elementwise(sizes, grid),
+            "head": ELEMENTWISE["vocab"] * sizes.V / t * tokens, "optimizer": opt}
+
+
+def score_elementwise(sizes: ModelSizes, grid: Grid) -> np.ndarray:
+    """Elementwise FLOPs of one layer's attention scores per device per microbatch (scale, mask,
+    softmax forward and backward): H/t heads of T scores per query, the full-T convention."""
+    return ELEMENTWISE["scores"] * sizes.H / grid.heads_split * grid.T * grid.tokens
 
 
 def is_ring(grid: Grid) -> np.ndarray:
@@ -267,4 +272,5 @@ def xla_counted(model: ModelConfig, sizes: ModelSizes, grid: Grid, remat: str) -
 __all__ = ["ELEMENTWISE", "attention_core", "attention_forward_per_token", "elementwise_flops",
            "executed_keys", "forward_per_token", "hardware_flops", "is_ring", "masked_attention",
            "matmul_split", "model_flops", "moe_forward", "moe_layer_flops", "recomputed_block",
-           "ring_attention_counted", "ring_attention_executed", "ring_blocks", "xla_counted"]
+           "ring_attention_counted", "ring_attention_executed", "ring_blocks", "score_elementwise",
+           "xla_counted"]

@@ -206,12 +206,24 @@ def xla_layer_elements(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
     split_h = 2 * (sizes.H + sizes.K) * sizes.Dh / heads  # q, k, v and the attention output
     # ring attention's and flash attention's custom VJPs keep no scores, only the rows'
     # log-sum-exp (one per head); selective remat recomputes either kernel's forward
-    kept = (grid.cp == 1) | grid.flash
-    scores = 0 if remat == "selective" else np.where(kept, sizes.H / heads,
-                                                     2 * sizes.H / heads * grid.T)
+    scores = 0 if remat == "selective" else np.where(keeps_scores(grid),
+                                                     score_elements(sizes, grid),
+                                                     sizes.H / heads)
     if sizes.moe:
         return full_h + split_h + scores + moe_elements(sizes, grid)
     return full_h + split_h + 6 * sizes.F / heads + scores
+
+
+def keeps_scores(grid: Grid) -> np.ndarray:
+    """The naive kernel keeps its scores for the backward; ring attention's and flash
+    attention's custom VJPs keep only each row's log-sum-exp."""
+    return ~((grid.cp == 1) | grid.flash)
+
+
+def score_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
+    """Elements per token the naive kernel keeps of one layer's attention: the scores and the
+    probabilities of its H/t heads, T of each per query."""
+    return 2 * sizes.H / grid.heads_split * grid.T
 
 
 def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
@@ -438,4 +450,5 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
 
 
 __all__ = ["RECIPES", "Recipe", "activation_bytes", "in_flight", "korthikanti_layer_bytes",
-           "memory_parts", "recipe", "state_elements", "xla_layer_elements"]
+           "keeps_scores", "memory_parts", "recipe", "score_elements", "state_elements",
+           "xla_layer_elements"]

@@ -4,8 +4,10 @@ Compute per device. On an accelerator: parex.predict.accelerator, kernel by kern
 per GEMM at the chip's published achievable matmul rate, memory-bound kernels at HBM bandwidth,
 divided by the step efficiency fitted on published runs). On the calibrated CPU:
 matmul FLOPs / the measured rate for that matmul size + elementwise FLOPs / the measured
-elementwise rate + activation traffic / the measured copy bandwidth, all divided by the measured
-efficiency of real transformer blocks (`parex calibrate`), plus the measured optimizer cost per
+elementwise rate + activation traffic / the measured copy bandwidth, the attention core at what
+the calibration measured its kernel to take over that price (naive, or ring attention's blocks:
+`cpu_layer_seconds`), all divided by the measured efficiency of real transformer blocks
+(`parex calibrate`), plus the measured optimizer cost per
 parameter, fixed cost per step, and the page faults of a step whose temporaries the allocator
 maps afresh on every call (cpu_page_fault_seconds). CPU rates are per emulated device with every
 device busy, rescaled when fewer devices share the cores (`cpu_rate_scale`).
@@ -40,9 +42,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..parallel.schedules import SCHEDULES, SPLIT
-from .accelerator import accelerator_compute, matmul_shapes
-from .flops import elementwise_flops, passes_per_layer
-from .memory import xla_layer_elements
+from .accelerator import ATTENTION_CORE, accelerator_compute, matmul_shapes
+from .flops import (elementwise_flops, is_ring, passes_per_layer, ring_attention_executed,
+                    ring_blocks, score_elementwise)
+from .memory import keeps_scores, score_elements, xla_layer_elements
 from .schedule_stats import makespan_columns
 from .shapes import Grid, ModelSizes
 from .stragglers import slowdown
@@ -94,13 +97,69 @@ def cpu_matmul_rate(M, K, N, curve) -> np.ndarray:
 
 def cpu_layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth: float):
     """One block per microbatch on one device at the calibrated kernel rates (all devices busy,
-    efficiency 1): matmuls by shape, elementwise FLOPs, activation traffic."""
+    efficiency 1): matmuls by shape, elementwise FLOPs, activation traffic. The attention core
+    by its kernel: the naive one's (`naive_attention_seconds`) times the calibration's
+    `attention_factor` (what the kernel really took on the calibration's blocks over that
+    price), ring attention's by its blocks (`ring_core_seconds`), flash attention's at the
+    rates of the full-T convention's shapes (unchanged: docs/results/2026-12-flash-timing.md)."""
     curve = np.array(cal.matmul_curve)
     passes = passes_per_layer(grid, remat)
-    matmuls = sum(count * 2 * M * K * N / cpu_matmul_rate(M, K, N, curve)
-                  for M, K, N, count in matmul_shapes(sizes, grid))
-    elementwise = elementwise_flops(sizes, grid, remat)["layer"] / cal.elementwise_rate
-    return matmuls * passes + elementwise + layer_traffic(sizes, grid, remat, 4) / bandwidth
+    seconds = [count * 2 * M * K * N / cpu_matmul_rate(M, K, N, curve)
+               for M, K, N, count in matmul_shapes(sizes, grid)]
+    core = (seconds[ATTENTION_CORE] + seconds[ATTENTION_CORE + 1]) * passes
+    scores = score_elementwise(sizes, grid) / cal.elementwise_rate
+    naive = keeps_scores(grid)
+    score_traffic = np.where(naive, score_bytes(sizes, grid, remat), 0.0) / bandwidth
+    rest = (sum(seconds) * passes - core
+            + elementwise_flops(sizes, grid, remat)["layer"] / cal.elementwise_rate - scores
+            + layer_traffic(sizes, grid, remat, 4) / bandwidth - score_traffic)
+    attention = np.where(is_ring(grid), ring_core_seconds(sizes, grid, remat, cal),
+                         np.where(naive, cal.attention_factor * (core + scores + score_traffic),
+                                  core + scores))
+    return rest + attention
+
+
+def naive_attention_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth: float):
+    """The naive kernel's attention core in one layer per microbatch at the calibrated kernel
+    rates (`attention_factor` not applied): QKᵀ and PV by shape on every pass, the scores'
+    elementwise work, and the scores and probabilities it keeps written and read once per
+    pass. `parex calibrate` divides the kernel's measured time by this."""
+    curve = np.array(cal.matmul_curve)
+    core = sum(count * 2 * M * K * N / cpu_matmul_rate(M, K, N, curve) for M, K, N, count
+               in matmul_shapes(sizes, grid)[ATTENTION_CORE:ATTENTION_CORE + 2])
+    return (core * passes_per_layer(grid, remat)
+            + score_elementwise(sizes, grid) / cal.elementwise_rate
+            + score_bytes(sizes, grid, remat) / bandwidth)
+
+
+def score_bytes(sizes: ModelSizes, grid: Grid, remat: str) -> np.ndarray:
+    """Bytes of the naive kernel's scores and probabilities (float32) in one layer per
+    microbatch: written and read once per forward-equivalent pass, as `layer_traffic` moves
+    every saved activation."""
+    return 2 * 4 * score_elements(sizes, grid) * grid.tokens * passes_per_layer(grid, remat)
+
+
+def ring_core_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal) -> np.ndarray:
+    """Ring attention's core in one layer per microbatch: every hop's c × c blocks (c = T/2s,
+    flops.ring_blocks) with the flash-style backward that recomputes QKᵀ
+    (flops.ring_attention_executed), 2s + 1 blocks a pass where the full-T convention counts
+    4s, so the scores' elementwise work is that share of the convention's
+    (`blockwise_seconds`)."""
+    c = grid.T / (2 * np.maximum(grid.seq, 1))
+    _, blocks = ring_blocks(sizes, grid)
+    share = blocks / (4 * np.maximum(grid.seq, 1))
+    return blockwise_seconds(ring_attention_executed(sizes, grid, remat),
+                             share * score_elementwise(sizes, grid), c, sizes.Dh, cal)
+
+
+def blockwise_seconds(matmul_flops, elementwise, c, head_dim, cal) -> np.ndarray:
+    """Attention in c × c blocks (ring attention's hops, the blockwise kernel), the kernel of
+    parex.model.attention's attend / block_grads: its matmuls, each a (c, Dh) @ (Dh, c) or
+    (c, c) @ (c, Dh) product per head at that shape's calibrated rate, and its scores'
+    elementwise FLOPs, times the calibration's `blockwise_factor` (what that kernel really
+    took on the calibration's blocks over this price)."""
+    rate = cpu_matmul_rate(c, head_dim, c, np.array(cal.matmul_curve))
+    return cal.blockwise_factor * (matmul_flops / rate + elementwise / cal.elementwise_rate)
 
 
 def cpu_step_efficiency(cal, held_bytes) -> np.ndarray:

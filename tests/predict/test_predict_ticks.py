@@ -119,7 +119,7 @@ def test_calibration_stores_the_probed_tick(monkeypatch):
     monkeypatch.setattr(calibrate, "kernel_timings", lambda d: {
         "matmul": [(2.0 * n ** 3, 1e10 + n) for n in calibrate.MATMUL_SIZES], "bf16": 2e10,
         "elementwise": (1e9, 1e9), "blocks8": 0.05, "alone": (0.1, 1e6), "shallow": 0.02,
-        "in_step": (0.01, 0.02)})
+        "in_step": (0.01, 0.02), "attention": (0.01, 0.012)})
     monkeypatch.setattr(calibrate, "optimizer_seconds", lambda d: 1e-8)
     monkeypatch.setattr(calibrate, "step_overhead", lambda d: 1e-4)
     monkeypatch.setattr(calibrate, "collective_seconds", lambda k, g, s, d: 1e-4 + s * 1e-9)
