@@ -32,7 +32,7 @@ What is measured (each a median over repeats, all devices busy at once, as in a 
   afresh on every call (allocator.py).
 The kernels, the block, attention and in-step probes are timed in alternated rounds
 (`timed_alternately`), so that the machine's speed drifting during the calibration moves them
-alike: the block probe's efficiency is a ratio of their timings. Takes about 40 s on two cores.
+alike: the block probe's efficiency is a ratio of their timings. Takes 65-90 s on two cores.
 """
 
 from __future__ import annotations
@@ -465,7 +465,8 @@ def kernel_timings(devices: int) -> dict:
             "elementwise": (work["norm"] / t["norm"], work["copy"] / t["copy"]),
             f"blocks{devices}": t[f"blocks{devices}"], "alone": (t["alone"], alone_temp),
             "shallow": t["shallow"],
-            "in_step": (t["plain"], t["reduced"]), "attention": (t[("attention", "naive")], t[("attention", "blockwise")])}
+            "in_step": (t["plain"], t["reduced"]),
+            "attention": (t[("attention", "naive")], t[("attention", "blockwise")])}
 
 
 def in_step_factor(plain: float, reduced: float, chained_seconds: float) -> float:
