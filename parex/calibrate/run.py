@@ -277,8 +277,9 @@ def attention_factors(cal: Calibration, bandwidth: float, t_naive: float, t_bloc
     (less the fixed cost of a call) over its price at these rates, the naive kernel's by
     predict.time.naive_attention_seconds, the blockwise one's by predict.time.
     blockwise_seconds on its n(n + 1)/2 block pairs (n = T/c), each 4·c²·H·Dh matmul FLOPs
-    forward and 10 backward (QKᵀ recomputed) per sequence."""
+    forward and FLASH_BACKWARD times that backward (QKᵀ recomputed) per sequence."""
     from ..config import TrainConfig
+    from ..predict.accelerator import FLASH_BACKWARD
     from ..predict.flops import ELEMENTWISE
     from ..predict.shapes import Grid, model_sizes
     from ..predict.time import blockwise_seconds, naive_attention_seconds
@@ -286,11 +287,10 @@ def attention_factors(cal: Calibration, bandwidth: float, t_naive: float, t_bloc
     cfg = _block_config(layers=1)
     grid = Grid.from_columns(TrainConfig(global_batch=sequences), cfg)
     naive = float(naive_attention_seconds(model_sizes(cfg), grid, "none", cal, bandwidth)[0])
-    c, n = ATTENTION_BLOCK, cfg.seq_len // ATTENTION_BLOCK
+    c, n, head_dim = ATTENTION_BLOCK, cfg.seq_len // ATTENTION_BLOCK, cfg.hidden // cfg.heads
     scores = n * (n + 1) / 2 * c * c * cfg.heads * sequences
-    blockwise = float(blockwise_seconds((4 + 10) * scores * (cfg.hidden // cfg.heads),
-                                        ELEMENTWISE["scores"] * scores, c,
-                                        cfg.hidden // cfg.heads,
+    blockwise = float(blockwise_seconds((1 + FLASH_BACKWARD) * 4 * scores * head_dim,
+                                        ELEMENTWISE["scores"] * scores, c, head_dim,
                                         dataclasses.replace(cal, blockwise_factor=1.0)))
     return {name: float(np.clip((t - cal.step_overhead_s) / priced, 0.25, 8.0))
             for name, t, priced in (("attention_factor", t_naive, naive),

@@ -103,20 +103,17 @@ def cpu_layer_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth:
     price), ring attention's by its blocks (`ring_core_seconds`), flash attention's at the
     rates of the full-T convention's shapes (unchanged: docs/results/2026-12-flash-timing.md)."""
     curve = np.array(cal.matmul_curve)
-    passes = passes_per_layer(grid, remat)
-    seconds = [count * 2 * M * K * N / cpu_matmul_rate(M, K, N, curve)
-               for M, K, N, count in matmul_shapes(sizes, grid)]
-    core = (seconds[ATTENTION_CORE] + seconds[ATTENTION_CORE + 1]) * passes
-    scores = score_elementwise(sizes, grid) / cal.elementwise_rate
+    block = (sum(count * 2 * M * K * N / cpu_matmul_rate(M, K, N, curve)
+                 for M, K, N, count in matmul_shapes(sizes, grid)) * passes_per_layer(grid, remat)
+             + elementwise_flops(sizes, grid, remat)["layer"] / cal.elementwise_rate
+             + layer_traffic(sizes, grid, remat, 4) / bandwidth)  # the full-T convention's
     naive = keeps_scores(grid)
-    score_traffic = np.where(naive, score_bytes(sizes, grid, remat), 0.0) / bandwidth
-    rest = (sum(seconds) * passes - core
-            + elementwise_flops(sizes, grid, remat)["layer"] / cal.elementwise_rate - scores
-            + layer_traffic(sizes, grid, remat, 4) / bandwidth - score_traffic)
+    core = naive_attention_seconds(sizes, grid, remat, cal, bandwidth)
+    core = np.where(naive, core, core - score_bytes(sizes, grid, remat) / bandwidth)  # no
+    #   scores kept: their traffic is not in layer_traffic either
     attention = np.where(is_ring(grid), ring_core_seconds(sizes, grid, remat, cal),
-                         np.where(naive, cal.attention_factor * (core + scores + score_traffic),
-                                  core + scores))
-    return rest + attention
+                         np.where(naive, cal.attention_factor * core, core))
+    return block - core + attention
 
 
 def naive_attention_seconds(sizes: ModelSizes, grid: Grid, remat: str, cal, bandwidth: float):
