@@ -10,7 +10,8 @@ the papers' published tables. Prints every figure, asserts nothing (targets prin
 What calibrates and what is scored: `parex calibrate` (and --fresh-clone's first-use calibration)
 measures kernels, collectives, an all-reduce between matmuls, two 2-layer blocks of width 128,
 their attention kernels alone (naive and blockwise) and a probe pipeline of a 4-layer, width-16
-model (calibrate_pipeline.py); the layouts below are only scored, never fitted. `--models tiny,tiny-llama,tiny-moe` adds the expert layouts.
+model (calibrate_pipeline.py); the layouts below are only scored, never fitted.
+`--models tiny,tiny-llama,tiny-moe` adds the expert layouts.
 
 Emulated mesh (8 CPU devices), every layout preset for the tiny and small models, convention
 "xla-cpu", hardware "cpu-local". Targets: argument memory within 2 %, total memory within 10 %,
