@@ -184,29 +184,38 @@ def scored(runs, chip) -> "object":
     return runs
 
 
-def _log_error(runs, chip, efficiency: float) -> float:
-    tuned = dataclasses.replace(chip, step_efficiency=efficiency)
-    return sum(math.log(predict_run(r, tuned)["total"] / r.step_s) ** 2
-               for r in runs.itertuples())
+FD_STEP = 1e-4  # the forward difference's step in log e (fit_step_efficiency)
 
 
 def fit_step_efficiency(runs, chip, lo: float = 0.3, hi: float = 1.0, tol: float = 1e-4):
-    """The step efficiency that minimises Σ log(predicted / published)² over `runs`
-    (golden-section search; the error is unimodal in it: compute scales as 1/efficiency)."""
-    g = (math.sqrt(5) - 1) / 2
-    a, b = lo, hi
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = _log_error(runs, chip, c), _log_error(runs, chip, d)
-    while b - a > tol:
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = _log_error(runs, chip, c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = _log_error(runs, chip, d)
-    return (a + b) / 2
+    """The step efficiency e in [lo, hi] that minimises Σ rᵢ² over `runs`, rᵢ = log(predicted /
+    published), within tol/2. Gauss-Newton in x = log e: compute scales as 1/e, so each rᵢ is
+    close to linear in x and the step −Σ rᵢJᵢ / Σ Jᵢ² (Jᵢ = drᵢ/dx by a forward difference)
+    lands next to the minimum at once; a step that does not lower the error is halved, and one
+    past a bound stops there. Four to six passes over the runs, where a golden-section search
+    took twenty (35 at tol 1e-7)."""
+    rows = list(runs.itertuples())
+    published = np.log([r.step_s for r in rows])
+
+    def residuals(x: float) -> np.ndarray:
+        tuned = dataclasses.replace(chip, step_efficiency=math.exp(x))
+        return np.log([predict_run(r, tuned)["total"] for r in rows]) - published
+
+    lo_x, hi_x = math.log(lo), math.log(hi)
+    x = min(max(math.log(chip.step_efficiency), lo_x), hi_x)  # start from the profile's own
+    r = residuals(x)
+    for _ in range(100):
+        jacobian = (residuals(x + FD_STEP) - r) / FD_STEP
+        to = min(max(x - float(r @ jacobian) / float(jacobian @ jacobian), lo_x), hi_x)
+        if abs(math.exp(to) - math.exp(x)) < tol / 2:
+            return math.exp(to)
+        while True:  # halve a step that does not lower the error
+            r_to = residuals(to)
+            if r_to @ r_to <= r @ r or abs(math.exp(to) - math.exp(x)) < tol / 2:
+                break
+            to = (x + to) / 2
+        x, r = to, r_to
+    return math.exp(x)
 
 
 def leave_one_out(runs, chip):

@@ -7,6 +7,9 @@ median ≤ 3.5 %, max ≤ 8.5 %; runs predicted by a fit on another stack or on 
 ≤ 12 %), as strict xfails while a target is missed; regression pins, named `_pin`, hold today's
 numbers, which the xfails' reasons quote."""
 
+import dataclasses
+import math
+
 import numpy as np
 import pytest
 
@@ -143,6 +146,26 @@ def test_a100_step_efficiency_is_the_fit_on_megatron_table1_alone():
     fitted = runs.fit_step_efficiency(runs.fit_runs(), chip, tol=5e-4)
     assert chip.step_efficiency == pytest.approx(fitted, abs=1e-3)  # committed to 3 decimals
     assert "Table 1" in chip.efficiency_sources["step_efficiency"]
+
+
+def test_the_fitted_efficiency_is_the_minimum_of_the_log_error():
+    """Gauss-Newton lands on the least-squares minimum: one run is met exactly, and on three
+    runs the summed squared log error rises on either side of the fit."""
+    chip = load_chip("a100-80gb")
+
+    def error(rows, e):
+        tuned = dataclasses.replace(chip, step_efficiency=e)
+        return sum(math.log(runs.predict_run(r, tuned)["total"] / r.step_s) ** 2
+                   for r in rows.itertuples())
+
+    one = runs.fit_runs().iloc[[9]]  # the 1008B on 64 stages
+    e = runs.fit_step_efficiency(one, chip, tol=1e-6)
+    assert error(one, e) < 1e-10
+    three = runs.fit_runs().iloc[[0, 4, 9]]
+    e = runs.fit_step_efficiency(three, chip, tol=1e-6)
+    assert error(three, e) < min(error(three, e - 2e-3), error(three, e + 2e-3))
+    # a minimum past a bound stops at the bound
+    assert runs.fit_step_efficiency(one, chip, hi=0.7) == pytest.approx(0.7)
 
 
 def test_megatron_table1_in_sample_pin_and_the_bubble_only_where_pipelined():
