@@ -219,7 +219,7 @@ def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
     point. Llama 3 405B is in no set."""
     result = published.stack_accuracy(hardware)
     print(f"\nstep time on published A100 runs, one step efficiency per stack, on {hardware} "
-          f"(matmul and network efficiencies from published benchmarks: the profile's "
+          f"(matmul, HBM and network efficiencies from published benchmarks: the profile's "
           f"efficiency_sources); every run with the naive attention kernel its code ran "
           f"(materialised scores; published_runs.run_setup)")
     for stack, r in result.items():

@@ -127,6 +127,9 @@ class Chip:
     # best achievable FP8 matmul rate / dense FP8 peak (an FP8 GEMM benchmark); None: none is
     # published for the chip, and its bf16 benchmark's fraction is assumed (fp8_efficiency)
     fp8_matmul_efficiency: float | None = None
+    # the best achievable HBM bandwidth / the datasheet's (a published memory benchmark); 1: none
+    # is published for the chip, and its step efficiency is the one fitted at the datasheet's
+    hbm_efficiency: float = 1.0
 
     def peak(self, dtype: str) -> float:
         """Peak FLOP/s for `dtype`; float32 falls back to bfloat16's when not listed (TPUs run
@@ -142,6 +145,11 @@ class Chip:
         chip's FP8 below its bf16, in Bekman's MAMF table)."""
         return (self.matmul_efficiency if self.fp8_matmul_efficiency is None
                 else self.fp8_matmul_efficiency)
+
+    def achievable_bandwidth(self) -> float:
+        """The HBM bandwidth a memory-bound kernel reaches (B/s): the datasheet's times the
+        chip's published achievable fraction, as matmuls run at its MAMF (predict.accelerator)."""
+        return self.hbm_bandwidth * self.hbm_efficiency
 
     def to_json(self) -> dict:
         out = {"name": self.name, "description": self.description, "peak_flops": self.peak_flops,
@@ -163,6 +171,8 @@ class Chip:
             out["speed_variation"] = self.speed_variation
         if self.fp8_matmul_efficiency is not None:
             out["fp8_matmul_efficiency"] = self.fp8_matmul_efficiency
+        if self.hbm_efficiency != 1.0:
+            out["hbm_efficiency"] = self.hbm_efficiency
         if self.calibration:  # a cpu-local profile's measurements
             cal = vars(self.calibration) | {
                 key: [list(p) for p in getattr(self.calibration, key)]
@@ -200,7 +210,8 @@ def chip_from_json(data: dict) -> Chip:
                 network=load_network(data["network"]) if data.get("network") else None,
                 gemm=dict(data.get("gemm", {})),
                 speed_variation=data.get("speed_variation"),
-                fp8_matmul_efficiency=data.get("fp8_matmul_efficiency"))
+                fp8_matmul_efficiency=data.get("fp8_matmul_efficiency"),
+                hbm_efficiency=float(data.get("hbm_efficiency", 1.0)))
 
 
 def user_hardware_dir() -> Path:

@@ -7,6 +7,8 @@ published GEMM benchmark (the profile says which), and q the share of it the sha
 tiles on the chip's units: parex.predict.kernels). The projections of a block are compute-bound;
 attention's QKᵀ and PV, with K = head_dim and an (s, s) output per head, are close to the memory
 roof. Every matmul's backward is two GEMMs of its FLOPs (the input and the weight gradients).
+"HBM bandwidth" here and below is the achievable one, the datasheet's times the chip's
+hbm_efficiency from a published memory benchmark (Chip.achievable_bandwidth; 1 without one).
 
 Memory-bound kernels: elements each kernel reads and writes, per token per layer (h the hidden
 width, h/t under sequence parallelism; F the MLP width, H the query heads, s the sequence):
@@ -244,7 +246,7 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
     (dropout, whole-block recompute) rather than parex's compiled one; `imbalance`: a mixture
     of experts' most-loaded expert over the mean (`expert_slots`); `fp8`: layer_seconds'."""
     rate = chip.peak(dtype) * chip.matmul_efficiency
-    bandwidth = chip.hbm_bandwidth
+    bandwidth = chip.achievable_bandwidth()
     flash = (chip.peak(dtype), flash_table(chip)) if grid.flash else None
     layer = layer_seconds(sizes, grid, remat, rate, bandwidth, act_bytes, megatron, imbalance,
                           flash, chip.gemm, fp8)

@@ -104,7 +104,8 @@ def projection_gemm_seconds(sizes: ModelSizes, grid: Grid, chip, dtype: str, act
     compute's rate (the chip's matmul efficiency and step efficiency)."""
     rate = chip.peak(dtype) * chip.matmul_efficiency
     shapes = matmul_shapes(sizes, grid)[:4]  # QKV, W_o, the MLP's input(s), W_out
-    seconds = sum(gemm_seconds(M, K, N, c, rate, chip.hbm_bandwidth, act_bytes, chip.gemm)
+    bandwidth = chip.achievable_bandwidth()
+    seconds = sum(gemm_seconds(M, K, N, c, rate, bandwidth, act_bytes, chip.gemm)
                   for M, K, N, c in shapes)
     return seconds / sum(c for *_, c in shapes) / chip.step_efficiency
 

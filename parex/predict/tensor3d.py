@@ -88,7 +88,7 @@ def dw_seconds(sizes: ModelSizes, grid: Grid, chip, dtype: str, act_bytes: int) 
     """(QKV's, the MLP input's (SwiGLU: both), the head's) weight-gradient GEMM seconds per
     block and step at the sustained rate: predict.accelerator's roofline of the forward shape
     (grid: the `equivalent` layout, the same per-device FLOPs)."""
-    rate, bandwidth = chip.peak(dtype) * chip.matmul_efficiency, chip.hbm_bandwidth
+    rate, bandwidth = chip.peak(dtype) * chip.matmul_efficiency, chip.achievable_bandwidth()
     shapes = accelerator.matmul_shapes(sizes, grid)
     head = (grid.tokens, sizes.D, sizes.V / grid.tensor, 1)
     return tuple(accelerator.gemm_seconds(*shape, rate, bandwidth, act_bytes)

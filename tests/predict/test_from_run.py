@@ -89,11 +89,12 @@ def test_calibrated_from_one_run_another_of_its_stack_pin():
     ratio = runs.predict_run(other, tuned)["total"] / other.step_s
     stack = published.stack_fit(every, "megatron-lm-2022", chip)
     assert stack.step_efficiency == pytest.approx(found, abs=1e-5)
-    # what benchmarks/predict_accuracy.py --published reports for the row: 1.010 (1.026 before
-    # the network's tiers, the stragglers and Megatron-LM's optimizer traffic, issue 42)
+    # what benchmarks/predict_accuracy.py --published reports for the row: 0.988 (1.010 with
+    # memory-bound kernels at the datasheet's HBM bandwidth, 1.026 before the network's tiers,
+    # the stragglers and Megatron-LM's optimizer traffic, issue 42)
     scored = runs.scored(every[every.run == "korthikanti-175b-full"], stack)
     assert scored.ratio.item() == pytest.approx(ratio, rel=1e-5)
-    assert ratio == pytest.approx(1.010, abs=0.002)
+    assert ratio == pytest.approx(0.988, abs=0.002)
 
 
 def test_every_run_has_a_stack_and_no_fit_run_is_scored():

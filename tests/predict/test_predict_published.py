@@ -124,10 +124,11 @@ def test_other_runs_bloom_is_the_published_setup_and_scored_as_a_test_set():
     flops = references.megatron_flops(row, s=2048, V=250880)
     assert flops / (row.gpus * row.step_s) == pytest.approx(149e12, rel=0.01)
     other = runs.scored(runs.other_runs(), load_chip("a100-80gb"))
-    # a pin, measured with the committed profile: 1.041 (1.048 before the scale physics of
-    # issue 42), partly errors cancelling (several facts of the run not described); within the
-    # target for another stack's run (≤ 5 %)
-    assert other.ratio.iloc[0] == pytest.approx(1.041, abs=5e-4)
+    # a pin, measured with the committed profile: 1.026 (1.041 with memory-bound kernels at the
+    # datasheet's HBM bandwidth, 1.048 before the scale physics of issue 42), partly errors
+    # cancelling (several facts of the run not described); within the target for another
+    # stack's run (≤ 5 %)
+    assert other.ratio.iloc[0] == pytest.approx(1.026, abs=5e-4)
     assert abs(other.ratio.iloc[0] - 1) <= OTHER_STACK_TARGET["median"]
 
 
@@ -173,14 +174,17 @@ def test_megatron_table1_in_sample_pin_and_the_bubble_only_where_pipelined():
     table = published.megatron_table1("a100-80gb")
     assert len(table) == 10
     s = runs.summary(table.ratio)
-    assert (s["median"], s["max"]) == pytest.approx((0.0189, 0.0615), abs=5e-4)
+    # 1.9 % / 6.2 % with memory-bound kernels at the datasheet's HBM bandwidth
+    assert (s["median"], s["max"]) == pytest.approx((0.0149, 0.0437), abs=5e-4)
     assert ((table.parex_bubble_fraction > 0) == (table.pp > 1)).all()
 
 
 # runs of other papers (another stack's code) predicted by the committed profile, fitted on
 # Megatron-LM 2021: the target for a fit on another stack is median ≤ 5 %, max ≤ 12 %
 OTHER_STACK_TARGET = {"median": 0.05, "max": 0.12}
-HELD_OUT_MEASURED = {"median": 0.0440, "max": 0.1396}  # Korthikanti's 1T on 64 stages: +14 %
+# Korthikanti's 1T on 64 stages: +11.6 % (+14.0 % with memory-bound kernels at the datasheet's
+# HBM bandwidth, median 4.4 %, before the A100's measured 88 % of it)
+HELD_OUT_MEASURED = {"median": 0.0287, "max": 0.1159}
 
 
 @pytest.fixture(scope="module")
@@ -197,10 +201,6 @@ def test_held_out_runs_with_the_committed_profile_pin(held_out):
     assert held_out == pytest.approx(HELD_OUT_MEASURED | {"n": 8}, abs=5e-4)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    f"missed: median {HELD_OUT_MEASURED['median']:.1%}, max {HELD_OUT_MEASURED['max']:.1%} "
-    f"against {OTHER_STACK_TARGET['median']:.0%} / {OTHER_STACK_TARGET['max']:.0%}: "
-    "Korthikanti et al.'s 2022 code runs deep pipelines faster than the 2021 fit set"))
 def test_held_out_runs_with_the_committed_profile_meet_the_target(held_out):
     assert held_out["median"] <= OTHER_STACK_TARGET["median"]
     assert held_out["max"] <= OTHER_STACK_TARGET["max"]
