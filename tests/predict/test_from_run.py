@@ -116,8 +116,9 @@ def test_every_run_has_a_stack_and_no_fit_run_is_scored():
 ONE_RUN_TARGET, HELD_OUT_TARGET = (0.05, 0.12), (0.035, 0.085)
 # megatron-lm-2022 as measured (median, max): calibrated on korthikanti-22b-full, and
 # leave-one-out over its 8 runs; the ratios rise with the pipeline depth, which one constant
-# cannot absorb
-ONE_RUN_MEASURED, LOO_MEASURED = (0.056, 0.144), (0.056, 0.105)  # with issue 42's physics
+# cannot absorb (5.6 % / 14.4 % and 5.6 % / 10.5 % with memory-bound kernels at the A100's
+# datasheet bandwidth rather than its measured 88 % of it)
+ONE_RUN_MEASURED, LOO_MEASURED = (0.036, 0.103), (0.050, 0.090)
 
 
 def _missed(measured, target) -> str:
@@ -170,7 +171,6 @@ def test_the_docs_quote_the_stacks_as_measured(stacks):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=_missed(ONE_RUN_MEASURED, ONE_RUN_TARGET))
 def test_a_stack_calibrated_from_one_run_meets_the_target(stacks):
     median, worst = _pair(stacks["megatron-lm-2022"]["test_summary"])
     assert median <= ONE_RUN_TARGET[0] and worst <= ONE_RUN_TARGET[1]
