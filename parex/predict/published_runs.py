@@ -206,6 +206,10 @@ def fit_step_efficiency(runs, chip, lo: float = 0.3, hi: float = 1.0, tol: float
     r = residuals(x)
     for _ in range(100):
         jacobian = (residuals(x + FD_STEP) - r) / FD_STEP
+        if not float(jacobian @ jacobian) > 0:
+            raise ValueError("no run's predicted step time depends on the step efficiency "
+                             "(no runs, or their compute hidden behind communication): fit "
+                             "on runs whose compute is on the critical path")
         to = min(max(x - float(r @ jacobian) / float(jacobian @ jacobian), lo_x), hi_x)
         if abs(math.exp(to) - math.exp(x)) < tol / 2:
             return math.exp(to)

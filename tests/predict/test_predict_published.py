@@ -167,6 +167,9 @@ def test_the_fitted_efficiency_is_the_minimum_of_the_log_error():
     assert error(three, e) < min(error(three, e - 2e-3), error(three, e + 2e-3))
     # a minimum past a bound stops at the bound
     assert runs.fit_step_efficiency(one, chip, hi=0.7) == pytest.approx(0.7)
+    # nothing that the efficiency moves, nothing to fit: said, not divided by 0
+    with pytest.raises(ValueError, match="depends on the step efficiency"):
+        runs.fit_step_efficiency(one.iloc[:0], chip)
 
 
 def test_megatron_table1_in_sample_pin_and_the_bubble_only_where_pipelined():
