@@ -297,9 +297,10 @@ def residuals_by_scale(result: dict) -> None:
                          for x in frame.itertuples()]
         for x in r["brackets"].itertuples():
             rows.append((stack, "TEST (bracket)", x.run, int(x.gpus), int(x.pp),
-                         1.0 + (0.0 if x.hit else _outside(x))))
+                         1.0 if x.hit else _nearer_end(x) / x.step_s))
     rows.sort(key=lambda row: (row[1], row[3], row[4]))
-    print("\nresiduals against scale: predicted / published (a bracket: 1 + its miss)")
+    print("\nresiduals against scale: predicted / published (a bracket: its nearer end over the "
+          "published, 1 inside it)")
     print(table([[st, role, run, gpus, pp, f"{ratio:.3f}"] for st, role, run, gpus, pp, ratio
                  in rows], ["stack", "role", "run", "GPUs", "depth", "ratio"]))
     test = [row for row in rows if row[1].startswith("TEST")]
@@ -338,10 +339,14 @@ def _brackets_table(frame) -> None:
     print(f"{int(frame.hit.sum())} of {len(frame)} published times inside the bracket")
 
 
+def _nearer_end(r) -> float:
+    """The bracket's end nearer the published time (predicted seconds)."""
+    return r.parex_min_s if r.step_s < r.parex_min_s else r.parex_max_s
+
+
 def _outside(r) -> float:
     """How far the published time lies outside the bracket, relative to the nearer end."""
-    end = r.parex_min_s if r.step_s < r.parex_min_s else r.parex_max_s
-    return r.step_s / end - 1
+    return r.step_s / _nearer_end(r) - 1
 
 
 def _uncalibrated(hardware: str) -> None:

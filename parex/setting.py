@@ -33,7 +33,7 @@ from .stacks import OVERLAPS, STACKS, overlap_flags
 
 EMULATED, ACCELERATOR = "emulated", "accelerator"
 REGIMES = (EMULATED, ACCELERATOR)
-RECIPE_NAMES = ("parex", "mixed")  # parex.predict.memory.RECIPES
+RECIPE_NAMES = ("parex", "mixed", "mixed-fp32-grads")  # parex.predict.memory.RECIPES
 CONVENTION_NAMES = ("gpu", "xla-cpu")  # parex.predict.comm.CONVENTIONS
 # the stack's overlaps among parex.predict.comm.Convention's fields (Setting.overlaps)
 OVERLAP_FLAGS = ("overlaps_grad_reduce", "overlaps_tp_backward", "axonn_overlaps",
@@ -262,9 +262,10 @@ def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, rec
     convention = convention_given or defaults.default_convention(regime == EMULATED)
     _check(recipe, RECIPE_NAMES, "recipe")
     _check(convention, CONVENTION_NAMES, "convention")
-    if recipe == "mixed" and dtype == "float32":
-        raise InputError("recipe 'mixed' is 16-bit mixed precision (bfloat16 compute): with "
-                         "dtype float32 use recipe 'parex' (float32 state), or dtype bfloat16")
+    if recipe != "parex" and dtype == "float32":
+        raise InputError(f"recipe '{recipe}' is 16-bit mixed precision (bfloat16 compute): "
+                         "with dtype float32 use recipe 'parex' (float32 state), or dtype "
+                         "bfloat16")
     local = regime == EMULATED
     seq_len = train.seq_len or model.seq_len
     given = {name: getattr(train, name) for name in ("global_batch", "remat", "attention",

@@ -19,6 +19,7 @@ from ..errors import InputError
 from ..plan.rank import OBJECTIVES
 from ..units import format_seconds
 from ..precision import PRECISION_NAMES
+from ..setting import RECIPE_NAMES
 from .args import (DIMS, GLOBAL_BATCH_HELP, add_hardware_arg, at_least, choice_list, defaulted,
                    hardware_of, is_model_file, model_from_args, positive_number)
 
@@ -185,9 +186,10 @@ def add_plan(sub) -> None:
     add_run_length_args(p, steps=False, tokens_help=" with --objective time-to-train "
                         "(default: 20 per parameter, Chinchilla)")
     p.add_argument("--top", type=int, default=5, help="layouts to print (default 5)")
-    p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
-                   help="bytes of model state: parex (fp32) or mixed (ZeRO's 2 + 2 + 12); "
-                   "default mixed on an accelerator profile, parex on cpu-local")
+    p.add_argument("--recipe", default=None, choices=RECIPE_NAMES,
+                   help="bytes of model state: parex (fp32), mixed (ZeRO's 2 + 2 + 12) or "
+                   "mixed-fp32-grads (Megatron-LM's bf16: 2 + 4 + 12, gradients reduced in "
+                   "fp32); default mixed on an accelerator profile, parex on cpu-local")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
     p.add_argument("--allow-local", action="store_true",
                    help="also rank local-learning pipelines (schedule=local) beside the "

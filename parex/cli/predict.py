@@ -20,7 +20,7 @@ from ..config import ModelConfig
 from ..layout import Layout
 from ..measure.report import human_bytes, table
 from ..units import format_count, format_flops, format_seconds
-from ..setting import resolve, resolve_run
+from ..setting import RECIPE_NAMES, resolve, resolve_run
 from ..validation import validate
 from .args import (
     DEFAULT_DEVICES,
@@ -279,10 +279,11 @@ def add_predict(sub) -> None:
 
     add_from_arg(p)
     add_emit_arg(p, "the run")
-    p.add_argument("--recipe", default=None, choices=["parex", "mixed"],
-                   help="bytes of model state: parex (fp32 weights, grads, Adam) or mixed "
+    p.add_argument("--recipe", default=None, choices=RECIPE_NAMES,
+                   help="bytes of model state: parex (fp32 weights, grads, Adam), mixed "
                    "(ZeRO's 2 + 2 + 12; the default for bfloat16 on accelerator profiles, parex "
-                   "on cpu-local and for float32)")
+                   "on cpu-local and for float32) or mixed-fp32-grads (Megatron-LM's bf16: "
+                   "2 + 4 + 12, gradients reduced in fp32)")
     p.add_argument("--expert-imbalance", type=float, default=None,
                    help="a mixture of experts' busiest expert's load over the mean, which "
                    "sets the step (default 1.0: balanced; an assumption, stated in the output)")
@@ -379,7 +380,7 @@ def add_calibrate(sub) -> None:
     p.add_argument("--nodes", type=at_least(1), default=None,
                    help="--from-run: nodes in the cluster (default: enough for the layout)")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
-    p.add_argument("--recipe", default=None, choices=["parex", "mixed"])
+    p.add_argument("--recipe", default=None, choices=RECIPE_NAMES)
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(func=cmd_calibrate)
 

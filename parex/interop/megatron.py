@@ -720,7 +720,9 @@ def _check_expressible(setting: Setting) -> None:
         raise refuse(FRAMEWORK, f"cp={layout.cp}", "cp=ring (--cp-comm-type p2p)")
     if layout.sp and layout.tensor == 1:
         raise refuse(FRAMEWORK, "sp=on at tensor=1 (it turns sequence parallelism off)", "sp=off")
-    if setting.recipe != ("mixed" if setting.dtype == "bfloat16" else "parex"):
+    # --bf16 reduces float32 gradients by default (mixed-fp32-grads): both 16-bit recipes map to it
+    if setting.recipe not in (("mixed", "mixed-fp32-grads") if setting.dtype == "bfloat16"
+                              else ("parex",)):
         raise refuse(FRAMEWORK, f"recipe {setting.recipe} with {setting.dtype}",
                      f"recipe {'mixed' if setting.dtype == 'bfloat16' else 'parex'} (--bf16 "
                      f"keeps 16-bit weights over float32 master state; no flag float32)")

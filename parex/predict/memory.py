@@ -85,6 +85,11 @@ RECIPES = {
     # Megatron-LM's mixed precision: ZeRO's 2 + 2 + K with K = 12, Korthikanti's activations,
     # a fused in-place Adam
     "mixed": Recipe("mixed", 2, 2, 12, "korthikanti"),
+    # Megatron-LM's bfloat16 default: gradients accumulated and all-reduced in float32
+    # (megatron/arguments.py since 2021, megatron/training/arguments.py today: "bfloat16
+    # requires gradient accumulation and all-reduce to be done in fp32", unless
+    # --grad-reduce-in-bf16): 2 + 4 + 12 bytes per parameter, and 4-byte gradient reductions
+    "mixed-fp32-grads": Recipe("mixed-fp32-grads", 2, 4, 12, "korthikanti"),
 }
 
 

@@ -127,13 +127,17 @@ def megatron_table1(hardware: str = "a100-80gb"):
 # Each stack's fit set, named before any of its runs was scored: Megatron-LM 2021, the paper's
 # Table 1 (the committed a100-80gb profile's fit); the others one run each, as a user calibrates
 # (`parex calibrate --from-run`): Korthikanti et al.'s first row (the smallest run, the one a
-# user can afford to measure) and BLOOM-176B, the one fully published DeepSpeed-with-Megatron run.
+# user can afford to measure), BLOOM-176B, the one fully published DeepSpeed-with-Megatron run,
+# and MegaScale's Megatron-LM baseline (January 2023 code on ByteDance's cluster, whose GPU model
+# is not named) on its fully published run with the fewest GPUs (the 530B on 2,240): the rest of
+# its runs, 256 to 12,288 GPUs, test how the step scales, its cluster's constant taken out.
 STACKS = {"megatron-lm-2021": ("megatron-1.7b", "megatron-3.6b", "megatron-7.5b",
                                "megatron-18.4b", "megatron-39.1b", "megatron-76.1b",
                                "megatron-145.6b", "megatron-310.1b", "megatron-529.6b",
                                "megatron-1008b"),
           "megatron-lm-2022": ("korthikanti-22b-full",),
-          "megatron-deepspeed": ("bloom-176b",)}
+          "megatron-deepspeed": ("bloom-176b",),
+          "megatron-lm-2023": ("megascale-mlm-530b-2240",)}
 # NVIDIA's DGX H100 releases (data/reference/nemo_runs.csv), each calibrated as a user would
 # (`parex calibrate --from-run`): on its run with the fewest GPUs, named before any of its runs
 # was scored; the release's other runs test it (h100_accuracy)

@@ -10,9 +10,11 @@
     ADDED data/reference/added_runs.csv: runs added late (Narayanan et al. 2021, Table 2), held
           out of every fit, scored and reported on their own.
     OTHER data/reference/other_runs.csv: runs of other clusters and code (BigScience's
-          BLOOM-176B), held out of the profile's fit, scored with the committed profile and
-          reported on their own, with the facts of each run the model does not describe listed
-          beside it. bloom-176b is the fit set of the megatron-deepspeed stack.
+          BLOOM-176B; MegaScale's Megatron-LM baseline on 256 to 12,288 GPUs), held out of the
+          profile's fit, scored with the committed profile and reported on their own, with
+          the facts of each run the model does not describe listed beside it. bloom-176b is
+          the fit set of the megatron-deepspeed stack, megascale-mlm-530b-2240 of
+          megatron-lm-2023.
     H100  data/reference/nemo_runs.csv: NVIDIA's published NeMo and Megatron-Bridge runs on DGX
           H100 in FP8 (2024-26 releases, 8 to 1,024 GPUs), held out of the A100 fits and
           scored with the committed h100-sxm profile; each release is also calibrated on one
@@ -28,9 +30,10 @@ backward, `grad_overlap`; its tensor-parallel backward beside the weight-gradien
 `tp_overlap`) are columns of the CSVs, with sources, and become the Convention it is predicted
 under (comm.Convention: overlaps_grad_reduce, overlaps_tp_backward).
 
-Every run is predicted with its chip's profile as is (no per-row tuning), the mixed recipe,
-bf16 and its code's attention kernel (naive, materialised scores, for every run here: none of
-these codes had a fused one), through the predictor's own columns (`predict.columns`, the
+Every run is predicted with its chip's profile as is (no per-row tuning), the mixed recipe
+(float32 gradients where its code reduces them so: the `grads` column), bf16 and its code's
+attention kernel (naive, materialised scores, for every run here: none of these codes had a
+fused one), through the predictor's own columns (`predict.columns`, the
 formulas predict() and predict_batch() evaluate), many rows at once.
 """
 
@@ -69,10 +72,20 @@ def heldout_runs():
     return read_reference(TEST_SET)
 
 
+MFU_PEAK = 312e12  # the A100's dense bf16 FLOP/s behind MegaScale's MFU column (its Table 2's
+#   seconds and MFU agree through megatron_flops(recompute=False) within 0.5 %)
+
+
 def other_runs():
     """Runs of other clusters and code (data/reference/other_runs.csv), held out of the
-    committed profile's fit, seconds per iteration as published."""
-    return read_reference(OTHER_SET)
+    committed profile's fit: seconds per iteration as published, or from a published MFU (the
+    `mfu` column) through the model FLOPs it counts."""
+    runs = read_reference(OTHER_SET)
+    from_mfu = runs.step_s.isna()
+    runs.loc[from_mfu, "step_s"] = [
+        megatron_flops(r, s=int(r.seq), V=int(r.vocab), recompute=False)
+        / (r.gpus * r.mfu * MFU_PEAK) for r in runs[from_mfu].itertuples()]
+    return runs
 
 
 def added_runs():
@@ -166,7 +179,10 @@ def predict_run(run, chip) -> dict:
     # a mixture's tokens as its row says they were routed (`expert_imbalance`: the busiest
     # expert's load over the mean; 1 where the benchmark forces a balanced routing)
     imbalance = _given(run, "expert_imbalance")
-    setting = resolve(model, train, None, cluster, convention="gpu", recipe="mixed",
+    # the code's gradient dtype where its row names one (`grads`: fp32 for Megatron-LM's and
+    # DeepSpeed's bfloat16, which accumulate and reduce float32 gradients), else 16-bit
+    recipe = "mixed-fp32-grads" if _given(run, "grads") == "fp32" else "mixed"
+    setting = resolve(model, train, None, cluster, convention="gpu", recipe=recipe,
                       overlaps=overlaps, stack=framework,
                       expert_imbalance=None if imbalance is None else float(imbalance))
     cols, _ = columns(setting, Grid.from_columns(setting.train, setting.model, **layout))

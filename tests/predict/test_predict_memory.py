@@ -276,3 +276,27 @@ def test_megatrons_distributed_optimizer_pads_its_flat_buffer_for_any_data_size(
     model = model_preset("megatron-1.7b")
     p = predict(model, TrainConfig(global_batch=112), Layout.parse("data=7,zero=1"), "h100-sxm")
     assert p.memory_bytes_per_device["optimizer"] == math.ceil(model.n_params / 7) * 12
+
+
+def test_megatron_bf16_recipe_holds_and_reduces_float32_gradients():
+    """Megatron-LM's bf16 (mixed-fp32-grads): 2 + 4 + 12 bytes per parameter, and its
+    data-parallel gradient all-reduce moves 4-byte gradients, twice the mixed recipe's bytes;
+    weights and optimizer state unchanged."""
+    from parex.config import ModelConfig
+
+    model = ModelConfig("gpt-1b", "gpt", 16, 2048, 16, vocab=32000, seq_len=1024,
+                        dtype="bfloat16")
+    layout, train = Layout(data=8, tensor=2), TrainConfig(global_batch=64)
+    runs = {name: predict(model, train, layout, "a100-80gb", recipe=name, convention="gpu",
+                          overlaps={"overlaps_grad_reduce": False})
+            for name in ("mixed", "mixed-fp32-grads")}
+    mixed, fp32 = (runs[n].memory_bytes_per_device for n in ("mixed", "mixed-fp32-grads"))
+    assert fp32["grads"] == 2 * mixed["grads"] > 0
+    assert (fp32["params"], fp32["optimizer"]) == (mixed["params"], mixed["optimizer"])
+    reduce = {name: next(c for c in p.collectives if c["name"] == "grad-reduce")
+              for name, p in runs.items()}
+    assert reduce["mixed"]["bytes"] > 0  # (a 4-byte scalar rides along with the gradients)
+    assert reduce["mixed-fp32-grads"]["bytes"] == pytest.approx(2 * reduce["mixed"]["bytes"],
+                                                                rel=1e-8)
+    assert (runs["mixed-fp32-grads"].step_time_s["exposed_comm"]
+            > runs["mixed"].step_time_s["exposed_comm"])

@@ -63,7 +63,7 @@ def test_korthikanti_table2_through_the_activation_model():
 def test_fit_and_held_out_sets_are_disjoint_and_sourced():
     fit, held, added = runs.fit_runs(), runs.heldout_runs(), runs.added_runs()
     other = runs.other_runs()
-    assert len(fit) == 10 and len(held) == 11 and len(added) == 6 and len(other) == 1
+    assert len(fit) == 10 and len(held) == 11 and len(added) == 6 and len(other) == 13
     names = [set(fit.run), set(held.run), set(added.run), set(other.run)]
     assert sum(map(len, names)) == len(set().union(*names))  # no run in two sets
     header = (references.REFERENCE_DIR / "heldout_runs.csv").read_text().splitlines()[:40]
@@ -71,6 +71,8 @@ def test_fit_and_held_out_sets_are_disjoint_and_sourced():
     assert any("arXiv:2201.11990" in line for line in header)  # MT-NLG
     header = (references.REFERENCE_DIR / "added_runs.csv").read_text().splitlines()[:30]
     assert any("arXiv:2104.04473), Table 2" in line for line in header)  # Narayanan et al.
+    header = (references.REFERENCE_DIR / "other_runs.csv").read_text().splitlines()[:60]
+    assert any("arXiv:2402.15627" in line for line in header)  # MegaScale
 
 
 def _fits_in_code() -> dict[str, set[str]]:
@@ -124,11 +126,11 @@ def test_other_runs_bloom_is_the_published_setup_and_scored_as_a_test_set():
     flops = references.megatron_flops(row, s=2048, V=250880)
     assert flops / (row.gpus * row.step_s) == pytest.approx(149e12, rel=0.01)
     other = runs.scored(runs.other_runs(), load_chip("a100-80gb"))
-    # a pin, measured with the committed profile: 1.026 (1.041 with memory-bound kernels at the
-    # datasheet's HBM bandwidth, 1.048 before the scale physics of issue 42), partly errors
-    # cancelling (several facts of the run not described); within the target for another
-    # stack's run (≤ 5 %)
-    assert other.ratio.iloc[0] == pytest.approx(1.026, abs=5e-4)
+    # a pin, measured with the committed profile: 1.030 (1.026 with 16-bit gradient reductions,
+    # 1.041 with memory-bound kernels at the datasheet's HBM bandwidth, 1.048 before the scale
+    # physics of issue 42), partly errors cancelling (several facts of the run not described);
+    # within the target for another stack's run (≤ 5 %)
+    assert other.ratio.iloc[0] == pytest.approx(1.030, abs=5e-4)
     assert abs(other.ratio.iloc[0] - 1) <= OTHER_STACK_TARGET["median"]
 
 
