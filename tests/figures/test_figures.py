@@ -251,7 +251,8 @@ def test_slow_figures_are_within_their_tolerance_or_miss_as_expected(name):
     data = _in_own_process(name)
     assert data["status"] in ("passed", "failed"), data["reason"]
     assert ("predicted" if name == "hexiscale" else "measured") in data["kinds"]
-    assert all(math.isfinite(r["ratio"]) for r in data["rows"])
+    # every scored row has a number; a row out of scope (declared by its figure) may have none
+    assert all(math.isfinite(r["ratio"]) for r in data["rows"] if not r["out_of_scope"])
     reason = expected_failure(name, data["rows"])
     if reason:
         assert data["status"] == "failed"

@@ -56,8 +56,9 @@ def test_the_unpublished_layout_leaves_the_step_efficiency_unconstrained():
         flops = megatron_flops(pd.Series(row), s=int(s.seq), V=50304)
         row["step_s"] = flops / (gcds * s.peak_fraction * chip.peak("bfloat16"))
         implied.append(fit_step_efficiency(pd.DataFrame([row]), chip, lo=0.05))
-    # the rows allow the committed efficiency (assumed from the A100 fit) to within 5 % and one
-    # a quarter below it: a wider spread than the 20 % the figure holds Frontier's sustained
-    # rate to, so fitted on any one layout these rows would decide that row by assumption
-    assert max(implied) > 0.95 * chip.step_efficiency
-    assert min(implied) < 0.75 * chip.step_efficiency
+    # the rows allow efficiencies from 18 % below the committed one (assumed from the A100 fit)
+    # to 13 % above it (0.66-0.91 at the MI250X's 125 TFLOP/s GEMM rate): a spread wider than
+    # the 20 % the figure holds Frontier's sustained rate to, so fitted on any one layout these
+    # rows would decide that row by assumption
+    assert max(implied) > chip.step_efficiency > min(implied)
+    assert max(implied) / min(implied) > 1.2
