@@ -179,13 +179,12 @@ def test_a_stack_calibrated_from_one_run_meets_the_target(stacks):
     assert median <= ONE_RUN_TARGET[0] and worst <= ONE_RUN_TARGET[1]
 
 
-def _errors(stack) -> np.ndarray:
-    """|ratio − 1| of a stack's test points and, for its brackets, the published time's distance
-    to the nearer end (0 inside), as the scoring rules count a bracket."""
-    b = stack["brackets"]
+def _bracket_ratios(brackets) -> np.ndarray:
+    """Each bracket's nearer end over the published time (1 inside it), as the scoring rules
+    count a bracket's miss."""
+    b = brackets
     end = np.where(b.step_s < b.parex_min_s, b.parex_min_s, b.parex_max_s)
-    miss = np.where(b.hit, 0.0, np.abs(end / b.step_s - 1))
-    return np.concatenate([np.abs(stack["test"].ratio - 1), miss])
+    return np.where(b.hit, 1.0, end / b.step_s)
 
 
 @pytest.mark.slow
@@ -197,16 +196,15 @@ def test_megascale_calibrated_on_its_fewest_gpus_scales_to_12288(stacks):
     k = stacks["megatron-lm-2023"]
     assert set(k["fit_set"]) == {"megascale-mlm-530b-2240"}
     assert len(k["test"]) == 2 and len(k["brackets"]) == 9
-    errors = _errors(k)
+    ratio = _bracket_ratios(k["brackets"])
+    errors = np.abs(np.concatenate([k["test"].ratio, ratio]) - 1)
     assert np.median(errors) <= ONE_RUN_TARGET[0] and errors.max() <= ONE_RUN_TARGET[1]
     # the weak-scaling points: 0.996 and 0.987 of the published seconds
     assert np.abs(k["test"].ratio - 1).max() <= 0.02
     # log(predicted / published) against log2(GPUs) over the 175B brackets: measured -0.006 per
     # doubling (the largest misses at 256 and 512 GPUs, predicted slow; 1.7 % at 12,288)
-    b = k["brackets"]
-    end = np.where(b.step_s < b.parex_min_s, b.parex_min_s, b.parex_max_s)
-    ratio = np.where(b.hit, 1.0, end / b.step_s)
-    slope = np.polyfit(np.log2(b.gpus.astype(float)), np.log(ratio), 1)[0]
+    gpus = k["brackets"].gpus.astype(float)
+    slope = np.polyfit(np.log2(gpus), np.log(ratio), 1)[0]
     assert slope <= 0.005, slope
 
 
