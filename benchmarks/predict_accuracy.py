@@ -296,8 +296,7 @@ def residuals_by_scale(result: dict) -> None:
                 rows += [(stack, role, x.run, int(x.gpus), int(x.pp), float(x.ratio))
                          for x in frame.itertuples()]
         for x in r["brackets"].itertuples():
-            rows.append((stack, "TEST (bracket)", x.run, int(x.gpus), int(x.pp),
-                         1.0 if x.hit else _nearer_end(x) / x.step_s))
+            rows.append((stack, "TEST (bracket)", x.run, int(x.gpus), int(x.pp), x.ratio))
     rows.sort(key=lambda row: (row[1], row[3], row[4]))
     print("\nresiduals against scale: predicted / published (a bracket: its nearer end over the "
           "published, 1 inside it)")
@@ -339,14 +338,9 @@ def _brackets_table(frame) -> None:
     print(f"{int(frame.hit.sum())} of {len(frame)} published times inside the bracket")
 
 
-def _nearer_end(r) -> float:
-    """The bracket's end nearer the published time (predicted seconds)."""
-    return r.parex_min_s if r.step_s < r.parex_min_s else r.parex_max_s
-
-
 def _outside(r) -> float:
     """How far the published time lies outside the bracket, relative to the nearer end."""
-    return r.step_s / _nearer_end(r) - 1
+    return 1 / r.ratio - 1
 
 
 def _uncalibrated(hardware: str) -> None:

@@ -30,8 +30,6 @@ from .names import cluster_of
 
 PREDICTED = (("step_time_s",) + tuple(f"step_{p}_s" for p in rank.TIME_PARTS)
              + tuple(f"memory_{p}_bytes" for p in rank.MEMORY_PARTS) + ("mfu", "tokens_per_s"))
-RECIPES = {"parex": "parex", "mixed": "mixed",  # parex's step; ZeRO's 2 + 2 + 12
-           "mixed-fp32-grads": "mixed-fp32-grads"}  # Megatron-LM's bf16: 2 + 4 + 12
 MAX_WALK = 10_000  # ranked rows the top-K check walks past at most
 
 
@@ -275,4 +273,4 @@ def smallest_cluster(setting: Setting, cap: float, at_least: int = 1,
     return None
 
 
-__all__ = ["NoFit", "Plan", "RECIPES", "layout_text", "plan"]
+__all__ = ["NoFit", "Plan", "layout_text", "plan"]

@@ -193,7 +193,8 @@ def stack_fit(runs, stack: str, chip):
 def stack_accuracy(hardware: str = "a100-80gb") -> dict:
     """Per stack: the fit set, the step efficiency fitted on it, the stack's other fully
     published runs scored as points (`test`, its summary) and those with an unpublished setting
-    as brackets (`brackets`: min, max, hit); `loo`, where a stack has three or more published
+    as brackets (`brackets`: min, max, hit, and `ratio`, the nearer end over the published, 1
+    inside); `loo`, where a stack has three or more published
     runs, each scored with the efficiency fitted on the others."""
     from ..hardware import load_chip
     from .published_runs import leave_one_out, scored, summary
@@ -210,6 +211,10 @@ def stack_accuracy(hardware: str = "a100-80gb") -> dict:
         brackets["parex_max_s"] = [hi for _, hi in bounds]
         brackets["hit"] = ((brackets.parex_min_s <= brackets.step_s)
                            & (brackets.step_s <= brackets.parex_max_s))
+        # predicted / published as a bracket scores: its nearer end over the published, 1 inside
+        nearer = np.where(brackets.step_s < brackets.parex_min_s, brackets.parex_min_s,
+                          brackets.parex_max_s)
+        brackets["ratio"] = np.where(brackets.hit, 1.0, nearer / brackets.step_s)
         loo = leave_one_out(points, chip) if len(points) >= 3 else None
         out[stack] = {"fit_set": fit_set, "efficiency": tuned.step_efficiency, "test": test,
                       "test_summary": summary(test.ratio) if len(test) else None,

@@ -160,9 +160,7 @@ def test_megatron_row_the_paper_layout_is_in_the_space_and_not_faster():
     row = next(r for r in read_reference("megatron_table1").itertuples() if r.params_b == 3.6)
     model, train, layout = megatron_row_setup(row)
     cluster = load_cluster("a100-80gb", row.gpus // 8)
-    from parex.plan.search import RECIPES
-
-    paper = predict_batch(model, train, [layout], cluster, recipe=RECIPES["mixed"])
+    paper = predict_batch(model, train, [layout], cluster, recipe="mixed")
     p = plan(model, train, cluster, top=1, recipe="mixed")  # microbatches are per row
     cols = p.columns
     m = train.global_batch // (layout.data * train.microbatch)
