@@ -209,13 +209,13 @@ def _imported_inputs(args, chip):
     args.imported = run
     cluster = _cluster(chip, nodes_for(run.layout.n_devices, chip, args.nodes),
                        getattr(args, "network", None))
-    keywords = {"dtype": run.dtype, "recipe": getattr(args, "recipe", None),
-                "convention": getattr(args, "convention", None),
-                "expert_imbalance": getattr(args, "expert_imbalance", None)}
-    # the run's own stack and overlaps (a Megatron-LM command's --tp-comm-overlap, ...), unless
-    # the flags name others
-    keywords |= {"stack": getattr(args, "stack", None) or run.stack,
-                 "overlaps": getattr(args, "overlap", None) or run.overlaps}
+    # the run's own recipe, stack and overlaps (a Megatron-LM command's --bf16,
+    # --tp-comm-overlap, ...), unless the flags name others
+    flags = {"recipe": getattr(args, "recipe", None), "stack": getattr(args, "stack", None),
+             "overlaps": getattr(args, "overlap", None)}
+    keywords = run.keywords | {k: v for k, v in flags.items() if v is not None} | {
+        "convention": getattr(args, "convention", None),
+        "expert_imbalance": getattr(args, "expert_imbalance", None)}
     return (run.model, run.train, run.layout, cluster), keywords
 
 

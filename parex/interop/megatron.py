@@ -27,6 +27,9 @@ The mapping, one option per parex field (docs/interop.md has the table):
     --recompute-activations | --recompute-granularity full       remat selective | full
     --bf16 | --fp16 | neither                                    dtype bfloat16 (fp16 as
                                                                  bfloat16: same bytes) | float32
+    --bf16 (float32 gradient reduction, its default),            recipe mixed-fp32-grads |
+    --grad-reduce-in-bf16, --main-grads-dtype bf16,              mixed (16-bit gradients)
+    --accumulate-allreduce-grads-in-fp32
     --use-flash-attn, --attention-backend                        attention flash | naive
     --fp8-format, --fp8-recipe, --fp8-amax-*, --fp8-param-gather precision fp8-delayed |
                                                                  fp8-current | fp8-blockwise
@@ -139,6 +142,7 @@ MAPPED = set(OVERLAP_OPTIONS) | set(fp8.MEGATRON_OPTIONS) | {
     "--micro-batch-size", "--global-batch-size", "--recompute-activations",
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--bf16",
     "--fp16", "--use-flash-attn", "--attention-backend", "--optimizer", "--rampup-batch-size",
+    "--grad-reduce-in-bf16", "--main-grads-dtype", "--accumulate-allreduce-grads-in-fp32",
 }
 
 
@@ -308,7 +312,7 @@ class _Reader:
         return Imported(FRAMEWORK, VERSION, model, train, layout, dtype=self.dtype(),
                         ignored=tuple(self.ignored), assumed=tuple(self.assumed),
                         approximated=tuple(self.approximated), stack="megatron-core",
-                        overlaps=self.overlaps())
+                        overlaps=self.overlaps(), recipe=self.recipe())
 
     def overlaps(self) -> tuple[str, ...]:
         """Megatron-Core's overlaps (parex.stacks): its default list and the options that
@@ -448,6 +452,25 @@ class _Reader:
             raise InputError("the vocabulary: parex cannot read a tokenizer's files; add "
                              "--padded-vocab-size V (the model's vocabulary, e.g. 32000)")
         return math.ceil(raw / multiple) * multiple
+
+    def recipe(self) -> str | None:
+        """16-bit weights with float32 or 16-bit gradient reductions: arguments.py (VERSION)
+        sets accumulate_allreduce_grads_in_fp32 under --bf16 unless --grad-reduce-in-bf16 (or
+        16-bit main gradients, --main-grads-dtype bf16) says otherwise; under --fp16 only
+        --accumulate-allreduce-grads-in-fp32 does. None: float32 training's default."""
+        sixteen = self.has("--grad-reduce-in-bf16") or self.given.get(
+            "--main-grads-dtype", "fp32") != "fp32"
+        if self.has("--bf16"):
+            if sixteen:
+                return "mixed"
+            self.assumed.append("float32 gradient accumulation and reduction (--bf16 sets "
+                                "accumulate_allreduce_grads_in_fp32; --grad-reduce-in-bf16 "
+                                "reduces them in bf16)")
+            return "mixed-fp32-grads"
+        if self.has("--fp16"):
+            fp32 = self.has("--accumulate-allreduce-grads-in-fp32") and not sixteen
+            return "mixed-fp32-grads" if fp32 else "mixed"
+        return None
 
     def dtype(self) -> str:
         if self.has("--bf16"):
@@ -675,8 +698,8 @@ def megatron_options(setting: Setting) -> list[str]:
     words += {"none": [], "selective": ["--recompute-activations"],
               "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                        "--recompute-num-layers", 1]}[train.remat]
-    if setting.dtype == "bfloat16":
-        words += ["--bf16"]
+    if setting.dtype == "bfloat16":  # reducing float32 gradients unless told (`recipe`)
+        words += ["--bf16"] + (["--grad-reduce-in-bf16"] if setting.recipe == "mixed" else [])
     words += fp8.megatron_options(setting.precision.name, layout.zero >= 1 or layout.fsdp > 1)
     words += ["--attention-backend", ATTENTION_BACKEND[setting.attention]]
     words += _overlap_options(setting)
@@ -720,7 +743,7 @@ def _check_expressible(setting: Setting) -> None:
         raise refuse(FRAMEWORK, f"cp={layout.cp}", "cp=ring (--cp-comm-type p2p)")
     if layout.sp and layout.tensor == 1:
         raise refuse(FRAMEWORK, "sp=on at tensor=1 (it turns sequence parallelism off)", "sp=off")
-    # --bf16 reduces float32 gradients by default (mixed-fp32-grads): both 16-bit recipes map to it
+    # --bf16 reduces float32 gradients (mixed-fp32-grads), with --grad-reduce-in-bf16 16-bit ones
     if setting.recipe not in (("mixed", "mixed-fp32-grads") if setting.dtype == "bfloat16"
                               else ("parex",)):
         raise refuse(FRAMEWORK, f"recipe {setting.recipe} with {setting.dtype}",

@@ -43,11 +43,15 @@ class Imported:
     stack: str | None = None  # the framework's overlaps (parex.stacks), None: parex's own
     overlaps: tuple[str, ...] | None = None  # the overlaps the run turns on, replacing the
     #                                          stack's list (None: the stack's defaults)
+    recipe: str | None = None  # the bytes per parameter it keeps and reduces (parex.predict.
+    #                            memory.RECIPES), None: the dtype's default
 
     @property
     def keywords(self) -> dict:
-        """parex.predict's keywords that belong to the run (its precision, its overlaps)."""
-        return {"dtype": self.dtype, "stack": self.stack, "overlaps": self.overlaps}
+        """parex.predict's keywords that belong to the run (its precision and recipe, its
+        overlaps)."""
+        return {"dtype": self.dtype, "recipe": self.recipe, "stack": self.stack,
+                "overlaps": self.overlaps}
 
     def setting(self, hardware, **keywords):
         """parex.setting.resolve of this run on `hardware` (a profile name, Chip or Cluster)."""

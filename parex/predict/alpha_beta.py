@@ -130,6 +130,27 @@ def calibrated_seconds(kind, g, S, calibration) -> np.ndarray:
     return np.where(g > 1, out, 0.0)
 
 
+def link_seconds(terms: list[Term], grid: Grid, chip) -> np.ndarray:
+    """Seconds the busiest network link (a device's NIC share, or a fabric tier above it) is
+    busy per step carrying every term's bytes (collectives.network_load): each op's bytes per
+    tier placed as its group sits (collectives.volumes), over the tier's rate. Collectives
+    that overlap compute each find the link free in their own price (term_seconds); on one link
+    they take turns, so no step ends before the busiest link has carried its bytes."""
+    tiers = tiers_of(chip, chip.network)
+    crossing = [np.zeros(len(grid)) for _ in tiers]  # bytes per device, by highest tier
+    placed: dict = {}
+    for term in terms:
+        g, stride = _shape_of(grid, term.axes)
+        if term.axes not in placed:
+            groups, inverse = _distinct(g, stride)
+            placed[term.axes] = (collectives.placement(*groups, tiers), inverse)
+        at, inverse = placed[term.axes]
+        moved = np.where(g > 1, term.count * term.bytes_per_op, 0.0)
+        for k, volume in enumerate(collectives.volumes(term.kind, at)):
+            crossing[k] = crossing[k] + moved * np.asarray(volume)[inverse]
+    return collectives.network_load(crossing, tiers)
+
+
 def term_seconds(term: Term, grid: Grid, chip) -> np.ndarray:
     """Seconds all ops of a term take per step on this chip's cluster."""
     g, stride = _shape_of(grid, term.axes)
@@ -142,4 +163,4 @@ def term_seconds(term: Term, grid: Grid, chip) -> np.ndarray:
 
 
 __all__ = ["FULL_BISECTION", "calibrated_seconds", "collective_seconds", "group_shape",
-           "term_seconds", "torus_dims"]
+           "link_seconds", "term_seconds", "torus_dims"]

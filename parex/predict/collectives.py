@@ -16,7 +16,11 @@ that all cross an oversubscribed tier at once each get the tier's share):
     permute     S / r_k of the tier a hop to the next rank crosses
 
 The libraries pipeline chunks through every tier at once, so a collective's bandwidth time is its
-slowest tier's (the maximum over k; a flat NCCL ring's bus bandwidth is its slowest link's).
+busiest link's (a flat NCCL ring's bus bandwidth is its slowest link's): the bytes above are each
+device's whose highest crossed tier is k, and tier k ≥ 1's links (a device's NIC share, then its
+share of each fabric tier) carry every byte crossing tier k or above at r_k (`tier_loads`). The
+same loads summed over a step's collectives give the busiest link's seconds per step
+(`network_load`: the collectives that overlap compute take turns on it).
 
 and a latency: the library's base latency plus its per-step latency for the link a step crosses
 (NVLink, PCI or the network; a network file may give the step latency measured on its machine)
@@ -137,23 +141,41 @@ def placement(g, stride, tiers: tuple[Tier, ...]) -> Placement:
 
 
 def volumes(kind: str, at: Placement) -> list:
-    """Bytes each device moves across tier k per byte of the op (ring or hierarchical)."""
+    """Bytes each device moves across tier k per byte of the op (ring or hierarchical; a
+    permute's one send crosses the lowest tier whose domain holds both ranks, as
+    `permute_candidate` prices it)."""
     if kind == "all-to-all":
         g = at.members[-1]
         return [(m - b) / g for m, b in zip(at.members, at.below)]
+    if kind == "collective-permute":
+        first = np.cumsum([f > 1 for f in at.fan], axis=0) == 1  # the lowest tier crossed
+        return [np.where((f > 1) & lowest, 1.0, 0.0) for f, lowest in zip(at.fan, first)]
     passes = 2.0 if kind == "all-reduce" else 1.0
     return [passes * (f - 1) / f / b for f, b in zip(at.fan, at.below)]
 
 
-def _slowest(per_tier: list) -> np.ndarray:
-    """The slowest tier's seconds per byte, given each tier's own (its bytes over its rate): a
-    device's NIC carries everything that leaves its node, and a fabric tier's links everything
-    that leaves its domains, so tier k ≥ 1 carries the bytes of tier k and of every tier
-    above it."""
-    loads = [per_tier[0]]
-    for k in range(1, len(per_tier)):
-        loads.append(sum(per_tier[k:]))
-    return np.maximum.reduce(loads) if len(loads) > 1 else loads[0]
+def tier_loads(volume: list, rates: list) -> list:
+    """Seconds (per byte of the op, or per step) each tier's links are busy, given the bytes per
+    device whose highest crossed tier is k and each tier's rate: tier 0 carries its own bytes;
+    tier k ≥ 1 (a device's NIC share for k = 1, its share of the fabric's links above) every
+    byte that crosses tier k or a higher one, since whatever leaves a tier-k domain leaves
+    the node through its NICs first."""
+    return [volume[0] / rates[0]] + [sum(volume[k:]) / rates[k] for k in range(1, len(rates))]
+
+
+def _slowest(volume: list, rates: list) -> np.ndarray:
+    """The slowest tier's seconds per byte (`tier_loads`): the libraries pipeline chunks
+    through every tier at once, so the busiest link sets the pace."""
+    return np.maximum.reduce(tier_loads(volume, rates))
+
+
+def network_load(crossing: list, tiers) -> np.ndarray:
+    """Seconds the busiest network link is busy, given the bytes per device whose highest
+    crossed tier is k (`tier_loads` over tiers k ≥ 1). The scale-up domain is left out: its
+    links are no single port (an NVSwitch reduces in the switch, a torus gives a chip several
+    links), while every byte that leaves a node crosses its NICs."""
+    loads = tier_loads(crossing, [t.rate for t in tiers])[1:]
+    return np.maximum.reduce(loads) if loads else np.zeros_like(crossing[0])
 
 
 def _step(lib: Library, tier: Tier, algorithm: str, p: int, net: Network) -> float:
@@ -199,7 +221,7 @@ def library_candidates(kind: str, at: Placement, tiers, net: Network,
 
 def _algorithms(kind: str, at: Placement, tiers, net: Network, lib: Library) -> list[Candidate]:
     """Every (algorithm, protocol) NCCL/RCCL could run for this op, without stalls."""
-    ring = _slowest([v / t.rate for v, t in zip(volumes(kind, at), tiers)])
+    ring = _slowest(volumes(kind, at), [t.rate for t in tiers])
     passes = 2.0 if kind == "all-reduce" else 1.0
     multi_node = at.members[0] < at.members[-1]
     out = []
@@ -218,16 +240,15 @@ def _algorithms(kind: str, at: Placement, tiers, net: Network, lib: Library) -> 
     return out
 
 
-def _above(at: Placement, tiers) -> list:
-    """Seconds per byte a tree or NVLS moves on each tier above the scale-up domain."""
-    return [np.where(f > 1, 2 / b / t.rate, 0.0)
-            for f, b, t in zip(at.fan[1:], at.below[1:], tiers[1:])]
+def _above(at: Placement) -> list:
+    """Bytes per byte of the op a tree or NVLS moves on each tier above the scale-up domain."""
+    return [np.where(f > 1, 2 / b, 0.0) for f, b in zip(at.fan[1:], at.below[1:])]
 
 
 def _tree(at: Placement, tiers, net: Network, lib: Library, p: int) -> Candidate:
     """Double binary tree across tiers ≥ 1 after a chain in the scale-up domain."""
     f0 = at.fan[0]
-    per_byte = _slowest([2 * (f0 - 1) / f0 / tiers[0].rate] + _above(at, tiers))
+    per_byte = _slowest([2 * (f0 - 1) / f0] + _above(at), [t.rate for t in tiers])
     depth = [f0 - 1] + [np.ceil(np.log2(f)) for f in at.fan[1:]]
     lat = lib.base["tree"][p] * US + 2 * sum(
         d * _step(lib, t, "tree", p, net) for d, t in zip(depth, tiers))
@@ -239,7 +260,8 @@ def _nvls(at: Placement, tiers, lib: Library) -> Candidate:
     """All-reduce reduced inside the NVSwitch (tier 0), a tree above it (NCCL's NVLS / NVLS
     tree): NVLS's own step latencies, Simple protocol."""
     f0 = at.fan[0]
-    per_byte = _slowest([2 * (f0 - 1) / f0 / tiers[0].reduction] + _above(at, tiers))
+    per_byte = _slowest([2 * (f0 - 1) / f0] + _above(at),
+                        [tiers[0].reduction] + [t.rate for t in tiers[1:]])
     levels = sum(np.ceil(np.log2(f)) for f in at.fan[1:])
     return Candidate(lib.nvls[0] * US + 2 * levels * lib.nvls[1] * US, per_byte)
 
@@ -248,12 +270,12 @@ def ici_candidate(kind: str, at: Placement, tiers, dims, link_latency) -> Candid
     """XLA's rings on a TPU torus: the group's bytes split over the `dims` torus dimensions it
     spans in the scale-up domain, each ring on its own pair of links; one link latency (ICI,
     then DCN) per hop."""
-    per = [v / t.rate for v, t in zip(volumes(kind, at), tiers)]
-    per = [per[0] / np.maximum(dims, 1)] + per[1:]
+    volume = volumes(kind, at)
+    volume = [volume[0] / np.maximum(dims, 1)] + volume[1:]
     passes = 2.0 if kind == "all-reduce" else 1.0
     lat = passes * sum(h * (link_latency[min(k, 1)] + t.latency)
                        for k, (h, t) in enumerate(zip(at.hops, tiers)))
-    return Candidate(lat, _slowest(per))
+    return Candidate(lat, _slowest(volume, [t.rate for t in tiers]))
 
 
 def permute_candidate(at: Placement, tiers, link_latency) -> Candidate:
@@ -290,5 +312,5 @@ def fastest(candidates: list[Candidate], inverse, nbytes) -> np.ndarray:
 
 
 __all__ = ["Candidate", "LIBRARY_CONSTANTS", "Library", "NCCL", "PROTOCOLS", "Placement", "RCCL",
-           "fastest", "ici_candidate", "library_candidates", "permute_candidate", "placement",
-           "stalls", "volumes"]
+           "fastest", "ici_candidate", "library_candidates", "network_load", "permute_candidate",
+           "placement", "stalls", "tier_loads", "volumes"]

@@ -85,7 +85,10 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
                                                                          model.dtype, act)
         parts = overlap.exposed_parts(grid, sizes, conv, remat, compute, seconds, ops,
                                       int(chip.gemm.get("units", 0)))
-    step = time.step_time(grid, compute, seconds, emulated, remat, parts)
+    busy = None if emulated else alpha_beta.link_seconds(terms, on_axes, chip)
+    step = time.step_time(grid, compute, seconds, emulated, remat, parts, busy)
+    if parts is not None:  # the busiest link as one more row of the overlap report
+        parts["links"] = overlap.link_part(busy, step["saturation"])
     hw = flops.hardware_flops(model, grid, remat)
     mf = flops.model_flops(model, grid)
     counted = flops.xla_counted(model, sizes, grid, remat) if conv.loops_counted_once else hw

@@ -10,9 +10,11 @@ The parts add up to the predicted step time:
     kernel shapes       the GEMMs' tile and wave quantization (predict.kernels)
     communication       the exposed collective seconds (predict.time's overlap model), of which
                         congestion: what the network's oversubscribed tiers add (the same step
-                        with every tier at its NIC's rate), and stalls: what the library's
+                        with every tier at its NIC's rate), stalls: what the library's
                         measured small-chunk stalls add (predict.collectives; the same step
-                        without them); each overlap of the stack
+                        without them), and saturation: what the step waits for its busiest
+                        network link, whose bytes the overlapped collectives share
+                        (predict.overlap's links row); each overlap of the stack
                         (predict.overlap: chunked TP communication, bucketed gradient reduce
                         and parameter gather) with its collective's seconds, the remainder it
                         leaves exposed and the GEMMs' loss beside it
@@ -71,6 +73,7 @@ def setting_breakdown(setting: Setting) -> dict:
              "communication": steady["exposed_comm"],
              "congestion": steady["exposed_comm"] - flat["exposed_comm"],
              "stalls": steady["exposed_comm"] - smooth["exposed_comm"],
+             "saturation": ((steady["p"].overlaps or {}).get("links") or {}).get("exposed", 0.0),
              "stragglers": full["total"] - steady["total"], "bubble": steady["bubble"],
              "total": full["total"]}
     return {"parts": parts, "tiers": tier_seconds(p, setting), "prediction": p,
@@ -101,7 +104,8 @@ def overlap_lines(setting: Setting, p) -> list[str]:
            "param-gather": ("bucketed behind the next forward" if conv.overlaps_param_gather
                             else "after the update: not overlapped"),
            "moe-a2a": ("beside another microbatch's compute, warm-up and cool-down alone"
-                       if conv.overlaps_moe_a2a else "not overlapped")}
+                       if conv.overlaps_moe_a2a else "not overlapped"),
+           "links": "the busiest network link: every collective's bytes take turns on it"}
     name = (f"stack {setting.stack}" if setting.stack else "overlaps")
     lines = [f"  {name}: collective -> exposed + GEMMs slowed beside it (predict.overlap)"]
     for key, part in p.overlaps.items():
@@ -164,6 +168,7 @@ def explain_text(result: dict) -> str:
             ("communication", "exposed collectives"),
             ("congestion", "  of which: oversubscribed network tiers"),
             ("stalls", "  of which: the library's small-chunk stalls (measured)"),
+            ("saturation", "  of which: waiting for the busiest network link"),
             ("stragglers", "the slowest of the step's devices"),
             ("bubble", "pipeline fill and drain")]
     lines = ["step breakdown (parex.predict.explain)"]

@@ -51,6 +51,15 @@ forwards and cool-down backwards have no partner:
         the ranks), (p − 1)/2 in plain 1F1B, and at least one (without a pipeline, the first
         microbatch's forward and the last one's backward run alone)
 
+Shared links: each overlap above hides its collective as if the link were its own, but the
+collectives on one link take turns, so the report's last row, links, holds the busiest network
+link's seconds per step (every collective's bytes on a device's NIC share or a fabric tier
+above it, over that tier's rate: alpha_beta.link_seconds) and what the step waits for it beyond
+its compute and exposed collectives (time.step_time: the step lasts at least as long as that
+link is busy). A 3D layout of the 80B GPT on 8,192 Frontier GCDs (tensor=1x4x32, data 64)
+gathers and scatters its Z blocks (4.7 s) behind 3.5 s of compute on the NICs its Y
+all-reduces use: priced overlap by overlap, 3.75 s a step; its NICs carry 4.8 s of bytes.
+
 Not modelled: HBM bandwidth the collectives share with the GEMMs, and the SMs NCCL's kernels take
 from the compute during the bucketed and paired overlaps. The emulated CPU mesh overlaps
 nothing.
@@ -72,8 +81,8 @@ TE_PIPELINE_SMS = 16
 TE_RING_SMS = 1
 # the step-time families each overlap covers
 CHUNKED = {"sp-chunked": "all-gather", "sp-chunked-rs": "reduce-scatter"}
-NAMES = ("tp-comm", "grad-reduce", "param-gather", "moe-a2a")  # the report's rows ("tp-comm"
-#   also stands for async-tp)
+NAMES = ("tp-comm", "grad-reduce", "param-gather", "moe-a2a", "links")  # the report's rows
+#   ("tp-comm" also stands for async-tp; "links": the busiest network link, `link_part`)
 
 
 def bucketed(t, window, n) -> np.ndarray:
@@ -157,6 +166,13 @@ def exposed_parts(grid: Grid, sizes: ModelSizes, conv, remat: str, compute: dict
     return out
 
 
+def link_part(busy, saturation) -> dict:
+    """The report's "links" row: the busiest network link's seconds per step (every
+    collective's bytes on it, alpha_beta.link_seconds) and what the step waits for it beyond
+    its compute and exposed collectives (time.step_time's saturation)."""
+    return _part(busy, saturation, np.zeros_like(busy))
+
+
 def _part(comm, exposed, contention) -> dict:
     return {"comm": comm, "exposed": exposed, "contention": contention}
 
@@ -167,4 +183,4 @@ def column(name: str, part: str) -> str:
 
 
 __all__ = ["CHUNKED", "NAMES", "bucketed", "chunked", "chunking", "column", "exposed_parts",
-           "paired", "projection_gemm_seconds"]
+           "link_part", "paired", "projection_gemm_seconds"]

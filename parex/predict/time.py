@@ -228,9 +228,14 @@ def bubble_seconds(grid: Grid, busy_per_micro, remat: str, hop) -> np.ndarray:
 # --- everything together -------------------------------------------------------------------------
 
 def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: str,
-              overlaps: dict | None = None) -> dict:
+              overlaps: dict | None = None, link_busy=None) -> dict:
     """STEP_TIME_PARTS from compute terms and per-family collective seconds (columns), and
-    "stragglers": the part of compute and bubble the slowest device adds (inside both).
+    "stragglers": the part of compute and bubble the slowest device adds (inside both), and
+    "saturation": what the step waits beyond them for its busiest network link (inside the
+    exposed communication). `link_busy`: that link's seconds per step (alpha_beta.
+    link_seconds; None on the emulated mesh): the overlaps hide each collective behind the
+    compute on its own, but the collectives that share a link take turns on it, so the step
+    lasts at least as long as the link is busy.
     `emulated`: the calibrated CPU mesh, where nothing overlaps and a pipeline runs tick by tick
     (compute's "lockstep", "busy", "ticks" and "sends" from ticks.py: an idle stage frees the
     shared cores for the busy ones, so the bubble is only the lockstep's idle cores).
@@ -269,8 +274,12 @@ def step_time(grid: Grid, compute: dict, seconds: dict, emulated: bool, remat: s
     compute_s = (paced * stretch + compute["overhead"] + compute.get("ticks", 0.0)
                  + compute.get("page_faults", 0.0))
     bubble = bubble * stretch
-    return {"total": compute_s + exposed + bubble, "compute": compute_s, "exposed_comm": exposed,
-            "bubble": bubble, "stragglers": stragglers}
+    total = compute_s + exposed + bubble
+    busy = np.zeros_like(total) if link_busy is None else link_busy
+    saturation = np.maximum(busy - total, 0.0)
+    return {"total": total + saturation, "compute": compute_s,
+            "exposed_comm": exposed + saturation, "bubble": bubble, "stragglers": stragglers,
+            "saturation": saturation}
 
 
 __all__ = ["accelerator_compute", "bubble_seconds", "cpu_compute", "step_time"]

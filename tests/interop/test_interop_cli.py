@@ -31,7 +31,7 @@ def test_predict_from_megatron_prints_the_numbers_of_the_equivalent_flags(capsys
     flags = _json(capsys, ["predict", "--model", "gpt3-175b", "--layout", GPT3_LAYOUT,
                            "--global-batch", "512", "--remat", "selective", "--attention",
                            "flash", "--dtype", "bfloat16", "--stack", "megatron-core",
-                           *PARSED_FLAGS])
+                           "--recipe", "mixed-fp32-grads", *PARSED_FLAGS])
     notes = imported.pop("imported")
     assert notes["framework"] == "Megatron-LM" and "--lr (optimizer, schedule and numerics)" \
         in notes["ignored"]

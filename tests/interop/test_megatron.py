@@ -54,10 +54,12 @@ def test_a_megatron_launch_predicts_as_the_equivalent_parex_layout():
     assert run.model == model.replace(dtype="bfloat16")
     # a Megatron-LM command runs Megatron-Core's overlaps (parex.stacks): none of its three
     # overlap options is given here
+    # and --bf16 reduces float32 gradients (arguments.py: no --grad-reduce-in-bf16 given)
     assert run.setting(HARDWARE) == resolve(model, GPT3_TRAIN, layout, HARDWARE,
-                                            dtype="bfloat16", stack="megatron-core")
+                                            dtype="bfloat16", stack="megatron-core",
+                                            recipe="mixed-fp32-grads")
     expected = parex.predict(model, GPT3_TRAIN, layout, HARDWARE, dtype="bfloat16",
-                             stack="megatron-core")
+                             stack="megatron-core", recipe="mixed-fp32-grads")
     assert _record(run.predict(HARDWARE)) == _record(expected)
     assert expected.n_devices == 128 and expected.step_time_s["bubble"] > 0
 
@@ -193,13 +195,16 @@ def test_export_then_import_gives_the_same_setting_and_prediction_for_random_lay
     compared = 0
     for _ in range(60):
         model, train, layout, dtype = _random_run(rng)
-        stack = "megatron-core"  # what a Megatron-LM command runs (parex.stacks)
-        original = resolve(model, train, layout, HARDWARE, dtype=dtype, stack=stack)
-        command = to_megatron(model, train, layout, HARDWARE, dtype=dtype, stack=stack)
+        # what a Megatron-LM command runs (parex.stacks), and the recipe its precision states:
+        # --bf16 reduces float32 gradients unless --grad-reduce-in-bf16
+        keywords = {"dtype": dtype, "stack": "megatron-core", "recipe": None if dtype ==
+                    "float32" else rng.choice(["mixed", "mixed-fp32-grads"])}
+        original = resolve(model, train, layout, HARDWARE, **keywords)
+        command = to_megatron(model, train, layout, HARDWARE, **keywords)
         run = from_megatron(command, name=model.name)
         assert run.setting(HARDWARE) == original, command
         try:
-            expected = parex.predict(model, train, layout, HARDWARE, dtype=dtype, stack=stack)
+            expected = parex.predict(model, train, layout, HARDWARE, **keywords)
         except parex.LayoutError as err:  # parex itself refuses it: so must the import
             with pytest.raises(parex.LayoutError, match=re.escape(str(err)[:40])):
                 run.predict(HARDWARE)
@@ -255,7 +260,7 @@ def test_the_three_overlap_options_import_onto_megatron_cores_stack_and_back():
     assert run.stack == "megatron-core"
     assert set(run.overlaps) == {"tp-backward", "tp-comm", "grad-reduce", "param-gather"}
     p = run.predict(HARDWARE)
-    assert set(p.overlaps) == {"tp-comm", "grad-reduce", "param-gather"}
+    assert set(p.overlaps) == {"tp-comm", "grad-reduce", "param-gather", "links"}
     assert all(part["exposed"] < part["comm"] for part in p.overlaps.values())
     assert not any(o.startswith(("--tp-comm", "--overlap")) for o in run.ignored)
     back = megatron_options(run.setting(HARDWARE))
@@ -332,3 +337,24 @@ def test_the_expert_all_to_all_overlap_imports_and_goes_back():
     p = run.predict(HARDWARE)
     assert 0 < p.overlaps["moe-a2a"]["exposed"] < p.overlaps["moe-a2a"]["comm"]
     assert "--overlap-moe-expert-parallel-comm" in megatron_options(run.setting(HARDWARE))
+
+
+@pytest.mark.parametrize("options, recipe", [
+    ("--bf16", "mixed-fp32-grads"), ("--bf16 --grad-reduce-in-bf16", "mixed"),
+    ("--bf16 --main-grads-dtype bf16", "mixed"), ("--fp16", "mixed"),
+    ("--fp16 --accumulate-allreduce-grads-in-fp32", "mixed-fp32-grads"), ("", "parex")])
+def test_the_gradients_are_reduced_in_the_precision_megatron_lm_reduces_them(options, recipe):
+    """arguments.py (core_v0.15.0): --bf16 sets accumulate_allreduce_grads_in_fp32 unless
+    --grad-reduce-in-bf16 or 16-bit main gradients; --fp16 only when asked. The float32
+    reduction doubles the gradient all-reduce's bytes and the gradients' memory."""
+    command = GPT3_LAUNCH.replace(" --bf16", "") + " " + options
+    run = from_megatron(command, name="gpt3-175b")
+    setting = run.setting(HARDWARE)
+    assert setting.recipe == recipe
+    assert not any(o.startswith(("--grad-reduce", "--main-grads", "--accumulate"))
+                   for o in run.ignored)
+    if recipe == "parex":
+        return
+    back = megatron_options(setting)
+    assert ("--grad-reduce-in-bf16" in back) == (recipe == "mixed")
+    assert from_megatron(" ".join(back), world_size=128).recipe == recipe

@@ -10,6 +10,7 @@ from parex.config import TrainConfig, model_preset
 from parex.errors import InputError
 from parex.layout import Layout
 from parex.predict import overlap, predict, predict_batch
+from parex.predict.explain import breakdown, explain_text
 from parex.predict.shapes import Grid
 from parex.setting import resolve
 from parex.stacks import STACKS, parse_overlaps
@@ -42,8 +43,11 @@ def test_chunked_leaves_the_pipeline_fill_and_slows_the_gemm_by_its_sm_share():
 
 def test_each_overlap_of_a_megatron_core_style_run_leaves_its_remainder():
     plain, nemo = run(stack="megatron-core"), run(stack="nemo")
-    assert set(nemo.overlaps) == {"tp-comm", "grad-reduce", "param-gather"}
+    assert set(nemo.overlaps) == {"tp-comm", "grad-reduce", "param-gather", "links"}
     for name, part in nemo.overlaps.items():
+        if name == "links":  # the busiest link, waited for only where it is busier than the step
+            assert part["comm"] > 0 and part["exposed"] == 0
+            continue
         assert 0 < part["exposed"] < part["comm"], name
     # Megatron-Core's defaults overlap neither: both exposed in full; SP's gathers and
     # scatters stay in the sp family, on the critical path
@@ -53,7 +57,8 @@ def test_each_overlap_of_a_megatron_core_style_run_leaves_its_remainder():
     # the same collectives, only priced differently
     assert nemo.comm_bytes_per_device == pytest.approx(plain.comm_bytes_per_device)
     assert nemo.step_time_s["compute"] == pytest.approx(plain.step_time_s["compute"])
-    saved = sum(p["comm"] - p["exposed"] - p["contention"] for p in nemo.overlaps.values())
+    saved = sum(p["comm"] - p["exposed"] - p["contention"] for name, p in nemo.overlaps.items()
+                if name != "links")
     assert plain.step_time_s["total"] - nemo.step_time_s["total"] == pytest.approx(saved,
                                                                                    rel=0.05)
 
@@ -177,3 +182,29 @@ def test_cli_explains_the_expert_all_to_all_on_or_off(capsys, overlaps, how):
             "--stack", "nemo", "--overlap", overlaps, "--explain"]
     assert main(args) == 0
     assert re.search(how, capsys.readouterr().out)
+
+
+def test_collectives_that_share_the_nics_take_turns_on_them():
+    # the 70B over 16 nodes, fsdp across them and TP inside each: every fsdp collective's ring
+    # has one member per node, so a device's NIC share carries (g - 1)/g of each op's bytes
+    # (the TP collectives stay on NVLink); by hand, the busiest link's seconds are
+    model, layout = model_preset("llama3-70b"), Layout(fsdp=16, tensor=8, sp=True)
+    small = predict(model, TrainConfig(global_batch=16, seq_len=4096), layout, "h100-sxm")
+    nic = 50e9 * 0.8  # 400 Gb/s per GPU at the profile's network efficiency
+    moved = sum(c["count"] * c["bytes_per_op"] for c in small.collectives if c["axes"] == ["fsdp"])
+    assert {tuple(c["axes"]) for c in small.collectives} == {("fsdp",), ("tensor",)}
+    links = small.overlaps["links"]
+    assert links["comm"] == pytest.approx(moved * 15 / 16 / nic, rel=1e-6)
+    # the gathers hide behind the compute and the reduce-scatter behind the backward, each on
+    # its own, but the NICs carry them all: the step lasts as long as they are busy
+    assert links["exposed"] > 0
+    assert small.step_time_s["total"] == pytest.approx(links["comm"], rel=1e-9)
+    explained = breakdown(model, TrainConfig(global_batch=16, seq_len=4096), layout, "h100-sxm")
+    # (explain prices it without the stragglers, as its communication: a little more wait)
+    assert links["exposed"] <= explained["parts"]["saturation"] <= explained["parts"][
+        "communication"]
+    assert "waiting for the busiest network link" in explain_text(explained)
+    # eight times the tokens: the compute outlasts the NICs and nothing waits for them
+    large = predict(model, TrainConfig(global_batch=128, seq_len=4096), layout, "h100-sxm")
+    assert large.overlaps["links"]["exposed"] == 0
+    assert large.overlaps["links"]["comm"] < large.step_time_s["total"]
