@@ -135,8 +135,10 @@ def _unstalled(chip):
 
 
 def tier_seconds(p, setting: Setting) -> dict:
-    """{tier name: seconds} the step's collectives keep each tier busy (bytes over the tier's
-    rate, before overlap), and "latency": the rest of their time."""
+    """{tier name: seconds} the step's collectives keep each tier's links busy (before
+    overlap; collectives.tier_loads, as their time and the links row count them: a tier's
+    links carry every byte crossing it or a higher tier), and "latency": the rest of their
+    time."""
     chip, layout = setting.cluster.chip, setting.layout
     if setting.emulated or layout.tensor3d:
         return {}
@@ -148,8 +150,9 @@ def tier_seconds(p, setting: Setting) -> dict:
         axes = tuple(axes_of[a] for a in c["axes"] if a in axes_of)
         g, stride = group_shape(grid, axes)
         at = collectives.placement(g, stride, tiers)
-        busy = [c["count"] * c["bytes_per_op"] * float(v[0]) / t.rate
-                for v, t in zip(collectives.volumes(c["kind"], at), tiers)]
+        moved = [c["count"] * c["bytes_per_op"] * float(v[0])
+                 for v in collectives.volumes(c["kind"], at)]
+        busy = collectives.tier_loads(moved, [t.rate for t in tiers])
         for t, b in zip(tiers, busy):
             out[t.name] += b
         out["latency"] += max(c["seconds"] - max(busy), 0.0)

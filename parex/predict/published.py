@@ -211,10 +211,10 @@ def stack_accuracy(hardware: str = "a100-80gb") -> dict:
         brackets["parex_max_s"] = [hi for _, hi in bounds]
         brackets["hit"] = ((brackets.parex_min_s <= brackets.step_s)
                            & (brackets.step_s <= brackets.parex_max_s))
-        # predicted / published as a bracket scores: its nearer end over the published, 1 inside
-        nearer = np.where(brackets.step_s < brackets.parex_min_s, brackets.parex_min_s,
-                          brackets.parex_max_s)
-        brackets["ratio"] = np.where(brackets.hit, 1.0, nearer / brackets.step_s)
+        # predicted / published as a bracket scores: the published time clamped into the
+        # bracket (its nearer end outside, itself inside) over the published
+        brackets["ratio"] = (np.clip(brackets.step_s, brackets.parex_min_s, brackets.parex_max_s)
+                             / brackets.step_s)
         loo = leave_one_out(points, chip) if len(points) >= 3 else None
         out[stack] = {"fit_set": fit_set, "efficiency": tuned.step_efficiency, "test": test,
                       "test_summary": summary(test.ratio) if len(test) else None,
