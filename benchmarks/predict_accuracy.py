@@ -245,6 +245,7 @@ def published_runs_accuracy(hardware: str = "a100-80gb") -> None:
                                                 "max"]))
     _uncalibrated(hardware)
     h100_runs_accuracy()
+    blackwell_runs_accuracy()
 
 
 def h100_runs_accuracy() -> None:
@@ -282,6 +283,31 @@ def h100_runs_accuracy() -> None:
         slope = float((x * log_err).sum() / (x * x).sum())
         print(f"  log(ratio) against log2({axis}) within each dense release: slope "
               f"{slope:+.4f} per doubling ({len(dense)} runs)")
+
+
+def blackwell_runs_accuracy() -> None:
+    """Megatron-Bridge's published DGX B200 and GB200 runs, each layout in FP8 with current
+    scaling and in MXFP8, with the committed b200 and gb200-nvl72 profiles as they are (no
+    Blackwell run in any fit), and each layout's MXFP8 step over its current-scaling one,
+    published beside predicted."""
+    runs = published.blackwell_accuracy()
+    print("\nstep time on published DGX B200 / GB200 runs in FP8 (data/reference/"
+          "blackwell_runs.csv), the committed profiles (no Blackwell run in any fit):")
+    rows = [[r.run, r.hardware, r.gpus, r.tp, r.pp, r.cp, r.virtual, r.precision,
+             f"{r.step_s:.2f}", f"{r.parex_step_s:.2f}", f"{r.ratio:.3f}"]
+            for r in runs.itertuples()]
+    print(table(rows, ["run", "profile", "GPUs", "TP", "PP", "CP", "v", "precision",
+                       "published s", "parex s", "ratio"]))
+    for precision, group in runs.groupby("precision"):
+        s = published_runs.summary(group.ratio)
+        print(f"  {precision:12s} {s['n']} runs: |ratio − 1| median {s['median']:.3f}, max "
+              f"{s['max']:.3f}, bias (mean ratio − 1) {float(group.ratio.mean()) - 1:+.3f}")
+    layout = runs.run.str.removesuffix("-cs").str.removesuffix("-mx")
+    pairs = runs.assign(layout=layout).pivot(index="layout", columns="precision")
+    for name, pair in pairs.iterrows():
+        print(f"  {name}: mxfp8 / fp8-current step, published "
+              f"{pair.step_s['mxfp8'] / pair.step_s['fp8-current']:.3f}, parex "
+              f"{pair.parex_step_s['mxfp8'] / pair.parex_step_s['fp8-current']:.3f}")
 
 
 def residuals_by_scale(result: dict) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from .stacks import stack as named_stack
+
 DEVICES = 8  # emulated devices when neither the layout nor --devices says how many
 HARDWARE = "cpu-local"  # every command's profile when --hardware is not given: this machine
 MODEL = "tiny"  # every command's model preset when --model is not given
@@ -65,11 +67,14 @@ def default_microbatch(model, local: bool) -> int | None:
     return 1 if not local and model.n_params >= LARGE_MODEL else None
 
 
-def default_recipe(local: bool, dtype: str) -> str:
-    """mixed (16-bit compute over float32 master state) for bfloat16 on an accelerator; parex
-    (float32 state) on the emulated mesh, whose step keeps it, and for float32 training, whose
-    weights, gradients and Adam moments are all float32 (4 + 4 + 8 bytes per parameter)."""
-    return "mixed" if not local and dtype == "bfloat16" else "parex"
+def default_recipe(local: bool, dtype: str, stack: str | None = None) -> str:
+    """mixed (16-bit compute over float32 master state) for bfloat16 on an accelerator, or the
+    stack's own there (parex.stacks: torchtitan's fsdp2); parex (float32 state) on the emulated
+    mesh, whose step keeps it, and for float32 training, whose weights, gradients and Adam
+    moments are all float32 (4 + 4 + 8 bytes per parameter)."""
+    if local or dtype != "bfloat16":
+        return "parex"
+    return (named_stack(stack).recipe if stack is not None else None) or "mixed"
 
 
 def default_convention(local: bool) -> str:

@@ -2,10 +2,11 @@
 reads (chips, node counts and the network between them) is the one cluster type of parex.nodes,
 re-exported here as `Cluster`, with `load_cluster` (a profile × nodes).
 
-A profile holds one set of numbers per chip with its sources: peak FLOP/s per dtype, HBM size and
-bandwidth, the two network levels (intra-node and inter-node bandwidth, one direction per device,
-and latency), devices per node, the size of the fast "scale-up" domain (8 NVLink GPUs, a whole TPU
-slice on ICI), and the achievable fractions of peak, each with where it comes from
+A profile holds one set of numbers per chip with its sources: peak FLOP/s per dtype (and "mxfp8"
+where its matmul units take MX block scales), HBM size and bandwidth, the two network levels
+(intra-node and inter-node bandwidth, one direction per device, and latency), devices per node,
+the size of the fast "scale-up" domain (8 NVLink GPUs, a whole TPU slice on ICI), and the
+achievable fractions of peak, each with where it comes from
 (`efficiency_sources`): `matmul_efficiency` (the best matmul rate over dense peak, from a
 published GEMM benchmark of the chip; `fp8_matmul_efficiency` the same for FP8 where one is
 published), `network_efficiency` (collective bus bandwidth over link bandwidth; assumed where no
@@ -100,7 +101,7 @@ class Chip:
 
     name: str  # the profile's key, e.g. "a100-80gb"
     description: str
-    peak_flops: dict  # dtype -> dense FLOP/s ("bfloat16", "float32", ...)
+    peak_flops: dict  # dtype -> dense FLOP/s ("bfloat16", "float32", ..., "mxfp8": block-scaled)
     hbm_bytes: float  # device memory (GB = 1e9 bytes)
     hbm_bandwidth: float  # B/s
     intra_node: Link  # NVLink / ICI / shared memory

@@ -18,6 +18,11 @@ A recipe names what the published stacks do; parex's executor runs each one on t
     fp8-blockwise  DeepSeek-V3 (arXiv:2412.19437, section 3.3): a scale per 1x128 tile of
                    activations and gradients and per 128x128 block of weights, current amax,
                    E4M3 for every operand
+    mxfp8          OCP Microscaling (MX) FP8, Blackwell's block-scaled tensor cores: a
+                   power-of-two (E8M0) scale per 32 consecutive elements along each GEMM's
+                   contraction axis, weights too (one-dimensional blocks), E4M3 for every
+                   operand; each GEMM quantises its operands from the 16-bit copies (rowwise
+                   and columnwise MXFP8 differ)
 
 What every recipe keeps out of FP8 (all the stacks above agree): the embedding lookup, the output
 head, the attention score and value products, norms, the softmax, a mixture of experts' router;
@@ -53,11 +58,21 @@ class Precision:
     tile: int = 0  # the tile (1 x tile along the contraction axis) and block (tile x tile) size
     power_of_two: bool = False  # scales rounded down to a power of two (torchao rowwise)
     gathers_fp8: bool = False  # FSDP / ZeRO-3 all-gathers the FP8 weights (one scale per tensor)
+    weight_blocks: bool = False  # block scaling: W's scales per tile x tile block, not 1 x tile
+    scale_bytes: int = 4  # one scale's bytes: float32, or E8M0's 1
+    peak: str = "float8"  # the chip's peak_flops entry its GEMMs run at (parex.hardware.Chip)
     source: str = ""
 
     @property
     def delayed(self) -> bool:
         return self.history > 0
+
+    @property
+    def amax_pass(self) -> bool:
+        """Whether a cast first reads its tensor once more for the amax: a current scale over a
+        whole tensor or row does; a block's amax is found inside the cast kernel, among the
+        elements it is casting, and delayed scaling reads the history."""
+        return self.scaling in ("tensor", "row") and not self.delayed
 
 
 # which recipe a stack's precision setting is; every number is the stack's documented default
@@ -78,9 +93,17 @@ PRECISIONS = {
         source="torchao float8 'rowwise' recipe: axiswise scales, E4M3 for all operands, "
                "scales rounded to powers of two; weights all-gathered in bfloat16"),
     "fp8-blockwise": Precision(
-        "fp8-blockwise", True, E4M3, E4M3, "block", tile=128,
+        "fp8-blockwise", True, E4M3, E4M3, "block", tile=128, weight_blocks=True,
         source="DeepSeek-V3 technical report (arXiv:2412.19437) section 3.3.2: 1x128 tiles for "
                "activations, 128x128 blocks for weights, online scaling, E4M3 for all tensors"),
+    "mxfp8": Precision(
+        "mxfp8", True, E4M3, E4M3, "block", tile=32, power_of_two=True, scale_bytes=1,
+        peak="mxfp8",
+        source="OCP Microscaling Formats (MX) Specification v1.0: MXFP8, blocks of 32 elements "
+               "sharing an E8M0 scale; Transformer Engine MXFP8BlockScaling (fp8_format E4M3 "
+               "for both passes; one-dimensional blocks; the scale's exponent rounded up, so "
+               "the block's amax never saturates; rowwise and columnwise copies quantised from "
+               "the 16-bit tensor); Megatron-LM --fp8-format e4m3 --fp8-recipe mxfp8"),
 }
 PRECISION_NAMES = tuple(PRECISIONS)
 # the precision a dtype means when no precision is named, and the compute dtype of each recipe
@@ -110,11 +133,18 @@ def compute_dtype(name: str, dtype: str | None) -> str | None:
 
 
 def check_chip(name: str, chip) -> None:
-    """Refuse an FP8 recipe on a chip whose profile lists no FP8 rate (A100, TPU v4/v5/v6e)."""
-    if PRECISIONS[name].fp8 and "float8" not in chip.peak_flops and chip.calibration is None:
-        raise InputError(f"precision {name}: {chip.name} has no FP8 matmul units (its profile "
-                         f"lists {', '.join(chip.peak_flops)}); use --precision bf16, or an FP8 "
-                         f"chip (h100-sxm, h200, h800, b200, mi300x)")
+    """Refuse an FP8 recipe on a chip whose profile lists no rate for it: no FP8 at all (A100,
+    TPU v4/v5/v6e), or FP8 without MX block scaling (Hopper, MI300X) for mxfp8."""
+    recipe = PRECISIONS[name]
+    if not recipe.fp8 or recipe.peak in chip.peak_flops or chip.calibration is not None:
+        return
+    if "float8" in chip.peak_flops:
+        raise InputError(f"precision {name}: {chip.name}'s matmul units have no microscaling "
+                         f"(MX) block scales (Blackwell's do: b200, gb200-nvl72); use "
+                         f"--precision fp8-blockwise or fp8-current on it")
+    raise InputError(f"precision {name}: {chip.name} has no FP8 matmul units (its profile "
+                     f"lists {', '.join(chip.peak_flops)}); use --precision bf16, or an FP8 "
+                     f"chip (h100-sxm, h200, h800, b200, mi300x)")
 
 
 __all__ = ["E4M3", "E5M2", "FP8_MAX", "PRECISIONS", "PRECISION_NAMES", "Precision",

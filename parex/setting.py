@@ -33,7 +33,7 @@ from .stacks import OVERLAPS, STACKS, overlap_flags
 
 EMULATED, ACCELERATOR = "emulated", "accelerator"
 REGIMES = (EMULATED, ACCELERATOR)
-RECIPE_NAMES = ("parex", "mixed", "mixed-fp32-grads")  # parex.predict.memory.RECIPES
+RECIPE_NAMES = ("parex", "mixed", "mixed-fp32-grads", "fsdp2")  # parex.predict.memory.RECIPES
 CONVENTION_NAMES = ("gpu", "xla-cpu")  # parex.predict.comm.CONVENTIONS
 # the stack's overlaps among parex.predict.comm.Convention's fields (Setting.overlaps)
 OVERLAP_FLAGS = ("overlaps_grad_reduce", "overlaps_tp_backward", "axonn_overlaps",
@@ -217,7 +217,7 @@ def resolve(model: ModelConfig, train: TrainConfig, layout: Layout | None = None
         overlaps = overlap_flags(stack, overlaps)
     setting = _resolved(model, train, regime, dtype=dtype, recipe=recipe,
                         convention=convention, n_devices=cluster.n_devices,
-                        expert_imbalance=expert_imbalance)
+                        expert_imbalance=expert_imbalance, stack=stack)
     if named and setting.convention == "xla-cpu":
         raise InputError("the xla-cpu convention is the emulated mesh's program, which overlaps "
                          "nothing: drop --stack/--overlap, or use --convention gpu")
@@ -248,8 +248,8 @@ def resolve_regime(model: ModelConfig, train: TrainConfig, regime: str, *,
 
 
 def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, recipe,
-              convention, n_devices: int, expert_imbalance=None, runs: bool = False
-              ) -> Setting:
+              convention, n_devices: int, expert_imbalance=None, runs: bool = False,
+              stack: str | None = None) -> Setting:
     """A Setting without a layout: parex.defaults for every None of the train config and the
     keywords, checked. `runs`: an execution, which runs the model in its own dtype."""
     dtype_given, own = dtype, regime == EMULATED or runs
@@ -258,7 +258,7 @@ def _resolved(model: ModelConfig, train: TrainConfig, regime: str, *, dtype, rec
         _check(dtype, DTYPES, "dtype")
     model = model if model.dtype == dtype else model.replace(dtype=dtype)
     recipe_given, convention_given = _name(recipe), _name(convention)
-    recipe = recipe_given or defaults.default_recipe(regime == EMULATED, dtype)
+    recipe = recipe_given or defaults.default_recipe(regime == EMULATED, dtype, stack)
     convention = convention_given or defaults.default_convention(regime == EMULATED)
     _check(recipe, RECIPE_NAMES, "recipe")
     _check(convention, CONVENTION_NAMES, "convention")

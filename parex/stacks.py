@@ -49,6 +49,8 @@ class Stack:
     overlaps: tuple[str, ...]  # names among OVERLAPS that are on
     bucket_params: float  # gradient / parameter bucket size in parameters; 0: one per layer
     source: str
+    recipe: str | None = None  # the memory recipe its bfloat16 training keeps (parex.predict.
+    #                            memory.RECIPES); None: parex.defaults'
 
     def flags(self, overlaps=None) -> dict:
         """Convention flags: every overlap on or off (`overlaps`, names, replacing the stack's
@@ -74,7 +76,8 @@ STACKS = {s.name: s for s in (
     Stack("torchtitan", "0.1 (2025)", ("grad-reduce",), 0.0,
           "torchtitan: FSDP2 reduce-scatters each block's gradients behind the backward and "
           "prefetches its gathers; parallelism.enable_async_tensor_parallel is off unless "
-          "given (then add async-tp)"),
+          "given (then add async-tp); float32 shards gathered in bfloat16, gradients reduced "
+          "in float32 (recipe fsdp2)", recipe="fsdp2"),
     Stack("maxtext", "2025", ("grad-reduce",), 0.0,
           "MaxText on XLA: the latency-hiding scheduler runs the gradient reductions as async "
           "collectives behind the backward; collective matmul is off unless configured"),

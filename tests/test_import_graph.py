@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "parex"
 ROOMS = (
     # values: what everything reads
     "errors", "units", "files", "machine", "precision", "config", "layout", "record", "network",
-    "nodes", "hardware", "cluster", "defaults", "stacks", "setting",
+    "nodes", "hardware", "cluster", "stacks", "defaults", "setting",
     # the model, and the executor that runs it on a mesh
     "model", "parallel", "validation", "executor", "launch",
     # what a layout does: measured, predicted, calibrated, studied

@@ -2,6 +2,8 @@
 one line, the quantiser keeps its promises, and the predictor prices FP8 (time, FSDP gathers,
 histories). The executor's FP8 steps: tests/parallel/test_fp8.py."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,8 +17,10 @@ from parex.model import fp8 as quant
 from parex.model import transformer as gpt
 from parex.precision import E4M3, E5M2, FP8_MAX, PRECISION_NAMES, precision
 from parex.predict import predict_batch
+from parex.predict.accelerator import slots_per_token
 from parex.predict.core import predict_setting
-from parex.predict.shapes import model_sizes
+from parex.predict.fp8 import cast_bytes_per_token
+from parex.predict.shapes import Grid, model_sizes
 from parex.setting import resolve
 
 LLAMA = model_preset("llama3-8b")
@@ -86,6 +90,24 @@ def test_fp8_is_faster_than_bf16_and_halves_the_fsdp_gathers(chip):
     assert out["fp8-delayed"].step_time_s["total"] < out["fp8-current"].step_time_s["total"]
 
 
+def test_mxfp8_needs_blackwells_block_scales_and_casts_without_an_amax_pass():
+    """Hopper has FP8 but no MX block scales: one line naming the chips that do. On B200 the
+    GEMMs run at the FP8 rate, and a cast moves 2 + 2 bytes and a scale byte per 32 elements
+    per copy, where current scaling reads the tensor once more for its amax."""
+    with pytest.raises(InputError, match="no microscaling .* b200, gb200-nvl72") as error:
+        resolve(LLAMA, TrainConfig(precision="mxfp8"), Layout(fsdp=8), "h100-sxm")
+    assert "\n" not in str(error.value)
+    layout = Layout(fsdp=8)
+    step = {name: predict_setting(resolve(LLAMA, TrainConfig(precision=name), layout, "b200"))
+            .step_time_s["total"] for name in ("bf16", "fp8-current", "mxfp8")}
+    assert step["mxfp8"] < step["fp8-current"] < step["bf16"]
+    grid = Grid.from_columns(TrainConfig(global_batch=8), LLAMA)
+    sizes = model_sizes(LLAMA)
+    mx = cast_bytes_per_token(sizes, grid, precision("mxfp8"), 2)
+    current = cast_bytes_per_token(sizes, grid, precision("fp8-current"), 2)
+    assert mx / current == pytest.approx((2 + 2 + 2 / 32) / (2 + 2 + 2))
+
+
 def test_predict_batch_prices_fp8_as_predict_does():
     layouts = [Layout(fsdp=8), Layout(data=2, tensor=4), Layout(tensor=8)]
     train = TrainConfig(precision="fp8-current")
@@ -95,6 +117,32 @@ def test_predict_batch_prices_fp8_as_predict_does():
         assert cols["step_time_s"][i] == pytest.approx(one.step_time_s["total"], rel=1e-9)
         assert cols["comm_all_gather_bytes"][i] == pytest.approx(
             one.comm_bytes_per_device["all-gather"], rel=1e-9)
+
+
+
+@pytest.mark.parametrize("name", ["fp8-delayed", "fp8-current"])
+def test_a_mixtures_routed_experts_cast_their_operands_in_every_slot(name):
+    """The routed experts are FP8 GEMMs too: each of a token's k slots casts its expert's
+    inputs (x, D wide, and the activation, F_e) and its outputs' gradients (SwiGLU's two F_e
+    and D), read in bf16 and written twice in FP8, read once more for a current amax."""
+    moe = model_preset("mixtral-8x7b")
+    dense = moe.replace(experts=0)
+    train = TrainConfig(global_batch=8, precision=name)
+    grid = dataclasses.replace(Grid.from_columns(train, moe, expert=8), executor=False)
+    recipe = precision(name)
+    slots = slots_per_token(model_sizes(moe), grid)
+    assert slots == pytest.approx(moe.top_k)  # balanced and dropless: k per token
+    D, Fe = moe.hidden, moe.expert_ffn or moe.ffn
+    per_element = 2 + 2 + (0 if recipe.delayed else 2)
+    routed = cast_bytes_per_token(model_sizes(moe), grid, recipe, 2, slots)
+    attention_only = cast_bytes_per_token(model_sizes(moe), grid, recipe, 2)
+    assert routed - attention_only == pytest.approx(
+        moe.top_k * (D + Fe + 2 * Fe + D) * per_element)
+    # a mixture without experts' casts is its attention's: the dense model's minus its MLP's
+    dense_grid = Grid.from_columns(train, dense)
+    mlp = (D + Fe + 2 * Fe + D) * per_element
+    assert attention_only == pytest.approx(
+        cast_bytes_per_token(model_sizes(dense), dense_grid, recipe, 2) - mlp)
 
 
 @pytest.mark.parametrize("fmt", [E4M3, E5M2])
@@ -123,6 +171,22 @@ def test_blockwise_amax_is_per_1x128_tile_and_128x128_block():
     w = jnp.arange(256 * 200, dtype=jnp.float32).reshape(256, 200)  # (K, N): blocks over both
     b = quant.amax(w, (0,), recipe, square=True)
     assert float(b[0, 0]) == w[:128, :128].max() and float(b[200, 150]) == w[128:, 128:].max()
+
+
+def test_mxfp8_scales_each_32_elements_of_x_and_w_alike_by_a_power_of_two():
+    """MX blocks are one-dimensional for weights too (no 32 x 32 squares), their E8M0 scales
+    powers of two rounded so that the block's largest value never saturates: it lands in the
+    top binade of E4M3, (224, 448]."""
+    recipe = precision("mxfp8")
+    w = jnp.arange(64 * 70, dtype=jnp.float32).reshape(64, 70) + 1.0  # (K, N), K contracted
+    a = quant.amax(w, (0,), recipe, square=True)
+    assert float(a[0, 5]) == w[:32, 5].max() and float(a[40, 5]) == w[32:, 5].max()
+    assert float(a[0, 6]) != float(a[0, 5])  # each column its own blocks: not 32 x 32
+    x = jax.random.normal(jax.random.key(3), (8, 96)) * jnp.exp2(jnp.arange(96) / 8.0)
+    s = quant.scale_from_amax(quant.amax(x, (1,), recipe), E4M3, recipe.power_of_two)
+    assert np.all(np.log2(np.asarray(s)) == np.round(np.log2(np.asarray(s))))
+    top = jnp.max(jnp.abs(x * s).reshape(8, 3, 32), axis=-1)
+    assert float(top.max()) <= 448.0 and float(top.min()) > 224.0
 
 
 def test_rowwise_scales_are_powers_of_two():

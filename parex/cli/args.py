@@ -136,8 +136,9 @@ def add_attention_arg(p: argparse.ArgumentParser) -> None:
 
 PRECISION_HELP = ("matmul precision recipe (parex.precision): fp32, bf16, fp8-delayed (Transformer "
                   "Engine), fp8-current (torchao tensorwise), fp8-rowwise (torchao), "
-                  "fp8-blockwise (DeepSeek-V3); an FP8 recipe computes the rest in bfloat16 "
-                  "unless --dtype says otherwise; default: the dtype's")
+                  "fp8-blockwise (DeepSeek-V3), mxfp8 (OCP MX, Blackwell); an FP8 recipe "
+                  "computes the rest in bfloat16 unless --dtype says otherwise; default: the "
+                  "dtype's")
 
 
 def add_precision_arg(p: argparse.ArgumentParser) -> None:

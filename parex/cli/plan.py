@@ -187,8 +187,9 @@ def add_plan(sub) -> None:
                         "(default: 20 per parameter, Chinchilla)")
     p.add_argument("--top", type=int, default=5, help="layouts to print (default 5)")
     p.add_argument("--recipe", default=None, choices=RECIPE_NAMES,
-                   help="bytes of model state: parex (fp32), mixed (ZeRO's 2 + 2 + 12) or "
+                   help="bytes of model state: parex (fp32), mixed (ZeRO's 2 + 2 + 12), "
                    "mixed-fp32-grads (Megatron-LM's bf16: 2 + 4 + 12, gradients reduced in "
+                   "fp32) or fsdp2 (torchtitan's: 4 + 4 + 8, gathered in bf16, reduced in "
                    "fp32); default mixed on an accelerator profile, parex on cpu-local")
     p.add_argument("--convention", default=None, choices=["gpu", "xla-cpu"])
     p.add_argument("--allow-local", action="store_true",

@@ -282,8 +282,9 @@ def add_predict(sub) -> None:
     p.add_argument("--recipe", default=None, choices=RECIPE_NAMES,
                    help="bytes of model state: parex (fp32 weights, grads, Adam), mixed "
                    "(ZeRO's 2 + 2 + 12; the default for bfloat16 on accelerator profiles, parex "
-                   "on cpu-local and for float32) or mixed-fp32-grads (Megatron-LM's bf16: "
-                   "2 + 4 + 12, gradients reduced in fp32)")
+                   "on cpu-local and for float32), mixed-fp32-grads (Megatron-LM's bf16: "
+                   "2 + 4 + 12, gradients reduced in fp32) or fsdp2 (torchtitan's FSDP2: "
+                   "4 + 4 + 8, gathered in bf16, reduced in fp32; --stack torchtitan's)")
     p.add_argument("--expert-imbalance", type=float, default=None,
                    help="a mixture of experts' busiest expert's load over the mean, which "
                    "sets the step (default 1.0: balanced; an assumption, stated in the output)")

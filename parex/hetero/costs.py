@@ -45,6 +45,9 @@ def stage_setting(model: ModelConfig, seq_len: int | None = None, remat: str = "
         raise InputError(f"{model.name} is a mixture of experts: heterogeneous plans cost "
                          f"dense models only; plan it on one kind of device (parex plan) or "
                          f"use a dense model")
+    if memory.recipe(recipe).gathers_compute_dtype:  # sharding.py gathers the stored bytes
+        raise InputError(f"recipe {recipe}: heterogeneous plans price ZeRO's stages over the "
+                         f"stored parameters; use recipe mixed or mixed-fp32-grads")
     train = TrainConfig(seq_len=seq_len or model.seq_len, remat=remat)
     return resolve_regime(model, train, ACCELERATOR, dtype=dtype, recipe=recipe,
                           convention="gpu")

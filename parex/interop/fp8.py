@@ -3,9 +3,12 @@
     Megatron-LM   --fp8-format hybrid --fp8-recipe delayed     fp8-delayed
                   --fp8-format hybrid --fp8-recipe tensorwise  fp8-current
                   --fp8-format e4m3 --fp8-recipe blockwise     fp8-blockwise
+                  --fp8-format e4m3 --fp8-recipe mxfp8         mxfp8
     torchtitan    converters ["quantize.linear.float8"], [quantize.linear.float8]
                   recipe_name "tensorwise" (or unset)          fp8-current
                   recipe_name "rowwise"                        fp8-rowwise
+                  converters ["quantize.linear.mx"], [quantize.linear.mx]
+                  recipe_name "mxfp8_cublas" (or unset)        mxfp8
     MaxText       quantization "fp8" | "nanoo_fp8"             fp8-delayed
 
 Each reader returns the recipe's name (None: no FP8) and appends to `approximated` what parex
@@ -29,7 +32,7 @@ from .result import refuse
 # --- Megatron-LM ---------------------------------------------------------------------------
 
 MEGATRON_RECIPES = {("hybrid", "delayed"): "fp8-delayed", ("hybrid", "tensorwise"): "fp8-current",
-                    ("e4m3", "blockwise"): "fp8-blockwise"}
+                    ("e4m3", "blockwise"): "fp8-blockwise", ("e4m3", "mxfp8"): "mxfp8"}
 MEGATRON_OPTIONS = ("--fp8-format", "--fp8-recipe", "--fp8-amax-history-len",
                     "--fp8-amax-compute-algo", "--fp8-param-gather", "--fp8-margin")
 
@@ -42,11 +45,9 @@ def megatron_precision(given: dict, approximated: list) -> str | None:
     recipe = given.get("--fp8-recipe", "delayed")
     name = MEGATRON_RECIPES.get((fmt, recipe))
     if name is None:
-        nearest = {"mxfp8": "--fp8-format e4m3 --fp8-recipe blockwise (DeepSeek-V3's 1x128 / "
-                            "128x128 tiles; MXFP8's are 32 elements with E8M0 scales)",
-                   "custom": "--fp8-format hybrid --fp8-recipe delayed"}.get(recipe)
+        nearest = {"custom": "--fp8-format hybrid --fp8-recipe delayed"}.get(recipe)
         if nearest is None:
-            wanted = "e4m3" if recipe == "blockwise" else "hybrid"
+            wanted = "e4m3" if recipe in ("blockwise", "mxfp8") else "hybrid"
             nearest = f"--fp8-format {wanted} --fp8-recipe {recipe}"
         raise InputError(f"--fp8-format {fmt} --fp8-recipe {recipe}: not one of parex's FP8 "
                          f"recipes; the nearest: {nearest}")
@@ -87,24 +88,35 @@ def megatron_options(name: str, gathers: bool) -> list[str]:
 
 TORCHTITAN_CONVERTER = "quantize.linear.float8"
 TORCHTITAN_TABLE = "quantize.linear.float8"
+TORCHTITAN_MX = "quantize.linear.mx"  # torchao's MX linears: the converter and its table
 TORCHTITAN_RECIPES = {None: "fp8-current", "tensorwise": "fp8-current",
                       "rowwise": "fp8-rowwise"}
+TORCHTITAN_MX_RECIPES = {"mxfp8_cublas": "mxfp8"}  # recipe_name (its default) -> ours
 
 
-def torchtitan_precision(converters: list, table: dict, shards: bool,
+def torchtitan_precision(converters: list, tables: dict, shards: bool,
                          approximated: list) -> str | None:
-    """The recipe of torchtitan's model.converters and [quantize.linear.float8] `table`;
-    `shards`: the run has FSDP (where the FP8 all-gather applies)."""
-    others = [c for c in converters if c != TORCHTITAN_CONVERTER]
+    """The recipe of torchtitan's model.converters and their `tables` ({"quantize.linear.
+    float8": table, "quantize.linear.mx": table}); `shards`: the run has FSDP (where the FP8
+    all-gather applies)."""
+    linears = (TORCHTITAN_CONVERTER, TORCHTITAN_MX)
+    others = [c for c in converters if c not in linears]
     if others:
-        raise InputError(f"model.converters {others}: parex prices float8 linears only "
-                         f"(\"{TORCHTITAN_CONVERTER}\"), not MX or grouped-GEMM converters; "
-                         f"drop them")
+        raise InputError(f"model.converters {others}: parex prices float8 and MX linears "
+                         f"(\"{TORCHTITAN_CONVERTER}\", \"{TORCHTITAN_MX}\"), not grouped-GEMM "
+                         f"converters; drop them")
+    for name in linears:
+        if tables.get(name) and name not in converters:
+            raise InputError(f"[{name}] without \"{name}\" in model.converters does nothing: "
+                             f"add the converter or drop the table")
+    if all(name in converters for name in linears):
+        raise InputError(f"model.converters {converters}: a linear is converted once, to "
+                         f"float8 or to MX; keep one")
+    if TORCHTITAN_MX in converters:
+        return _torchtitan_mx(tables.get(TORCHTITAN_MX, {}), approximated)
     if not converters:
-        if table:
-            raise InputError(f"[{TORCHTITAN_TABLE}] without \"{TORCHTITAN_CONVERTER}\" in "
-                             f"model.converters does nothing: add the converter or drop the table")
         return None
+    table = tables.get(TORCHTITAN_TABLE, {})
     recipe = table.get("recipe_name")
     if recipe not in TORCHTITAN_RECIPES:
         raise InputError(f"{TORCHTITAN_TABLE}.recipe_name {recipe!r}: not one of parex's FP8 "
@@ -121,20 +133,37 @@ def torchtitan_precision(converters: list, table: dict, shards: bool,
     return name
 
 
-def torchtitan_table(name: str, shards: bool) -> dict | None:
-    """The [quantize.linear.float8] table of recipe `name` (None: no FP8)."""
+def _torchtitan_mx(table: dict, approximated: list) -> str:
+    """The recipe of [quantize.linear.mx]: torchao's MXFP8 linears (every one but the output
+    layer by default, as parex keeps the head out of FP8)."""
+    recipe = table.get("recipe_name", "mxfp8_cublas")
+    if recipe not in TORCHTITAN_MX_RECIPES:
+        raise InputError(f"{TORCHTITAN_MX}.recipe_name {recipe!r}: parex prices MXFP8 on "
+                         f"the hardware's block-scaled GEMMs; use \"mxfp8_cublas\"")
+    skipped = [fqn for fqn in table.get("filter_fqns", ["output"]) if fqn != "output"]
+    if skipped:
+        approximated.append(f"{TORCHTITAN_MX}.filter_fqns {skipped} priced in MXFP8 too: "
+                            f"parex runs every block projection in it")
+    return TORCHTITAN_MX_RECIPES[recipe]
+
+
+def torchtitan_table(name: str, shards: bool) -> tuple[str, dict] | None:
+    """(the converter, its table) of recipe `name` (None: no FP8)."""
     if not PRECISIONS[name].fp8:
         return None
+    if name in TORCHTITAN_MX_RECIPES.values():
+        recipe = next(k for k, v in TORCHTITAN_MX_RECIPES.items() if v == name)
+        return TORCHTITAN_MX, {"recipe_name": recipe}
     recipes = {"fp8-current": "tensorwise", "fp8-rowwise": "rowwise"}
     if name not in recipes:
         nearest = {"fp8-delayed": "fp8-current (torchao's float8 has no delayed scaling)",
-                   "fp8-blockwise": "fp8-rowwise"}[name]
+                   "fp8-blockwise": "fp8-rowwise or mxfp8"}[name]
         raise refuse("torchtitan", f"--precision {name}", f"--precision {nearest}")
     table = {"recipe_name": recipes[name]}
     if shards and PRECISIONS[name].gathers_fp8:
         table |= {"enable_fsdp_float8_all_gather": True,
                   "precompute_float8_dynamic_scale_for_fsdp": True}
-    return table
+    return TORCHTITAN_CONVERTER, table
 
 
 # --- MaxText -----------------------------------------------------------------------------
@@ -163,6 +192,6 @@ def maxtext_quantization(name: str) -> str:
     return "fp8"
 
 
-__all__ = ["MEGATRON_OPTIONS", "TORCHTITAN_CONVERTER", "TORCHTITAN_TABLE", "maxtext_precision",
-           "maxtext_quantization", "megatron_options", "megatron_precision", "torchtitan_precision",
-           "torchtitan_table"]
+__all__ = ["MEGATRON_OPTIONS", "TORCHTITAN_CONVERTER", "TORCHTITAN_MX", "TORCHTITAN_TABLE",
+           "maxtext_precision", "maxtext_quantization", "megatron_options", "megatron_precision",
+           "torchtitan_precision", "torchtitan_table"]

@@ -32,7 +32,8 @@ The mapping, one option per parex field (docs/interop.md has the table):
     --accumulate-allreduce-grads-in-fp32
     --use-flash-attn, --attention-backend                        attention flash | naive
     --fp8-format, --fp8-recipe, --fp8-amax-*, --fp8-param-gather precision fp8-delayed |
-                                                                 fp8-current | fp8-blockwise
+                                                                 fp8-current | fp8-blockwise |
+                                                                 mxfp8
                                                                  (parex.interop.fp8)
     --tp-comm-overlap, --overlap-grad-reduce,                    stack megatron-core, overlaps
     --overlap-param-gather,                                      tp-comm, grad-reduce,

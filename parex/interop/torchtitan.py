@@ -21,11 +21,14 @@ The mapping (docs/interop.md has the table):
                   context_parallel_degree              seq, cp=ring
     [training]    local_batch_size, global_batch_size, microbatches m = B / (b x dp) with
                   pipeline_parallel_microbatch_size b = the microbatch (local batch without PP)
-                  mixed_precision_param                dtype
+                  mixed_precision_param                dtype; bfloat16 over float32 state:
+                                                       recipe fsdp2 (float32 shards gathered in
+                                                       bfloat16, gradients reduced in float32:
+                                                       mixed_precision_reduce's only value)
     [activation_checkpoint] mode, selective_ac_option  remat
     [parallelism] enable_async_tensor_parallel         stack torchtitan, overlap async-tp
     [model] converters, [quantize.linear.float8]       precision fp8-current | fp8-rowwise
-                                                       (parex.interop.fp8)
+            or [quantize.linear.mx]                    | mxfp8 (parex.interop.fp8)
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ MAPPED = {
     "activation_checkpoint": {"mode", "selective_ac_option"},
     fp8.TORCHTITAN_TABLE: {"recipe_name", "enable_fsdp_float8_all_gather",
                            "precompute_float8_dynamic_scale_for_fsdp", "emulate"},
+    fp8.TORCHTITAN_MX: {"recipe_name", "filter_fqns"},
 }
 
 
@@ -126,21 +130,28 @@ def from_torchtitan(source, world_size: int | None = None, name: str | None = No
                             "keeps no scores: flash)")
     # torchtitan's overlaps (parex.stacks): FSDP2's, and micro-pipelined TP where asked
     async_tp = bool(get("parallelism", "enable_async_tensor_parallel", False))
+    # bfloat16 compute over float32 state (training.dtype) is FSDP2's or DDP's mixed
+    # precision: the stack's recipe, fsdp2 (TP or PP alone in bfloat16 state: parex's default)
+    mixed = dtype == "bfloat16" and section["training"].get("dtype", "float32") == "float32"
     return Imported(FRAMEWORK, VERSION, model.replace(dtype=dtype), train,
                     layout.replace(microbatches=m), dtype=dtype,
                     ignored=tuple(notes["ignored"]), assumed=tuple(notes["assumed"]),
                     approximated=tuple(notes["approximated"]), stack="torchtitan",
-                    overlaps=stack("torchtitan").overlaps + (("async-tp",) if async_tp else ()))
+                    overlaps=stack("torchtitan").overlaps + (("async-tp",) if async_tp else ()),
+                    recipe=stack("torchtitan").recipe if mixed else None)
 
 
 def _precision(job: dict, get, layout: Layout, dtype: str, notes) -> str | None:
-    """The FP8 recipe of model.converters and [quantize.linear.float8] (parex.interop.fp8)."""
-    table = job.get("quantize", {}).get("linear", {}).get("float8", {})
-    name = fp8.torchtitan_precision(get("model", "converters", []), table, layout.fsdp > 1,
+    """The FP8 recipe of model.converters and [quantize.linear.float8] or [quantize.linear.mx]
+    (parex.interop.fp8)."""
+    linear = job.get("quantize", {}).get("linear", {})
+    tables = {f"quantize.linear.{kind}": table for kind, table in linear.items()}
+    name = fp8.torchtitan_precision(get("model", "converters", []), tables, layout.fsdp > 1,
                                     notes["approximated"])
     if name is not None and dtype != "bfloat16":
-        raise InputError(f"float8 linears over {dtype}: parex prices FP8 over bfloat16, as "
-                         f"torchtitan's float8 runs; set mixed_precision_param = \"bfloat16\"")
+        raise InputError(f"FP8 linears over {dtype}: parex prices FP8 over bfloat16, as "
+                         f"torchtitan's float8 and MX run; set mixed_precision_param = "
+                         f"\"bfloat16\"")
     return name
 
 
@@ -356,7 +367,9 @@ def _remat(get, notes) -> str:
 def to_torchtitan(model: ModelConfig, train: TrainConfig, layout: Layout, hardware,
                   **keywords) -> str:
     """The job TOML of (model, train, layout) on `hardware`, resolved as parex.predict
-    resolves it; what torchtitan cannot express is refused naming the nearest."""
+    resolves it under torchtitan's stack (its overlaps and recipe) unless `keywords` name
+    another; what torchtitan cannot express is refused naming the nearest."""
+    keywords.setdefault("stack", "torchtitan")
     return torchtitan_toml(resolve(model, train, layout, hardware, **keywords))
 
 
@@ -378,9 +391,9 @@ def torchtitan_toml(setting: Setting) -> str:
              f"context_parallel_degree = {layout.seq}"]
     if "async-tp" in setting.overlap_names and layout.tensor > 1:
         lines.append("enable_async_tensor_parallel = true")
-    float8 = fp8.torchtitan_table(setting.precision.name, layout.fsdp > 1)
-    if float8 is not None:  # the converter goes in [model], its table after the others
-        lines.insert(lines.index('[training]') - 1, f'converters = ["{fp8.TORCHTITAN_CONVERTER}"]')
+    converted = fp8.torchtitan_table(setting.precision.name, layout.fsdp > 1)
+    if converted is not None:  # the converter goes in [model], its table after the others
+        lines.insert(lines.index('[training]') - 1, f'converters = ["{converted[0]}"]')
     if layout.stage > 1:
         lines += [f'pipeline_parallel_schedule = "{schedule}"',
                   f"pipeline_parallel_microbatch_size = {setting.microbatch}",
@@ -393,9 +406,9 @@ def torchtitan_toml(setting: Setting) -> str:
     lines += ["", "[activation_checkpoint]", f"mode = {mode[0]}"]
     if mode[1]:
         lines.append(f"selective_ac_option = {mode[1]}")
-    if float8 is not None:
-        lines += ["", f"[{fp8.TORCHTITAN_TABLE}]"] + [
-            f"{key} = {_toml_value(value)}" for key, value in float8.items()]
+    if converted is not None:
+        lines += ["", f"[{converted[0]}]"] + [
+            f"{key} = {_toml_value(value)}" for key, value in converted[1].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -449,9 +462,10 @@ def _check_expressible(setting: Setting) -> str:
         if layout.layers_per_stage is not None or model.layers % chunks:
             raise refuse(FRAMEWORK, "this uneven split of layers in parex's keys",
                          "an even split (layers a multiple of stage x virtual)")
-    if setting.dtype != "bfloat16" or setting.recipe != "mixed":
-        raise refuse(FRAMEWORK, f"{setting.dtype} training under recipe {setting.recipe}",
-                     "bfloat16 with the mixed recipe (mixed_precision_param)")
+    if setting.dtype != "bfloat16" or setting.recipe != stack("torchtitan").recipe:
+        raise refuse(FRAMEWORK, f"{setting.dtype} training under recipe {setting.recipe} "
+                     f"(it keeps float32 shards and reduces gradients in float32)",
+                     "bfloat16 with recipe fsdp2 (--recipe fsdp2, or --stack torchtitan)")
     if layout.fsdp == 1 and layout.seq == 1 and (layout.tensor > 1 or layout.stage > 1):
         raise refuse(FRAMEWORK, "bfloat16 under TP or PP without FSDP (mixed precision is "
                      "fully_shard's)", f"fsdp=2 or more, or data={layout.data} alone")

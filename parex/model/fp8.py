@@ -10,7 +10,9 @@ Linear layers do; the straight-through estimator carries dX and dW past the cast
 
     tensor   one scale per tensor: the current amax, or (delayed) the max of the amax history
     row      one scale per row along each GEMM's contraction axes (each GEMM requantises)
-    block    one scale per 1 x 128 tile along the contraction axes, per 128 x 128 block of W
+    block    one scale per 1 x tile tile along the contraction axes (each GEMM requantises);
+             W's per tile x tile block where the recipe says so (fp8-blockwise: 128, 128 x
+             128; mxfp8: 32, W's blocks one-dimensional too, power-of-two scales)
 
 Every amax is taken over the whole logical tensor (XLA reduces the shards'), so each shard of a
 layout quantises with the scale one device would use. A tensor-scaled weight is cast to FP8 on
@@ -55,13 +57,14 @@ def dequantize(a8, scale, dtype):
 
 def amax(a, axes: tuple, recipe: Precision, square: bool = False):
     """|a|'s maximum per scaling group: the whole tensor, each row along `axes`, or each
-    1 x tile (`square`: tile x tile, a weight's block) tile along `axes`; broadcastable to a."""
+    1 x tile tile along `axes` (`square`, a weight, under a recipe with weight_blocks: each
+    tile x tile block); broadcastable to a."""
     a = jnp.abs(a.astype(jnp.float32))
     if recipe.scaling == "tensor":
         return jnp.max(a)
     if recipe.scaling == "row":
         return jnp.max(a, axis=axes, keepdims=True)
-    return _tile_amax(a, axes, recipe.tile, square)
+    return _tile_amax(a, axes, recipe.tile, square and recipe.weight_blocks)
 
 
 def _tile_amax(a, axes: tuple, tile: int, square: bool):

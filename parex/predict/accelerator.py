@@ -117,6 +117,12 @@ def expert_slots(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> np.nd
     return grid.expert * grid.b * per_sequence / grid.seq
 
 
+def slots_per_token(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> np.ndarray:
+    """Expert slots this device runs per token it holds: its E/EP local experts' `expert_slots`
+    over its tokens (k on a balanced dropless layout)."""
+    return expert_slots(sizes, grid, imbalance) * sizes.E / grid.ep / grid.tokens
+
+
 def moe_shapes(sizes: ModelSizes, grid: Grid, imbalance: float = 1.0) -> list[tuple]:
     """The router W_r[D, E] on every token; the E/EP local experts, each on `expert_slots`
     slots, F_e split over ETP (SwiGLU's two input matrices, then the output); parex's dense
@@ -145,7 +151,7 @@ def elementwise_elements(sizes: ModelSizes, grid: Grid, dropout: bool,
     if sizes.moe:  # the shared experts; each of k assignments' activation (the busiest
         #            expert's, `expert_slots`) and its permutation there and back (read, write)
         # (folded: E/EP local experts of width F_e/ETP, their slots' D not split by tensor)
-        slots = expert_slots(sizes, grid, imbalance) * sizes.E / grid.ep / grid.tokens
+        slots = slots_per_token(sizes, grid, imbalance)
         mlp = (per_unit * (sizes.shared_F / t + slots * sizes.Fe / grid.expert_tensor)
                + 4 * slots * sizes.D + 2 * sizes.E)
     core = (2.0 + 2.5 * d) * sizes.H / heads * grid.T
@@ -269,4 +275,5 @@ def accelerator_compute(model, sizes: ModelSizes, grid: Grid, remat: str, chip, 
 __all__ = ["ATTENTION_CORE", "BACKWARD_BYTES", "CROSS_ENTROPY_BYTES", "FLASH_BACKWARD",
            "FLASH_FALLBACK", "MEGATRON_OPTIMIZER_BYTES", "OPTIMIZER_BYTES", "accelerator_compute",
            "elementwise_elements", "expert_slots", "flash_efficiency", "flash_seconds",
-           "flash_table", "gemm_seconds", "layer_seconds", "matmul_shapes", "moe_shapes"]
+           "flash_table", "gemm_seconds", "layer_seconds", "matmul_shapes", "moe_shapes",
+           "slots_per_token"]

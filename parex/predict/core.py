@@ -15,8 +15,8 @@ from ..parallel.schedules import SCHEDULES
 from ..record import KINDS, PREDICTED_MEMORY_PARTS, STEP_TIME_PARTS, Prediction
 from ..setting import Setting, resolve
 from ..validation.checks import check_valid, executable_columns, executable_reason, valid_columns
-from . import (alpha_beta, comm, flops, fp8, memory, overlap, stash, tensor3d, tensor3d_stages,
-               ticks, time)
+from . import (accelerator, alpha_beta, comm, flops, fp8, memory, overlap, stash, tensor3d,
+               tensor3d_stages, ticks, time)
 from .comm import Convention
 from .memory import Recipe
 from .shapes import Grid, model_sizes
@@ -64,9 +64,12 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
                                    chip.hbm_bandwidth, opt_elements, mem)
         compute |= _executor_ticks(sizes, grid, chip, remat, act, seconds, compute)
     else:
-        casts = (chip.peak("float8") * chip.fp8_efficiency(),
-                 fp8.cast_bytes_per_token(sizes, grid, precision, act)) if precision.fp8 \
-            else None
+        casts = None
+        if precision.fp8:  # (FP8 FLOP/s, the casts' bytes per token, a mixture's routed ones in)
+            routed = (accelerator.slots_per_token(sizes, grid, setting.expert_imbalance)
+                      if sizes.moe else 0.0)
+            casts = (chip.peak(precision.peak) * chip.fp8_efficiency(),
+                     fp8.cast_bytes_per_token(sizes, grid, precision, act, routed))
         compute = time.accelerator_compute(model, sizes, grid, remat, chip, model.dtype, act,
                                            opt_elements, rec.activations == "korthikanti",
                                            setting.expert_imbalance, casts)
@@ -121,13 +124,14 @@ def comm_terms(sizes, grid: Grid, remat: str, conv: Convention, act: int, rec: R
                layout3d: Layout | None = None, precision=None) -> tuple[list, Grid]:
     """(collective terms, the grid their axes are sized by): comm's, or a 3D tensor layout's."""
     if layout3d is None:
-        return comm.terms(sizes, grid, remat, conv, act, rec.param_bytes, rec.grad_bytes,
+        return comm.terms(sizes, grid, remat, conv, act, rec.gathered_bytes(act), rec.grad_bytes,
                           precision), grid
     if np.any(grid.stage > 1):  # a grid of 3D layouts all inside stages, or none
         if not np.all(grid.stage > 1):
             raise ValueError("3D layouts with and without pipeline stages in one grid: "
                              "predict them in two grids")
-        return (tensor3d_stages.terms(sizes, layout3d, grid, remat, conv, act, rec.param_bytes,
+        return (tensor3d_stages.terms(sizes, layout3d, grid, remat, conv, act,
+                                      rec.gathered_bytes(act),
                                       rec.grad_bytes), tensor3d.axes_grid(grid, layout3d))
     return (tensor3d.terms(sizes, layout3d, grid.B, grid.T, remat, conv, act, rec.grad_bytes,
                            len(grid)), tensor3d.axes_grid(grid, layout3d))

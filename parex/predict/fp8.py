@@ -3,23 +3,26 @@
 Per block, the FP8 projections are QKV, W_o, the MLP's input(s) and output (`projection_elements`:
 D·(q + 2·kv) + q·D + (n_in + 1)·D·F weights per layer, split over tensor). Four things move:
 
-    time     their GEMMs at the chip's FP8 peak times its published FP8 GEMM benchmark's
-             fraction (Chip.fp8_efficiency: Bekman's FP8 MAMF, e.g. H100 SXM 1,402.6 of 1,979
-             TFLOP/s; where none is published, the bf16 benchmark's fraction), with 1-byte
-             operands on the roofline's memory side; plus the casts' memory traffic
-             (`cast_bytes_per_token`)
+    time     their GEMMs at the chip's FP8 peak (MXFP8: its block-scaled one, Precision.peak)
+             times its published FP8 GEMM benchmark's fraction (Chip.fp8_efficiency: Bekman's
+             FP8 MAMF, e.g. H100 SXM 1,402.6 of 1,979 TFLOP/s; where none is published, the bf16
+             benchmark's fraction), with 1-byte operands on the roofline's memory side; plus
+             the casts' memory traffic (`cast_bytes_per_token`)
     memory   delayed scaling's amax histories: 3 · history · 4 bytes per projection per layer,
              replicated (argument memory); the weights' FP8 copies are transients of one layer
     comm     FSDP / ZeRO-3's all-gathers of the projections' weights in FP8 (1 byte), for the
              recipes that gather FP8 (tensor scaling: torchao's float8 all-gather, Megatron-Core's
              --fp8-param-gather); the amaxes' all-reduces, one float32 scalar per FP8 tensor
-    refusal  a chip without FP8 matmul units (parex.precision.check_chip)
+    refusal  a chip without FP8 matmul units, or without MX block scales for mxfp8
+             (parex.precision.check_chip)
 
 Casts (Transformer Engine's cast-transpose kernels; torchao's fused casts): each FP8 operand is
 read in the compute dtype and written in FP8 twice (itself and its transpose for the other GEMM of
-the backward) (read a, write 2 bytes per element) and, where the scale comes from the tensor's
-own amax (current, row, block scaling), read once more for the amax first. Delayed scaling reads
-its scale from the history, which is why TE defaults to it.
+the backward, or MXFP8's rowwise and columnwise copies) (read a, write 2 bytes per element) and,
+where the scale comes from a whole tensor's or row's own amax (current and row scaling), read once
+more for the amax first (Precision.amax_pass). Delayed scaling reads its scale from the history,
+which is why TE defaults to it; block scaling finds each block's amax inside the cast kernel and
+writes a scale per block with each copy (float32 per 128 elements, MXFP8's E8M0 byte per 32).
 """
 
 from __future__ import annotations
@@ -74,18 +77,29 @@ def amax_reduces(sizes, grid, precision: Precision, fused: bool) -> tuple:
     return tensors * grid.microbatches, AMAX_BYTES * n
 
 
-def cast_bytes_per_token(sizes, grid, precision: Precision, act_bytes: int) -> np.ndarray:
+def cast_bytes_per_token(sizes, grid, precision: Precision, act_bytes: int,
+                         slots=0.0) -> np.ndarray:
     """Bytes one token moves per block for the casts (module docstring): the projections'
     inputs (D for QKV and the MLP's inputs, q/t and F/t for W_o and W_out) in the forward and
-    their outputs' gradients in the backward."""
+    their outputs' gradients in the backward; a mixture's routed experts (FP8 GEMMs too) cast
+    theirs in each of its `slots` on this device (parex.predict.accelerator.slots_per_token,
+    k when balanced): D and F_e/ETP in, n_in·F_e/ETP and D out."""
     if not precision.fp8:
         return np.zeros(len(grid))
     t = grid.tensor
     q, kv = sizes.H * sizes.Dh, sizes.K * sizes.Dh
     F = sizes.shared_F if sizes.moe else sizes.F
-    inputs = 2 * sizes.D + q / t + F / t  # QKV's and the MLP's (shared by its matrices) x
-    grads = (q + 2 * kv) / t + 2 * sizes.D + sizes.n_mlp_in * F / t
-    per_element = act_bytes + 2 + (0 if precision.delayed else act_bytes)
+    mlp = float(F > 0)  # a mixture without shared experts has no dense MLP to cast for
+    inputs = sizes.D + q / t + mlp * (sizes.D + F / t)  # QKV's, W_o's, the MLP's x (shared by
+    #                                                     its input matrices) and W_out's
+    grads = (q + 2 * kv) / t + sizes.D + mlp * (sizes.D + sizes.n_mlp_in * F / t)
+    if sizes.moe:
+        Fe = sizes.Fe / grid.expert_tensor
+        inputs = inputs + slots * (sizes.D + Fe)
+        grads = grads + slots * (sizes.n_mlp_in * Fe + sizes.D)
+    per_element = act_bytes + 2 + (act_bytes if precision.amax_pass else 0)
+    if precision.scaling == "block":  # each copy's scales, one per tile
+        per_element += 2 * precision.scale_bytes / precision.tile
     return (inputs + grads) * per_element
 
 

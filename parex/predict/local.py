@@ -177,7 +177,7 @@ def _memory(model, sizes, grid: Grid, layout: Layout, train, act: int, m: int, r
     rows = sizes.readout_rows or T  # a ViT reads its class token out, a language model every token
     logits = 3 * 4 * b * rows * sizes.V / layout.tensor  # the readout's logits, softmax and
     # their gradient (f32, vocab split over tensor)
-    gathered = rec.param_bytes * P["held"] if layout.fsdp > 1 else 0.0  # fsdp: W whole
+    gathered = rec.gathered_bytes(act) * P["held"] if layout.fsdp > 1 else 0.0  # W whole
     temp = logits + grads + gathered  # beyond the state, the saved activations and the
     # gradients' sum: the readout's buffers and the tick's own gradient before it is added (as
     # core's schema), and under fsdp the stage's gathered weights

@@ -76,6 +76,13 @@ class Recipe:
     activations: str  # "xla" or "korthikanti"
     counters: int = 0  # scalar optimizer state (bytes, replicated)
     update_buffers: float = 0.0  # float32 optimizer-state-sized temporaries of the update
+    # FSDP2's MixedPrecisionPolicy: each shard cast to the compute dtype on its device, then
+    # all-gathered in it (else the stored bytes are gathered)
+    gathers_compute_dtype: bool = False
+
+    def gathered_bytes(self, compute_bytes: int) -> float:
+        """Bytes per parameter an FSDP / ZeRO-3 all-gather moves and a gathered layer holds."""
+        return compute_bytes if self.gathers_compute_dtype else self.param_bytes
 
 
 RECIPES = {
@@ -90,6 +97,12 @@ RECIPES = {
     # requires gradient accumulation and all-reduce to be done in fp32", unless
     # --grad-reduce-in-bf16): 2 + 4 + 12 bytes per parameter, and 4-byte gradient reductions
     "mixed-fp32-grads": Recipe("mixed-fp32-grads", 2, 4, 12, "korthikanti"),
+    # PyTorch FSDP2 as torchtitan runs it (v0.2.2: training.dtype float32, mixed_precision_param
+    # the compute dtype, mixed_precision_reduce float32, its only value; MixedPrecisionPolicy in
+    # models/llama3/infra/parallelize.py): float32 parameter, gradient and Adam shards (4 + 4 +
+    # 8 bytes per parameter), parameters gathered in the compute dtype, gradients reduced in
+    # float32
+    "fsdp2": Recipe("fsdp2", 4, 4, 8, "korthikanti", gathers_compute_dtype=True),
 }
 
 
@@ -374,14 +387,14 @@ def chunks_gathered_by_hand(grid) -> np.ndarray:
     return grid.executor & fsdp_in_stages(grid)
 
 
-def sharded_layer_bytes(sizes, grid, rec) -> np.ndarray:
+def sharded_layer_bytes(sizes, grid, rec, compute_bytes: int) -> np.ndarray:
     """Where gradients are sharded, the layer being differentiated holds its weights whole and
     its gradient before the reduction that shards it: one layer's parameters (split only by
-    tensor) in the stored and the gradient dtypes. A pipeline that gathers its chunks by hand
-    holds a whole chunk instead (gathered_chunk_bytes)."""
+    tensor) in the gathered (Recipe.gathered_bytes) and the gradient dtypes. A pipeline that
+    gathers its chunks by hand holds a whole chunk instead (gathered_chunk_bytes)."""
     layer = sizes.layer_params / grid.tensor + sizes.routed_layer / (grid.tensor * grid.expert)
     by_layer = grads_sharded(grid) & ~chunks_gathered_by_hand(grid)
-    return np.where(by_layer, (rec.param_bytes + rec.grad_bytes) * layer, 0.0)
+    return np.where(by_layer, (rec.gathered_bytes(compute_bytes) + rec.grad_bytes) * layer, 0.0)
 
 
 def gathered_chunk_bytes(sizes, grid, act_bytes) -> np.ndarray:
@@ -436,7 +449,7 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     grads = grads - rec.grad_bytes * seq_sliced_grad_elements(sizes, grid)
     acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
     transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
-                           sharded_layer_bytes(sizes, grid, rec))
+                           sharded_layer_bytes(sizes, grid, rec, compute_bytes))
     transient = np.maximum(transient + gathered_chunk_bytes(sizes, grid, act_bytes),
                            gathering_forward_bytes(sizes, grid, act_bytes))
     if rec.activations == "xla":

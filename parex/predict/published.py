@@ -243,6 +243,19 @@ def h100_accuracy(chip_name: str = "h100-sxm") -> dict:
                                   for release, frame in committed.groupby("stack")}}
 
 
+def blackwell_accuracy() -> "object":
+    """The DGX B200 and GB200 runs (data/reference/blackwell_runs.csv), each with its row's
+    committed profile as it is: predicted seconds and predicted / published (`ratio`)."""
+    import pandas as pd
+
+    from ..hardware import load_chip
+    from .published_runs import blackwell_runs, scored
+
+    runs = blackwell_runs()
+    return pd.concat([scored(group, load_chip(name)) for name, group in
+                      runs.groupby("hardware", sort=False)]).loc[runs.index]
+
+
 def every_single_run_fit(stack: str, hardware: str = "a100-80gb"):
     """For each fully published run of `stack`: calibrated on it alone, the median and max error
     on the stack's other published runs (how much the choice of the one run matters)."""
@@ -266,8 +279,8 @@ def every_single_run_fit(stack: str, hardware: str = "a100-80gb"):
     return pd.DataFrame(rows)
 
 
-__all__ = ["CONFIGURATIONS", "FIT_SETS", "H100_STACKS", "h100_accuracy",
-           "korthikanti_paper_bytes", "korthikanti_table", "megatron_flops",
+__all__ = ["CONFIGURATIONS", "FIT_SETS", "H100_STACKS", "blackwell_accuracy",
+           "h100_accuracy", "korthikanti_paper_bytes", "korthikanti_table", "megatron_flops",
            "EXCLUDED", "STACKS", "bracket", "every_single_run_fit", "megatron_table1",
            "predicted_layer_bytes", "read_reference", "stack_accuracy", "stack_fit", "stack_runs",
            "unknown_values", "zero_state_gb", "zero_table1"]

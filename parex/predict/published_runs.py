@@ -19,6 +19,9 @@
           H100 in FP8 (2024-26 releases, 8 to 1,024 GPUs), held out of the A100 fits and
           scored with the committed h100-sxm profile; each release is also calibrated on one
           of its runs and scored on its others (published.H100_STACKS, h100_accuracy).
+    BLACKWELL data/reference/blackwell_runs.csv: Megatron-Bridge's DGX B200 and GB200 runs,
+          each layout in FP8 with current scaling and in MXFP8, held out of every fit and
+          scored with the committed b200 and gb200-nvl72 profiles (published.blackwell_accuracy).
 
 Each software stack fits a step efficiency of its own on a named fit set
 (parex.predict.published.FIT_SETS); every CSV's `fitted_by` column names the fits that use a run,
@@ -50,8 +53,8 @@ from ..layout import parse_partition
 from ..stacks import parse_overlaps, stack
 from .references import megatron_flops, read_reference
 
-FIT_SET, TEST_SET, ADDED_SET, OTHER_SET, H100_SET = (
-    "megatron_table1", "heldout_runs", "added_runs", "other_runs", "nemo_runs")
+FIT_SET, TEST_SET, ADDED_SET, OTHER_SET, H100_SET, BLACKWELL_SET = (
+    "megatron_table1", "heldout_runs", "added_runs", "other_runs", "nemo_runs", "blackwell_runs")
 
 
 def fit_runs():
@@ -100,7 +103,16 @@ def added_runs():
 def h100_runs():
     """NeMo's and Megatron-Bridge's published DGX H100 runs (data/reference/nemo_runs.csv): the
     published tokens per second per GPU turned into seconds per step."""
-    runs = read_reference(H100_SET)
+    return _per_step(read_reference(H100_SET))
+
+
+def blackwell_runs():
+    """Megatron-Bridge's published DGX B200 and GB200 runs (data/reference/blackwell_runs.csv),
+    each row's profile in its `hardware` column, seconds per step as h100_runs'."""
+    return _per_step(read_reference(BLACKWELL_SET))
+
+
+def _per_step(runs):
     runs["step_s"] = runs.global_batch * runs.seq / (runs.gpus * runs.tokens_per_gpu_s)
     return runs
 
@@ -274,7 +286,7 @@ def accuracy(chip_name: str = "a100-80gb") -> dict:
             "fitted": fit_step_efficiency(fit_runs(), chip), "profile": chip.step_efficiency}
 
 
-__all__ = ["ADDED_SET", "FIT_SET", "H100_SET", "OTHER_SET", "TEST_SET", "accuracy",
-           "added_runs", "fit_runs", "fit_step_efficiency", "h100_runs",
-           "heldout_runs", "leave_one_out", "other_runs", "predict_run", "run_setup", "scored",
-           "summary"]
+__all__ = ["ADDED_SET", "BLACKWELL_SET", "FIT_SET", "H100_SET", "OTHER_SET", "TEST_SET",
+           "accuracy", "added_runs", "blackwell_runs", "fit_runs", "fit_step_efficiency",
+           "h100_runs", "heldout_runs", "leave_one_out", "other_runs", "predict_run",
+           "run_setup", "scored", "summary"]

@@ -237,7 +237,7 @@ def memory_parts(sizes: ModelSizes, grid: Grid, layout, remat: str, rec, act_byt
                                                          (len(grid),)))
     acts = memory.activation_bytes(sizes, y, remat, rec, act_bytes)
     transient = np.maximum(memory.temp_bytes(sizes, y, remat, rec, act_bytes, compute_bytes),
-                           memory.sharded_layer_bytes(sizes, grid, rec))
+                           memory.sharded_layer_bytes(sizes, grid, rec, compute_bytes))
     transient = transient + memory.gathered_chunk_bytes(sizes, grid, act_bytes)
     temp = np.maximum(acts + transient, memory.update_bytes(sizes, grid, rec)) - acts
     total = parts["argument"] + parts["grads"] + acts + temp

@@ -49,14 +49,16 @@ MAXTEXT = ["model_name=llama3-8b", "per_device_batch_size=2", "ici_fsdp_parallel
      "--fp8-amax-compute-algo max --fp8-param-gather", "fp8-delayed"),
     ("--fp8-format hybrid --fp8-recipe tensorwise --fp8-param-gather", "fp8-current"),
     ("--fp8-format e4m3 --fp8-recipe blockwise", "fp8-blockwise"),
+    ("--fp8-format e4m3 --fp8-recipe mxfp8", "mxfp8"),
     ("", None)])
 def test_megatron_fp8_options_are_a_recipe_and_come_back(options, name):
     run = from_megatron(MEGATRON + options)
     assert run.train.precision == name and not run.approximated
-    if name:  # FP8 priced: faster than the same run in bf16 on an H100
-        bf16 = from_megatron(MEGATRON).predict("h100-sxm").step_time_s
-        assert run.predict("h100-sxm").step_time_s["total"] < bf16["total"]
-    written = to_megatron(run.model, run.train, run.layout, "h100-sxm", dtype="bfloat16")
+    chip = "b200" if name == "mxfp8" else "h100-sxm"  # MX block scales: Blackwell's
+    if name:  # FP8 priced: faster than the same run in bf16
+        bf16 = from_megatron(MEGATRON).predict(chip).step_time_s
+        assert run.predict(chip).step_time_s["total"] < bf16["total"]
+    written = to_megatron(run.model, run.train, run.layout, chip, dtype="bfloat16")
     assert written.endswith(options.strip()) or options.strip() in written
     assert from_megatron(written).train.precision == name
 
@@ -70,7 +72,7 @@ def test_megatrons_own_delayed_defaults_are_priced_as_fp8_delayed_and_said():
 
 
 @pytest.mark.parametrize("options, words", [
-    ("--fp8-format e4m3 --fp8-recipe mxfp8", "MXFP8"),
+    ("--fp8-format hybrid --fp8-recipe mxfp8", "--fp8-format e4m3 --fp8-recipe mxfp8"),
     ("--fp8-format e4m3 --fp8-recipe delayed", "--fp8-format hybrid --fp8-recipe delayed"),
     ("--fp8-format hybrid --fp8-recipe blockwise", "--fp8-format e4m3 --fp8-recipe blockwise")])
 def test_megatron_fp8_parex_cannot_express_is_one_line_naming_the_nearest(options, words):
@@ -101,13 +103,13 @@ def test_torchtitan_float8_is_a_recipe_and_comes_back(recipe, name):
     assert from_torchtitan(written).train.precision == name
 
 
-def test_torchtitan_without_the_fp8_all_gather_is_said_and_mx_refused():
+def test_torchtitan_without_the_fp8_all_gather_is_said():
     run = from_torchtitan(TORCHTITAN.replace("enable_fsdp_float8_all_gather = true",
                                              "enable_fsdp_float8_all_gather = false"))
     assert "enable_fsdp_float8_all_gather is false" in " ".join(run.approximated)
-    with pytest.raises(InputError, match="not MX"):
+    with pytest.raises(InputError, match="not grouped-GEMM converters"):
         from_torchtitan(TORCHTITAN.replace('["quantize.linear.float8"]',
-                                           '["quantize.linear.mx"]'))
+                                           '["quantize.grouped_mm.float8"]'))
     with pytest.raises(Unexpressible, match="fp8-current"):
         to_torchtitan(model_preset("llama3-8b"), TrainConfig(precision="fp8-delayed"),
                       Layout.parse("fsdp=8"), "h100-sxm")
@@ -125,3 +127,55 @@ def test_maxtext_fp8_quantization_is_fp8_delayed_and_comes_back(quantization, no
     with pytest.raises(Unexpressible, match="fp8-delayed"):
         to_maxtext(run.model, run.train.replace(precision="fp8-rowwise"), run.layout,
                    "h100-sxm")
+
+
+MX = """
+[model]
+name = "llama3"
+flavor = "8B"
+converters = ["quantize.linear.mx"]
+[training]
+local_batch_size = 2
+global_batch_size = 16
+seq_len = 8192
+[parallelism]
+data_parallel_shard_degree = 8
+[activation_checkpoint]
+mode = "full"
+[quantize.linear.mx]
+recipe_name = "mxfp8_cublas"
+"""
+
+
+def test_torchtitan_mx_linears_are_mxfp8_on_blackwell_and_come_back():
+    """torchao's MX linears (torchtitan's quantize.linear.mx, its default recipe mxfp8_cublas)
+    are mxfp8: faster than bf16 on a B200, refused on an H100 in one line, written back."""
+    run = from_torchtitan(MX)
+    assert run.train.precision == "mxfp8" and not run.approximated
+    bf16 = from_torchtitan(MX.replace('converters = ["quantize.linear.mx"]\n', "").replace(
+        '[quantize.linear.mx]\nrecipe_name = "mxfp8_cublas"\n', ""))
+    assert (run.predict("b200").step_time_s["total"]
+            < bf16.predict("b200").step_time_s["total"])
+    with pytest.raises(InputError, match="no microscaling"):
+        run.predict("h100-sxm")
+    written = tomllib.loads(to_torchtitan(run.model, run.train, run.layout, "b200"))
+    assert written["model"]["converters"] == ["quantize.linear.mx"]
+    assert written["quantize"]["linear"]["mx"] == {"recipe_name": "mxfp8_cublas"}
+    assert from_torchtitan(written).train.precision == "mxfp8"
+
+
+@pytest.mark.parametrize("edit, words", [
+    (('recipe_name = "mxfp8_cublas"', 'recipe_name = "mxfp4_cutlass"'), "use \"mxfp8_cublas\""),
+    (('["quantize.linear.mx"]', '["quantize.linear.mx", "quantize.linear.float8"]'),
+     "keep one"),
+    (('converters = ["quantize.linear.mx"]', 'converters = []'), "does nothing")])
+def test_torchtitan_mx_it_cannot_price_is_one_line(edit, words):
+    with pytest.raises(InputError, match=words.replace("(", r"\(")) as error:
+        from_torchtitan(MX.replace(*edit))
+    assert "\n" not in str(error.value)
+
+
+def test_torchtitan_mx_filtered_projections_are_said():
+    run = from_torchtitan(MX + 'filter_fqns = ["output", "attention.wq"]\n')
+    assert run.train.precision == "mxfp8"
+    assert "filter_fqns ['attention.wq']" in " ".join(run.approximated)

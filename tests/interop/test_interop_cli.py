@@ -138,13 +138,16 @@ def test_plan_emit_round_trips_for_torchtitan_and_maxtext(capsys, framework):
     without recompute) reads back as that row's Setting."""
     from parex.interop import from_maxtext, from_torchtitan
 
+    # each framework's own memory recipe: torchtitan's FSDP2 keeps float32 shards and reduces
+    # in float32 (fsdp2), MaxText's bfloat16 is the mixed recipe
+    recipe = {"torchtitan": "fsdp2", "maxtext": "mixed"}[framework]
     argv = ["plan", "--model", "llama3-8b", "--hardware", "h100-sxm", "--nodes", "1",
-            "--global-batch", "64", "--remat", "full"]
+            "--global-batch", "64", "--remat", "full", "--recipe", recipe]
     assert main([*argv, "--emit", framework]) == 0
     text = capsys.readouterr().out
     comment = text.splitlines()[0]
     result = plan(model_preset("llama3-8b"), TrainConfig(global_batch=64), "h100-sxm", 1,
-                  remats=("full",))
+                  remats=("full",), recipe=recipe)
     row = result.top[int(comment.split("row ")[1].split(":")[0]) - 1]
     assert comment.endswith(result.flags(row))
     reader = {"torchtitan": from_torchtitan, "maxtext": from_maxtext}[framework]

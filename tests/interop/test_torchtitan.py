@@ -75,11 +75,14 @@ def test_a_torchtitan_job_predicts_as_the_equivalent_parex_layout():
     run = from_torchtitan(LLAMA3_70B, name="llama3-70b")
     model, layout = model_preset("llama3-70b"), Layout.parse(LLAMA3_70B_LAYOUT)
     assert run.model == model.replace(dtype="bfloat16")
-    # on torchtitan's stack (parex.stacks): FSDP2's overlaps, async TP off unless asked
+    # on torchtitan's stack (parex.stacks): FSDP2's overlaps, async TP off unless asked, and
+    # its recipe, read off the job (float32 state, bfloat16 mixed_precision_param): fsdp2
+    assert run.recipe == "fsdp2"
     assert run.setting(HARDWARE) == resolve(model, LLAMA3_70B_TRAIN, layout, HARDWARE,
-                                            dtype="bfloat16", stack="torchtitan")
+                                            dtype="bfloat16", stack="torchtitan",
+                                            recipe="fsdp2")
     expected = parex.predict(model, LLAMA3_70B_TRAIN, layout, HARDWARE, dtype="bfloat16",
-                             stack="torchtitan")
+                             stack="torchtitan", recipe="fsdp2")
     assert run.predict(HARDWARE).to_json() == expected.to_json()
     assert "optimizer.lr" in run.ignored and run.approximated == ()
 

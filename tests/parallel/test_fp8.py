@@ -54,7 +54,8 @@ def _fp8_check(name: str, text: str):
 @pytest.mark.parametrize("name, text", [("fp8-current", "fsdp=4,tensor=2"),
                                         ("fp8-current", "data=2,fsdp=2,tensor=2"),
                                         ("fp8-rowwise", "fsdp=4,tensor=2"),
-                                        ("fp8-blockwise", "data=4,tensor=2")])
+                                        ("fp8-blockwise", "data=4,tensor=2"),
+                                        ("mxfp8", "fsdp=4,tensor=2")])
 def test_an_fp8_layout_matches_one_device_running_the_same_recipe(name, text):
     _fp8_check(name, text)
 

@@ -55,7 +55,7 @@ def test_the_benchmarks_h100_figures():
     0.86-0.99 of the published step (every one predicted fast: its sustained rate is below the
     A100 fit's), Megatron-Bridge's four dense runs within 10 %; its mixtures of experts:
     Qwen3-235B-A22B 0.93 with the expert all-to-all overlap its configuration turns on,
-    Qwen3-30B-A3B 0.35-0.36 (a gap of the model on fine-grained experts, docs/predict.md);
+    Qwen3-30B-A3B 0.38-0.39 (a gap of the model on fine-grained experts, docs/predict.md);
     each release calibrated on its one fit run puts its other runs within the stacks' targets
     or just past them (the 405B runs at 1,024 GPUs 0.91 and 0.93)."""
     result = published.h100_accuracy()
@@ -66,7 +66,7 @@ def test_the_benchmarks_h100_figures():
     assert by_stack["nemo-24.07"].between(0.85, 1.0).all()
     assert (abs(by_stack["megatron-bridge"] - 1) < 0.10).all()
     moe = by_stack["megatron-bridge-moe"]
-    assert moe.filter(like="30b").between(0.33, 0.38).all()
+    assert moe.filter(like="30b").between(0.36, 0.41).all()
     assert moe.filter(like="235b").between(0.90, 0.96).all()
     efficiency, _, s = result["calibrated"]["nemo-24.07"]
     assert efficiency == pytest.approx(0.730, abs=2e-3)

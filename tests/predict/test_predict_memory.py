@@ -12,6 +12,7 @@ from parex.layout import Layout
 from parex.predict import predict
 from parex.predict import memory as M
 from parex.predict.shapes import Grid, model_sizes
+from parex.setting import resolve
 
 TINY = model_preset("tiny")  # L=4, D=128, H=8, F=512, V=256, T=128
 # tiny's parameters by sharding group, by hand: every matrix of a block has an embed dim and a
@@ -155,12 +156,15 @@ def test_update_temporaries_and_the_sharded_layer_by_hand():
     assert M.update_bytes(sizes, dp, parex)[0] == 4 * N
     assert M.update_bytes(sizes, fsdp, parex)[0] == 4 * elements(Layout(fsdp=8), "opt")
     assert M.update_bytes(sizes, dp, mixed)[0] == 0
-    # sharded gradients: the layer in flight whole (weights and unreduced gradient)
+    # sharded gradients: the layer in flight whole (weights as gathered and unreduced gradient;
+    # FSDP2 gathers in the compute dtype, 2 bytes beside its 4-byte gradient)
     layer = (MATRICES + HEAD_BIASES + HIDDEN) // 4
-    assert M.sharded_layer_bytes(sizes, fsdp, parex)[0] == 8 * layer
-    assert M.sharded_layer_bytes(sizes, grid(Layout(data=8, zero=2), train), mixed)[0] == 4 * layer
-    assert M.sharded_layer_bytes(sizes, dp, parex)[0] == 0
-    assert M.sharded_layer_bytes(sizes, grid(Layout(data=8, zero=1), train), parex)[0] == 0
+    zero2 = grid(Layout(data=8, zero=2), train)
+    assert M.sharded_layer_bytes(sizes, fsdp, parex, 4)[0] == 8 * layer
+    assert M.sharded_layer_bytes(sizes, zero2, mixed, 2)[0] == 4 * layer
+    assert M.sharded_layer_bytes(sizes, fsdp, M.RECIPES["fsdp2"], 2)[0] == 6 * layer
+    assert M.sharded_layer_bytes(sizes, dp, parex, 4)[0] == 0
+    assert M.sharded_layer_bytes(sizes, grid(Layout(data=8, zero=1), train), parex, 4)[0] == 0
 
 
 def test_the_peak_is_the_backward_or_the_update_whichever_is_larger():
@@ -300,3 +304,26 @@ def test_megatron_bf16_recipe_holds_and_reduces_float32_gradients():
                                                                 rel=1e-8)
     assert (runs["mixed-fp32-grads"].step_time_s["exposed_comm"]
             > runs["mixed"].step_time_s["exposed_comm"])
+
+
+def test_fsdp2_keeps_float32_shards_gathers_bfloat16_and_reduces_float32():
+    """torchtitan's FSDP2 (recipe fsdp2): 4 + 4 + 8 bytes per parameter, the same 16 as the
+    mixed recipe's 2 + 2 + 12, parameters all-gathered in bfloat16 (the same bytes as mixed)
+    and gradients reduce-scattered in float32 (twice mixed's), the gathered layer in bfloat16
+    beside its float32 gradient."""
+    model = model_preset("llama3-8b")
+    layout, train = Layout(fsdp=8), TrainConfig(global_batch=64, remat="full")
+    runs = {name: predict(model, train, layout, "h100-sxm", recipe=name)
+            for name in ("mixed", "fsdp2")}
+    mixed, fsdp2 = (runs[n].memory_bytes_per_device for n in ("mixed", "fsdp2"))
+    assert fsdp2["params"] == 2 * mixed["params"] and fsdp2["grads"] == 2 * mixed["grads"]
+    assert fsdp2["optimizer"] == pytest.approx(mixed["optimizer"] * 8 / 12)
+    assert sum(fsdp2[k] for k in ("params", "grads", "optimizer")) == pytest.approx(
+        sum(mixed[k] for k in ("params", "grads", "optimizer")))
+    by_kind = {name: p.comm_bytes_per_device for name, p in runs.items()}
+    assert by_kind["fsdp2"]["all-gather"] == by_kind["mixed"]["all-gather"] > 0
+    assert by_kind["fsdp2"]["reduce-scatter"] == pytest.approx(
+        2 * by_kind["mixed"]["reduce-scatter"], rel=1e-6)
+    # torchtitan's stack picks it; the others keep the default (mixed)
+    assert resolve(model, train, layout, "h100-sxm", stack="torchtitan").recipe == "fsdp2"
+    assert resolve(model, train, layout, "h100-sxm", stack="nemo").recipe == "mixed"

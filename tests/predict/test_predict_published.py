@@ -86,7 +86,7 @@ def _fits_in_code() -> dict[str, set[str]]:
 
 TABLES = {runs.FIT_SET: runs.fit_runs, runs.TEST_SET: runs.heldout_runs,
           runs.ADDED_SET: runs.added_runs, runs.OTHER_SET: runs.other_runs,
-          runs.H100_SET: runs.h100_runs}
+          runs.H100_SET: runs.h100_runs, runs.BLACKWELL_SET: runs.blackwell_runs}
 UNQUALIFIED = ("never used to fit any constant", "never fitted on")
 
 
