@@ -140,3 +140,25 @@ import pandas as pd  # noqa: E402
 
 parex.format_frame(pd.DataFrame(weak + strong)[["mode", "devices", "layout", "step_s",
                                                  "efficiency", "stragglers_s", "bubble_s"]])
+
+# %% [markdown]
+# ## Precision: BF16, FP8 and MXFP8
+# The same 1F1B layout with its block projections in FP8: Transformer Engine's current scaling
+# (one scale per tensor) on H100 and B200, and MXFP8 (a power-of-two scale per 32 elements,
+# Blackwell's block-scaled tensor cores) on B200, where Hopper refuses it in one line. Never
+# the peak's 2x: attention, norms and the casts stay in bfloat16 (docs/precision.md).
+
+# %%
+rows = []
+for chip in ("h100-sxm", "b200"):
+    bf16 = parex.predict(model, train, parex.Layout.parse(layouts[5]), chip)
+    for name in ("bf16", "fp8-current", "mxfp8"):
+        try:
+            p = parex.predict(model, train.replace(precision=name),
+                              parex.Layout.parse(layouts[5]), chip)
+        except parex.InputError as refusal:
+            print(refusal)  # the one line a chip without the recipe's matmul units gives
+            continue
+        rows.append({"hardware": chip, "precision": name, "step_s": p.step_time_s["total"],
+                     "speedup_vs_bf16": bf16.step_time_s["total"] / p.step_time_s["total"]})
+parex.format_frame(pd.DataFrame(rows))

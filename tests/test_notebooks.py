@@ -48,7 +48,7 @@ EXPECTED = {
     "05_long_sequences": ["seq=8,cp=ring", "permute", "comm_collective_permute_bytes"],
     "06_predicting_at_scale": ["parex_tflops_per_gpu", "memory-bound (does not fit)",
                                "compute-bound", "communication-bound", "step breakdown",
-                               "stragglers_s"],
+                               "stragglers_s", "speedup_vs_bf16", "no microscaling"],
     "07_explorer": ["data=4,tensor=2", "measured"],
     "08_planner": ["parex plan · gpt2-small", "layouts considered", "loaded into the Explorer",
                    "use --memory-cap"],
