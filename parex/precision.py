@@ -68,6 +68,14 @@ class Precision:
         return self.history > 0
 
     @property
+    def saves_fp8_inputs(self) -> bool:
+        """Whether the forward keeps its GEMM inputs in FP8 for the weight gradients, as
+        Transformer Engine's modules do under every recipe of theirs and torchao's tensorwise
+        float8; torchao's rowwise keeps the 16-bit input, which its backward requantises along
+        the other axis."""
+        return self.fp8 and self.scaling != "row"
+
+    @property
     def amax_pass(self) -> bool:
         """Whether a cast first reads its tensor once more for the amax: a current scale over a
         whole tensor or row does; a block's amax is found inside the cast kernel, among the

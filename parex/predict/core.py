@@ -48,8 +48,9 @@ def columns(setting: Setting, grid: Grid, layout3d: Layout | None = None) -> tup
     megatron = rec.activations == "korthikanti" and conv.name != "xla-cpu"
     conv = dataclasses.replace(conv, megatron_block=megatron)
     act, precision = setting.act_bytes, setting.precision
-    mem = (memory.memory_parts(sizes, grid, remat, rec, act, act) if layout3d is None else
-           tensor3d.memory_parts(sizes, grid, layout3d, remat, rec, act, act))
+    mem = (memory.memory_parts(sizes, grid, remat, rec, act, act, precision)
+           if layout3d is None else
+           tensor3d.memory_parts(sizes, grid, layout3d, remat, rec, act, act, precision))
     histories = fp8.state_bytes(sizes, grid, precision)  # delayed scaling's, replicated
     mem["argument"], mem["total"] = mem["argument"] + histories, mem["total"] + histories
     terms, on_axes = comm_terms(sizes, grid, remat, conv, act, rec, layout3d, precision)

@@ -9,7 +9,9 @@ D·(q + 2·kv) + q·D + (n_in + 1)·D·F weights per layer, split over tensor). 
              benchmark's fraction), with 1-byte operands on the roofline's memory side; plus
              the casts' memory traffic (`cast_bytes_per_token`)
     memory   delayed scaling's amax histories: 3 · history · 4 bytes per projection per layer,
-             replicated (argument memory); the weights' FP8 copies are transients of one layer
+             replicated (argument memory); the weights' FP8 copies are transients of one layer;
+             on an accelerator (Korthikanti et al.'s accounting) the GEMM inputs kept for the
+             weight gradients in FP8, one byte where 16 bits were (`saved_input_bytes`)
     comm     FSDP / ZeRO-3's all-gathers of the projections' weights in FP8 (1 byte), for the
              recipes that gather FP8 (tensor scaling: torchao's float8 all-gather, Megatron-Core's
              --fp8-param-gather); the amaxes' all-reduces, one float32 scalar per FP8 tensor
@@ -77,6 +79,27 @@ def amax_reduces(sizes, grid, precision: Precision, fused: bool) -> tuple:
     return tensors * grid.microbatches, AMAX_BYTES * n
 
 
+def saved_input_bytes(sizes, grid, precision: Precision) -> np.ndarray:
+    """Bytes per token one block's saved activations shed when the forward keeps its GEMM
+    inputs in FP8 for the weight gradients (Precision.saves_fp8_inputs): Transformer Engine's
+    LayerNormLinear and LayerNormMLP keep their normed input and the MLP's activation output
+    in FP8 (their backward transposes the FP8 copies for the weight GEMMs), one byte per
+    element where Korthikanti et al.'s accounting keeps two. Per token: the attention's normed
+    input D (whole under tensor parallelism alone, split by SP) and the MLP's, and the
+    activation output F/t; a mixture's router reads its normed input in 16 bits, so there it
+    is each of the token's k slots' permuted input D and its expert's activation output
+    F_e/ETP, and the shared experts' F/t. The attention output, W_o's input, stays 16-bit:
+    the fused attention keeps it for its own backward."""
+    if not precision.saves_fp8_inputs:
+        return np.zeros(len(grid))
+    t = grid.tensor
+    normed = sizes.D * np.where(grid.sp, 1.0 / t, 1.0)
+    if not sizes.moe:
+        return 2 * normed + sizes.F / t
+    return (normed + sizes.k * (sizes.D + sizes.Fe / grid.expert_tensor)
+            + sizes.shared_F / t)
+
+
 def cast_bytes_per_token(sizes, grid, precision: Precision, act_bytes: int,
                          slots=0.0) -> np.ndarray:
     """Bytes one token moves per block for the casts (module docstring): the projections'
@@ -104,4 +127,4 @@ def cast_bytes_per_token(sizes, grid, precision: Precision, act_bytes: int,
 
 
 __all__ = ["AMAX_BYTES", "amax_reduces", "cast_bytes_per_token", "gathered_layer_bytes",
-           "projection_elements", "projections", "state_bytes"]
+           "projection_elements", "projections", "saved_input_bytes", "state_bytes"]

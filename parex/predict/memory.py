@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..parallel.timetable import BUFFERS
+from . import fp8
 from .comm import (fsdp_in_stages, ring_block_elements, ring_hops_are_all_to_alls,
                    seq_sliced_grad_elements)
 from .schedule_stats import table_columns
@@ -266,8 +267,11 @@ def moe_elements(sizes: ModelSizes, grid: Grid) -> np.ndarray:
     return (per_sequence + gathered) / grid.T + 6 * sizes.shared_F / t + 2 * E
 
 
-def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_bytes: int):
-    """One layer's saved activations for one microbatch on one device, in bytes."""
+def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_bytes: int,
+                precision=None):
+    """One layer's saved activations for one microbatch on one device, in bytes; under an FP8
+    `precision` (parex.precision) Korthikanti's accounting keeps the GEMM inputs in FP8
+    (parex.predict.fp8.saved_input_bytes)."""
     tokens = grid.tokens
     if rec.activations == "korthikanti":
         # the paper's s is the local sequence; CP splits it (tokens = b·T/seq)
@@ -276,6 +280,8 @@ def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_byte
                                         flash=grid.flash) * np.ones(len(grid))
         if sizes.moe and remat != "full":
             block = block + korthikanti_moe_delta(sizes, grid) * tokens
+        if precision is not None and remat != "full":  # full remat keeps the block input only
+            block = block - fp8.saved_input_bytes(sizes, grid, precision) * tokens
         return block
     return xla_layer_elements(sizes, grid, remat) * tokens * act_bytes
 
@@ -302,12 +308,12 @@ def in_flight(grid: Grid) -> np.ndarray:
     return table_columns(grid)[1]
 
 
-def activation_bytes(sizes, grid, remat, rec, act_bytes):
+def activation_bytes(sizes, grid, remat, rec, act_bytes, precision=None):
     """Saved activations at the peak. Without a pipeline: all layers of one microbatch. With
     one: (Korthikanti) the layers of every chunk in flight; (parex) what the executor's buffers
     hold (predict.stash: every chunk in flight, the embedding's and head's residuals, a split
     backward's records and cotangents, the inbox)."""
-    per_layer = layer_bytes(sizes, grid, remat, rec, act_bytes)
+    per_layer = layer_bytes(sizes, grid, remat, rec, act_bytes, precision)
     chunk_layers = grid.stage_layers / grid.virtual_stages
     piped = grid.stage > 1
     if rec.activations == "korthikanti":
@@ -318,11 +324,11 @@ def activation_bytes(sizes, grid, remat, rec, act_bytes):
     return np.where(piped, held, per_layer * sizes.L)
 
 
-def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes):
+def temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes, precision=None):
     """Transient buffers: the working set of the layer being differentiated (its activations as
     if nothing were rematerialised), the float32 logits, and the compute-dtype copies of the
     weights (bfloat16 runs only) of the parameters a device gathers."""
-    working = layer_bytes(sizes, grid, "none", rec, act_bytes)
+    working = layer_bytes(sizes, grid, "none", rec, act_bytes, precision)
     logits = LOGIT_COPIES * grid.tokens * sizes.V / grid.tensor * 4
     copies = 0.0
     if compute_bytes < rec.param_bytes:
@@ -435,7 +441,7 @@ def update_bytes(sizes, grid, rec) -> np.ndarray:
     return rec.update_buffers * 4 * state_elements(sizes, grid, "opt")
 
 
-def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
+def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes, precision=None) -> dict:
     """Every part of Prediction.memory_bytes_per_device, as columns. The step peaks either at
     the end of the backward (gradients + saved activations + the transients of the layer being
     differentiated) or during the update (gradients + the update's temporaries; the activations
@@ -447,8 +453,9 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes) -> dict:
     # (xla-cpu) ring attention's step holds the blocks' weight gradients split over seq until
     # the update gathers them, into a buffer the size of update_bytes'
     grads = grads - rec.grad_bytes * seq_sliced_grad_elements(sizes, grid)
-    acts = activation_bytes(sizes, grid, remat, rec, act_bytes)
-    transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes),
+    acts = activation_bytes(sizes, grid, remat, rec, act_bytes, precision)
+    transient = np.maximum(temp_bytes(sizes, grid, remat, rec, act_bytes, compute_bytes,
+                                      precision),
                            sharded_layer_bytes(sizes, grid, rec, compute_bytes))
     transient = np.maximum(transient + gathered_chunk_bytes(sizes, grid, act_bytes),
                            gathering_forward_bytes(sizes, grid, act_bytes))

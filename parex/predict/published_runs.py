@@ -171,7 +171,8 @@ def megatron_row_setup(row):
 
 
 def predict_run(run, chip) -> dict:
-    """Predicted step-time parts (seconds) of one run on `chip` (a Chip)."""
+    """Predicted step-time parts (seconds) of one run on `chip` (a Chip), and its predicted
+    memory per device (`memory_bytes`)."""
     from ..setting import resolve
     from .core import columns
     from .shapes import Grid
@@ -199,7 +200,8 @@ def predict_run(run, chip) -> dict:
                       expert_imbalance=None if imbalance is None else float(imbalance))
     cols, _ = columns(setting, Grid.from_columns(setting.train, setting.model, **layout))
     return {part: float(cols[f"step_{part}_s"][0])
-            for part in ("total", "compute", "exposed_comm", "bubble")}
+            for part in ("total", "compute", "exposed_comm", "bubble")} | {
+        "memory_bytes": float(cols["memory_total_bytes"][0])}
 
 
 def scored(runs, chip) -> "object":
@@ -208,6 +210,7 @@ def scored(runs, chip) -> "object":
     parts = [predict_run(r, chip) for r in runs.itertuples()]
     runs["parex_step_s"] = [p["total"] for p in parts]
     runs["parex_bubble_fraction"] = [p["bubble"] / p["total"] for p in parts]
+    runs["parex_memory_bytes"] = [p["memory_bytes"] for p in parts]
     runs["ratio"] = runs.parex_step_s / runs.step_s
     return runs
 

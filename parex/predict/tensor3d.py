@@ -226,17 +226,18 @@ def axes_grid(grid: Grid, layout) -> AxesGrid:
 
 
 def memory_parts(sizes: ModelSizes, grid: Grid, layout, remat: str, rec, act_bytes: int,
-                 compute_bytes: int) -> dict:
+                 compute_bytes: int, precision=None) -> dict:
     """Memory.memory_parts of 3D layouts (grid: their `equivalent` 1D layouts). The model state
     is the equivalent's (every weight over X·Y·Z); the saved activations and the transients
     of the layer being differentiated are those of the layout whose activations split alike,
     tensor=Y with the batch over data × Z: after the all-reduce over X each X device holds
     the first layer's whole output u[b, T, F_Y], so X splits no activation."""
-    parts = memory.memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes)
+    parts = memory.memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes, precision)
     y = dataclasses.replace(grid, tensor=np.broadcast_to(Sizes3D.of(layout).tensor_y,
                                                          (len(grid),)))
-    acts = memory.activation_bytes(sizes, y, remat, rec, act_bytes)
-    transient = np.maximum(memory.temp_bytes(sizes, y, remat, rec, act_bytes, compute_bytes),
+    acts = memory.activation_bytes(sizes, y, remat, rec, act_bytes, precision)
+    transient = np.maximum(memory.temp_bytes(sizes, y, remat, rec, act_bytes, compute_bytes,
+                                             precision),
                            memory.sharded_layer_bytes(sizes, grid, rec, compute_bytes))
     transient = transient + memory.gathered_chunk_bytes(sizes, grid, act_bytes)
     temp = np.maximum(acts + transient, memory.update_bytes(sizes, grid, rec)) - acts

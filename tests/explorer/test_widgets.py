@@ -303,22 +303,26 @@ def test_every_drawn_number_carries_its_formula(explorer):
     assert "compute" in explorer.explain_table.value and "FLOP/s" in explorer.explain_table.value
 
 
-@pytest.mark.parametrize("layout,remat", [
-    ("data=8,tensor=8,zero=1", "selective"), ("data=8,tensor=8,sp=on", "none"),
-    ("fsdp=64", "full"), ("data=2,tensor=8,stage=4,schedule=1f1b,microbatches=8", "selective"),
-    ("data=2,tensor=8,stage=4,schedule=interleaved,virtual=2,microbatches=8", "none")])
-def test_the_activation_formula_shown_is_the_predictors(layout, remat):
-    """The explain panel rebuilds Korthikanti et al.'s formula with the values plugged in: it
-    must give the predictor's number, or the explanation would mislead."""
+@pytest.mark.parametrize("layout,remat,precision", [
+    ("data=8,tensor=8,zero=1", "selective", None), ("data=8,tensor=8,sp=on", "none", None),
+    ("fsdp=64", "full", None),
+    ("data=2,tensor=8,stage=4,schedule=1f1b,microbatches=8", "selective", None),
+    ("data=2,tensor=8,stage=4,schedule=interleaved,virtual=2,microbatches=8", "none", None),
+    ("data=8,tensor=8,sp=on", "none", "fp8-current"), ("data=8,tensor=8", "selective", "mxfp8")])
+def test_the_activation_formula_shown_is_the_predictors(layout, remat, precision):
+    """The explain panel rebuilds Korthikanti et al.'s formula with the values plugged in (and
+    the GEMM inputs an FP8 recipe keeps in FP8): it must give the predictor's number, or the
+    explanation would mislead."""
     from parex.setting import resolve
 
-    model, train = parex.model_preset("llama2-70b"), parex.TrainConfig(global_batch=64,
-                                                                        remat=remat)
-    setting = resolve(model, train, Layout.parse(layout), "h100-sxm")
-    p = predict(model, train, Layout.parse(layout), "h100-sxm")
+    model, train = parex.model_preset("llama2-70b"), parex.TrainConfig(
+        global_batch=64, remat=remat, precision=precision)
+    hardware = "b200" if precision == "mxfp8" else "h100-sxm"
+    setting = resolve(model, train, Layout.parse(layout), hardware)
+    p = predict(model, train, Layout.parse(layout), hardware)
     text, value = activation_bytes(setting, p.memory_bytes_per_device["activations"])
     assert value == pytest.approx(p.memory_bytes_per_device["activations"], rel=1e-9)
-    assert "s=4096" in text
+    assert "s=4096" in text and ("kept in FP8" in text) == (precision is not None)
 
 
 def _compare_tops(explorer):
