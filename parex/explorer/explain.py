@@ -17,8 +17,8 @@ from __future__ import annotations
 from ..charts.style import format_bytes, format_count, format_flops, format_seconds
 from ..layout import num_microbatches
 from ..parallel.schedules import make_schedule
-from ..predict import RECIPES, fp8
-from ..predict.memory import korthikanti_layer_bytes, korthikanti_layer_formula
+from ..predict import RECIPES
+from ..predict.memory import fp8_kept_bytes, korthikanti_layer_bytes, korthikanti_layer_formula
 from ..predict.shapes import Grid, model_sizes
 from ..record import Prediction
 from ..setting import Setting
@@ -63,12 +63,11 @@ def activation_bytes(setting: Setting, predicted: float) -> tuple[str, float]:
         per_layer = float(korthikanti_layer_bytes(sym["s"], sym["b"], sym["h"], sym["a"],
                                                   sym["t"], layout.sp, remat,
                                                   flash=setting.flash))
-        if setting.precision.saves_fp8_inputs and remat != "full" and not model.moe:
-            # the GEMM inputs kept in FP8 (parex.predict.fp8.saved_input_bytes), per token
-            grid = Grid.from_layouts([layout], setting.train, model)
-            saved = float(fp8.saved_input_bytes(model_sizes(model), grid, setting.precision)[0])
-            formula += f" − {saved:g} B per token of GEMM inputs kept in FP8"
-            per_layer -= saved * sym["tokens"]
+        grid = Grid.from_layouts([layout], setting.train, model)
+        kept = float(fp8_kept_bytes(model_sizes(model), grid, remat, setting.precision)[0])
+        if kept and not model.moe:  # (the formula shown is the dense block's)
+            formula += f" − {kept / sym['tokens']:g} B per token of GEMM inputs kept in FP8"
+            per_layer -= kept
         layers = chunk_layers * flight if layout.stage > 1 else model.layers
         where = (f"× {chunk_layers} layers per chunk × {flight} chunks in flight"
                  if layout.stage > 1 else f"× L = {model.layers} layers")

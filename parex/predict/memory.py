@@ -280,10 +280,17 @@ def layer_bytes(sizes: ModelSizes, grid: Grid, remat: str, rec: Recipe, act_byte
                                         flash=grid.flash) * np.ones(len(grid))
         if sizes.moe and remat != "full":
             block = block + korthikanti_moe_delta(sizes, grid) * tokens
-        if precision is not None and remat != "full":  # full remat keeps the block input only
-            block = block - fp8.saved_input_bytes(sizes, grid, precision) * tokens
-        return block
+        return block - fp8_kept_bytes(sizes, grid, remat, precision)
     return xla_layer_elements(sizes, grid, remat) * tokens * act_bytes
+
+
+def fp8_kept_bytes(sizes: ModelSizes, grid: Grid, remat: str, precision) -> np.ndarray:
+    """Bytes one layer's saved activations (one microbatch, Korthikanti's accounting) shed by
+    keeping its GEMM inputs in FP8 (parex.predict.fp8.saved_input_bytes); none without an FP8
+    `precision` or under full remat, which keeps the block's input alone."""
+    if precision is None or remat == "full":
+        return np.zeros(len(grid))
+    return fp8.saved_input_bytes(sizes, grid, precision) * grid.tokens
 
 
 def korthikanti_moe_delta(sizes: ModelSizes, grid: Grid) -> np.ndarray:
@@ -474,6 +481,6 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes, precision=No
             "temp": temp, "argument": argument, "total": argument + grads + acts + temp}
 
 
-__all__ = ["RECIPES", "Recipe", "activation_bytes", "in_flight", "korthikanti_layer_bytes",
-           "keeps_scores", "memory_parts", "recipe", "score_elements", "state_elements",
-           "xla_layer_elements"]
+__all__ = ["RECIPES", "Recipe", "activation_bytes", "fp8_kept_bytes", "in_flight",
+           "keeps_scores", "korthikanti_layer_bytes", "memory_parts", "recipe",
+           "score_elements", "state_elements", "xla_layer_elements"]
