@@ -13,7 +13,7 @@ kind, mesh axes, count per step and bytes per op, as columns over the layouts:
                   (xla-cpu, fsdp inside pipeline stages: each backward op reduce-scatters its
                   chunk's gradients over fsdp, parallel.fsdp_stage; the rest is summed after)
                   (xla-cpu, sharded gradients: the global norm's partial sums, a float per leaf)
-    zero-gather   ZeRO-1/2: updated parameters back from their data shards    all-gather
+    zero-gather   ZeRO-1/2: updated parameters back from their shards          all-gather
                   (every parameter in the ideal program; xla-cpu: those layout.STATE_DIMS split)
     seq-embedding xla-cpu, seq inside pipeline stages: per microbatch the embedding's backward
                   gathers its token ids and output cotangent over seq (ring: the zig-zag
@@ -228,8 +228,7 @@ class _Step:
 
     @property
     def grads_sharded(self) -> np.ndarray:
-        grid = self.grid
-        return (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
+        return self.grid.grads_sharded
 
     @property
     def scatters_grads(self) -> np.ndarray:
@@ -238,7 +237,7 @@ class _Step:
         DeepSpeed's stage 1 `reduce_scatter`); the updated shards come back by zero-gather."""
         grid = self.grid
         return self.conv.reduce_scatter & (self.grads_sharded
-                                           | ((grid.zero >= 1) & (grid.data > 1)))
+                                           | ((grid.zero >= 1) & (grid.zero_group() > 1)))
 
     @property
     def per_replica(self) -> np.ndarray:
@@ -471,16 +470,24 @@ def _tied_table_terms(step: _Step) -> list[Term]:
 
 
 def _gather_terms(step: _Step) -> list[Term]:
-    """Parameter gathers. ZeRO-1/2: the updated parameters back from their data shards, once.
+    """Parameter gathers. ZeRO-1/2: the updated parameters back from their shards, once (over
+    data; the ideal program over Grid.zero_group's, the dense and the routed parameters apart).
     ZeRO-3/fsdp: each layer's weights in forward and backward (under SP too: gathered inside its
     manual regions, again in the backward; full remat's recomputed forward shares the
     backward's gathers), and the embedding and head once (`_head_gather_bytes`); then XLA's
     gathers of a D-sharded token table under tensor parallelism (`_xla_cpu_table_terms`)."""
     sizes, grid, param_bytes = step.sizes, step.grid, step.param_bytes
-    zero12 = (grid.zero >= 1) & (grid.zero <= 2) & (grid.data > 1)
-    gathered = param_bytes * (_partitioned_elements(sizes, grid)
-                              + routed_elements(sizes, grid, embed=True)) / grid.fsdp
-    out = [Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12, gathered)]
+    zero12 = (grid.zero >= 1) & (grid.zero <= 2)
+    dense = param_bytes * _partitioned_elements(sizes, grid) / grid.fsdp
+    routed = param_bytes * routed_elements(sizes, grid, embed=True) / grid.fsdp
+    if grid.executor:
+        out = [Term("zero-gather", "all-gather", (Axis.DATA,), 1.0 * zero12 * (grid.data > 1),
+                    dense + routed)]
+    else:  # each over its shards' group (Grid.zero_group)
+        out = [Term("zero-gather", "all-gather", (Axis.DATA, Axis.EXPERT, Axis.SEQ),
+                    1.0 * zero12 * (grid.zero_group() > 1), dense),
+               Term("zero-gather", "all-gather", (Axis.DATA, Axis.SEQ),
+                    1.0 * zero12 * (grid.zero_group(routed=True) > 1) * (routed > 0), routed)]
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
     # the ideal program gathers each layer's flat buffer, vectors and all; parex's step its
     # weights by layer and the vectors whole once per step (`_vector_gather_terms`)

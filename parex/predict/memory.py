@@ -118,8 +118,10 @@ def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     layers are stored split evenly over the stage axis; the embedding and head as
     `head_state_elements` says. State sharded over data whose D those shards do not divide is
     Megatron-LM's distributed optimizer's flat buffer (`padded_state_elements`)."""
-    split = _state_elements(sizes, grid, kind, grid.embed_shards(kind))
-    uneven = sizes.D % grid.embed_shards(kind) != 0
+    split = _state_elements(sizes, grid, kind, grid.embed_shards(kind),
+                            grid.embed_shards(kind, routed=True))
+    uneven = (sizes.D % grid.embed_shards(kind) != 0) | (
+        sizes.D % grid.embed_shards(kind, routed=True) != 0)
     if not np.any(uneven):
         return split
     return np.where(uneven, padded_state_elements(sizes, grid, kind), split)
@@ -127,17 +129,24 @@ def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
 
 def padded_state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     """Megatron-LM's distributed optimizer (docs: distrib_optimizer.md): a rank's parameters in
-    one flat buffer, padded to a multiple of the data-parallel size and cut into equal
-    contiguous shards, ⌈N / data⌉ elements each, whatever the dims (fsdp still splits D)."""
-    whole = _state_elements(sizes, grid, kind, grid.fsdp)
-    return np.ceil(whole / grid.data)
+    one flat buffer, padded to a multiple of its group's size (Grid.zero_group: the dense
+    parameters' and the routed experts' each) and cut into equal contiguous shards, ⌈N / group⌉
+    elements each, whatever the dims (fsdp still splits D)."""
+    dense = _state_elements(sizes, grid, kind, grid.fsdp, routed_embed=np.inf)
+    routed = _state_elements(sizes, grid, kind, grid.fsdp) - dense
+    return (np.ceil(dense / grid.zero_group())
+            + np.ceil(routed / grid.zero_group(routed=True)))
 
 
-def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed) -> np.ndarray:
+def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed,
+                    routed_embed=None) -> np.ndarray:
     """state_elements with each weight's embed dim, and the norms' and D-sized biases' D, cut
-    into `embed` shards (layout.STATE_DIMS). The few leaves with neither (GPT's QKV and MLP-input
-    biases, a router's bias) stay whole in parex's step; the ideal program partitions them too,
-    as ZeRO's and FSDP's flat buffers partition every parameter (Rajbhandari et al. 2020, §5)."""
+    into `embed` shards (layout.STATE_DIMS), a mixture's routed experts' into `routed_embed`
+    (default `embed`; inf leaves them out). The few leaves with neither (GPT's QKV and
+    MLP-input biases, a router's bias) stay whole in parex's step; the ideal program partitions
+    them too, as ZeRO's and FSDP's flat buffers partition every parameter (Rajbhandari et al.
+    2020, §5)."""
+    routed_embed = embed if routed_embed is None else routed_embed
     flat = np.where(grid.executor | (not grid.splits_vectors), 1, embed)
     total = np.zeros(len(grid))
     for (e, t, l), n in zip(GROUPS, sizes.groups):
@@ -150,7 +159,7 @@ def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed) -> np.ndarr
     # group, ETP tensor or, folded, 1: W_in[E_expert·tensor, D, F_e])
     for (e, t), n in zip(ROUTED_GROUPS, sizes.routed):
         if n:
-            total = total + n / ((embed if e else 1) * (grid.expert_tensor if t else 1)
+            total = total + n / ((routed_embed if e else 1) * (grid.expert_tensor if t else 1)
                                  * grid.stage * grid.ep)
     return total + head_state_elements(sizes, grid, embed)
 
@@ -389,11 +398,6 @@ def pipeline_copies(sizes, grid, remat, rec, act_bytes, compute_bytes, grads=0.0
 
 # --- the two peaks: the end of the backward, and the optimizer update ----------------------------
 
-def grads_sharded(grid) -> np.ndarray:
-    """Gradients sharded over the batch axes: fsdp, or ZeRO-2/3 over data."""
-    return (grid.fsdp > 1) | ((grid.zero >= 2) & (grid.data > 1))
-
-
 def chunks_gathered_by_hand(grid) -> np.ndarray:
     """Where parex's pipeline gathers each chunk over fsdp itself (parallel.fsdp_stage), not
     layer by layer as XLA does elsewhere."""
@@ -406,7 +410,7 @@ def sharded_layer_bytes(sizes, grid, rec, compute_bytes: int) -> np.ndarray:
     tensor) in the gathered (Recipe.gathered_bytes) and the gradient dtypes. A pipeline that
     gathers its chunks by hand holds a whole chunk instead (gathered_chunk_bytes)."""
     layer = sizes.layer_params / grid.tensor + sizes.routed_layer / (grid.tensor * grid.expert)
-    by_layer = grads_sharded(grid) & ~chunks_gathered_by_hand(grid)
+    by_layer = grid.grads_sharded & ~chunks_gathered_by_hand(grid)
     return np.where(by_layer, (rec.gathered_bytes(compute_bytes) + rec.grad_bytes) * layer, 0.0)
 
 
@@ -472,7 +476,7 @@ def memory_parts(sizes, grid, remat, rec, act_bytes, compute_bytes, precision=No
         # reduce-scattered layer by layer instead: sharded_layer_bytes). Under full remat it
         # keeps one: tiny data=2,seq=2,tensor=2,cp=ulysses,sp=on holds two gradient-sized
         # copies of the blocks in its temp buffer under remat none and one under full.
-        second = ((grid.sp > 0) & (grid.data > 1) & ~grads_sharded(grid)
+        second = ((grid.sp > 0) & (grid.data > 1) & ~grid.grads_sharded
                   & (remat != "full"))
         transient = transient + np.where(second, grads, 0.0)
     temp = np.maximum(acts + transient, update_bytes(sizes, grid, rec)) - acts

@@ -237,11 +237,31 @@ class Grid:
         """Tokens one device's replica works on per microbatch: b · T / seq (before TP)."""
         return self.b * self.T // self.seq
 
-    def embed_shards(self, kind: str) -> np.ndarray:
-        """How many pieces the embed dim of `kind` state ("param", "grad", "opt") is cut into."""
+    def zero_group(self, routed: bool = False) -> np.ndarray:
+        """The devices ZeRO-1/2 cut the optimizer state (ZeRO-2 the gradients too) over.
+        parex's step: data. The ideal program: Megatron-Core's distributed optimizer shards the
+        dense parameters' state over the data-parallel group with context parallelism, which
+        holds the expert ranks too (expert parallelism is carved out of data parallelism), and
+        a mixture's routed experts' over the expert-data-parallel group
+        (megatron/core/optimizer/__init__.py, get_megatron_optimizer: intra_dp_cp_group,
+        intra_expt_dp_group): data × seq × expert, and data × seq for `routed`."""
+        if self.executor:
+            return self.data
+        return self.data * self.seq * (1 if routed else self.expert)
+
+    @property
+    def grads_sharded(self) -> np.ndarray:
+        """Gradients sharded over the batch axes: fsdp, or ZeRO-2/3 over `zero_group`."""
+        return (self.fsdp > 1) | ((self.zero >= 2) & (self.zero_group() > 1))
+
+    def embed_shards(self, kind: str, routed: bool = False) -> np.ndarray:
+        """How many pieces the embed dim of `kind` state ("param", "grad", "opt") is cut into
+        (`routed`: a mixture's routed experts'). ZeRO-3's parameters are cut over data alone
+        (the group its gathers run over, predict.comm's fsdp-gather)."""
         from ..layout import ZERO_STAGE_SHARDING
 
-        return self.fsdp * np.where(self.zero >= ZERO_STAGE_SHARDING[kind], self.data, 1)
+        group = self.data if kind == "param" else self.zero_group(routed)
+        return self.fsdp * np.where(self.zero >= ZERO_STAGE_SHARDING[kind], group, 1)
 
     @classmethod
     def from_columns(cls, train: TrainConfig, model: ModelConfig, **columns) -> "Grid":

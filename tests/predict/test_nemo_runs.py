@@ -79,13 +79,13 @@ def test_the_dense_fp8_runs_fit_as_they_ran():
     """Every dense run here ran, so each must fit its GPU's memory as predicted. Transformer
     Engine keeps the GEMM inputs for the weight gradients in FP8 (parex.predict.fp8.
     saved_input_bytes): Megatron-Bridge's 70B runs (45 GB of activations, 54 GB when their
-    inputs were counted in 16 bits) fit, where they were predicted 1.4 GB over. One is still
-    over: NeMo 24.07's Llama 3 8B with context parallelism, by under 3 % of the datasheet's 80
-    GB and inside the device's 85.5 GB, whose distributed optimizer shards over the data ×
-    context ranks where parex shards it over data alone (docs/predict.md)."""
+    inputs were counted in 16 bits) fit, where they were predicted 1.4 GB over. The distributed
+    optimizer shards over the data × context ranks (Grid.zero_group): NeMo 24.07's Llama 3 8B
+    with context parallelism fits (68 GB), where sharding over data alone put it 2.3 GB over."""
     runs = published.h100_accuracy()["committed"].set_index("run")
     dense = runs[runs["stack"].isin(published.H100_STACKS)]
-    over = dense[dense.parex_memory_bytes > 80e9].parex_memory_bytes
-    assert list(over.index) == ["nemo-24.07-llama3-8b"] and over.item() < 1.03 * 80e9
+    assert (dense.parex_memory_bytes < 80e9).all(), dense.parex_memory_bytes.max()
     fp8_70b = dense.loc["mb-25.11-llama3-70b"]
     assert 70e9 < fp8_70b.parex_memory_bytes < 75e9
+    cp_8b = dense.loc["nemo-24.07-llama3-8b"]
+    assert 65e9 < cp_8b.parex_memory_bytes < 72e9

@@ -54,6 +54,24 @@ def test_zero_stages_by_convention():
     assert gathers == 4 * (N - L * 7 * D)
 
 
+def test_the_ideal_programs_zero_runs_over_data_and_context():
+    """Megatron-Core's distributed optimizer shards over data × context (Grid.zero_group):
+    with seq > 1 its ZeRO-1 reduce-scatters and gathers back over both, even where data is 1;
+    parex's step gathers over data alone."""
+    for layout, axes in ((Layout(data=4, seq=2, cp="ring", zero=1), ("data", "seq")),
+                         (Layout(seq=8, cp="ring", zero=1), ("seq",))):
+        p = predict(TINY, TRAIN, layout, "a100-80gb", convention="gpu", **FP32)
+        gathers = [c for c in p.collectives if c["name"] == "zero-gather"]
+        assert [tuple(c["axes"]) for c in gathers] == [axes]
+        assert gathers[0]["bytes"] == 4 * N
+        assert not [c for c in p.collectives if c["name"] == "grad-reduce"
+                    and c["kind"] == "all-reduce"]
+    step = predict(TINY, TRAIN, Layout(data=4, seq=2, cp="ring", zero=1), "a100-80gb",
+                   convention="xla-cpu", **FP32)
+    assert {tuple(c["axes"]) for c in step.collectives if c["name"] == "zero-gather"} == {
+        ("data",)}
+
+
 def test_fsdp_gathers_each_layer_forward_and_backward():
     kinds = by_kind(Layout(fsdp=8), "gpu")
     # each layer's flat buffer, every parameter, float32, twice (forward and backward): the

@@ -70,6 +70,29 @@ def test_the_ideal_program_partitions_every_parameter():
     assert M.state_elements(model_sizes(TINY), zero1, "grad")[0] == pytest.approx(N)
 
 
+def test_the_ideal_program_shards_zero_over_megatrons_distributed_optimizer_groups():
+    """Megatron-Core's distributed optimizer shards the dense parameters' state over data ×
+    context × expert (its data-parallel group with context parallelism, expert parallelism
+    carved out of it) and the routed experts' over data × context (the expert-data-parallel
+    group); parex's step over data alone."""
+    def opt(layout, model=TINY, executor=False):
+        g = dataclasses.replace(grid(layout, model=model), executor=executor)
+        return M.state_elements(model_sizes(model), g, "opt")[0]
+
+    assert opt(Layout(data=4, seq=2, cp="ring", zero=1)) == pytest.approx(N / 8)
+    assert opt(Layout(data=4, seq=2, cp="ring", zero=1), executor=True) == pytest.approx(
+        opt(Layout(data=4, zero=1), executor=True))
+    moe = model_preset("tiny-moe")
+    sizes = model_sizes(moe)
+    routed = sum(sizes.routed)
+    dense = moe.n_params - routed
+    # 8 experts over expert=4: each device holds 2, their state cut over data = 2 only
+    assert opt(Layout(data=2, expert=4, zero=1), moe) == pytest.approx(
+        dense / 8 + routed / 4 / 2)
+    assert opt(Layout(data=2, expert=4, zero=1), moe, executor=True) == pytest.approx(
+        dense / 2 + routed / 4 / 2)
+
+
 def test_argument_is_params_optimizer_and_batch_by_hand():
     mem = predict(TINY, TrainConfig(global_batch=16), Layout(data=8), "a100-80gb",
                   recipe="parex", dtype="float32")
