@@ -37,7 +37,8 @@ RECIPE_NAMES = ("parex", "mixed", "mixed-fp32-grads", "fsdp2")  # parex.predict.
 CONVENTION_NAMES = ("gpu", "xla-cpu")  # parex.predict.comm.CONVENTIONS
 # the stack's overlaps among parex.predict.comm.Convention's fields (Setting.overlaps)
 OVERLAP_FLAGS = ("overlaps_grad_reduce", "overlaps_tp_backward", "axonn_overlaps",
-                 "overlaps_tp_comm", "async_tp", "overlaps_param_gather", "bucket_params")
+                 "overlaps_tp_comm", "async_tp", "overlaps_param_gather", "overlaps_moe_a2a",
+                 "dispatch_per_node", "bucket_params")
 
 
 def profile_regime(chip: Chip) -> str:

@@ -1,4 +1,5 @@
-"""Software stacks: which communication overlaps a framework runs, at a named version.
+"""Software stacks: which communication overlaps (and MoE dispatch) a framework runs, at a
+named version.
 
 A stack is a value: the overlaps it turns on (OVERLAPS, user-facing names) and its gradient
 bucket size. parex.setting.resolve turns it into the flags of parex.predict.comm.Convention
@@ -16,6 +17,12 @@ replaces the stack's.
                   step's forward (Megatron-Core --overlap-param-gather)
     tp-backward   the column-parallel layers' input-gradient all-reduce (SP: reduce-scatter)
                   beside their weight-gradient GEMM (Megatron-LM from September 2021)
+    moe-a2a       a mixture's expert-parallel all-to-alls beside another microbatch's compute
+                  (Megatron-Core --overlap-moe-expert-parallel-comm)
+    deepep        not an overlap but the dispatch's algorithm: a token sent once to each remote
+                  node holding one of its experts, forwarded there over NVLink (DeepEP or
+                  HybridEP under Megatron-Core's flex dispatcher, --moe-token-dispatcher-type
+                  flex), where the default all-to-all sends a copy per expert
 
 These stacks only name overlaps. The step-efficiency fits of the published 2021-22 runs
 (parex.predict.published.STACKS: megatron-lm-2021, megatron-lm-2022, megatron-deepspeed) take
@@ -33,7 +40,8 @@ from .errors import InputError, unknown
 # user-facing name -> the parex.predict.comm.Convention flag it sets
 OVERLAPS = {"tp-comm": "overlaps_tp_comm", "async-tp": "async_tp",
             "grad-reduce": "overlaps_grad_reduce", "param-gather": "overlaps_param_gather",
-            "tp-backward": "overlaps_tp_backward", "moe-a2a": "overlaps_moe_a2a"}
+            "tp-backward": "overlaps_tp_backward", "moe-a2a": "overlaps_moe_a2a",
+            "deepep": "dispatch_per_node"}
 # Megatron-Core's DistributedDataParallelConfig.bucket_size default: max(40M, 1M x data-parallel
 # size) parameters (megatron/core/distributed/distributed_data_parallel.py, core_r0.9-0.12)
 MEGATRON_BUCKET_PARAMS = 40e6

@@ -305,7 +305,8 @@ def add_overlap_args(p: argparse.ArgumentParser) -> None:
                    "(parex.stacks; default: parex's own program)")
     p.add_argument("--overlap", default=None, metavar="LIST",
                    help="the overlaps on, replacing the stack's: a comma list of "
-                   f"{', '.join(OVERLAPS)}, or none (e.g. tp-comm,grad-reduce,param-gather)")
+                   f"{', '.join(OVERLAPS)}, or none (e.g. tp-comm,grad-reduce,param-gather; "
+                   "deepep: a mixture's tokens sent once per remote node, DeepEP/HybridEP)")
 
 
 def add_hardware_arg(p, help: str = "hardware profile (data/hardware/)") -> None:

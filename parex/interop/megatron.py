@@ -39,6 +39,8 @@ The mapping, one option per parex field (docs/interop.md has the table):
     --overlap-param-gather,                                      tp-comm, grad-reduce,
     --overlap-moe-expert-parallel-comm                           param-gather, moe-a2a
                                                                  (+ tp-backward)
+    --moe-token-dispatcher-type flex --moe-enable-deepep         overlaps + deepep (a token
+                                                                 sent once per remote node)
 """
 
 from __future__ import annotations
@@ -110,8 +112,7 @@ IGNORED_REASONS = (
       "--rotary", "--use-rope-scaling", "--rope-scaling", "--sgd-momentum",
       "--override-opt", "--use-checkpoint-opt", "--decoupled", "--moe-aux-loss-coeff",
       "--moe-z-loss-coeff", "--moe-router-load-balancing-type", "--moe-router-score-function",
-      "--moe-router-pre-softmax", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
-      "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-bias-update-rate",
+      "--moe-router-pre-softmax", "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-bias-update-rate",
       "--moe-router-enable-expert-bias"), "optimizer, schedule and numerics"),
     (("--overlap", "--no-", "--tp-comm", "--transformer-impl", "--distributed-backend",
       "--distributed-timeout", "--use-mcore-models", "--accumulate-allreduce", "--grad-reduce",
@@ -126,8 +127,12 @@ IGNORED_REASONS = (
 OVERLAP_OPTIONS = {"--tp-comm-overlap": "tp-comm", "--overlap-grad-reduce": "grad-reduce",
                    "--overlap-param-gather": "param-gather",
                    "--overlap-moe-expert-parallel-comm": "moe-a2a"}
+# Megatron-Core's flex dispatcher (DeepEP, a token sent once per remote node: the `deepep` of
+# parex.stacks) and core_v0.15.0's option for its backend (later releases name it, DeepEP or
+# HybridEP, by --moe-flex-dispatcher-backend)
+DISPATCHER, DEEPEP = "--moe-token-dispatcher-type", "--moe-enable-deepep"
 # the options this module maps to parex fields (the rest are refused or ignored)
-MAPPED = set(OVERLAP_OPTIONS) | set(fp8.MEGATRON_OPTIONS) | {
+MAPPED = set(OVERLAP_OPTIONS) | set(fp8.MEGATRON_OPTIONS) | {DISPATCHER, DEEPEP} | {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
     "--group-query-attention", "--num-query-groups", "--kv-channels", "--seq-length",
     "--max-position-embeddings", "--vocab-size", "--padded-vocab-size",
@@ -310,10 +315,11 @@ class _Reader:
         layout = self.layout(model, tp)
         train, layout = self.batch(layout)
         self.note_ignored()
+        overlaps = self.overlaps()  # before the notes are taken: it may add one
         return Imported(FRAMEWORK, VERSION, model, train, layout, dtype=self.dtype(),
                         ignored=tuple(self.ignored), assumed=tuple(self.assumed),
                         approximated=tuple(self.approximated), stack="megatron-core",
-                        overlaps=self.overlaps(), recipe=self.recipe())
+                        overlaps=overlaps, recipe=self.recipe())
 
     def overlaps(self) -> tuple[str, ...]:
         """Megatron-Core's overlaps (parex.stacks): its default list and the options that
@@ -326,7 +332,20 @@ class _Reader:
                 raise InputError(f"--overlap-param-gather needs {needed} (Megatron-LM refuses "
                                  f"it without): add {needed} or drop --overlap-param-gather")
         return stack("megatron-core").overlaps + tuple(
-            name for option, name in OVERLAP_OPTIONS.items() if self.has(option))
+            name for option, name in OVERLAP_OPTIONS.items() if self.has(option)) + (
+                self.dispatcher())
+
+    def dispatcher(self) -> tuple[str, ...]:
+        """("deepep",) under the flex dispatcher (either backend sends a token once per remote
+        node); the all-to-all and all-gather dispatchers are priced as parex's all-to-all."""
+        kind = self.given.get(DISPATCHER, "allgather")
+        if kind == "flex":
+            return ("deepep",)
+        if kind == "allgather" and self.int("--num-experts", 0) > 1 and self.int(
+                "--expert-model-parallel-size", 1) > 1:
+            self.approximated.append(f"{DISPATCHER} allgather: predicted as the alltoall "
+                                     "dispatcher (a copy of each token per expert)")
+        return ()
 
     def refuse_what_parex_cannot_express(self):
         for option, why in REFUSED.items():
@@ -711,13 +730,19 @@ def _overlap_options(setting: Setting) -> list[str]:
     """The setting's overlaps as Megatron-LM's options, those its arguments.py accepts: the
     TP overlap with sequence parallelism, the parameter gather with the distributed optimizer
     (or Megatron FSDP), the overlapped gradient reduce and, with expert parallelism, the
-    expert all-to-all beside another microbatch's compute."""
+    expert all-to-all beside another microbatch's compute and the dispatcher parex priced
+    (flex with DeepEP under `deepep`, else alltoall: Megatron-Core's default, allgather, is
+    another algorithm)."""
     on, layout = setting.overlap_names, setting.layout
     possible = {"tp-comm": bool(layout.sp),
                 "grad-reduce": True,
                 "param-gather": "grad-reduce" in on and layout.zero >= 1 and layout.fsdp == 1,
                 "moe-a2a": layout.expert > 1}
-    return [option for option, name in OVERLAP_OPTIONS.items() if name in on and possible[name]]
+    flex = ([DISPATCHER, "flex", DEEPEP]
+            if "deepep" in on and layout.expert > 1 else [DISPATCHER, "alltoall"]
+            if layout.expert > 1 else [])
+    return [option for option, name in OVERLAP_OPTIONS.items()
+            if name in on and possible[name]] + flex
 
 
 def _check_expressible(setting: Setting) -> None:

@@ -73,21 +73,22 @@ def torus_dims(torus: tuple[int, ...], g, stride) -> np.ndarray:
     return np.maximum(dims, 1)
 
 
-def collective_seconds(kind, g, stride, S, chip) -> np.ndarray:
+def collective_seconds(kind, g, stride, S, chip, routing=None) -> np.ndarray:
     """Seconds of one collective of S bytes over groups of g ranks at `stride` on an
-    accelerator cluster (module docstring)."""
+    accelerator cluster (module docstring); `routing`: (E, k) of a mixture's dispatch sent once
+    per remote node (collectives.per_node_share)."""
     g, stride = np.broadcast_arrays(np.asarray(g), np.asarray(stride))
     groups, inverse = _distinct(g, stride)
     net = chip.network or FULL_BISECTION
     links = (chip.intra_node.latency, chip.inter_node.latency)
     candidates = _candidates(kind, tuple(groups[0]), tuple(groups[1]),
-                             tiers_of(chip, chip.network), net, links)
+                             tiers_of(chip, chip.network), net, links, routing)
     out = collectives.fastest(candidates, inverse, S)
     return np.where(g > 1, out, 0.0)
 
 
 @functools.lru_cache(maxsize=4096)
-def _candidates(kind, g: tuple, stride: tuple, tiers, net, links) -> list:
+def _candidates(kind, g: tuple, stride: tuple, tiers, net, links, routing=None) -> list:
     """The (algorithm, protocol) candidates of `kind` over the distinct groups (g, stride): they
     depend on the groups and the network, never on the bytes or the chip's compute, so a
     fit that varies only those (published_runs.fit_step_efficiency) places each group once."""
@@ -99,7 +100,7 @@ def _candidates(kind, g: tuple, stride: tuple, tiers, net, links) -> list:
         return [collectives.ici_candidate(kind, at, tiers, torus_dims(net.torus, g, stride),
                                           links)]
     return collectives.library_candidates(kind, at, tiers, net,
-                                          collectives.LIBRARY_CONSTANTS[net.library])
+                                          collectives.LIBRARY_CONSTANTS[net.library], routing)
 
 
 def _distinct(g: np.ndarray, stride: np.ndarray) -> tuple:
@@ -146,7 +147,7 @@ def link_seconds(terms: list[Term], grid: Grid, chip) -> np.ndarray:
             placed[term.axes] = (collectives.placement(*groups, tiers), inverse)
         at, inverse = placed[term.axes]
         moved = np.where(g > 1, term.count * term.bytes_per_op, 0.0)
-        for k, volume in enumerate(collectives.volumes(term.kind, at)):
+        for k, volume in enumerate(collectives.volumes(term.kind, at, term.routing)):
             crossing[k] = crossing[k] + moved * np.asarray(volume)[inverse]
     return collectives.network_load(crossing, tiers)
 
@@ -158,7 +159,8 @@ def term_seconds(term: Term, grid: Grid, chip) -> np.ndarray:
         cal = chip.calibration  # their cost between a step's matmuls (calibrate.in_step_calls)
         per_op = cal.collective_in_step * calibrated_seconds(term.kind, g, term.bytes_per_op, cal)
     else:
-        per_op = collective_seconds(term.kind, g, stride, term.bytes_per_op, chip)
+        per_op = collective_seconds(term.kind, g, stride, term.bytes_per_op, chip,
+                                    term.routing)
     return term.count * per_op
 
 

@@ -12,7 +12,9 @@ that all cross an oversubscribed tier at once each get the tier's share):
     tree   all-reduce: a chain in the scale-up domain, then 2 · S/m_{k−1} / r_k on each tier above
     NVLS   all-reduce reduced in the NVSwitch: 2(f_0−1)/f_0 · S / the tier's NVLS bus bandwidth,
            then a tree above it
-    all-to-all  (m_k − m_{k−1})/g · S / r_k (each device's bytes to the ranks beyond tier k−1)
+    all-to-all  (m_k − m_{k−1})/g · S / r_k (each device's bytes to the ranks beyond tier k−1);
+                a mixture's dispatch sent once per remote node (DeepEP, HybridEP): the bytes
+                leaving the scale-up domain times `per_node_share`
     permute     S / r_k of the tier a hop to the next rank crosses
 
 The libraries pipeline chunks through every tier at once, so a collective's bandwidth time is its
@@ -140,18 +142,43 @@ def placement(g, stride, tiers: tuple[Tier, ...]) -> Placement:
     return Placement(fan, below, members, hops)
 
 
-def volumes(kind: str, at: Placement) -> list:
+def volumes(kind: str, at: Placement, routing=None) -> list:
     """Bytes each device moves across tier k per byte of the op (ring or hierarchical; a
     permute's one send crosses the lowest tier whose domain holds both ranks, as
-    `permute_candidate` prices it)."""
+    `permute_candidate` prices it). `routing`: (E, k) of a mixture's dispatch sent once per
+    remote scale-up domain (`per_node_share`)."""
     if kind == "all-to-all":
         g = at.members[-1]
-        return [(m - b) / g for m, b in zip(at.members, at.below)]
+        out = [(m - b) / g for m, b in zip(at.members, at.below)]
+        if routing is not None:
+            share = per_node_share(routing, at)
+            out = out[:1] + [v * share for v in out[1:]]
+        return out
     if kind == "collective-permute":
         first = np.cumsum([f > 1 for f in at.fan], axis=0) == 1  # the lowest tier crossed
         return [np.where((f > 1) & lowest, 1.0, 0.0) for f, lowest in zip(at.fan, first)]
     passes = 2.0 if kind == "all-reduce" else 1.0
     return [passes * (f - 1) / f / b for f, b in zip(at.fan, at.below)]
+
+
+def per_node_share(routing, at: Placement) -> np.ndarray:
+    """Of a mixture's all-to-all of a token's k slots, the share of the bytes leaving the
+    scale-up domain that DeepEP and HybridEP send (Megatron-Core's flex dispatcher): a token
+    goes once to each remote domain holding one of its experts and is forwarded there over the
+    scale-up links (DeepEP's internode kernels: RDMA to the same local rank of each node, then
+    NVLink), where an all-to-all sends a copy per slot. With E experts spread evenly over the
+    group's n = g / m_0 domains, E/n each, and a token's k experts distinct and uniformly
+    chosen (balanced routing), a remote domain receives it with probability
+    p = 1 − C(E − E/n, k) / C(E, k); of the (n − 1)/n · k copies an all-to-all sends off the
+    domain, (n − 1)·p go: a share n·p/k. The forwarding inside the domain is left on its
+    faster links unpriced (the kernels forward chunks as they arrive)."""
+    E, k = routing
+    n = at.members[-1] / at.members[0]
+    per_domain = E / n
+    missed = np.ones_like(n)  # C(E − E/n, k) / C(E, k): the domain holds none of the k
+    for i in range(int(k)):
+        missed = missed * np.clip((E - per_domain - i) / (E - i), 0.0, 1.0)
+    return np.where(n > 1, np.minimum(1.0, n * (1.0 - missed) / k), 1.0)
 
 
 def tier_loads(volume: list, rates: list) -> list:
@@ -210,18 +237,19 @@ def stalls(kind: str, at: Placement, net: Network) -> tuple | None:
     return net.stall_chunk * g, np.where(multi_node, passes * per_pass, 0.0)
 
 
-def library_candidates(kind: str, at: Placement, tiers, net: Network,
-                       lib: Library) -> list[Candidate]:
+def library_candidates(kind: str, at: Placement, tiers, net: Network, lib: Library,
+                       routing=None) -> list[Candidate]:
     """Every (algorithm, protocol) NCCL/RCCL could run for this op (module doc), each with the
-    network's stalls."""
+    network's stalls; `routing` as `volumes`'."""
     stall = stalls(kind, at, net)
     return [Candidate(c.latency, c.per_byte, c.correction, stall)
-            for c in _algorithms(kind, at, tiers, net, lib)]
+            for c in _algorithms(kind, at, tiers, net, lib, routing)]
 
 
-def _algorithms(kind: str, at: Placement, tiers, net: Network, lib: Library) -> list[Candidate]:
+def _algorithms(kind: str, at: Placement, tiers, net: Network, lib: Library,
+                routing=None) -> list[Candidate]:
     """Every (algorithm, protocol) NCCL/RCCL could run for this op, without stalls."""
-    ring = _slowest(volumes(kind, at), [t.rate for t in tiers])
+    ring = _slowest(volumes(kind, at, routing), [t.rate for t in tiers])
     passes = 2.0 if kind == "all-reduce" else 1.0
     multi_node = at.members[0] < at.members[-1]
     out = []

@@ -122,6 +122,9 @@ class Convention:
     overlaps_moe_a2a: bool = False  # a mixture's expert-parallel all-to-alls (the dispatch
     #   family) beside another microbatch's compute (Megatron-Core
     #   --overlap-moe-expert-parallel-comm, Megatron-Bridge's moe_a2a_overlap): predict.overlap
+    dispatch_per_node: bool = False  # a mixture's dispatch and combine send a token once per
+    #   remote node and forward it there over NVLink (DeepEP, HybridEP: Megatron-Core's flex
+    #   dispatcher, --moe-token-dispatcher-type flex): collectives.per_node_share
     bucket_params: float = 0.0  # gradient / parameter bucket size in parameters (parex.stacks:
     #   Megatron-Core's); 0: one bucket per layer, behind the whole step's backward
     axonn_overlaps: bool = False  # 3D tensor layouts: AxoNN's three overlaps, each hiding
@@ -148,6 +151,8 @@ class Term:
     axes: tuple[Axis, ...]
     count: np.ndarray
     bytes_per_op: np.ndarray
+    routing: tuple[int, int] | None = None  # (E, k): a mixture's dispatch sent once per remote
+    #   node (Convention.dispatch_per_node; priced by collectives.per_node_share)
 
     @property
     def bytes(self) -> np.ndarray:
@@ -485,9 +490,10 @@ def _gather_terms(step: _Step) -> list[Term]:
                     dense + routed)]
     else:  # each over its shards' group (Grid.zero_group)
         out = [Term("zero-gather", "all-gather", (Axis.DATA, Axis.EXPERT, Axis.SEQ),
-                    1.0 * zero12 * (grid.zero_group() > 1), dense),
-               Term("zero-gather", "all-gather", (Axis.DATA, Axis.SEQ),
-                    1.0 * zero12 * (grid.zero_group(routed=True) > 1) * (routed > 0), routed)]
+                    1.0 * zero12 * (grid.zero_group() > 1), dense)]
+        if sizes.moe:
+            out.append(Term("zero-gather", "all-gather", (Axis.DATA, Axis.SEQ),
+                            1.0 * zero12 * (grid.zero_group(routed=True) > 1), routed))
     fsdp = (grid.fsdp > 1) | ((grid.zero >= 3) & (grid.data > 1))
     # the ideal program gathers each layer's flat buffer, vectors and all; parex's step its
     # weights by layer and the vectors whole once per step (`_vector_gather_terms`)
@@ -940,6 +946,7 @@ def moe_terms(step: _Step) -> list[Term]:
     full = 1 if step.remat == "full" else 0
     m_l = grid.microbatches * grid.stage_layers
     buffer = grid.b * dispatch_slots(sizes, grid) * sizes.D / grid.seq * step.act_bytes
+    routing = dispatch_routing(step)
     folded = grid.fold > 1
     tp = ((grid.tensor > 1) & ~folded) * 1.0
     beside = conv.overlaps_tp_backward
@@ -948,10 +955,19 @@ def moe_terms(step: _Step) -> list[Term]:
     return [Term("moe-dispatch", "reduce-scatter", (Axis.SEQ,), seq, whole),
             Term("moe-combine", "all-gather", (Axis.SEQ,), seq, whole)] + routing_terms(step) + [
             Term("moe-dispatch", "all-to-all", (Axis.EXPERT,),
-                 (4 + 2 * full) * m_l * (grid.expert > 1) * ~folded, buffer),
+                 (4 + 2 * full) * m_l * (grid.expert > 1) * ~folded, buffer, routing),
             Term("tp", "all-reduce", (Axis.TENSOR,), (1 + full) * m_l * tp, buffer),
             Term("tp-beside-wgrad" if beside else "tp", "all-reduce", (Axis.TENSOR,),
                  sizes.n_mlp_in * m_l * tp, buffer)] + folded_terms(step, folded, buffer)
+
+
+def dispatch_routing(step: _Step) -> tuple[int, int] | None:
+    """(E, k) where the ideal program's dispatch goes once per remote node
+    (Convention.dispatch_per_node: DeepEP, HybridEP), else None: one copy per slot."""
+    sizes, conv = step.sizes, step.conv
+    if not conv.dispatch_per_node or step.grid.executor:
+        return None
+    return (int(sizes.E), int(sizes.k))
 
 
 def routing_terms(step: _Step) -> list[Term]:
@@ -994,7 +1010,7 @@ def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Te
     x = grid.b * grid.T / grid.seq * sizes.D * step.act_bytes  # the block's tokens (b, T/s, D)
     dense, ideal = m_l * grid.executor, m_l * np.logical_not(grid.executor) * (grid.sp == 0)
     return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT, Axis.TENSOR), (4 + 2 * full) * m_l,
-                 buffer / grid.fold),
+                 buffer / grid.fold, dispatch_routing(step)),
             Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense, x),
             Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense,
                  x + grid.b * grid.T / grid.seq * sizes.E * 4),

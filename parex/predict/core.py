@@ -197,7 +197,8 @@ def predict_setting(setting: Setting) -> Prediction:
                                 "bytes": float(term.bytes[0]),
                                 "bytes_per_op": float(term.bytes_per_op[0]),
                                 "seconds": float(alpha_beta.term_seconds(
-                                    term, on_axes, setting.cluster.chip)[0])})
+                                    term, on_axes, setting.cluster.chip)[0])}
+                               | ({"routing": list(term.routing)} if term.routing else {}))
     hidden = {k: value.get(tensor3d.hidden_column(k)) for k in tensor3d.OVERLAPS}  # 3D, gpu
     tensor3d.annotate(collectives, {k: v for k, v in hidden.items() if v is not None})
     return Prediction(

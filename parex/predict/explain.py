@@ -151,7 +151,7 @@ def tier_seconds(p, setting: Setting) -> dict:
         g, stride = group_shape(grid, axes)
         at = collectives.placement(g, stride, tiers)
         moved = [c["count"] * c["bytes_per_op"] * float(v[0])
-                 for v in collectives.volumes(c["kind"], at)]
+                 for v in collectives.volumes(c["kind"], at, c.get("routing"))]
         busy = collectives.tier_loads(moved, [t.rate for t in tiers])
         for t, b in zip(tiers, busy):
             out[t.name] += b

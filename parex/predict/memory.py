@@ -119,9 +119,10 @@ def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     `head_state_elements` says. State sharded over data whose D those shards do not divide is
     Megatron-LM's distributed optimizer's flat buffer (`padded_state_elements`)."""
     split = _state_elements(sizes, grid, kind, grid.embed_shards(kind),
-                            grid.embed_shards(kind, routed=True))
-    uneven = (sizes.D % grid.embed_shards(kind) != 0) | (
-        sizes.D % grid.embed_shards(kind, routed=True) != 0)
+                            grid.embed_shards(kind, routed=True) if sizes.moe else None)
+    uneven = sizes.D % grid.embed_shards(kind) != 0
+    if sizes.moe:
+        uneven = uneven | (sizes.D % grid.embed_shards(kind, routed=True) != 0)
     if not np.any(uneven):
         return split
     return np.where(uneven, padded_state_elements(sizes, grid, kind), split)
@@ -132,10 +133,12 @@ def padded_state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarra
     one flat buffer, padded to a multiple of its group's size (Grid.zero_group: the dense
     parameters' and the routed experts' each) and cut into equal contiguous shards, ⌈N / group⌉
     elements each, whatever the dims (fsdp still splits D)."""
+    whole = _state_elements(sizes, grid, kind, grid.fsdp)
+    if not sizes.moe:
+        return np.ceil(whole / grid.zero_group())
     dense = _state_elements(sizes, grid, kind, grid.fsdp, routed_embed=np.inf)
-    routed = _state_elements(sizes, grid, kind, grid.fsdp) - dense
     return (np.ceil(dense / grid.zero_group())
-            + np.ceil(routed / grid.zero_group(routed=True)))
+            + np.ceil((whole - dense) / grid.zero_group(routed=True)))
 
 
 def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed,

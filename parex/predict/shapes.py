@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import jax
 import numpy as np
@@ -247,7 +247,15 @@ class Grid:
         intra_expt_dp_group): data × seq × expert, and data × seq for `routed`."""
         if self.executor:
             return self.data
-        return self.data * self.seq * (1 if routed else self.expert)
+        return self._data_seq if routed else self._data_seq_expert
+
+    @cached_property
+    def _data_seq(self) -> np.ndarray:
+        return self.data * self.seq
+
+    @cached_property
+    def _data_seq_expert(self) -> np.ndarray:
+        return self._data_seq * self.expert
 
     @property
     def grads_sharded(self) -> np.ndarray:

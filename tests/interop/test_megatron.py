@@ -339,6 +339,27 @@ def test_the_expert_all_to_all_overlap_imports_and_goes_back():
     assert "--overlap-moe-expert-parallel-comm" in megatron_options(run.setting(HARDWARE))
 
 
+def test_the_flex_dispatcher_imports_as_deepep_and_goes_back():
+    """--moe-token-dispatcher-type flex (DeepEP or HybridEP: a token sent once per remote node)
+    is parex's `deepep`; any other dispatcher is priced as the all-to-all, and the export writes
+    the one parex priced."""
+    moe = " --num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 2"
+    launch = GPT3_LAUNCH.replace(" --sequence-parallel", " --sequence-parallel" + moe)
+    for extra in (" --moe-token-dispatcher-type flex --moe-enable-deepep",
+                  " --moe-token-dispatcher-type flex"):
+        run = from_megatron(launch + extra)
+        assert "deepep" in run.overlaps
+        assert not [note for note in run.ignored if "dispatcher" in note or "deepep" in note]
+        words = megatron_options(run.setting(HARDWARE))
+        assert " ".join(words).count("--moe-token-dispatcher-type flex --moe-enable-deepep") == 1
+    plain = from_megatron(launch + " --moe-token-dispatcher-type alltoall")
+    assert "deepep" not in plain.overlaps and not plain.approximated
+    assert "--moe-token-dispatcher-type alltoall" in " ".join(
+        megatron_options(plain.setting(HARDWARE)))
+    gathered = from_megatron(launch)  # Megatron-Core's default: allgather
+    assert any("allgather" in note for note in gathered.approximated)
+
+
 @pytest.mark.parametrize("options, recipe", [
     ("--bf16", "mixed-fp32-grads"), ("--bf16 --grad-reduce-in-bf16", "mixed"),
     ("--bf16 --main-grads-dtype bf16", "mixed"), ("--fp16", "mixed"),

@@ -176,6 +176,42 @@ def test_the_all_to_all_runs_on_the_expert_groups_links():
     assert t_out == pytest.approx(1 / 2 * S / inter / 0.92 + (14.0 + 16 * 4.0) * 1e-6)
 
 
+def test_a_per_node_dispatch_sends_a_token_once_to_each_remote_node():
+    """DeepEP and HybridEP (`deepep`): a token leaves its node once for every remote node holding
+    one of its k experts. Mixtral's 8 experts, top-2, over 16 ranks on two nodes: the other node
+    holds 4, so it gets the token with p = 1 − (4/8)(3/7) = 11/14, where the all-to-all sends a
+    copy per slot, half of them off the node: 2·p/2 of its NIC bytes go. Inside one node, and
+    with the all-to-all dispatcher, nothing changes."""
+    chip = load_chip("h100-sxm")
+    model = model_preset("mixtral-8x7b")
+    train = TrainConfig(global_batch=64, seq_len=4096)
+    across = Grid.from_layouts([Layout(expert=16)], train, model)
+    inside = Grid.from_layouts([Layout(data=2, expert=8)], train, model)
+    S = 1 * 2 * 4096 * 4096 * 2.0
+    plain = Term("moe-dispatch", "all-to-all", (Axis.EXPERT,), np.ones(1), np.full(1, S))
+    per_node = Term("moe-dispatch", "all-to-all", (Axis.EXPERT,), np.ones(1), np.full(1, S),
+                    routing=(8, 2))
+    inter = chip.inter_node.bandwidth * chip.network_efficiency
+    share = 2 * (1 - 4 / 8 * 3 / 7) / 2
+    assert alpha_beta.term_seconds(per_node, across, chip)[0] == pytest.approx(
+        share / 2 * S / inter / 0.92 + (14.0 + 16 * 4.0) * 1e-6)
+    assert alpha_beta.link_seconds([per_node], across, chip)[0] == pytest.approx(
+        share * alpha_beta.link_seconds([plain], across, chip)[0])
+    assert alpha_beta.term_seconds(per_node, inside, chip)[0] == pytest.approx(
+        alpha_beta.term_seconds(plain, inside, chip)[0])
+    # predict (16 experts, one per rank): the stack's `deepep` sets it on the dispatch; the
+    # bytes stay the op's
+    wider = model.replace(experts=16)
+    runs = {ov: predict(wider, train, Layout(expert=16), "h100-sxm", overlaps=ov)
+            for ov in (("grad-reduce",), ("grad-reduce", "deepep"))}
+    dispatch = {ov: [c for c in p.collectives if c["name"] == "moe-dispatch"]
+                for ov, p in runs.items()}
+    plain_op, deduped = dispatch[("grad-reduce",)][0], dispatch[("grad-reduce", "deepep")][0]
+    assert deduped["routing"] == [16, 2] and "routing" not in plain_op
+    assert deduped["bytes"] == plain_op["bytes"]
+    assert deduped["seconds"] < 0.8 * plain_op["seconds"]
+
+
 def test_imbalance_is_a_stated_assumption_that_slows_the_experts():
     """The ideal program's step is set by its most-loaded expert: `expert_imbalance` (1.0,
     balanced, by default) scales its slots; a capacity caps them at C."""

@@ -71,6 +71,22 @@ def test_placement_counts_members_fans_and_ring_hops():
     assert [float(h[0]) for h in at.hops] == [0, 4096 - 32, 32]
 
 
+def test_a_per_node_dispatch_share_by_hand():
+    """DeepSeek-V3's 256 experts, top-8, over 64 ranks on eight H800 nodes (32 experts each): a
+    remote node gets a token with p = 1 − C(224, 8)/C(256, 8), and of the 7 of 8 copies an
+    all-to-all sends off the node, 7·p go: a share 8p/8. Within one node the share is 1."""
+    chip = load_chip("h800")
+    tiers = tiers_of(chip, chip.network)
+    at = collectives.placement(np.array([64.0, 8.0]), np.array([1.0, 1.0]), tiers)
+    missed = np.prod([(224 - i) / (256 - i) for i in range(8)])
+    share = collectives.per_node_share((256, 8), at)
+    assert share[0] == pytest.approx(1 - missed) and 0.6 < share[0] < 0.7
+    assert share[1] == 1.0
+    plain, deduped = (collectives.volumes("all-to-all", at, r) for r in (None, (256, 8)))
+    assert deduped[0][0] == plain[0][0]
+    assert sum(v[0] for v in deduped[1:]) == pytest.approx(share[0] * 7 / 8)
+
+
 def test_ring_inside_a_node_by_hand():
     """NCCL's Simple ring over 8 A100s: 2·7/8·S at the NVLink rate, base latency 8.4 µs and 2
     steps per rank at NVLink's 3.4 µs."""
