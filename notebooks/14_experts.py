@@ -107,18 +107,23 @@ parex.format_frame(pd.DataFrame(rows))
 # `expert=32,tensor=2,expert_tensor=1` runs the attention over tensor 2 × data-parallel 32 and
 # the experts over all 64 devices of a stage, each expert whole. Below DeepSeek-V3 (PP 16, ZeRO-1)
 # on 1,024 H100s, folded and unfolded: folded, each device sends only its half of the tokens.
+# The last row keeps the folded layout and changes the dispatcher: DeepEP (`deepep`, Megatron-Core's
+# flex dispatcher) sends a token once to each remote node holding one of its 8 experts instead of
+# once per expert, so fewer of the same bytes leave each node.
 
 # %%
 deepseek = parex.model_preset("deepseek-v3")
 huge = parex.TrainConfig(global_batch=15360, seq_len=4096, microbatch=1)
 rows = []
-for fold in ("", ",expert_tensor=1"):
+for fold, dispatcher in (("", "all-to-all"), (",expert_tensor=1", "all-to-all"),
+                         (",expert_tensor=1", "deepep")):
     text = f"expert=32,tensor=2{fold},stage=16,zero=1,schedule=1f1b,partition=4*13:3*3"
     layout = parex.Layout.parse(text)
-    p = parex.predict(deepseek, huge, layout, "h100-sxm")
+    overlaps = ("grad-reduce",) + (("deepep",) if dispatcher == "deepep" else ())
+    p = parex.predict(deepseek, huge, layout, "h100-sxm", overlaps=overlaps)
     a2a = next(c for c in p.collectives if c["name"] == "moe-dispatch")
-    rows.append({"layout": text, "EP": layout.expert_parallel, "dispatch bytes per op":
-                 a2a["bytes_per_op"], "dispatch s": a2a["seconds"],
+    rows.append({"layout": text, "dispatcher": dispatcher, "EP": layout.expert_parallel,
+                 "dispatch bytes per op": a2a["bytes_per_op"], "dispatch s": a2a["seconds"],
                  "step s": p.step_time_s["total"]})
 parex.format_frame(pd.DataFrame(rows))
 

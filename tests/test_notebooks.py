@@ -63,7 +63,8 @@ EXPECTED = {
     "13_tensor_3d": ["fastest that fits", "the fastest 3D tensor layouts", "AxoNN step",
                      "tensor=2x2x1,stage=2,schedule=1f1b",
                      "Kendall's tau", "best 3D ÷ best Megatron-LM"],
-    "14_experts": ["losses equal: True", "all_to_all_predicted", "expert=8,zero=1", "dualpipe"],
+    "14_experts": ["losses equal: True", "all_to_all_predicted", "expert=8,zero=1", "dualpipe",
+                   "deepep"],
 }
 # notebooks moved to the slow suite: 09 searches three clusters and compiles two programs per
 # stage of its MPMD run (80 s on 2 busy cores); 10 trains seven runs (about 90 s); 04 compiles
