@@ -112,8 +112,8 @@ IGNORED_REASONS = (
       "--rotary", "--use-rope-scaling", "--rope-scaling", "--sgd-momentum",
       "--override-opt", "--use-checkpoint-opt", "--decoupled", "--moe-aux-loss-coeff",
       "--moe-z-loss-coeff", "--moe-router-load-balancing-type", "--moe-router-score-function",
-      "--moe-router-pre-softmax", "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-bias-update-rate",
-      "--moe-router-enable-expert-bias"), "optimizer, schedule and numerics"),
+      "--moe-router-pre-softmax", "--moe-grouped-gemm", "--moe-permute-fusion",
+      "--moe-router-dtype", "--moe-router-bias-update-rate", "--moe-router-enable-expert-bias"), "optimizer, schedule and numerics"),
     (("--overlap", "--no-", "--tp-comm", "--transformer-impl", "--distributed-backend",
       "--distributed-timeout", "--use-mcore-models", "--accumulate-allreduce", "--grad-reduce",
       "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32", "--bias-",
@@ -738,11 +738,11 @@ def _overlap_options(setting: Setting) -> list[str]:
                 "grad-reduce": True,
                 "param-gather": "grad-reduce" in on and layout.zero >= 1 and layout.fsdp == 1,
                 "moe-a2a": layout.expert > 1}
-    flex = ([DISPATCHER, "flex", DEEPEP]
-            if "deepep" in on and layout.expert > 1 else [DISPATCHER, "alltoall"]
-            if layout.expert > 1 else [])
+    dispatcher = []
+    if layout.expert > 1:
+        dispatcher = [DISPATCHER, "flex", DEEPEP] if "deepep" in on else [DISPATCHER, "alltoall"]
     return [option for option, name in OVERLAP_OPTIONS.items()
-            if name in on and possible[name]] + flex
+            if name in on and possible[name]] + dispatcher
 
 
 def _check_expressible(setting: Setting) -> None:

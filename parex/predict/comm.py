@@ -939,7 +939,9 @@ def moe_terms(step: _Step) -> list[Term]:
     holds T/s of the tokens and C/s of the slots (MeshOps.dispatch): its partial sums of the
     whole buffer are reduce-scattered over seq, the outputs all-gathered back for the combine,
     and the backward runs their transposes (full remat's forward both again); the ideal program
-    dispatches each seq device's own tokens and moves nothing over seq."""
+    dispatches each seq device's own tokens and moves nothing over seq. Under DeepEP's dispatch
+    (`dispatch_routing`) the all-to-alls carry (E, k): what leaves a node goes once per remote
+    node, dispatch and combine alike (the combine sums a node's partial outputs first)."""
     sizes, grid, conv = step.sizes, step.grid, step.conv
     if not sizes.moe:
         return []
