@@ -118,11 +118,9 @@ def state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarray:
     layers are stored split evenly over the stage axis; the embedding and head as
     `head_state_elements` says. State sharded over data whose D those shards do not divide is
     Megatron-LM's distributed optimizer's flat buffer (`padded_state_elements`)."""
-    split = _state_elements(sizes, grid, kind, grid.embed_shards(kind),
-                            grid.embed_shards(kind, routed=True) if sizes.moe else None)
-    uneven = sizes.D % grid.embed_shards(kind) != 0
-    if sizes.moe:
-        uneven = uneven | (sizes.D % grid.embed_shards(kind, routed=True) != 0)
+    dense, routed = grid.embed_shards(kind), grid.embed_shards(kind, routed=True)
+    split = _dense_elements(sizes, grid, dense) + _routed_elements(sizes, grid, routed)
+    uneven = (sizes.D % dense != 0) | (sizes.moe & (sizes.D % routed != 0))
     if not np.any(uneven):
         return split
     return np.where(uneven, padded_state_elements(sizes, grid, kind), split)
@@ -133,23 +131,16 @@ def padded_state_elements(sizes: ModelSizes, grid: Grid, kind: str) -> np.ndarra
     one flat buffer, padded to a multiple of its group's size (Grid.zero_group: the dense
     parameters' and the routed experts' each) and cut into equal contiguous shards, ⌈N / group⌉
     elements each, whatever the dims (fsdp still splits D)."""
-    whole = _state_elements(sizes, grid, kind, grid.fsdp)
-    if not sizes.moe:
-        return np.ceil(whole / grid.zero_group())
-    dense = _state_elements(sizes, grid, kind, grid.fsdp, routed_embed=np.inf)
-    return (np.ceil(dense / grid.zero_group())
-            + np.ceil((whole - dense) / grid.zero_group(routed=True)))
+    return (np.ceil(_dense_elements(sizes, grid, grid.fsdp) / grid.zero_group())
+            + np.ceil(_routed_elements(sizes, grid, grid.fsdp) / grid.zero_group(routed=True)))
 
 
-def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed,
-                    routed_embed=None) -> np.ndarray:
-    """state_elements with each weight's embed dim, and the norms' and D-sized biases' D, cut
-    into `embed` shards (layout.STATE_DIMS), a mixture's routed experts' into `routed_embed`
-    (default `embed`; inf leaves them out). The few leaves with neither (GPT's QKV and
-    MLP-input biases, a router's bias) stay whole in parex's step; the ideal program partitions
-    them too, as ZeRO's and FSDP's flat buffers partition every parameter (Rajbhandari et al.
-    2020, §5)."""
-    routed_embed = embed if routed_embed is None else routed_embed
+def _dense_elements(sizes: ModelSizes, grid: Grid, embed) -> np.ndarray:
+    """state_elements of every parameter but a mixture's routed experts, each weight's embed
+    dim, and the norms' and D-sized biases' D, cut into `embed` shards (layout.STATE_DIMS).
+    The few leaves with neither (GPT's QKV and MLP-input biases, a router's bias) stay whole in
+    parex's step; the ideal program partitions them too, as ZeRO's and FSDP's flat buffers
+    partition every parameter (Rajbhandari et al. 2020, §5)."""
     flat = np.where(grid.executor | (not grid.splits_vectors), 1, embed)
     total = np.zeros(len(grid))
     for (e, t, l), n in zip(GROUPS, sizes.groups):
@@ -158,13 +149,19 @@ def _state_elements(sizes: ModelSizes, grid: Grid, kind: str, embed,
     # parex's step: the vectors (in the groups without an embed dim) split along D
     vectors = grid.executor & grid.splits_vectors
     total = total + np.where(vectors, sizes.vectors[0] / grid.stage * (1 / embed - 1), 0)
-    # a mixture of experts' routed experts: W_in[E_EP, D_embed-shards, F_e,ETP] (EP the expert
-    # group, ETP tensor or, folded, 1: W_in[E_expert·tensor, D, F_e])
+    return total + head_state_elements(sizes, grid, embed)
+
+
+def _routed_elements(sizes: ModelSizes, grid: Grid, embed) -> np.ndarray:
+    """A mixture of experts' routed experts' share of state_elements (0 for a dense model):
+    W_in[E_EP, D_embed-shards, F_e,ETP] (EP the expert group, ETP tensor or, folded, 1:
+    W_in[E_expert·tensor, D, F_e])."""
+    total = np.zeros(len(grid))
     for (e, t), n in zip(ROUTED_GROUPS, sizes.routed):
         if n:
-            total = total + n / ((routed_embed if e else 1) * (grid.expert_tensor if t else 1)
+            total = total + n / ((embed if e else 1) * (grid.expert_tensor if t else 1)
                                  * grid.stage * grid.ep)
-    return total + head_state_elements(sizes, grid, embed)
+    return total
 
 
 def head_state_elements(sizes: ModelSizes, grid: Grid, embed) -> np.ndarray:
