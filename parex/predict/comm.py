@@ -960,7 +960,7 @@ def moe_terms(step: _Step) -> list[Term]:
                  (4 + 2 * full) * m_l * (grid.expert > 1) * ~folded, buffer, routing),
             Term("tp", "all-reduce", (Axis.TENSOR,), (1 + full) * m_l * tp, buffer),
             Term("tp-beside-wgrad" if beside else "tp", "all-reduce", (Axis.TENSOR,),
-                 sizes.n_mlp_in * m_l * tp, buffer)] + folded_terms(step, folded, buffer)
+                 sizes.n_mlp_in * m_l * tp, buffer)] + folded_terms(step, folded, buffer, routing)
 
 
 def dispatch_routing(step: _Step) -> tuple[int, int] | None:
@@ -992,7 +992,8 @@ def routing_terms(step: _Step) -> list[Term]:
             Term("moe-route", "all-reduce", (Axis.SEQ,), full * m_l, grid.b * sizes.E * 4)]
 
 
-def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Term]:
+def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray,
+                 routing: tuple[int, int] | None = None) -> list[Term]:
     """MoE parallel folding (Liu et al. 2025, arXiv:2504.14960), per block and microbatch: the
     dispatch buffer's C slots are split over tensor, whose devices hold the same tokens, so
     each sends buffer/t by all-to-all over expert × tensor (four, six under full remat, as
@@ -1012,7 +1013,7 @@ def folded_terms(step: _Step, folded: np.ndarray, buffer: np.ndarray) -> list[Te
     x = grid.b * grid.T / grid.seq * sizes.D * step.act_bytes  # the block's tokens (b, T/s, D)
     dense, ideal = m_l * grid.executor, m_l * np.logical_not(grid.executor) * (grid.sp == 0)
     return [Term("moe-dispatch", "all-to-all", (Axis.EXPERT, Axis.TENSOR), (4 + 2 * full) * m_l,
-                 buffer / grid.fold, dispatch_routing(step)),
+                 buffer / grid.fold, routing),
             Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense, x),
             Term("moe-combine", "all-reduce", (Axis.TENSOR,), 1.0 * dense,
                  x + grid.b * grid.T / grid.seq * sizes.E * 4),
